@@ -1,0 +1,105 @@
+// Reading an archive: a read-only memory map, zero-copy views, partial reads.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "treecask/error.h"
+#include "treecask/types.h"
+
+namespace treecask {
+
+struct OpenOptions {
+  // Default for reads that pass Verify::kDefault: check each chunk's XXH3
+  // before its bytes are returned. Turn off for trusted files on hot paths.
+  bool verify_checksums = true;
+};
+
+enum class Verify : uint8_t { kDefault, kYes, kNo };
+
+// What the manifest says about one leaf.
+struct LeafInfo : LeafMeta {
+  size_t index = 0;            // position in pre-order
+  uint64_t byte_length = 0;    // raw bytes
+  uint64_t stored_bytes = 0;   // bytes in the file (compressed where LZ4)
+  Codec codec = Codec::kNone;
+  uint64_t chunk_size = 0;     // raw bytes per chunk
+  uint32_t num_chunks = 0;
+  uint32_t num_parts = 0;      // zero-copy pieces of a raw leaf (SPEC.md "Large leaves")
+};
+
+// An open archive. Copies share one mapping; the map stays alive while any
+// copy does, and every span returned points into it and is valid as long as
+// some copy of the Archive lives. All const methods are safe to call from
+// many threads at once. Many processes may open the same file: they share one
+// copy of its pages in the page cache.
+class TREECASK_API Archive {
+ public:
+  // Maps `path` read-only (works on read-only files and directories; takes no
+  // lock and writes nothing). Checks the LMDB meta pages against the file
+  // length, the header record, the manifest checksum, the FlatBuffers verifier
+  // and every manifest invariant of SPEC.md "Reader checks" before returning.
+  // Cost is proportional to the manifest, not to the tensor bytes.
+  // Throws Error: kNotFound, kNotAnArchive, kUnsupportedVersion (newer major
+  // version), kCorruption (truncated file, bad manifest), kIo.
+  static Archive open(const std::filesystem::path& path, const OpenOptions& options = {});
+
+  const std::string& path() const noexcept;
+  uint64_t file_size() const noexcept;
+  uint16_t format_major() const noexcept;
+  uint16_t format_minor() const noexcept;
+  const std::string& library_version() const noexcept;  // of the writer
+  int64_t created_unix_ns() const noexcept;
+  const KeyValues& metadata() const noexcept;           // archive-level
+  const TreeDef& treedef() const noexcept;
+
+  size_t size() const noexcept;  // number of leaves
+  LeafInfo leaf(size_t index) const;  // REQUIRES: index < size()
+  std::optional<size_t> find(std::string_view key_path) const noexcept;
+  // Like find(), but throws Error(kKeyNotFound) naming the key path.
+  size_t index_of(std::string_view key_path) const;
+  // Indices of the leaves at or under `prefix` (whole components only:
+  // "enc" does not select "encoder/w"); "" selects every leaf.
+  // Throws Error(kKeyNotFound) if none.
+  std::vector<size_t> subtree(std::string_view prefix) const;
+
+  // Zero-copy read-only view of a raw (Codec::kNone) leaf stored in one part.
+  // The first byte is 64-byte aligned (SPEC.md "Alignment"); a 0-byte leaf
+  // gives an empty span. Verifies every chunk when asked (touching every byte).
+  // Throws kUnsupported for an LZ4 leaf or one stored in several parts (use
+  // view_parts() or read()), kChecksumMismatch, kCorruption.
+  std::span<const std::byte> view(size_t index, Verify verify = Verify::kDefault) const;
+  // The zero-copy parts of a raw leaf, in order; their concatenation is the leaf.
+  std::vector<std::span<const std::byte>> view_parts(size_t index,
+                                                     Verify verify = Verify::kDefault) const;
+
+  // Copies (decompressing where needed) the whole leaf into `out`.
+  // REQUIRES out.size() == byte_length, else Error(kShapeMismatch).
+  void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault) const;
+
+  // Copies rows [row_begin, row_end) along axis 0 into `out`, touching and
+  // decompressing only the chunks those rows lie in. REQUIRES rank >= 1,
+  // 0 <= row_begin <= row_end <= shape[0], a row of whole bytes, and
+  // out.size() == (row_end - row_begin) * row bytes. Throws kInvalidArgument,
+  // kShapeMismatch, kChecksumMismatch, kCorruption.
+  void read_rows(size_t index, int64_t row_begin, int64_t row_end, std::span<std::byte> out,
+                 Verify verify = Verify::kDefault) const;
+
+  // Checks every chunk of every leaf: checksum, LZ4 decoding to the declared
+  // size, zero padding. Returns one Error per damaged leaf (empty: intact).
+  std::vector<Error> verify() const;
+
+  struct Impl;
+
+ private:
+  explicit Archive(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace treecask

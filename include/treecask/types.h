@@ -1,0 +1,135 @@
+// Value types shared by the writer and the reader: dtypes, the treedef,
+// sharding annotations and the description of one leaf.
+//
+// Numeric values of every enum are part of the file format (SPEC.md "Dtypes",
+// "Treedef") and never change.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "treecask/export.h"
+
+namespace treecask {
+
+// Element type of a leaf. int4/uint4 pack two elements per byte, element 2k
+// in the low nibble of byte k (the ml_dtypes / JAX layout).
+enum class DType : uint8_t {
+  kBool = 1,
+  kInt8 = 2,
+  kInt16 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kUInt8 = 6,
+  kUInt16 = 7,
+  kUInt32 = 8,
+  kUInt64 = 9,
+  kFloat16 = 10,
+  kBFloat16 = 11,
+  kFloat32 = 12,
+  kFloat64 = 13,
+  kComplex64 = 14,
+  kComplex128 = 15,
+  kFloat8E4M3FN = 16,
+  kFloat8E5M2 = 17,
+  kInt4 = 18,
+  kUInt4 = 19,
+};
+
+// Name as NumPy / ml_dtypes spell it: "bool", "int8", ..., "bfloat16",
+// "float8_e4m3fn", "int4". Returns "invalid" for a value outside the enum.
+TREECASK_API std::string_view dtype_name(DType dtype) noexcept;
+// Inverse of dtype_name; std::nullopt for an unknown name.
+TREECASK_API std::optional<DType> dtype_from_name(std::string_view name) noexcept;
+// Bits per element: 4 for int4/uint4, 8 for bool, 8*itemsize otherwise; 0 if invalid.
+TREECASK_API int dtype_bits(DType dtype) noexcept;
+// True for a value inside the enum.
+TREECASK_API bool dtype_valid(uint8_t value) noexcept;
+
+// Bytes that `shape` elements of `dtype` occupy: ceil(prod(shape) * bits / 8).
+// Throws Error(kInvalidArgument) for a negative dim, an invalid dtype or a
+// product that overflows int64 bytes.
+TREECASK_API uint64_t byte_length_for(DType dtype, std::span<const int64_t> shape);
+
+// How leaf bytes are stored (SPEC.md "Codecs").
+enum class Codec : uint8_t {
+  kNone = 0,  // raw: readable as a zero-copy view
+  kLZ4 = 1,   // LZ4 block format per chunk
+};
+TREECASK_API std::string_view codec_name(Codec codec) noexcept;
+
+// What a leaf was in the program that saved it. Python scalars are stored as
+// 0-d arrays (int -> int64, float -> float64, bool -> bool) and str as a 1-d
+// uint8 array of its UTF-8 bytes, so that a reader can give them back as the
+// same Python type (SPEC.md "Scalar leaves").
+enum class ValueKind : uint8_t { kArray = 0, kInt = 1, kFloat = 2, kBool = 3, kStr = 4 };
+
+// Treedef node kinds (SPEC.md "Treedef").
+enum class NodeKind : uint8_t {
+  kLeaf = 0,
+  kNone = 1,        // Python None: no children, no leaf
+  kDict = 2,        // string keys, one per child, in flatten order
+  kList = 3,
+  kTuple = 4,
+  kNamedTuple = 5,  // type_name + field names
+  kDataclass = 6,   // any node with named fields: dataclasses, eqx.Module,
+                    // flax struct, Flax/Penzai boxes; type_name + field names
+};
+
+// One treedef node. A TreeDef is the nodes of the tree in pre-order; a node
+// with arity n is followed by its n children's subtrees. Leaf nodes are
+// numbered in that order: the i-th leaf node is leaf i.
+struct TreeNode {
+  NodeKind kind = NodeKind::kLeaf;
+  uint32_t arity = 0;             // children count; 0 for kLeaf and kNone
+  std::string type_name;          // NamedTuple / Dataclass: e.g. "optax.ScaleByAdamState"
+  std::vector<std::string> keys;  // Dict keys or field names (size == arity);
+                                  // empty for List / Tuple
+};
+using TreeDef = std::vector<TreeNode>;
+
+// A TreeDef that is one dict of `n` leaves keyed by `keys` (in that order):
+// what a safetensors file or an .npz holds.
+TREECASK_API TreeDef flat_dict_treedef(const std::vector<std::string>& keys);
+
+// Key paths (SPEC.md "Key paths"): the components from the root to a leaf --
+// dict keys, field names, decimal sequence indices -- each escaped as in
+// RFC 6901 ("~" -> "~0", "/" -> "~1") and joined with "/". The root leaf of a
+// tree that is a single array has the empty key path "".
+TREECASK_API std::string escape_key(std::string_view component);
+TREECASK_API std::string join_key_path(const std::vector<std::string>& components);
+// Throws Error(kInvalidArgument) for a bad escape sequence.
+TREECASK_API std::vector<std::string> split_key_path(std::string_view key_path);
+
+// Sharding of a leaf as JAX describes it: a mesh (axis names and sizes) and a
+// PartitionSpec with, per dimension, the mesh axes that shard it (empty:
+// replicated along that dimension). It is metadata: the reader reports it and
+// the Python package can use it to place arrays; the bytes stored are always
+// the whole (global) array.
+struct Sharding {
+  std::vector<std::string> mesh_axis_names;
+  std::vector<int64_t> mesh_axis_sizes;
+  std::vector<std::vector<std::string>> spec;
+  bool operator==(const Sharding&) const = default;
+};
+
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+// Everything the manifest says about one leaf except where its bytes lie.
+struct LeafMeta {
+  std::string key_path;
+  ValueKind value_kind = ValueKind::kArray;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::vector<std::string> logical_axes;  // one per dim, "" = unnamed; or empty
+  std::optional<Sharding> sharding;
+  KeyValues metadata;                     // user key-values for this leaf
+};
+
+}  // namespace treecask

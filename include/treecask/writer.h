@@ -1,0 +1,76 @@
+// Writing an archive: one call, atomic, one file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+
+#include "treecask/error.h"
+#include "treecask/types.h"
+
+namespace treecask {
+
+// How the writer encodes a leaf (SPEC.md "Codecs").
+enum class Compression : uint8_t {
+  kAuto = 0,  // LZ4 where it pays: the first chunk is probed and the leaf is
+              // kept raw (zero-copy readable) when LZ4 saves < 10% of it
+  kNone = 1,  // always raw
+  kLZ4 = 2,   // always LZ4; a chunk LZ4 cannot shrink is stored raw
+};
+
+// One leaf to save: what it is, and its bytes in caller memory (C order,
+// little-endian, byte_length_for(dtype, shape) bytes). The writer reads
+// `data` while save() runs and never keeps a second full copy of it.
+struct LeafInput {
+  LeafMeta meta;                     // meta.key_path may be left empty; if set it
+                                     // must equal the path the treedef gives
+  std::span<const std::byte> data;
+  std::optional<Compression> compression;  // overrides SaveOptions::compression
+};
+
+struct SaveOptions {
+  Compression compression = Compression::kAuto;
+  // Raw bytes per chunk, the unit of checksums, compression and partial reads.
+  // A multiple of 64 in [4096, 64 MiB] (SPEC.md "Limits").
+  uint64_t chunk_size = uint64_t{1} << 20;
+  unsigned threads = 0;     // compression/hashing threads; 0 = all cores
+  bool overwrite = false;   // replace an existing file at `path`
+  bool durable = true;      // fsync the file and its directory before returning
+  KeyValues metadata;       // archive-level user key-values
+  // Called from the saving thread with (bytes done, bytes total) of leaf data.
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+struct SaveStats {
+  uint64_t file_bytes = 0;    // size of the archive file
+  uint64_t raw_bytes = 0;     // sum of leaf byte lengths
+  uint64_t stored_bytes = 0;  // sum of stored chunk sizes
+  uint32_t num_leaves = 0;
+  uint32_t num_blobs = 0;
+};
+
+// Saves `leaves` with structure `treedef` as one archive file at `path`.
+//
+// REQUIRES: treedef has exactly leaves.size() leaf nodes; leaf i is the i-th
+// leaf node in pre-order. Every input is checked before anything is written:
+// valid dtype, dims >= 0, data.size() == byte_length_for(dtype, shape), keys
+// non-empty valid UTF-8 without NUL, no duplicate key paths, depth and rank
+// within SPEC.md "Limits"; a violation throws Error(kInvalidArgument) naming
+// the key path.
+//
+// Atomicity (SPEC.md "Atomic commit"): the archive is built in a temporary
+// file "<path>.tmp.<pid>.<random>" in the same directory and renamed onto
+// `path` only when complete (after fsync when durable). Until then `path` is
+// untouched; a crash leaves at most the temporary file, which the next save
+// to `path` removes once its process is gone. No "-lock" file is created.
+//
+// Throws Error(kAlreadyExists) if `path` exists and !options.overwrite;
+// Error(kIo) when the OS refuses (ENOSPC...), leaving any previous file as it was.
+// Thread-safety: concurrent saves to different paths are independent.
+TREECASK_API SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
+                            std::span<const LeafInput> leaves,
+                            const SaveOptions& options = {});
+
+}  // namespace treecask

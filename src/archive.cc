@@ -1,0 +1,361 @@
+// Archive: validate, map, index; serve views and copies (SPEC.md "Reader checks").
+#include "treecask/archive.h"
+
+#include <fcntl.h>
+#include <lz4.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "format.h"
+#include "lmdb_env.h"
+#include "manifest.h"
+#include "parallel.h"
+#include "treecask/treecask.h"
+
+namespace treecask {
+
+struct Archive::Impl {
+  std::string file;
+  uint64_t file_size = 0;
+  OpenOptions options;
+  format::Header header;
+  lmdb::Env env;
+  MDB_txn* txn = nullptr;  // held for the Archive's life: keeps every blob pointer valid
+  std::unique_ptr<Manifest> manifest;
+  std::vector<const std::byte*> blob_data;  // payload start per blob id
+
+  ~Impl() {
+    if (txn) mdb_txn_abort(txn);
+    env.close();
+  }
+
+  bool want_verify(Verify v) const {
+    return v == Verify::kYes || (v == Verify::kDefault && options.verify_checksums);
+  }
+  const LeafRecord& rec(size_t i) const { return manifest->leaves.at(i); }
+  const std::string& key(size_t i) const { return manifest->key_paths[i]; }
+  uint64_t raw_size(const LeafRecord& r, uint64_t ci) const {
+    return std::min(r.chunk_size, r.byte_length - ci * r.chunk_size);
+  }
+  std::span<const std::byte> stored(const fb::Chunk* c) const {
+    return {blob_data[c->blob()] + c->offset(), c->stored_size()};
+  }
+  void check_chunk(size_t li, uint64_t ci) const {
+    const fb::Chunk* c = rec(li).chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
+    if (format::xxh3(stored(c), format::chunk_seed(li, ci)) != c->checksum())
+      throw Error(ErrorCode::kChecksumMismatch, file, key(li),
+                  "chunk " + std::to_string(ci) + " does not match its XXH3 checksum");
+  }
+  bool chunk_is_raw(const LeafRecord& r, const fb::Chunk* c) const {
+    return r.codec == Codec::kNone || (c->flags() & format::kChunkStoredRaw);
+  }
+  // Writes the raw bytes of chunk `ci` to `out` (raw_size bytes).
+  void decode_chunk(size_t li, uint64_t ci, std::byte* out, bool verify) const {
+    const LeafRecord& r = rec(li);
+    const fb::Chunk* c = r.chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
+    if (verify) check_chunk(li, ci);
+    auto src = stored(c);
+    uint64_t raw = raw_size(r, ci);
+    if (chunk_is_raw(r, c)) {
+      std::memcpy(out, src.data(), raw);
+      return;
+    }
+    int n = LZ4_decompress_safe(reinterpret_cast<const char*>(src.data()),
+                                reinterpret_cast<char*>(out), static_cast<int>(src.size()),
+                                static_cast<int>(raw));
+    if (n < 0 || static_cast<uint64_t>(n) != raw)
+      throw Error(ErrorCode::kCorruption, file, key(li),
+                  "chunk " + std::to_string(ci) + " does not decode to its declared " +
+                      std::to_string(raw) + " bytes");
+  }
+};
+
+namespace {
+[[noreturn]] void open_fail(ErrorCode code, const std::string& file, const std::string& what) {
+  throw Error(code, file, "", what);
+}
+}  // namespace
+
+Archive Archive::open(const std::filesystem::path& path, const OpenOptions& options) {
+  auto impl = std::make_shared<Impl>();
+  impl->file = path.string();
+  impl->options = options;
+  const std::string& file = impl->file;
+
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) open_fail(ErrorCode::kNotFound, file, "no such file");
+    open_fail(ErrorCode::kIo, file, std::string("cannot open: ") + std::strerror(errno));
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) open_fail(ErrorCode::kIo, file, "fstat failed");
+  if (!S_ISREG(st.st_mode)) open_fail(ErrorCode::kNotAnArchive, file, "not a regular file");
+  impl->file_size = static_cast<uint64_t>(st.st_size);
+
+  // 1. LMDB meta pages, before LMDB sees the file.
+  lmdb::MetaInfo meta;
+  bool not_lmdb = false;
+  if (std::string why = lmdb::check_meta_pages(fd, impl->file_size, &meta, &not_lmdb); !why.empty())
+    open_fail(not_lmdb ? ErrorCode::kNotAnArchive : ErrorCode::kCorruption, file,
+              not_lmdb ? "not a treecask archive (" + why + ")" : why);
+
+  // 2. Map the very inode we checked (the path may be replaced meanwhile).
+  impl->env.create(file);
+  MDB_env* env = impl->env.get();
+  lmdb::check(mdb_env_set_maxdbs(env, 2), file, "mdb_env_set_maxdbs");
+  lmdb::check(mdb_env_set_mapsize(env, impl->file_size), file, "mdb_env_set_mapsize");
+  std::string fd_path = "/proc/self/fd/" + std::to_string(fd);
+  int rc = mdb_env_open(env, fd_path.c_str(), MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK, 0);
+  if (rc == MDB_INVALID) open_fail(ErrorCode::kNotAnArchive, file, "not an LMDB file");
+  if (rc == MDB_VERSION_MISMATCH) open_fail(ErrorCode::kCorruption, file, "LMDB version mismatch");
+  if (rc != 0) lmdb::fail(rc, file, "mdb_env_open", ErrorCode::kCorruption);
+  lmdb::check(mdb_txn_begin(env, nullptr, MDB_RDONLY, &impl->txn), file, "mdb_txn_begin",
+              ErrorCode::kCorruption);
+  MDB_txn* txn = impl->txn;
+  MDB_dbi meta_dbi, blob_dbi;
+  rc = mdb_dbi_open(txn, format::kMetaDb, 0, &meta_dbi);
+  if (rc == MDB_NOTFOUND) open_fail(ErrorCode::kNotAnArchive, file, "LMDB file without treecask databases");
+  if (rc != 0) lmdb::fail(rc, file, "mdb_dbi_open(meta)", ErrorCode::kCorruption);
+  rc = mdb_dbi_open(txn, format::kBlobDb, 0, &blob_dbi);
+  if (rc == MDB_NOTFOUND) open_fail(ErrorCode::kNotAnArchive, file, "LMDB file without treecask databases");
+  if (rc != 0) lmdb::fail(rc, file, "mdb_dbi_open(blobs)", ErrorCode::kCorruption);
+
+  auto get = [&](MDB_dbi dbi, std::span<const std::byte> key, const char* what) {
+    MDB_val k{key.size(), const_cast<std::byte*>(key.data())}, v;
+    int r = mdb_get(txn, dbi, &k, &v);
+    if (r == MDB_NOTFOUND) return std::span<const std::byte>();
+    if (r != 0) lmdb::fail(r, file, what, ErrorCode::kCorruption);
+    return std::span<const std::byte>(static_cast<const std::byte*>(v.mv_data), v.mv_size);
+  };
+
+  // 3. Header record: magic, version, manifest length and checksum.
+  auto hdr = get(meta_dbi, std::as_bytes(std::span(format::kHeaderKey)), "mdb_get(header)");
+  if (hdr.empty()) open_fail(ErrorCode::kNotAnArchive, file, "no treecask header record");
+  if (!format::decode_header(hdr, &impl->header))
+    open_fail(ErrorCode::kNotAnArchive, file, "header record lacks the TREECASK magic");
+  const auto& h = impl->header;
+  if (h.major > format::kMajor)
+    open_fail(ErrorCode::kUnsupportedVersion, file,
+              "format version " + std::to_string(h.major) + "." + std::to_string(h.minor) +
+                  " is newer than this library reads (" + std::to_string(format::kMajor) + ".x); "
+                  "upgrade treecask");
+  if (h.major < 1) open_fail(ErrorCode::kCorruption, file, "format major version 0 does not exist");
+  if (h.flags != 0) open_fail(ErrorCode::kCorruption, file, "reserved header flags are set");
+  auto man = get(meta_dbi, std::as_bytes(std::span(format::kManifestKey)), "mdb_get(manifest)");
+  if (man.size() != h.manifest_length)
+    open_fail(ErrorCode::kCorruption, file,
+              "manifest is " + std::to_string(man.size()) + " bytes, header says " +
+                  std::to_string(h.manifest_length));
+  if (format::xxh3(man, 0) != h.manifest_checksum)
+    open_fail(ErrorCode::kChecksumMismatch, file, "manifest does not match its XXH3 checksum");
+
+  // 4. Manifest: FlatBuffers verifier and every semantic invariant.
+  impl->manifest = parse_manifest(man, file);
+  const Manifest& m = *impl->manifest;
+  if (m.root->format_major() != h.major || m.root->format_minor() != h.minor)
+    open_fail(ErrorCode::kCorruption, file, "manifest and header disagree on the format version");
+
+  // 5. Blobs: count, headers, lengths, alignment.
+  MDB_stat bst;
+  lmdb::check(mdb_stat(txn, blob_dbi, &bst), file, "mdb_stat(blobs)", ErrorCode::kCorruption);
+  if (bst.ms_entries != m.blob_payload.size())
+    open_fail(ErrorCode::kCorruption, file,
+              "blob database has " + std::to_string(bst.ms_entries) + " entries, manifest lists " +
+                  std::to_string(m.blob_payload.size()));
+  impl->blob_data.resize(m.blob_payload.size());
+  for (uint32_t id = 0; id < m.blob_payload.size(); ++id) {
+    std::byte key[4];
+    format::put_blob_key(key, id);
+    auto v = get(blob_dbi, key, "mdb_get(blob)");
+    std::string where = "blob " + std::to_string(id) + ": ";
+    if (v.data() == nullptr) open_fail(ErrorCode::kCorruption, file, where + "missing");
+    format::BlobHeader bh;
+    if (std::string why = format::decode_blob_header(v, &bh); !why.empty())
+      open_fail(ErrorCode::kCorruption, file, where + why);
+    if (bh.blob_id != id || bh.payload_length != m.blob_payload[id])
+      open_fail(ErrorCode::kCorruption, file, where + "header does not match the manifest");
+    const std::byte* data = v.data() + format::kBlobHeaderSize;
+    if (reinterpret_cast<uintptr_t>(data) % format::kAlignment != 0)
+      open_fail(ErrorCode::kCorruption, file, where + "payload is not 64-byte aligned in the map");
+    impl->blob_data[id] = data;
+  }
+  return Archive(std::move(impl));
+}
+
+const std::string& Archive::path() const noexcept { return impl_->file; }
+uint64_t Archive::file_size() const noexcept { return impl_->file_size; }
+uint16_t Archive::format_major() const noexcept { return impl_->header.major; }
+uint16_t Archive::format_minor() const noexcept { return impl_->header.minor; }
+const std::string& Archive::library_version() const noexcept { return impl_->manifest->library_version; }
+int64_t Archive::created_unix_ns() const noexcept { return impl_->manifest->root->created_unix_ns(); }
+const KeyValues& Archive::metadata() const noexcept { return impl_->manifest->metadata; }
+const TreeDef& Archive::treedef() const noexcept { return impl_->manifest->treedef; }
+size_t Archive::size() const noexcept { return impl_->manifest->leaves.size(); }
+
+LeafInfo Archive::leaf(size_t index) const {
+  if (index >= size())
+    throw Error(ErrorCode::kInvalidArgument, impl_->file, "", "leaf index out of range");
+  const LeafRecord& r = impl_->rec(index);
+  LeafInfo info;
+  static_cast<LeafMeta&>(info) = leaf_meta_of(*r.fb);
+  info.index = index;
+  info.byte_length = r.byte_length;
+  info.stored_bytes = r.stored_bytes;
+  info.codec = r.codec;
+  info.chunk_size = r.chunk_size;
+  info.num_chunks = r.num_chunks();
+  info.num_parts = r.num_parts;
+  return info;
+}
+
+std::optional<size_t> Archive::find(std::string_view key_path) const noexcept {
+  auto it = impl_->manifest->by_path.find(key_path);
+  if (it == impl_->manifest->by_path.end()) return std::nullopt;
+  return it->second;
+}
+
+size_t Archive::index_of(std::string_view key_path) const {
+  if (auto i = find(key_path)) return *i;
+  throw Error(ErrorCode::kKeyNotFound, impl_->file, std::string(key_path), "no leaf with this key path");
+}
+
+std::vector<size_t> Archive::subtree(std::string_view prefix) const {
+  std::vector<size_t> out;
+  const auto& paths = impl_->manifest->key_paths;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::string_view p = paths[i];
+    if (prefix.empty() || p == prefix ||
+        (p.size() > prefix.size() && p.substr(0, prefix.size()) == prefix && p[prefix.size()] == '/'))
+      out.push_back(i);
+  }
+  if (out.empty())
+    throw Error(ErrorCode::kKeyNotFound, impl_->file, std::string(prefix), "no leaf at or under this key path");
+  return out;
+}
+
+std::vector<std::span<const std::byte>> Archive::view_parts(size_t index, Verify verify) const {
+  const Impl& im = *impl_;
+  const LeafRecord& r = im.rec(index);
+  if (r.codec != Codec::kNone)
+    throw Error(ErrorCode::kUnsupported, im.file, im.key(index),
+                "an LZ4 leaf has no zero-copy view; use read()");
+  bool check = im.want_verify(verify);
+  std::vector<std::span<const std::byte>> parts;
+  for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
+    const fb::Chunk* c = r.chunks->Get(ci);
+    if (check) im.check_chunk(index, ci);
+    auto s = im.stored(c);
+    if (!parts.empty() && parts.back().data() + parts.back().size() == s.data())
+      parts.back() = {parts.back().data(), parts.back().size() + s.size()};
+    else
+      parts.push_back(s);
+  }
+  return parts;
+}
+
+std::span<const std::byte> Archive::view(size_t index, Verify verify) const {
+  const Impl& im = *impl_;
+  const LeafRecord& r = im.rec(index);
+  if (r.byte_length == 0) {
+    alignas(64) static const std::byte kEmpty[64] = {};
+    if (r.codec != Codec::kNone)
+      throw Error(ErrorCode::kUnsupported, im.file, im.key(index), "an LZ4 leaf has no zero-copy view");
+    return {kEmpty, 0};
+  }
+  if (r.codec == Codec::kNone && r.num_parts > 1)
+    throw Error(ErrorCode::kUnsupported, im.file, im.key(index),
+                "leaf is stored in " + std::to_string(r.num_parts) +
+                    " parts (SPEC.md \"Large leaves\"); use view_parts() or read()");
+  auto parts = view_parts(index, verify);
+  return parts.front();
+}
+
+void Archive::read(size_t index, std::span<std::byte> out, Verify verify) const {
+  const Impl& im = *impl_;
+  const LeafRecord& r = im.rec(index);
+  if (out.size() != r.byte_length)
+    throw Error(ErrorCode::kShapeMismatch, im.file, im.key(index),
+                "output buffer has " + std::to_string(out.size()) + " bytes, leaf has " +
+                    std::to_string(r.byte_length));
+  bool check = im.want_verify(verify);
+  unsigned threads = r.byte_length >= (8u << 20) ? resolve_threads(0) : 1;
+  parallel_for(r.num_chunks(), threads, [&](size_t ci) {
+    im.decode_chunk(index, ci, out.data() + ci * r.chunk_size, check);
+  });
+}
+
+void Archive::read_rows(size_t index, int64_t row_begin, int64_t row_end, std::span<std::byte> out,
+                        Verify verify) const {
+  const Impl& im = *impl_;
+  const LeafRecord& r = im.rec(index);
+  const auto* shape = r.fb->shape();
+  auto bad = [&](ErrorCode code, const std::string& what) { return Error(code, im.file, im.key(index), what); };
+  if (!shape || shape->size() == 0) throw bad(ErrorCode::kInvalidArgument, "a 0-d leaf has no rows");
+  int64_t rows = shape->Get(0);
+  if (row_begin < 0 || row_begin > row_end || row_end > rows)
+    throw bad(ErrorCode::kInvalidArgument, "row range [" + std::to_string(row_begin) + ", " +
+                                               std::to_string(row_end) + ") is outside [0, " +
+                                               std::to_string(rows) + ")");
+  uint64_t row_elems = 1;
+  for (uint32_t d = 1; d < shape->size(); ++d) row_elems *= static_cast<uint64_t>(shape->Get(d));
+  uint64_t row_bits = row_elems * dtype_bits(r.dtype);
+  if (row_bits % 8 != 0)
+    throw bad(ErrorCode::kInvalidArgument, "a row of this int4 leaf is not a whole number of bytes");
+  uint64_t row_bytes = row_bits / 8;
+  uint64_t b0 = static_cast<uint64_t>(row_begin) * row_bytes;
+  uint64_t b1 = static_cast<uint64_t>(row_end) * row_bytes;
+  if (out.size() != b1 - b0)
+    throw bad(ErrorCode::kShapeMismatch, "output buffer has " + std::to_string(out.size()) +
+                                             " bytes, the rows need " + std::to_string(b1 - b0));
+  if (b0 == b1) return;
+  bool check = im.want_verify(verify);
+  uint64_t c0 = b0 / r.chunk_size, c1 = (b1 - 1) / r.chunk_size;
+  std::vector<std::byte> scratch;
+  for (uint64_t ci = c0; ci <= c1; ++ci) {
+    uint64_t cb = ci * r.chunk_size, ce = cb + im.raw_size(r, ci);
+    uint64_t lo = std::max(cb, b0), hi = std::min(ce, b1);
+    const fb::Chunk* c = r.chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
+    std::byte* dst = out.data() + (lo - b0);
+    if (im.chunk_is_raw(r, c)) {
+      if (check) im.check_chunk(index, ci);
+      std::memcpy(dst, im.stored(c).data() + (lo - cb), hi - lo);
+    } else if (lo == cb && hi == ce) {
+      im.decode_chunk(index, ci, dst, check);
+    } else {
+      scratch.resize(ce - cb);
+      im.decode_chunk(index, ci, scratch.data(), check);
+      std::memcpy(dst, scratch.data() + (lo - cb), hi - lo);
+    }
+  }
+}
+
+std::vector<Error> Archive::verify() const {
+  const Impl& im = *impl_;
+  std::vector<Error> errors;
+  std::vector<std::byte> scratch;
+  for (size_t li = 0; li < size(); ++li) {
+    const LeafRecord& r = im.rec(li);
+    try {
+      for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
+        const fb::Chunk* c = r.chunks->Get(ci);
+        if (im.chunk_is_raw(r, c)) {
+          im.check_chunk(li, ci);
+        } else {
+          scratch.resize(im.raw_size(r, ci));
+          im.decode_chunk(li, ci, scratch.data(), true);
+        }
+      }
+    } catch (const Error& e) {
+      errors.push_back(e);
+    }
+  }
+  return errors;
+}
+
+}  // namespace treecask

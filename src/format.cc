@@ -1,0 +1,76 @@
+#include "format.h"
+
+#include <xxhash.h>
+
+namespace treecask::format {
+
+void encode_header(const Header& h, std::byte out[kHeaderSize]) {
+  std::memcpy(out, kMagic.data(), 8);
+  put_u16(out + 8, h.major);
+  put_u16(out + 10, h.minor);
+  put_u32(out + 12, h.flags);
+  put_u64(out + 16, h.manifest_length);
+  put_u64(out + 24, h.manifest_checksum);
+}
+
+bool decode_header(std::span<const std::byte> in, Header* h) {
+  if (in.size() < 8 || std::memcmp(in.data(), kMagic.data(), 8) != 0) return false;
+  if (in.size() != kHeaderSize) return false;
+  h->major = get_u16(in.data() + 8);
+  h->minor = get_u16(in.data() + 10);
+  h->flags = get_u32(in.data() + 12);
+  h->manifest_length = get_u64(in.data() + 16);
+  h->manifest_checksum = get_u64(in.data() + 24);
+  return true;
+}
+
+void encode_blob_header(const BlobHeader& h, std::byte out[kBlobHeaderSize]) {
+  std::memset(out, 0, kBlobHeaderSize);
+  std::memcpy(out, kBlobMagic.data(), 8);
+  put_u32(out + 8, h.blob_id);
+  put_u64(out + 16, h.payload_length);
+}
+
+std::string decode_blob_header(std::span<const std::byte> in, BlobHeader* h) {
+  if (in.size() < kBlobHeaderSize) return "blob value shorter than its 48-byte header";
+  if (std::memcmp(in.data(), kBlobMagic.data(), 8) != 0) return "bad blob magic";
+  h->blob_id = get_u32(in.data() + 8);
+  if (get_u32(in.data() + 12) != 0) return "reserved blob header bytes are not zero";
+  h->payload_length = get_u64(in.data() + 16);
+  for (size_t i = 24; i < kBlobHeaderSize; ++i)
+    if (in[i] != std::byte{0}) return "reserved blob header bytes are not zero";
+  if (h->payload_length > in.size() - kBlobHeaderSize)
+    return "blob payload length exceeds the stored value";
+  return {};
+}
+
+uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed) {
+  return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed);
+}
+
+bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size(), i = 0;
+  while (i < n) {
+    unsigned char c = p[i];
+    if (c < 0x80) { ++i; continue; }
+    size_t len;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return false;
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000))
+      return false;
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+}  // namespace treecask::format

@@ -1,0 +1,115 @@
+// Every on-disk constant, limit and byte-order codec of format v1, in one
+// place (format/SPEC.md is the normative text; section names in comments).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace treecask::format {
+
+// ---- Versioning (SPEC.md "Versioning") ----
+inline constexpr uint16_t kMajor = 1;
+inline constexpr uint16_t kMinor = 0;
+
+// ---- LMDB layout (SPEC.md "Databases") ----
+inline constexpr const char* kMetaDb = "treecask.meta";
+inline constexpr const char* kBlobDb = "treecask.blobs";
+inline constexpr std::string_view kHeaderKey = "header";
+inline constexpr std::string_view kManifestKey = "manifest";
+
+// ---- Header record (SPEC.md "Header record") ----
+inline constexpr std::string_view kMagic = "TREECASK";  // 8 bytes
+inline constexpr size_t kHeaderSize = 32;
+struct Header {
+  uint16_t major = kMajor;
+  uint16_t minor = kMinor;
+  uint32_t flags = 0;
+  uint64_t manifest_length = 0;
+  uint64_t manifest_checksum = 0;  // XXH3-64, seed 0
+};
+
+// ---- Blob values (SPEC.md "Blobs") ----
+inline constexpr std::string_view kBlobMagic{"TCBLOB\0\0", 8};
+inline constexpr size_t kBlobHeaderSize = 48;
+inline constexpr size_t kAlignment = 64;  // payload and every leaf start
+struct BlobHeader {
+  uint32_t blob_id = 0;
+  uint64_t payload_length = 0;
+};
+
+// ---- Chunks (SPEC.md "Chunks and checksums") ----
+inline constexpr uint32_t kChunkStoredRaw = 1;  // flags bit 0
+inline constexpr uint32_t kChunkFlagsMask = kChunkStoredRaw;
+inline uint64_t chunk_seed(uint64_t leaf_index, uint64_t chunk_index) {
+  return (leaf_index << 32) | (chunk_index & 0xffffffffu);
+}
+
+// ---- Limits (SPEC.md "Limits") ----
+inline constexpr size_t kMaxDepth = 64;                    // treedef nesting
+inline constexpr size_t kMaxRank = 64;                     // dims per leaf
+inline constexpr size_t kMaxKeyBytes = 4096;               // one key component
+inline constexpr size_t kMaxKeyPathBytes = 65536;          // canonical key path
+inline constexpr uint64_t kMaxManifestBytes = 256ull << 20;
+inline constexpr uint64_t kMaxLeaves = 1ull << 24;
+inline constexpr uint64_t kMaxNodes = 1ull << 26;
+inline constexpr uint64_t kMaxBlobValue = 1ull << 31;      // bytes of one LMDB value
+inline constexpr uint64_t kMaxLeafBytes = 1ull << 62;
+inline constexpr uint64_t kMinChunkSize = 4096;
+inline constexpr uint64_t kMaxChunkSize = 64ull << 20;
+inline constexpr uint64_t kMaxChunksPerLeaf = 1ull << 32;
+inline constexpr size_t kMaxMetadataBytes = 16u << 20;     // one key or value
+
+// ---- Writer policy (not format rules; SPEC.md "Writer policy") ----
+inline constexpr uint64_t kRawPartBytes = 1ull << 30;      // raw part ≤ 1 GiB
+inline constexpr uint64_t kLz4PartBytes = 64ull << 20;     // LZ4 part ≤ 64 MiB raw
+inline constexpr uint64_t kPackLeafBytes = 64ull << 10;    // pack leaves ≤ 64 KiB
+inline constexpr uint64_t kPackBlobBytes = 4ull << 20;     // pack blobs ≤ 4 MiB
+inline constexpr double kAutoMinSaving = 0.10;             // auto: LZ4 must save ≥ 10%
+
+// ---- Little-endian coding: the only place bytes are assembled ----
+inline void put_u16(std::byte* p, uint16_t v) {
+  for (int i = 0; i < 2; ++i) p[i] = std::byte(v >> (8 * i));
+}
+inline void put_u32(std::byte* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = std::byte(v >> (8 * i));
+}
+inline void put_u64(std::byte* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = std::byte(v >> (8 * i));
+}
+inline uint16_t get_u16(const std::byte* p) {
+  return uint16_t(uint16_t(p[0]) | uint16_t(p[1]) << 8);
+}
+inline uint32_t get_u32(const std::byte* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);
+  return v;
+}
+inline uint64_t get_u64(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+// Blob ids are keyed big-endian so that LMDB's byte order is numeric order.
+inline void put_blob_key(std::byte* p, uint32_t id) {
+  for (int i = 0; i < 4; ++i) p[i] = std::byte(id >> (8 * (3 - i)));
+}
+
+void encode_header(const Header& h, std::byte out[kHeaderSize]);
+// Returns false if the magic is wrong (not an archive); does not check versions.
+bool decode_header(std::span<const std::byte> in, Header* h);
+void encode_blob_header(const BlobHeader& h, std::byte out[kBlobHeaderSize]);
+// Returns an empty string when valid, else what is wrong.
+std::string decode_blob_header(std::span<const std::byte> in, BlobHeader* h);
+
+uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed);
+
+// True if `s` is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
+bool valid_utf8(std::string_view s);
+
+inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace treecask::format

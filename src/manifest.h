@@ -1,0 +1,66 @@
+// The manifest in memory: structural rules shared by writer and reader, and
+// the verified, indexed form the reader serves from (SPEC.md "Manifest",
+// "Reader checks").
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "treecask/error.h"
+#include "treecask/types.h"
+#include "treecask_generated.h"
+
+namespace treecask {
+
+// Checks a treedef (node kinds, arity, keys, depth, that it is exactly one
+// tree) and returns the canonical key path of every leaf in pre-order. Key
+// components must be non-empty valid UTF-8 without NUL of at most
+// kMaxKeyBytes, and key paths unique. Violations throw Error(`code`) naming
+// `file` and the key path reached.
+std::vector<std::string> leaf_key_paths(const TreeDef& treedef, ErrorCode code,
+                                        const std::string& file);
+
+// Rejects a leaf description SPEC.md forbids (dtype, rank, value kind,
+// logical axes, sharding, metadata strings). Throws Error(`code`).
+void check_leaf_meta(const LeafMeta& meta, ErrorCode code, const std::string& file);
+
+struct LeafRecord {
+  const fb::Leaf* fb = nullptr;
+  uint64_t byte_length = 0;
+  uint64_t chunk_size = 0;
+  uint64_t stored_bytes = 0;
+  uint32_t num_parts = 0;
+  Codec codec = Codec::kNone;
+  DType dtype = DType::kUInt8;
+  const flatbuffers::Vector<const fb::Chunk*>* chunks = nullptr;
+  uint32_t num_chunks() const { return chunks ? chunks->size() : 0; }
+};
+
+struct Manifest {
+  std::unique_ptr<uint8_t[], void (*)(uint8_t*)> buffer{nullptr, nullptr};  // 64-aligned copy
+  size_t size = 0;
+  const fb::Manifest* root = nullptr;
+  TreeDef treedef;
+  KeyValues metadata;
+  std::string library_version;
+  std::vector<std::string> key_paths;
+  std::vector<LeafRecord> leaves;
+  std::vector<uint64_t> blob_payload;  // payload length per blob id
+  std::unordered_map<std::string_view, uint32_t> by_path;
+};
+
+// Copies `bytes` into an aligned buffer, runs the FlatBuffers verifier and
+// every semantic check of SPEC.md "Reader checks", and builds the index.
+// Throws Error(kCorruption) naming `file` and the leaf where there is one.
+std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes,
+                                         const std::string& file);
+
+// Reads FlatBuffers strings into the public types.
+LeafMeta leaf_meta_of(const fb::Leaf& leaf);
+
+}  // namespace treecask

@@ -1,0 +1,137 @@
+#include <array>
+
+#include "treecask/error.h"
+#include "treecask/treecask.h"
+#include "treecask/types.h"
+
+namespace treecask {
+
+const char* library_version() noexcept { return TREECASK_VERSION_STRING; }
+
+namespace {
+struct DTypeRow {
+  DType dtype;
+  std::string_view name;
+  int bits;
+};
+constexpr std::array<DTypeRow, 19> kDTypes{{
+    {DType::kBool, "bool", 8},
+    {DType::kInt8, "int8", 8},
+    {DType::kInt16, "int16", 16},
+    {DType::kInt32, "int32", 32},
+    {DType::kInt64, "int64", 64},
+    {DType::kUInt8, "uint8", 8},
+    {DType::kUInt16, "uint16", 16},
+    {DType::kUInt32, "uint32", 32},
+    {DType::kUInt64, "uint64", 64},
+    {DType::kFloat16, "float16", 16},
+    {DType::kBFloat16, "bfloat16", 16},
+    {DType::kFloat32, "float32", 32},
+    {DType::kFloat64, "float64", 64},
+    {DType::kComplex64, "complex64", 64},
+    {DType::kComplex128, "complex128", 128},
+    {DType::kFloat8E4M3FN, "float8_e4m3fn", 8},
+    {DType::kFloat8E5M2, "float8_e5m2", 8},
+    {DType::kInt4, "int4", 4},
+    {DType::kUInt4, "uint4", 4},
+}};
+}  // namespace
+
+bool dtype_valid(uint8_t value) noexcept { return value >= 1 && value <= 19; }
+
+std::string_view dtype_name(DType dtype) noexcept {
+  auto v = static_cast<uint8_t>(dtype);
+  return dtype_valid(v) ? kDTypes[v - 1].name : "invalid";
+}
+
+std::optional<DType> dtype_from_name(std::string_view name) noexcept {
+  for (const auto& row : kDTypes)
+    if (row.name == name) return row.dtype;
+  return std::nullopt;
+}
+
+int dtype_bits(DType dtype) noexcept {
+  auto v = static_cast<uint8_t>(dtype);
+  return dtype_valid(v) ? kDTypes[v - 1].bits : 0;
+}
+
+uint64_t byte_length_for(DType dtype, std::span<const int64_t> shape) {
+  int bits = dtype_bits(dtype);
+  if (bits == 0)
+    throw Error(ErrorCode::kInvalidArgument, "", "",
+                "invalid dtype value " + std::to_string(static_cast<int>(dtype)));
+  // Bits must fit in 2^63: the element count may not exceed 2^63 / bits.
+  const unsigned __int128 limit = (unsigned __int128)1 << 63;
+  unsigned __int128 count = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw Error(ErrorCode::kInvalidArgument, "", "", "negative dimension " + std::to_string(d));
+    count *= static_cast<uint64_t>(d);
+    if (count * bits > limit)
+      throw Error(ErrorCode::kInvalidArgument, "", "", "shape overflows 2^63 bits");
+  }
+  return static_cast<uint64_t>((count * bits + 7) / 8);
+}
+
+std::string_view codec_name(Codec codec) noexcept {
+  switch (codec) {
+    case Codec::kNone: return "none";
+    case Codec::kLZ4: return "lz4";
+  }
+  return "invalid";
+}
+
+TreeDef flat_dict_treedef(const std::vector<std::string>& keys) {
+  TreeDef def;
+  def.reserve(keys.size() + 1);
+  TreeNode root;
+  root.kind = NodeKind::kDict;
+  root.arity = static_cast<uint32_t>(keys.size());
+  root.keys = keys;
+  def.push_back(std::move(root));
+  for (size_t i = 0; i < keys.size(); ++i) def.push_back(TreeNode{});
+  return def;
+}
+
+std::string escape_key(std::string_view component) {
+  std::string out;
+  out.reserve(component.size());
+  for (char c : component) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+std::string join_key_path(const std::vector<std::string>& components) {
+  std::string out;
+  for (size_t i = 0; i < components.size(); ++i) {
+    if (i) out += '/';
+    out += escape_key(components[i]);
+  }
+  return out;
+}
+
+std::vector<std::string> split_key_path(std::string_view key_path) {
+  std::vector<std::string> out;
+  if (key_path.empty()) return out;
+  std::string cur;
+  for (size_t i = 0; i < key_path.size(); ++i) {
+    char c = key_path[i];
+    if (c == '/') {
+      out.push_back(std::move(cur));
+      cur.clear();
+    } else if (c == '~') {
+      if (i + 1 >= key_path.size() || (key_path[i + 1] != '0' && key_path[i + 1] != '1'))
+        throw Error(ErrorCode::kInvalidArgument, "", std::string(key_path),
+                    "'~' in a key path must be followed by 0 or 1 (RFC 6901 escaping)");
+      cur += key_path[++i] == '0' ? '~' : '/';
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(std::move(cur));
+  return out;
+}
+
+}  // namespace treecask

@@ -1,0 +1,530 @@
+// save(): plan, write blobs straight into a pre-allocated LMDB map, write the
+// manifest, commit, truncate, fsync, rename (SPEC.md "Atomic commit").
+#include <dirent.h>
+#include <fcntl.h>
+#include <lz4.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "format.h"
+#include "lmdb_env.h"
+#include "manifest.h"
+#include "parallel.h"
+#include "treecask/treecask.h"
+
+namespace treecask {
+
+namespace {
+
+using format::align_up;
+
+struct ChunkOut {
+  uint32_t blob = 0;
+  uint32_t flags = 0;
+  uint64_t offset = 0;
+  uint64_t stored = 0;
+  uint64_t checksum = 0;
+};
+
+struct LeafOut {
+  Codec codec = Codec::kNone;
+  std::vector<ChunkOut> chunks;
+};
+
+[[noreturn]] void io_error(const std::string& file, const std::string& what) {
+  throw Error(ErrorCode::kIo, file, "", what + ": " + std::strerror(errno));
+}
+
+int lz4_bound(uint64_t n) { return LZ4_compressBound(static_cast<int>(n)); }
+
+// Compresses `src` into `dst` (capacity lz4_bound). Returns the stored size
+// and sets *raw when LZ4 cannot shrink the chunk (then nothing is written).
+uint64_t compress_chunk(std::span<const std::byte> src, std::byte* dst, bool* raw) {
+  int n = LZ4_compress_default(reinterpret_cast<const char*>(src.data()),
+                               reinterpret_cast<char*>(dst), static_cast<int>(src.size()),
+                               lz4_bound(src.size()));
+  *raw = n <= 0 || static_cast<uint64_t>(n) >= src.size();
+  return *raw ? src.size() : static_cast<uint64_t>(n);
+}
+
+// Auto mode: LZ4 only if it saves at least 10% on up to three 64 KiB samples.
+bool lz4_pays(std::span<const std::byte> data) {
+  constexpr uint64_t kSample = 64 << 10;
+  std::vector<std::byte> tmp(lz4_bound(kSample));
+  uint64_t raw = 0, packed = 0;
+  uint64_t n = data.size();
+  uint64_t starts[3] = {0, n / 2, n > kSample ? n - kSample : 0};
+  int samples = n <= 3 * kSample ? 1 : 3;
+  for (int s = 0; s < samples; ++s) {
+    auto piece = data.subspan(samples == 1 ? 0 : starts[s], std::min(kSample, n));
+    bool is_raw;
+    packed += compress_chunk(piece, tmp.data(), &is_raw);
+    raw += piece.size();
+  }
+  return static_cast<double>(packed) <= (1.0 - format::kAutoMinSaving) * static_cast<double>(raw);
+}
+
+// Removes "<name>.tmp.<pid>.<hex>" files left by saves whose process is gone.
+void remove_stale_temps(const std::filesystem::path& path) {
+  std::filesystem::path dir = path.parent_path().empty() ? "." : path.parent_path();
+  std::string prefix = path.filename().string() + ".tmp.";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* ent = readdir(d)) {
+    std::string_view name = ent->d_name;
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    std::string rest(name.substr(prefix.size()));
+    char* end = nullptr;
+    long pid = std::strtol(rest.c_str(), &end, 10);
+    if (end == rest.c_str() || *end != '.' || pid <= 0) continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // still running
+    ::unlink((dir / std::string(name)).c_str());
+  }
+  closedir(d);
+}
+
+void fsync_path(const std::filesystem::path& p, bool directory, const std::string& file) {
+  int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDWR) | O_CLOEXEC);
+  if (fd < 0) io_error(file, "open for fsync");
+  int rc = ::fsync(fd);
+  int saved = errno;
+  ::close(fd);
+  errno = saved;
+  if (rc != 0) io_error(file, "fsync");
+}
+
+class BlobWriter {
+ public:
+  BlobWriter(MDB_txn* txn, MDB_dbi dbi, uint32_t page_size, const std::string& file)
+      : txn_(txn), dbi_(dbi), page_size_(page_size), file_(file) {}
+
+  // Reserves the next blob with `payload` bytes and returns a pointer to the
+  // payload inside the map (64-byte aligned).
+  std::byte* reserve(uint64_t payload, uint32_t* id) {
+    *id = next_id_++;
+    uint64_t value_len = std::max<uint64_t>(format::kBlobHeaderSize + payload, page_size_);
+    if (value_len > format::kMaxBlobValue)
+      throw Error(ErrorCode::kInvalidArgument, file_, "", "blob larger than 2 GiB");
+    std::byte key[4];
+    format::put_blob_key(key, *id);
+    MDB_val k{4, key}, v{value_len, nullptr};
+    lmdb::check(mdb_put(txn_, dbi_, &k, &v, MDB_RESERVE | MDB_APPEND), file_, "mdb_put(blob)");
+    auto* base = static_cast<std::byte*>(v.mv_data);
+    format::encode_blob_header({*id, payload}, base);
+    std::memset(base + format::kBlobHeaderSize + payload, 0,
+                value_len - format::kBlobHeaderSize - payload);
+    std::byte* data = base + format::kBlobHeaderSize;
+    if (reinterpret_cast<uintptr_t>(data) % format::kAlignment != 0)
+      throw Error(ErrorCode::kIo, file_, "", "LMDB placed a blob payload off 64-byte alignment");
+    payloads_.push_back(payload);
+    return data;
+  }
+  const std::vector<uint64_t>& payloads() const { return payloads_; }
+
+ private:
+  MDB_txn* txn_;
+  MDB_dbi dbi_;
+  uint32_t page_size_;
+  const std::string& file_;
+  uint32_t next_id_ = 0;
+  std::vector<uint64_t> payloads_;
+};
+
+// Small leaves packed into one staging buffer, flushed as one blob.
+struct Pack {
+  std::vector<std::byte> bytes;
+  std::vector<std::pair<size_t, size_t>> members;  // (leaf index, first chunk)
+};
+
+struct Writer {
+  const std::string& file;
+  std::span<const LeafInput> leaves;
+  const SaveOptions& opt;
+  unsigned threads;
+  BlobWriter& blobs;
+  std::vector<LeafOut> out;
+  Pack pack;
+  uint64_t done = 0, total = 0;
+
+  uint64_t chunk_count(uint64_t len) const { return (len + opt.chunk_size - 1) / opt.chunk_size; }
+  std::span<const std::byte> chunk_src(size_t li, uint64_t ci) const {
+    auto d = leaves[li].data;
+    uint64_t off = ci * opt.chunk_size;
+    return d.subspan(off, std::min<uint64_t>(opt.chunk_size, d.size() - off));
+  }
+
+  Codec choose_codec(size_t li) const {
+    Compression c = leaves[li].compression.value_or(opt.compression);
+    if (c == Compression::kNone || leaves[li].data.empty()) return Codec::kNone;
+    if (c == Compression::kLZ4) return Codec::kLZ4;
+    return lz4_pays(leaves[li].data) ? Codec::kLZ4 : Codec::kNone;
+  }
+
+  void add(size_t li) {
+    LeafOut& lo = out[li];
+    lo.codec = choose_codec(li);
+    uint64_t len = leaves[li].data.size();
+    lo.chunks.resize(chunk_count(len));
+    if (len == 0) return;
+    if (len <= format::kPackLeafBytes) {
+      add_to_pack(li);
+    } else if (lo.codec == Codec::kNone) {
+      write_raw(li);
+    } else {
+      write_lz4(li);
+    }
+    report(len);
+  }
+
+  void report(uint64_t len) {
+    done += len;
+    if (opt.progress) opt.progress(done, total);
+  }
+
+  void add_to_pack(size_t li) {
+    LeafOut& lo = out[li];
+    uint64_t len = leaves[li].data.size();
+    uint64_t need = align_up(pack.bytes.size(), format::kAlignment) +
+                    (lo.codec == Codec::kLZ4 ? lz4_bound(len) + 64 * lo.chunks.size() : len);
+    if (!pack.members.empty() && need > format::kPackBlobBytes) flush_pack();
+    pack.bytes.resize(align_up(pack.bytes.size(), format::kAlignment));
+    pack.members.emplace_back(li, 0);
+    for (uint64_t ci = 0; ci < lo.chunks.size(); ++ci) {
+      auto src = chunk_src(li, ci);
+      ChunkOut& c = lo.chunks[ci];
+      c.offset = pack.bytes.size();
+      if (lo.codec == Codec::kLZ4) {
+        pack.bytes.resize(c.offset + lz4_bound(src.size()));
+        bool raw;
+        c.stored = compress_chunk(src, pack.bytes.data() + c.offset, &raw);
+        if (raw) {
+          c.flags = format::kChunkStoredRaw;
+          std::memcpy(pack.bytes.data() + c.offset, src.data(), src.size());
+        }
+        pack.bytes.resize(c.offset + c.stored);
+      } else {
+        pack.bytes.insert(pack.bytes.end(), src.begin(), src.end());
+        c.stored = src.size();
+      }
+      c.checksum = format::xxh3({pack.bytes.data() + c.offset, c.stored}, format::chunk_seed(li, ci));
+    }
+  }
+
+  void flush_pack() {
+    if (pack.members.empty()) return;
+    uint32_t id;
+    std::byte* dst = blobs.reserve(pack.bytes.size(), &id);
+    std::memcpy(dst, pack.bytes.data(), pack.bytes.size());
+    for (auto [li, first] : pack.members)
+      for (auto& c : out[li].chunks) c.blob = id;
+    pack.bytes.clear();
+    pack.members.clear();
+  }
+
+  // Raw leaf: parts of <= 1 GiB, copied and hashed chunk by chunk on all threads.
+  void write_raw(size_t li) {
+    LeafOut& lo = out[li];
+    uint64_t per_part = std::max<uint64_t>(1, format::kRawPartBytes / opt.chunk_size);
+    for (uint64_t first = 0; first < lo.chunks.size(); first += per_part) {
+      uint64_t last = std::min<uint64_t>(lo.chunks.size(), first + per_part);
+      uint64_t begin = first * opt.chunk_size;
+      uint64_t end = std::min<uint64_t>(leaves[li].data.size(), last * opt.chunk_size);
+      uint32_t id;
+      std::byte* dst = blobs.reserve(end - begin, &id);
+      parallel_for(last - first, threads, [&](size_t k) {
+        uint64_t ci = first + k;
+        auto src = chunk_src(li, ci);
+        ChunkOut& c = lo.chunks[ci];
+        c.blob = id;
+        c.offset = ci * opt.chunk_size - begin;
+        c.stored = src.size();
+        std::memcpy(dst + c.offset, src.data(), src.size());
+        c.checksum = format::xxh3(src, format::chunk_seed(li, ci));
+      });
+    }
+  }
+
+  // LZ4 leaf: parts of <= 64 MiB raw, compressed in parallel into a bounded
+  // staging buffer, then copied into one blob.
+  void write_lz4(size_t li) {
+    LeafOut& lo = out[li];
+    uint64_t per_part = std::max<uint64_t>(1, format::kLz4PartBytes / opt.chunk_size);
+    uint64_t slot = lz4_bound(opt.chunk_size);
+    std::vector<std::byte> staging;
+    for (uint64_t first = 0; first < lo.chunks.size(); first += per_part) {
+      uint64_t last = std::min<uint64_t>(lo.chunks.size(), first + per_part);
+      staging.resize((last - first) * slot);
+      parallel_for(last - first, threads, [&](size_t k) {
+        uint64_t ci = first + k;
+        auto src = chunk_src(li, ci);
+        std::byte* dst = staging.data() + k * slot;
+        ChunkOut& c = lo.chunks[ci];
+        bool raw;
+        c.stored = compress_chunk(src, dst, &raw);
+        if (raw) c.flags = format::kChunkStoredRaw;
+        c.checksum = format::xxh3(raw ? src : std::span<const std::byte>(dst, c.stored),
+                                  format::chunk_seed(li, ci));
+      });
+      uint64_t payload = 0;
+      for (uint64_t ci = first; ci < last; ++ci) {
+        lo.chunks[ci].offset = payload;
+        payload += lo.chunks[ci].stored;
+      }
+      uint32_t id;
+      std::byte* dst = blobs.reserve(payload, &id);
+      parallel_for(last - first, threads, [&](size_t k) {
+        uint64_t ci = first + k;
+        ChunkOut& c = lo.chunks[ci];
+        c.blob = id;
+        const std::byte* from = (c.flags & format::kChunkStoredRaw) ? chunk_src(li, ci).data()
+                                                                   : staging.data() + k * slot;
+        std::memcpy(dst + c.offset, from, c.stored);
+      });
+    }
+  }
+};
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::KeyValue>>> build_kv(
+    flatbuffers::FlatBufferBuilder& b, const KeyValues& kvs) {
+  std::vector<flatbuffers::Offset<fb::KeyValue>> v;
+  for (const auto& [k, val] : kvs)
+    v.push_back(fb::CreateKeyValue(b, b.CreateString(k), b.CreateString(val)));
+  return b.CreateVector(v);
+}
+
+std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInput> leaves,
+                                    const std::vector<std::string>& paths,
+                                    const std::vector<LeafOut>& out,
+                                    const std::vector<uint64_t>& payloads,
+                                    const SaveOptions& opt) {
+  flatbuffers::FlatBufferBuilder b(1024 + leaves.size() * 256);
+  std::vector<flatbuffers::Offset<fb::Node>> nodes;
+  nodes.reserve(def.size());
+  for (const auto& n : def) {
+    auto tn = n.type_name.empty() ? 0 : b.CreateString(n.type_name);
+    auto keys = n.keys.empty() ? 0 : b.CreateVectorOfStrings(n.keys);
+    fb::NodeBuilder nb(b);
+    nb.add_kind(static_cast<fb::NodeKind>(n.kind));
+    nb.add_arity(n.arity);
+    if (!tn.IsNull()) nb.add_type_name(tn);
+    if (!keys.IsNull()) nb.add_keys(keys);
+    nodes.push_back(nb.Finish());
+  }
+  std::vector<flatbuffers::Offset<fb::Leaf>> lv;
+  lv.reserve(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const LeafMeta& m = leaves[i].meta;
+    auto kp = b.CreateString(paths[i]);
+    auto shape = b.CreateVector(m.shape);
+    std::vector<fb::Chunk> cs;
+    cs.reserve(out[i].chunks.size());
+    for (const auto& c : out[i].chunks) cs.emplace_back(c.blob, c.flags, c.offset, c.stored, c.checksum);
+    auto chunks = b.CreateVectorOfStructs(cs);
+    auto axes = m.logical_axes.empty() ? 0 : b.CreateVectorOfStrings(m.logical_axes);
+    flatbuffers::Offset<fb::Sharding> sh = 0;
+    if (m.sharding) {
+      std::vector<flatbuffers::Offset<fb::Axes>> spec;
+      for (const auto& d : m.sharding->spec) spec.push_back(fb::CreateAxes(b, b.CreateVectorOfStrings(d)));
+      sh = fb::CreateSharding(b, b.CreateVectorOfStrings(m.sharding->mesh_axis_names),
+                              b.CreateVector(m.sharding->mesh_axis_sizes), b.CreateVector(spec));
+    }
+    auto md = m.metadata.empty() ? 0 : build_kv(b, m.metadata);
+    fb::LeafBuilder leaf(b);
+    leaf.add_key_path(kp);
+    leaf.add_value_kind(static_cast<fb::ValueKind>(m.value_kind));
+    leaf.add_dtype(static_cast<fb::DType>(m.dtype));
+    leaf.add_shape(shape);
+    leaf.add_byte_length(leaves[i].data.size());
+    leaf.add_codec(static_cast<fb::Codec>(out[i].codec));
+    leaf.add_chunk_size(leaves[i].data.empty() ? 0 : opt.chunk_size);
+    leaf.add_chunks(chunks);
+    if (!axes.IsNull()) leaf.add_logical_axes(axes);
+    if (!sh.IsNull()) leaf.add_sharding(sh);
+    if (!md.IsNull()) leaf.add_metadata(md);
+    lv.push_back(leaf.Finish());
+  }
+  std::vector<flatbuffers::Offset<fb::Blob>> bv;
+  for (uint64_t p : payloads) bv.push_back(fb::CreateBlob(b, p));
+  auto created = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  auto root = fb::CreateManifest(b, format::kMajor, format::kMinor,
+                                 b.CreateString(library_version()), created,
+                                 build_kv(b, opt.metadata), b.CreateVector(nodes),
+                                 b.CreateVector(lv), b.CreateVector(bv));
+  fb::FinishManifestBuffer(b, root);
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
+
+void put_meta(MDB_txn* txn, MDB_dbi dbi, std::string_view key, std::span<const std::byte> value,
+              const std::string& file) {
+  MDB_val k{key.size(), const_cast<char*>(key.data())};
+  MDB_val v{value.size(), const_cast<std::byte*>(value.data())};
+  lmdb::check(mdb_put(txn, dbi, &k, &v, 0), file, "mdb_put(meta)");
+}
+
+}  // namespace
+
+SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
+               std::span<const LeafInput> leaves, const SaveOptions& opt) {
+  const std::string file = path.string();
+  // ---- validate everything before touching the file system ----
+  if (opt.chunk_size < format::kMinChunkSize || opt.chunk_size > format::kMaxChunkSize ||
+      opt.chunk_size % 64 != 0)
+    throw Error(ErrorCode::kInvalidArgument, file, "",
+                "chunk_size must be a multiple of 64 in [4096, 64 MiB], got " +
+                    std::to_string(opt.chunk_size));
+  std::vector<std::string> paths = leaf_key_paths(treedef, ErrorCode::kInvalidArgument, file);
+  if (paths.size() != leaves.size())
+    throw Error(ErrorCode::kInvalidArgument, file, "",
+                "treedef has " + std::to_string(paths.size()) + " leaves but " +
+                    std::to_string(leaves.size()) + " were given");
+  uint64_t total = 0;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const LeafInput& in = leaves[i];
+    if (!in.meta.key_path.empty() && in.meta.key_path != paths[i])
+      throw Error(ErrorCode::kInvalidArgument, file, in.meta.key_path,
+                  "leaf " + std::to_string(i) + " is at '" + paths[i] + "' in the treedef");
+    LeafMeta m = in.meta;
+    m.key_path = paths[i];
+    check_leaf_meta(m, ErrorCode::kInvalidArgument, file);
+    uint64_t want;
+    try {
+      want = byte_length_for(m.dtype, m.shape);
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kInvalidArgument, file, paths[i], e.message());
+    }
+    if (in.data.size() != want)
+      throw Error(ErrorCode::kInvalidArgument, file, paths[i],
+                  "data has " + std::to_string(in.data.size()) + " bytes, but " +
+                      std::string(dtype_name(m.dtype)) + " with this shape needs " +
+                      std::to_string(want));
+    if (in.data.size() > format::kMaxLeafBytes)
+      throw Error(ErrorCode::kInvalidArgument, file, paths[i], "leaf larger than 2^62 bytes");
+    if (in.data.size() / opt.chunk_size >= format::kMaxChunksPerLeaf)
+      throw Error(ErrorCode::kInvalidArgument, file, paths[i], "more than 2^32 chunks; raise chunk_size");
+    total += in.data.size();
+  }
+  if (leaves.size() > format::kMaxLeaves)
+    throw Error(ErrorCode::kInvalidArgument, file, "", "more than 2^24 leaves");
+  for (const auto& [k, v] : opt.metadata)
+    if (k.empty() || !format::valid_utf8(k) || !format::valid_utf8(v) ||
+        k.find('\0') != std::string::npos)
+      throw Error(ErrorCode::kInvalidArgument, file, "", "archive metadata must be non-empty UTF-8 keys and UTF-8 values");
+
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !opt.overwrite)
+    throw Error(ErrorCode::kAlreadyExists, file, "", "file exists (pass overwrite to replace it)");
+  remove_stale_temps(path);
+
+  // ---- the temporary file ----
+  std::random_device rd;
+  char suffix[64];
+  std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%08x", static_cast<long>(getpid()),
+                static_cast<unsigned>(rd()));
+  std::filesystem::path tmp = path;
+  tmp += suffix;
+  const std::string tmp_file = tmp.string();
+
+  // Upper bound of the file: data (LZ4 worst case), per-blob page rounding,
+  // manifest twice (B-tree copy-on-write), B-tree pages and slack.
+  uint32_t psize = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
+  uint64_t manifest_bound = 4096;
+  uint64_t blobs_bound = 4;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const auto& m = leaves[i].meta;
+    manifest_bound += 256 + paths[i].size() + 8 * m.shape.size() +
+                      32 * (leaves[i].data.size() / opt.chunk_size + 1);
+    for (const auto& a : m.logical_axes) manifest_bound += a.size() + 8;
+    for (const auto& [k, v] : m.metadata) manifest_bound += k.size() + v.size() + 16;
+    if (m.sharding) manifest_bound += 1024;
+    blobs_bound += 1 + leaves[i].data.size() / format::kLz4PartBytes;
+  }
+  for (const auto& n : treedef) {
+    manifest_bound += 32 + n.type_name.size();
+    for (const auto& k : n.keys) manifest_bound += k.size() + 8;
+  }
+  for (const auto& [k, v] : opt.metadata) manifest_bound += k.size() + v.size() + 16;
+  uint64_t data_bound = 0;
+  for (const auto& l : leaves)
+    data_bound += static_cast<uint64_t>(l.data.size() * 1.01) + 64 + 16 * (l.data.size() / opt.chunk_size + 1);
+  uint64_t map_size = align_up(data_bound + blobs_bound * (2ull * psize + 64) + 3 * manifest_bound +
+                                   (8ull << 20),
+                               psize);
+
+  SaveStats stats;
+  try {
+    lmdb::Env env;
+    env.create(tmp_file);
+    lmdb::check(mdb_env_set_maxdbs(env.get(), 2), tmp_file, "mdb_env_set_maxdbs");
+    lmdb::check(mdb_env_set_mapsize(env.get(), map_size), tmp_file, "mdb_env_set_mapsize");
+    int rc = mdb_env_open(env.get(), tmp_file.c_str(),
+                          MDB_NOSUBDIR | MDB_NOLOCK | MDB_WRITEMAP | MDB_NOSYNC | MDB_NOMETASYNC,
+                          0644);
+    if (rc != 0) {
+      if (rc == ENOENT) throw Error(ErrorCode::kNotFound, file, "", "directory does not exist");
+      lmdb::fail(rc, tmp_file, "mdb_env_open");
+    }
+    MDB_envinfo info;
+    mdb_env_info(env.get(), &info);
+    MDB_stat st;
+    mdb_env_stat(env.get(), &st);
+    psize = st.ms_psize;
+    int fd;
+    lmdb::check(mdb_env_get_fd(env.get(), &fd), tmp_file, "mdb_env_get_fd");
+    // Reserve the space now: a full disk is ENOSPC here, never a SIGBUS later.
+    if (int err = posix_fallocate(fd, 0, static_cast<off_t>(map_size)); err != 0) {
+      errno = err;
+      io_error(file, "reserving " + std::to_string(map_size) + " bytes for the temporary file");
+    }
+
+    lmdb::Txn txn(env.get(), 0, tmp_file);
+    MDB_dbi meta_dbi, blob_dbi;
+    lmdb::check(mdb_dbi_open(txn.get(), format::kMetaDb, MDB_CREATE, &meta_dbi), tmp_file, "mdb_dbi_open(meta)");
+    lmdb::check(mdb_dbi_open(txn.get(), format::kBlobDb, MDB_CREATE, &blob_dbi), tmp_file, "mdb_dbi_open(blobs)");
+
+    BlobWriter blobs(txn.get(), blob_dbi, psize, file);
+    Writer w{file, leaves, opt, resolve_threads(opt.threads), blobs, {}, {}, 0, total};
+    w.out.resize(leaves.size());
+    for (size_t i = 0; i < leaves.size(); ++i) w.add(i);
+    w.flush_pack();
+
+    std::vector<uint8_t> manifest = build_manifest(treedef, leaves, paths, w.out, blobs.payloads(), opt);
+    format::Header h;
+    h.manifest_length = manifest.size();
+    h.manifest_checksum = format::xxh3(std::as_bytes(std::span(manifest)), 0);
+    std::byte header[format::kHeaderSize];
+    format::encode_header(h, header);
+    put_meta(txn.get(), meta_dbi, format::kManifestKey, std::as_bytes(std::span(manifest)), tmp_file);
+    put_meta(txn.get(), meta_dbi, format::kHeaderKey, header, tmp_file);
+    txn.commit(tmp_file);
+    if (opt.durable) lmdb::check(mdb_env_sync(env.get(), 1), tmp_file, "mdb_env_sync");
+    mdb_env_info(env.get(), &info);
+    uint64_t used = (static_cast<uint64_t>(info.me_last_pgno) + 1) * psize;
+    env.close();
+    if (::truncate(tmp.c_str(), static_cast<off_t>(used)) != 0) io_error(file, "truncate");
+    if (opt.durable) fsync_path(tmp, false, file);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(file, "rename into place");
+    if (opt.durable) fsync_path(path.parent_path().empty() ? "." : path.parent_path(), true, file);
+
+    stats.file_bytes = used;
+    stats.num_leaves = static_cast<uint32_t>(leaves.size());
+    stats.num_blobs = static_cast<uint32_t>(blobs.payloads().size());
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      stats.raw_bytes += leaves[i].data.size();
+      for (const auto& c : w.out[i].chunks) stats.stored_bytes += c.stored;
+    }
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  return stats;
+}
+
+}  // namespace treecask
