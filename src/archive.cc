@@ -158,8 +158,8 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
   // 4. Manifest: FlatBuffers verifier and every semantic invariant.
   impl->manifest = parse_manifest(man, file);
   const Manifest& m = *impl->manifest;
-  if (m.root->format_major() != h.major || m.root->format_minor() != h.minor)
-    open_fail(ErrorCode::kCorruption, file, "manifest and header disagree on the format version");
+  if (m.root->format_major() != h.major)
+    open_fail(ErrorCode::kCorruption, file, "manifest and header disagree on the format major version");
 
   // 5. Blobs: count, headers, lengths, alignment.
   MDB_stat bst;

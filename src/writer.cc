@@ -230,7 +230,7 @@ struct Writer {
   // Raw leaf: parts of <= 1 GiB, copied and hashed chunk by chunk on all threads.
   void write_raw(size_t li) {
     LeafOut& lo = out[li];
-    uint64_t per_part = std::max<uint64_t>(1, format::kRawPartBytes / opt.chunk_size);
+    uint64_t per_part = std::max<uint64_t>(1, opt.max_part_bytes / opt.chunk_size);
     for (uint64_t first = 0; first < lo.chunks.size(); first += per_part) {
       uint64_t last = std::min<uint64_t>(lo.chunks.size(), first + per_part);
       uint64_t begin = first * opt.chunk_size;
@@ -380,6 +380,10 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     throw Error(ErrorCode::kInvalidArgument, file, "",
                 "chunk_size must be a multiple of 64 in [4096, 64 MiB], got " +
                     std::to_string(opt.chunk_size));
+  if (opt.max_part_bytes < opt.chunk_size || opt.max_part_bytes % opt.chunk_size != 0 ||
+      opt.max_part_bytes > format::kRawPartBytes)
+    throw Error(ErrorCode::kInvalidArgument, file, "",
+                "max_part_bytes must be a multiple of chunk_size and at most 1 GiB");
   std::vector<std::string> paths = leaf_key_paths(treedef, ErrorCode::kInvalidArgument, file);
   if (paths.size() != leaves.size())
     throw Error(ErrorCode::kInvalidArgument, file, "",

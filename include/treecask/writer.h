@@ -35,6 +35,10 @@ struct SaveOptions {
   // Raw bytes per chunk, the unit of checksums, compression and partial reads.
   // A multiple of 64 in [4096, 64 MiB] (SPEC.md "Limits").
   uint64_t chunk_size = uint64_t{1} << 20;
+  // Largest raw leaf piece stored as one LMDB value, i.e. one zero-copy part
+  // (SPEC.md "Large leaves"). A multiple of chunk_size, at most 1 GiB so
+  // that no value approaches LMDB's 2 GiB single-write limit.
+  uint64_t max_part_bytes = uint64_t{1} << 30;
   unsigned threads = 0;     // compression/hashing threads; 0 = all cores
   bool overwrite = false;   // replace an existing file at `path`
   bool durable = true;      // fsync the file and its directory before returning

@@ -1,0 +1,170 @@
+// Reader behaviour: alignment, concurrency, read-only files, one-file commits.
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <thread>
+
+#include "testutil.h"
+
+using namespace treecask;
+using tc_test::FlatTree;
+using tc_test::TempDir;
+namespace fs = std::filesystem;
+
+TEST_CASE("every zero-copy view is 64-byte aligned, small packed leaves included") {
+  TempDir dir;
+  FlatTree t;
+  uint32_t seed = 100;
+  for (int n : {1, 2, 3, 63, 64, 65, 100, 1000, 4095, 4097, 65536, 65537, 200000})
+    for (DType d : {DType::kUInt8, DType::kFloat32, DType::kComplex128})
+      t.add_random(std::string(dtype_name(d)) + "_" + std::to_string(n), d, {n}, seed++);
+  SaveOptions opt;
+  opt.compression = Compression::kNone;
+  t.save(dir / "align.cask", opt);
+  Archive a = Archive::open(dir / "align.cask");
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto v = a.view(i);
+    INFO(a.leaf(i).key_path);
+    CHECK(reinterpret_cast<uintptr_t>(v.data()) % 64 == 0);
+    CHECK(tc_test::same(v, t.data[i]));
+  }
+}
+
+TEST_CASE("10,000 small leaves pack into few blobs and each stays a view") {
+  TempDir dir;
+  FlatTree t;
+  for (int i = 0; i < 10000; ++i) t.add_random("layer" + std::to_string(i), DType::kFloat32, {i % 50 + 1}, i);
+  SaveOptions opt;
+  opt.compression = Compression::kNone;
+  auto stats = t.save(dir / "many.cask", opt);
+  CHECK(stats.num_blobs <= 2);
+  Archive a = Archive::open(dir / "many.cask");
+  CHECK(a.size() == 10000);
+  for (size_t i = 0; i < a.size(); i += 97) CHECK(tc_test::same(a.view(a.index_of(t.keys[i])), t.data[i]));
+}
+
+TEST_CASE("many threads read and verify one archive at once") {
+  TempDir dir;
+  FlatTree t;
+  for (int i = 0; i < 16; ++i) t.add_random("w" + std::to_string(i), DType::kFloat32, {50000}, i);
+  t.add("z", DType::kInt32, {300000}, tc_test::compressible_bytes(1200000, 3));
+  t.save(dir / "mt.cask");
+  Archive a = Archive::open(dir / "mt.cask");
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 8; ++k)
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 20; ++rep) {
+        size_t i = (k * 7 + rep) % a.size();
+        std::vector<std::byte> out(a.leaf(i).byte_length);
+        a.read(i, out);
+        if (!tc_test::same(out, t.data[i])) ++bad;
+        if (rep % 5 == 0 && !a.verify().empty()) ++bad;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(bad == 0);
+}
+
+TEST_CASE("several processes map the same archive") {
+  TempDir dir;
+  FlatTree t;
+  t.add_random("w", DType::kFloat32, {100000}, 1);
+  t.save(dir / "shared.cask");
+  std::vector<pid_t> kids;
+  for (int k = 0; k < 4; ++k) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      try {
+        Archive a = Archive::open(dir / "shared.cask");
+        _exit(tc_test::same(a.view(0, Verify::kYes), t.data[0]) ? 0 : 1);
+      } catch (...) {
+        _exit(2);
+      }
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+}
+
+TEST_CASE("an archive opens from a read-only file in a read-only directory") {
+  TempDir dir;
+  FlatTree t;
+  t.add_random("w", DType::kFloat64, {1000}, 2);
+  auto path = dir / "ro.cask";
+  t.save(path);
+  fs::permissions(path, fs::perms::owner_read);
+  fs::permissions(dir.path, fs::perms::owner_read | fs::perms::owner_exec);
+  Archive a = Archive::open(path);
+  CHECK(tc_test::same(a.view(0), t.data[0]));
+  CHECK(a.verify().empty());
+  fs::permissions(dir.path, fs::perms::owner_all);
+}
+
+TEST_CASE("a save leaves exactly one file: no lock, no temporary") {
+  TempDir dir;
+  FlatTree t;
+  t.add_random("w", DType::kFloat32, {1000}, 3);
+  t.save(dir / "one.cask");
+  Archive::open(dir / "one.cask");  // opening must not create anything either
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.path)) names.push_back(e.path().filename());
+  CHECK(names == std::vector<std::string>{"one.cask"});
+}
+
+TEST_CASE("save refuses to replace a file unless asked, and replaces it atomically") {
+  TempDir dir;
+  FlatTree t1, t2;
+  t1.add_random("a", DType::kFloat32, {10}, 1);
+  t2.add_random("b", DType::kFloat32, {20}, 2);
+  auto path = dir / "x.cask";
+  t1.save(path);
+  tc_test::expect_error(ErrorCode::kAlreadyExists, [&] { t2.save(path); });
+  CHECK(Archive::open(path).leaf(0).key_path == "a");
+  Archive old = Archive::open(path);  // a reader holding the old version
+  SaveOptions opt;
+  opt.overwrite = true;
+  t2.save(path, opt);
+  CHECK(Archive::open(path).leaf(0).key_path == "b");
+  CHECK(tc_test::same(old.view(0), t1.data[0]));  // the old mapping is intact
+}
+
+TEST_CASE("the next save removes a temporary file left by a dead process") {
+  TempDir dir;
+  auto path = dir / "x.cask";
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, nullptr, 0);  // a pid that no longer runs
+  auto stale = dir / ("x.cask.tmp." + std::to_string(pid) + ".deadbeef");
+  tc_test::write_file(stale, tc_test::random_bytes(100, 1));
+  auto live = dir / ("x.cask.tmp." + std::to_string(getpid()) + ".0badf00d");
+  tc_test::write_file(live, tc_test::random_bytes(100, 1));
+  FlatTree t;
+  t.add_random("a", DType::kFloat32, {10}, 1);
+  t.save(path);
+  CHECK(!fs::exists(stale));
+  CHECK(fs::exists(live));  // a running process's temporary is left alone
+}
+
+TEST_CASE("progress reports bytes done out of the total") {
+  TempDir dir;
+  FlatTree t;
+  t.add_random("a", DType::kFloat32, {100000}, 1);
+  t.add_random("b", DType::kFloat32, {10}, 2);
+  uint64_t last = 0, total = 0;
+  SaveOptions opt;
+  opt.progress = [&](uint64_t d, uint64_t n) {
+    CHECK(d >= last);
+    last = d;
+    total = n;
+  };
+  t.save(dir / "p.cask", opt);
+  CHECK(total == 400040);
+  CHECK(last == total);
+}

@@ -1,0 +1,42 @@
+#include "testutil.h"
+
+using namespace treecask;
+
+TEST_CASE("dtype names round trip and sizes follow the spec") {
+  for (int v = 1; v <= 19; ++v) {
+    auto d = static_cast<DType>(v);
+    auto name = dtype_name(d);
+    REQUIRE(dtype_from_name(name).has_value());
+    CHECK(*dtype_from_name(name) == d);
+  }
+  CHECK(dtype_name(static_cast<DType>(0)) == "invalid");
+  CHECK(dtype_name(static_cast<DType>(20)) == "invalid");
+  CHECK(dtype_bits(DType::kBFloat16) == 16);
+  CHECK(dtype_bits(DType::kComplex128) == 128);
+  CHECK(dtype_bits(DType::kInt4) == 4);
+  CHECK(byte_length_for(DType::kFloat32, std::vector<int64_t>{3, 4}) == 48);
+  CHECK(byte_length_for(DType::kInt4, std::vector<int64_t>{3}) == 2);  // packed, rounded up
+  CHECK(byte_length_for(DType::kFloat64, std::vector<int64_t>{}) == 8);  // 0-d
+  CHECK(byte_length_for(DType::kFloat64, std::vector<int64_t>{0, 5}) == 0);
+  tc_test::expect_error(ErrorCode::kInvalidArgument,
+                        [] { byte_length_for(DType::kFloat32, std::vector<int64_t>{-1}); });
+  tc_test::expect_error(ErrorCode::kInvalidArgument, [] {
+    byte_length_for(DType::kFloat64, std::vector<int64_t>{1ll << 31, 1ll << 31});
+  });
+}
+
+TEST_CASE("key paths escape '/' and '~' as RFC 6901 does") {
+  std::vector<std::string> parts{"params", "a/b", "c~d", "0"};
+  std::string p = join_key_path(parts);
+  CHECK(p == "params/a~1b/c~0d/0");
+  CHECK(split_key_path(p) == parts);
+  CHECK(split_key_path("").empty());
+  tc_test::expect_error(ErrorCode::kInvalidArgument, [] { split_key_path("a~2"); });
+}
+
+TEST_CASE("errors name the file, the key path and the code") {
+  Error e(ErrorCode::kChecksumMismatch, "/tmp/x.cask", "params/w", "chunk 3 is bad");
+  CHECK(std::string(e.what()) == "/tmp/x.cask: params/w: checksum mismatch: chunk 3 is bad");
+  CHECK(e.file() == "/tmp/x.cask");
+  CHECK(e.key_path() == "params/w");
+}
