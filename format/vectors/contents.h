@@ -1,0 +1,176 @@
+// What the golden vectors of format/vectors/ hold. Shared by the generator
+// (generate.cc) and the reader test (tests/golden_test.cc): a vector is never
+// regenerated to make a test pass (SPEC.md "Versioning").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "treecask/treecask.h"
+
+namespace golden {
+
+// Deterministic bytes: byte i of leaf `leaf` (splitmix64 of both).
+inline uint8_t byte_at(uint32_t leaf, uint64_t i) {
+  uint64_t z = (uint64_t(leaf) << 40) + i + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return uint8_t(z ^ (z >> 31));
+}
+// Compressible bytes: runs of small values.
+inline uint8_t run_byte(uint32_t leaf, uint64_t i) { return uint8_t((i / 61 + leaf) % 7); }
+
+struct Leaf {
+  treecask::LeafMeta meta;
+  bool compressible = false;
+  std::vector<std::byte> bytes() const {
+    uint64_t n = treecask::byte_length_for(meta.dtype, meta.shape);
+    std::vector<std::byte> out(n);
+    uint32_t id = 0;
+    for (char c : meta.key_path) id = id * 31 + uint8_t(c);
+    for (uint64_t i = 0; i < n; ++i) out[i] = std::byte(compressible ? run_byte(id, i) : byte_at(id, i));
+    if (meta.dtype == treecask::DType::kBool)
+      for (auto& b : out) b &= std::byte{1};
+    if (meta.value_kind == treecask::ValueKind::kStr) {
+      const char* text = "hello, world";  // 12 bytes, the leaf's shape
+      for (uint64_t i = 0; i < n; ++i) out[i] = std::byte(text[i % 12]);
+    }
+    return out;
+  }
+};
+
+struct Vector {
+  std::string file;
+  treecask::TreeDef treedef;
+  std::vector<Leaf> leaves;  // key_path filled in: the path the treedef gives
+  treecask::SaveOptions options;
+};
+
+// v1.0 "tree": every node kind, every dtype, scalars, logical axes, sharding,
+// metadata; raw leaves.
+inline Vector tree_vector() {
+  using namespace treecask;
+  Vector v;
+  v.file = "v1_0_tree.cask";
+  v.options.compression = Compression::kNone;
+  v.options.metadata = {{"purpose", "golden vector"}, {"ünïcode", "✓"}};
+  auto node = [&](NodeKind k, uint32_t n, std::vector<std::string> keys = {}, std::string t = {}) {
+    v.treedef.push_back(TreeNode{k, n, std::move(t), std::move(keys)});
+  };
+  // {"dtypes": {<19 dtype names>}, "nested": [ (leaf, None), NamedTuple(a), Dataclass(w) ],
+  //  "scalars": {"int", "float", "bool", "str"}, "empty": leaf of shape [0, 3]}
+  node(NodeKind::kDict, 4, {"dtypes", "nested", "scalars", "empty"});
+  std::vector<std::string> names;
+  for (int d = 1; d <= 19; ++d) names.emplace_back(dtype_name(DType(d)));
+  node(NodeKind::kDict, 19, names);
+  for (int d = 1; d <= 19; ++d) {
+    node(NodeKind::kLeaf, 0);
+    Leaf l;
+    l.meta.key_path = "dtypes/" + names[d - 1];
+    l.meta.dtype = DType(d);
+    l.meta.shape = {3, 5};
+    v.leaves.push_back(l);
+  }
+  node(NodeKind::kList, 3);
+  node(NodeKind::kTuple, 2);
+  node(NodeKind::kLeaf, 0);
+  {
+    Leaf l;
+    l.meta.key_path = "nested/0/0";
+    l.meta.dtype = DType::kFloat32;
+    l.meta.shape = {4, 8};
+    l.meta.logical_axes = {"batch", ""};
+    v.leaves.push_back(l);
+  }
+  node(NodeKind::kNone, 0);
+  node(NodeKind::kNamedTuple, 1, {"count"}, "optax.ScaleByAdamState");
+  node(NodeKind::kLeaf, 0);
+  {
+    Leaf l;
+    l.meta.key_path = "nested/1/count";
+    l.meta.dtype = DType::kInt32;
+    v.leaves.push_back(l);
+  }
+  node(NodeKind::kDataclass, 1, {"value"}, "flax.core.meta.Partitioned");
+  node(NodeKind::kLeaf, 0);
+  {
+    Leaf l;
+    l.meta.key_path = "nested/2/value";
+    l.meta.dtype = DType::kBFloat16;
+    l.meta.shape = {8, 4};
+    l.meta.sharding = Sharding{{"data", "model"}, {2, 4}, {{"data"}, {"model"}}};
+    l.meta.metadata = {{"note", "sharded"}};
+    v.leaves.push_back(l);
+  }
+  node(NodeKind::kDict, 4, {"int", "float", "bool", "str"});
+  const std::pair<ValueKind, DType> scalars[] = {{ValueKind::kInt, DType::kInt64},
+                                                 {ValueKind::kFloat, DType::kFloat64},
+                                                 {ValueKind::kBool, DType::kBool},
+                                                 {ValueKind::kStr, DType::kUInt8}};
+  const char* skeys[] = {"int", "float", "bool", "str"};
+  for (int i = 0; i < 4; ++i) {
+    node(NodeKind::kLeaf, 0);
+    Leaf l;
+    l.meta.key_path = std::string("scalars/") + skeys[i];
+    l.meta.value_kind = scalars[i].first;
+    l.meta.dtype = scalars[i].second;
+    if (scalars[i].first == ValueKind::kStr) l.meta.shape = {12};
+    v.leaves.push_back(l);
+  }
+  node(NodeKind::kLeaf, 0);
+  {
+    Leaf l;
+    l.meta.key_path = "empty";
+    l.meta.dtype = DType::kFloat32;
+    l.meta.shape = {0, 3};
+    v.leaves.push_back(l);
+  }
+  return v;
+}
+
+// v1.0 "lz4": LZ4 leaves over many 4 KiB chunks, one of incompressible bytes
+// (chunks stored raw inside an LZ4 leaf), one small packed LZ4 leaf.
+inline Vector lz4_vector() {
+  using namespace treecask;
+  Vector v;
+  v.file = "v1_0_lz4.cask";
+  v.options.compression = Compression::kLZ4;
+  v.options.chunk_size = 4096;
+  v.treedef = flat_dict_treedef({"runs", "noise", "small"});
+  Leaf a, b, c;
+  a.meta.key_path = "runs";
+  a.meta.dtype = DType::kInt16;
+  a.meta.shape = {1000, 40};
+  a.compressible = true;
+  b.meta.key_path = "noise";
+  b.meta.dtype = DType::kFloat32;
+  b.meta.shape = {5000};
+  c.meta.key_path = "small";
+  c.meta.dtype = DType::kUInt8;
+  c.meta.shape = {700};
+  c.compressible = true;
+  v.leaves = {a, b, c};
+  return v;
+}
+
+// v1.0 "parts": a raw leaf stored in several parts (max_part_bytes 8 KiB).
+inline Vector parts_vector() {
+  using namespace treecask;
+  Vector v;
+  v.file = "v1_0_parts.cask";
+  v.options.compression = Compression::kNone;
+  v.options.chunk_size = 4096;
+  v.options.max_part_bytes = 8192;
+  v.treedef = flat_dict_treedef({"w"});
+  Leaf a;
+  a.meta.key_path = "w";
+  a.meta.dtype = DType::kFloat64;
+  a.meta.shape = {3000, 3};  // 72000 bytes (> 64 KiB, so not packed): 9 parts
+  v.leaves = {a};
+  return v;
+}
+
+inline std::vector<Vector> all_vectors() { return {tree_vector(), lz4_vector(), parts_vector()}; }
+
+}  // namespace golden

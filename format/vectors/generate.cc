@@ -1,0 +1,65 @@
+// Writes the golden vectors of format/vectors/ (run once per format version by
+// hand: `build/format/vectors/treecask_make_vectors format/vectors`). Never
+// rerun for an existing version: committed vectors are the compatibility
+// promise (SPEC.md "Versioning").
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "contents.h"
+
+namespace fs = std::filesystem;
+
+static std::vector<char> slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+static void spit(const fs::path& p, const std::vector<char>& b) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(b.data(), std::streamsize(b.size()));
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
+    return 2;
+  }
+  fs::path out = argv[1];
+  for (const auto& v : golden::all_vectors()) {
+    std::vector<std::vector<std::byte>> data;
+    std::vector<treecask::LeafInput> in;
+    for (const auto& l : v.leaves) data.push_back(l.bytes());
+    for (size_t i = 0; i < v.leaves.size(); ++i)
+      in.push_back({v.leaves[i].meta, std::span(data[i]), std::nullopt});
+    auto opt = v.options;
+    opt.overwrite = true;
+    treecask::save(out / v.file, v.treedef, in, opt);
+    std::printf("wrote %s\n", (out / v.file).c_str());
+  }
+  // Inputs that must fail, derived from the tree vector by patching bytes.
+  auto tree = slurp(out / "v1_0_tree.cask");
+  {
+    auto b = tree;  // header record major version 1 -> 2
+    auto at = std::search(b.begin(), b.end(), "TREECASK", "TREECASK" + 8);
+    at[8] = 2;
+    spit(out / "bad_newer_major.cask", b);
+  }
+  {
+    auto b = tree;  // one flipped bit in the payload of "nested/0/0"
+    golden::Leaf l = golden::tree_vector().leaves[19];
+    auto bytes = l.bytes();
+    auto at = std::search(b.begin(), b.end(), reinterpret_cast<const char*>(bytes.data()),
+                          reinterpret_cast<const char*>(bytes.data()) + bytes.size());
+    at[5] ^= 0x10;
+    spit(out / "bad_blob_checksum.cask", b);
+  }
+  {
+    auto b = tree;  // cut in half
+    b.resize(b.size() / 2);
+    spit(out / "bad_truncated.cask", b);
+  }
+  std::puts("wrote bad_newer_major.cask bad_blob_checksum.cask bad_truncated.cask");
+  return 0;
+}

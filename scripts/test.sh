@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command (README "Run the tests"): sets up a fresh machine, builds,
+# then runs every C++ test under ctest and the Python suite under pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+BUILD_DIR=${BUILD_DIR:-build}
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2
+export TREECASK_CLI="$PWD/$BUILD_DIR/src/cli/treecask"
+.venv/bin/python -m pytest tests/python -q
