@@ -1,0 +1,247 @@
+// Core benchmark (issue "Format v1 and the C++ core"): save and load throughput
+// (raw and LZ4), open + manifest latency at 10,000 leaves, and the resident
+// memory of reading one leaf out of a 1 GiB archive. Every figure is printed
+// beside memcpy of the same bytes in the same run, as a ratio.
+//
+// Usage: treecask_bench_core [DIR] [--gib N]   (DIR: scratch directory, default /tmp)
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "treecask/treecask.h"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+template <typename Fn>
+double median_seconds(int reps, Fn&& fn) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    fn();
+    t.push_back(seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+long rss_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+void fill_random(std::vector<std::byte>& v, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i + 8 <= v.size(); i += 8) {
+    uint64_t x = rng();
+    std::memcpy(v.data() + i, &x, 8);
+  }
+}
+
+void memcpy_threads(std::byte* dst, const std::byte* src, size_t n, unsigned threads) {
+  std::vector<std::thread> pool;
+  size_t per = n / threads;
+  for (unsigned t = 0; t < threads; ++t) {
+    size_t b = t * per, e = t + 1 == threads ? n : b + per;
+    pool.emplace_back([=] { std::memcpy(dst + b, src + b, e - b); });
+  }
+  for (auto& th : pool) th.join();
+}
+
+struct Tree {
+  std::vector<std::string> keys;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<treecask::LeafInput> inputs;
+  uint64_t bytes = 0;
+  void add(std::string key, treecask::DType dtype, std::vector<int64_t> shape, bool compressible, uint64_t seed) {
+    uint64_t n = treecask::byte_length_for(dtype, shape);
+    std::vector<std::byte> d(n);
+    if (compressible)
+      for (uint64_t i = 0; i < n; ++i) d[i] = std::byte((i / 64) % 3 == 0 ? (seed + i / 4096) % 11 : 0);
+    else
+      fill_random(d, seed);
+    keys.push_back(std::move(key));
+    data.push_back(std::move(d));
+    treecask::LeafInput in;
+    in.meta.dtype = dtype;
+    in.meta.shape = std::move(shape);
+    inputs.push_back(in);
+    bytes += n;
+  }
+  void bind() {
+    for (size_t i = 0; i < data.size(); ++i) inputs[i].data = std::span(data[i]);
+  }
+  treecask::TreeDef treedef() const { return treecask::flat_dict_treedef(keys); }
+};
+
+// An LLM-shaped tree of about `total` bytes: leaves from 4 KiB to 64 MiB.
+Tree llm_tree(uint64_t total, bool compressible) {
+  Tree t;
+  uint64_t sizes[] = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  int i = 0;
+  while (t.bytes < total) {
+    uint64_t s = std::min<uint64_t>(sizes[i % 5], total - t.bytes);
+    s = std::max<uint64_t>(s / 4, 1);
+    t.add("layer" + std::to_string(i) + ".w", treecask::DType::kFloat32, {int64_t(s)}, compressible, i);
+    ++i;
+  }
+  t.bind();
+  return t;
+}
+
+void row(const char* name, double secs, uint64_t bytes, double limit_secs, const char* limit) {
+  double gbs = bytes / secs / 1e9;
+  std::printf("| %-44s | %9.3f ms | %7.2f GB/s | %6.2fx %s |\n", name, secs * 1e3, gbs, limit_secs / secs, limit);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fs::path dir = "/tmp";
+  double gib = 1.0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--gib" && i + 1 < argc) gib = std::stod(argv[++i]);
+    else dir = a;
+  }
+  fs::path path = dir / "treecask-bench.cask";
+  const uint64_t total = uint64_t(gib * (1ull << 30));
+  std::printf("treecask %s bench_core: %.2f GiB, %u threads, scratch %s\n\n", treecask::library_version(), gib,
+              std::thread::hardware_concurrency(), dir.c_str());
+  std::printf("| %-44s | %12s | %12s | %-22s |\n", "operation", "median", "throughput", "ratio to the limit");
+  std::printf("|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(14, '-').c_str(),
+              std::string(14, '-').c_str(), std::string(24, '-').c_str());
+
+  // ---- physical limits on the same bytes ----
+  Tree raw = llm_tree(total, false);
+  std::vector<std::byte> dst(raw.bytes);
+  std::memset(dst.data(), 1, dst.size());  // pre-fault
+  std::vector<std::byte> src(raw.bytes);
+  fill_random(src, 99);
+  double memcpy1 = median_seconds(5, [&] { memcpy_threads(dst.data(), src.data(), src.size(), 1); });
+  double memcpy2 = median_seconds(5, [&] { memcpy_threads(dst.data(), src.data(), src.size(), 2); });
+  src.clear();
+  src.shrink_to_fit();
+  double write_fsync = median_seconds(3, [&] {
+    fs::path p = dir / "treecask-bench.raw";
+    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    for (auto& d : raw.data) (void)!::write(fd, d.data(), d.size());
+    ::fsync(fd);
+    ::close(fd);
+    fs::remove(p);
+  });
+  row("memcpy, 1 thread (limit)", memcpy1, raw.bytes, memcpy1, "memcpy1");
+  row("memcpy, 2 threads (limit)", memcpy2, raw.bytes, memcpy2, "memcpy2");
+  row("write()+fsync of the same bytes (limit)", write_fsync, raw.bytes, write_fsync, "write+fsync");
+
+  // ---- save ----
+  treecask::SaveOptions none;
+  none.compression = treecask::Compression::kNone;
+  none.overwrite = true;
+  double save_raw = median_seconds(3, [&] { treecask::save(path, raw.treedef(), raw.inputs, none); });
+  row("save raw, durable", save_raw, raw.bytes, write_fsync, "write+fsync");
+
+  // ---- load (warm page cache), checksums verified ----
+  auto load = [&](treecask::Verify v) {
+    treecask::Archive a = treecask::Archive::open(path);
+    uint64_t off = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      uint64_t n = a.leaf(i).byte_length;
+      a.read(i, std::span(dst.data() + off, n), v);
+      off += n;
+    }
+  };
+  load(treecask::Verify::kYes);
+  double load_verified = median_seconds(5, [&] { load(treecask::Verify::kYes); });
+  double load_plain = median_seconds(5, [&] { load(treecask::Verify::kNo); });
+  row("full load, checksums verified", load_verified, raw.bytes, memcpy2, "memcpy2");
+  row("full load, unverified", load_plain, raw.bytes, memcpy2, "memcpy2");
+  double views = median_seconds(5, [&] {
+    treecask::Archive a = treecask::Archive::open(path);
+    for (size_t i = 0; i < a.size(); ++i) (void)a.view(i, treecask::Verify::kYes);
+  });
+  row("zero-copy views, checksums verified", views, raw.bytes, memcpy2, "memcpy2");
+
+  // ---- partial read: one 1 MiB leaf out of the archive, in a fresh process ----
+  {
+    int pipefd[2];
+    (void)!pipe(pipefd);
+    pid_t pid = fork();
+    if (pid == 0) {
+      long before = rss_kib();
+      treecask::Archive a = treecask::Archive::open(path);
+      long opened = rss_kib();
+      size_t idx = a.index_of("layer2.w");
+      auto v = a.view(idx, treecask::Verify::kYes);
+      volatile uint64_t sum = 0;
+      for (size_t i = 0; i < v.size(); i += 4096) sum += uint8_t(v[i]);
+      long after = rss_kib();
+      long msg[4] = {before, opened, after, long(v.size() / 1024)};
+      (void)!write(pipefd[1], msg, sizeof msg);
+      _exit(0);
+    }
+    long msg[4] = {};
+    (void)!read(pipefd[0], msg, sizeof msg);
+    waitpid(pid, nullptr, 0);
+    std::printf("\npartial read of one %ld KiB leaf out of %.2f GiB: RSS +%ld KiB at open, +%ld KiB after the read "
+                "(target: <= leaf + 1024 KiB)\n",
+                msg[3], double(raw.bytes) / (1 << 30), msg[1] - msg[0], msg[2] - msg[0]);
+  }
+  raw = Tree{};
+
+  // ---- LZ4 on compressible data ----
+  {
+    Tree z = llm_tree(total / 4, true);
+    treecask::SaveOptions lz4;
+    lz4.compression = treecask::Compression::kLZ4;
+    lz4.overwrite = true;
+    treecask::SaveStats st;
+    double save_lz4 = median_seconds(3, [&] { st = treecask::save(path, z.treedef(), z.inputs, lz4); });
+    std::printf("\n");
+    row("save lz4 (compressible), durable", save_lz4, z.bytes, write_fsync * z.bytes / double(dst.size()), "write+fsync");
+    double load_lz4 = median_seconds(5, [&] { load(treecask::Verify::kYes); });
+    row("full load lz4, verified", load_lz4, z.bytes, memcpy2 * z.bytes / double(dst.size()), "memcpy2");
+    std::printf("lz4 ratio: %.3f (stored/raw)\n", double(st.stored_bytes) / st.raw_bytes);
+  }
+
+  // ---- open + manifest at 10,000 leaves ----
+  {
+    Tree many;
+    for (int i = 0; i < 10000; ++i)
+      many.add("blocks." + std::to_string(i / 100) + ".p" + std::to_string(i % 100), treecask::DType::kFloat32,
+               {16 + i % 64}, false, i);
+    many.bind();
+    treecask::save(path, many.treedef(), many.inputs, none);
+    double open = median_seconds(51, [&] {
+      treecask::Archive a = treecask::Archive::open(path);
+      auto v = a.view(a.index_of("blocks.57.p31"), treecask::Verify::kYes);
+      if (v.empty()) std::abort();
+    });
+    std::printf("\nopen + manifest + first tensor at 10,000 leaves: %.3f ms (target < 1 ms)\n", open * 1e3);
+    treecask::OpenOptions trusted;
+    double open_nocheck = median_seconds(51, [&] { treecask::Archive::open(path, trusted); });
+    (void)open_nocheck;
+  }
+  fs::remove(path);
+  return 0;
+}

@@ -1,0 +1,64 @@
+// The `treecask` tool's subcommands. Each run_* function prints its output to
+// stdout, returns the process exit status, and throws treecask::Error for any
+// failure (main() prints it and maps its code with exit_status()).
+// docs/cli.md documents every command, its output and the exit statuses.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "treecask/error.h"
+
+namespace treecask::cli {
+
+// Exit statuses (docs/cli.md "Exit codes"). Stable across releases.
+enum ExitStatus : int {
+  kExitOk = 0,
+  kExitUsage = 1,             // bad command line
+  kExitNotFound = 2,          // ErrorCode::kNotFound
+  kExitNotAnArchive = 3,      // ErrorCode::kNotAnArchive
+  kExitUnsupportedVersion = 4,
+  kExitDamaged = 5,           // kCorruption, kChecksumMismatch; verify found damage
+  kExitKeyNotFound = 6,
+  kExitInvalid = 7,           // kInvalidArgument, kShapeMismatch; malformed input file
+  kExitIo = 8,
+  kExitAlreadyExists = 9,
+  kExitUnsupported = 10,      // e.g. a dtype the output format cannot hold
+  kExitInternal = 11,         // a bug or out of memory
+};
+
+// The exit status for an error of `code`.
+int exit_status(ErrorCode code) noexcept;
+
+int run_info(const std::string& file, bool json);
+int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json);
+int run_verify(const std::string& file);
+
+struct GetOptions {
+  std::string file;
+  std::string key_path;
+  std::string output;
+  bool raw = false;
+  bool overwrite = false;
+};
+int run_get(const GetOptions& options);
+
+struct ImportOptions {
+  std::string input;
+  std::string output;
+  std::string format = "auto";       // auto | safetensors | npz
+  std::string compression = "auto";  // auto | none | lz4
+  uint64_t chunk_size = 0;           // 0: the library default
+  bool overwrite = false;
+};
+int run_import(const ImportOptions& options);
+
+struct ExportOptions {
+  std::string file;
+  std::string output;
+  bool overwrite = false;
+};
+int run_export(const ExportOptions& options);
+
+}  // namespace treecask::cli

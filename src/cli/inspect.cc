@@ -1,0 +1,293 @@
+// info, ls, verify, get: the commands that read an archive.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/npy.h"
+#include "cli/util.h"
+#include "treecask/treecask.h"
+
+namespace treecask::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string_view value_kind_name(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::kArray: return "array";
+    case ValueKind::kInt: return "int";
+    case ValueKind::kFloat: return "float";
+    case ValueKind::kBool: return "bool";
+    case ValueKind::kStr: return "str";
+  }
+  return "invalid";
+}
+
+// Prints `j` with 2-space indent; invalid UTF-8 in strings becomes U+FFFD.
+void print_json(const Json& j) {
+  std::cout << j.dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
+}
+
+Json key_values_json(const KeyValues& kvs) {
+  Json out = Json::object();
+  for (const auto& [k, v] : kvs) out[k] = v;
+  return out;
+}
+
+Json leaf_json(const LeafInfo& info) {
+  Json j = Json::object();
+  j["index"] = info.index;
+  j["key_path"] = info.key_path;
+  j["kind"] = value_kind_name(info.value_kind);
+  j["dtype"] = dtype_name(info.dtype);
+  j["shape"] = info.shape;
+  j["bytes"] = info.byte_length;
+  j["stored_bytes"] = info.stored_bytes;
+  j["codec"] = codec_name(info.codec);
+  j["chunk_size"] = info.chunk_size;
+  j["num_chunks"] = info.num_chunks;
+  j["logical_axes"] = info.logical_axes;
+  if (info.sharding) {
+    Json s = Json::object();
+    s["mesh_axis_names"] = info.sharding->mesh_axis_names;
+    s["mesh_axis_sizes"] = info.sharding->mesh_axis_sizes;
+    s["spec"] = info.sharding->spec;
+    j["sharding"] = std::move(s);
+  } else {
+    j["sharding"] = nullptr;
+  }
+  j["metadata"] = key_values_json(info.metadata);
+  return j;
+}
+
+std::string display_key(const std::string& key_path) {
+  return key_path.empty() ? std::string("(root)") : escape_for_terminal(key_path);
+}
+
+// "axes=(batch,embed)", "mesh=(data:2,model:4) spec=(data,(x,y),None)".
+std::string leaf_extras(const LeafInfo& info) {
+  std::string out;
+  auto add = [&](const std::string& s) {
+    if (!out.empty()) out += ' ';
+    out += s;
+  };
+  if (info.value_kind != ValueKind::kArray) {
+    add("kind=" + std::string(value_kind_name(info.value_kind)));
+  }
+  if (!info.logical_axes.empty()) {
+    std::string s = "axes=(";
+    for (size_t i = 0; i < info.logical_axes.size(); ++i) {
+      if (i > 0) s += ',';
+      s += info.logical_axes[i].empty() ? "_" : escape_for_terminal(info.logical_axes[i]);
+    }
+    add(s + ")");
+  }
+  if (info.sharding) {
+    const Sharding& sh = *info.sharding;
+    std::string s = "mesh=(";
+    for (size_t i = 0; i < sh.mesh_axis_names.size(); ++i) {
+      if (i > 0) s += ',';
+      s += escape_for_terminal(sh.mesh_axis_names[i]);
+      if (i < sh.mesh_axis_sizes.size()) s += ':' + std::to_string(sh.mesh_axis_sizes[i]);
+    }
+    s += ") spec=(";
+    for (size_t i = 0; i < sh.spec.size(); ++i) {
+      if (i > 0) s += ',';
+      const auto& axes = sh.spec[i];
+      if (axes.empty()) {
+        s += "None";
+      } else if (axes.size() == 1) {
+        s += escape_for_terminal(axes[0]);
+      } else {
+        s += '(';
+        for (size_t k = 0; k < axes.size(); ++k) {
+          if (k > 0) s += ',';
+          s += escape_for_terminal(axes[k]);
+        }
+        s += ')';
+      }
+    }
+    add(s + ")");
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_info(const std::string& file, bool json) {
+  Archive archive = Archive::open(file);
+  uint64_t raw = 0;
+  uint64_t stored = 0;
+  for (size_t i = 0; i < archive.size(); ++i) {
+    LeafInfo info = archive.leaf(i);
+    raw += info.byte_length;
+    stored += info.stored_bytes;
+  }
+  const std::string version =
+      std::to_string(archive.format_major()) + "." + std::to_string(archive.format_minor());
+  const double ratio = stored == 0 ? 0.0 : static_cast<double>(raw) / static_cast<double>(stored);
+  if (json) {
+    Json j = Json::object();
+    j["file"] = archive.path();
+    j["format_version"] = version;
+    j["writer_library_version"] = archive.library_version();
+    j["reader_library_version"] = library_version();
+    j["created_unix_ns"] = archive.created_unix_ns();
+    j["created"] = format_unix_ns(archive.created_unix_ns());
+    j["leaves"] = archive.size();
+    j["raw_bytes"] = raw;
+    j["stored_bytes"] = stored;
+    j["file_bytes"] = archive.file_size();
+    if (stored == 0) {
+      j["compression_ratio"] = nullptr;
+    } else {
+      j["compression_ratio"] = ratio;
+    }
+    j["metadata"] = key_values_json(archive.metadata());
+    print_json(j);
+    return kExitOk;
+  }
+  char ratio_text[64];
+  if (stored == 0) {
+    std::snprintf(ratio_text, sizeof ratio_text, "n/a (no stored bytes)");
+  } else {
+    std::snprintf(ratio_text, sizeof ratio_text, "%.3f (raw bytes / stored bytes)", ratio);
+  }
+  std::cout << "file:              " << archive.path() << '\n'
+            << "format version:    " << version << '\n'
+            << "writer library:    " << archive.library_version() << '\n'
+            << "reader library:    " << library_version() << '\n'
+            << "created:           " << format_unix_ns(archive.created_unix_ns()) << '\n'
+            << "leaves:            " << archive.size() << '\n'
+            << "raw bytes:         " << format_bytes(raw) << '\n'
+            << "stored bytes:      " << format_bytes(stored) << '\n'
+            << "file size:         " << format_bytes(archive.file_size()) << '\n'
+            << "compression ratio: " << ratio_text << '\n';
+  const KeyValues& meta = archive.metadata();
+  if (meta.empty()) {
+    std::cout << "metadata:          (none)\n";
+  } else {
+    std::cout << "metadata:          " << meta.size() << (meta.size() == 1 ? " entry" : " entries")
+              << '\n';
+    for (const auto& [k, v] : meta) {
+      std::cout << "  " << escape_for_terminal(k) << ": " << escape_for_terminal(v) << '\n';
+    }
+  }
+  return kExitOk;
+}
+
+int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json) {
+  Archive archive = Archive::open(file);
+  std::vector<size_t> indices;
+  if (prefix && !prefix->empty()) {
+    indices = archive.subtree(*prefix);
+  } else {
+    indices.resize(archive.size());
+    for (size_t i = 0; i < indices.size(); ++i) indices[i] = i;
+  }
+  std::vector<LeafInfo> leaves;
+  leaves.reserve(indices.size());
+  for (size_t i : indices) leaves.push_back(archive.leaf(i));
+
+  if (json) {
+    Json j = Json::array();
+    for (const LeafInfo& info : leaves) j.push_back(leaf_json(info));
+    print_json(j);
+    return kExitOk;
+  }
+  struct Row {
+    std::string cells[6];
+    std::string extras;
+  };
+  std::vector<Row> rows;
+  size_t width[6] = {};
+  for (const LeafInfo& info : leaves) {
+    Row r{{display_key(info.key_path), std::string(dtype_name(info.dtype)),
+           format_shape(info.shape), std::to_string(info.byte_length),
+           std::to_string(info.stored_bytes), std::string(codec_name(info.codec))},
+          leaf_extras(info)};
+    for (int c = 0; c < 6; ++c) width[c] = std::max(width[c], r.cells[c].size());
+    rows.push_back(std::move(r));
+  }
+  for (const Row& r : rows) {
+    std::string line;
+    for (int c = 0; c < 6; ++c) {
+      const std::string& cell = r.cells[c];
+      const bool right = c == 3 || c == 4;  // byte counts
+      if (c > 0) line += "  ";
+      if (right) line.append(width[c] - cell.size(), ' ');
+      line += cell;
+      if (!right && (c < 5 || !r.extras.empty())) line.append(width[c] - cell.size(), ' ');
+    }
+    if (!r.extras.empty()) line += "  " + r.extras;
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::cout << line << '\n';
+  }
+  return kExitOk;
+}
+
+int run_verify(const std::string& file) {
+  Archive archive = Archive::open(file);
+  uint64_t raw = 0;
+  for (size_t i = 0; i < archive.size(); ++i) raw += archive.leaf(i).byte_length;
+  const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  if (tty) {
+    std::cout << "verifying " << archive.size() << " leaves, " << format_bytes(raw) << " ..."
+              << std::flush;
+  }
+  std::vector<Error> damaged = archive.verify();
+  if (tty) std::cout << "\r\033[K" << std::flush;
+  for (const Error& e : damaged) {
+    std::cout << "DAMAGED " << display_key(e.key_path()) << ": " << error_code_name(e.code())
+              << ": " << escape_for_terminal(e.message()) << '\n';
+  }
+  if (damaged.empty()) {
+    std::cout << "OK: " << archive.size() << " leaves, " << raw << " raw bytes verified\n";
+    return kExitOk;
+  }
+  std::cout << "FAILED: " << damaged.size() << " of " << archive.size() << " leaves damaged\n";
+  std::cout.flush();
+  std::cerr << "treecask: " << file << ": " << damaged.size() << " of " << archive.size()
+            << " leaves damaged\n";
+  return kExitDamaged;
+}
+
+int run_get(const GetOptions& options) {
+  Archive archive = Archive::open(options.file);
+  const size_t index = archive.index_of(options.key_path);
+  const LeafInfo info = archive.leaf(index);
+  std::string descr;
+  std::vector<int64_t> shape;
+  if (options.raw) {
+    descr = "|u1";
+    shape = {static_cast<int64_t>(info.byte_length)};
+  } else if (auto d = npy_descr(info.dtype)) {
+    descr = std::string(*d);
+    shape = info.shape;
+  } else {
+    throw Error(ErrorCode::kUnsupported, options.file, info.key_path,
+                "dtype " + std::string(dtype_name(info.dtype)) +
+                    " has no NumPy .npy descr; pass --raw to write its bytes as a 1-D uint8 "
+                    "array (then e.g. np.load(f).view(ml_dtypes." +
+                    std::string(dtype_name(info.dtype)) + ").reshape(shape))");
+  }
+  OutputFile out(options.output, options.overwrite);
+  out.write(npy_header(descr, shape));
+  Progress progress("get", info.byte_length);
+  uint64_t done = 0;
+  for_each_leaf_piece(archive, index, [&](std::span<const std::byte> piece) {
+    out.write(piece);
+    done += piece.size();
+    progress.update(done);
+  });
+  progress.finish();
+  out.commit();
+  std::cout << "wrote " << options.output << ": " << descr << ' ' << format_shape(shape) << ", "
+            << out.bytes_written() << " bytes (" << info.byte_length << " data bytes)\n";
+  return kExitOk;
+}
+
+}  // namespace treecask::cli

@@ -1,0 +1,40 @@
+// Reading NumPy .npz files (np.savez / np.savez_compressed): a zip archive of
+// one .npy member per array, stored or deflated, read through libzip.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/npy.h"
+
+namespace treecask::cli {
+
+struct NpzMember {
+  std::string key;  // member name without the ".npy" suffix, as np.load gives it
+  NpyArray array;   // data points into the owning NpzFile
+};
+
+// The arrays of an .npz, decoded into memory (libzip offers no way to find a
+// stored member's bytes inside the file, so even stored members are copied
+// out: the whole .npz's array bytes are held at once). Move-only.
+class NpzFile {
+ public:
+  // Reads every member in central-directory order (the order np.savez wrote
+  // them). Each member's CRC-32 and sizes are checked by libzip, and a
+  // member's declared size is checked against the deflate ratio limit before
+  // anything is allocated. Throws Error(kNotFound) for a missing file,
+  // Error(kInvalidArgument, path, member) for a file that is not a zip, an
+  // encrypted member, a member not named "*.npy", a bad .npy (see parse_npy)
+  // or a damaged member, Error(kIo) when reading fails.
+  static NpzFile read(const std::filesystem::path& path);
+
+  const std::vector<NpzMember>& members() const noexcept { return members_; }
+
+ private:
+  std::vector<std::vector<std::byte>> buffers_;
+  std::vector<NpzMember> members_;
+};
+
+}  // namespace treecask::cli

@@ -1,0 +1,231 @@
+#include "cli/safetensors.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/util.h"
+#include "treecask/error.h"
+
+namespace treecask::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct DTypeName {
+  std::string_view name;
+  DType dtype;
+};
+// Every safetensors dtype treecask has, with the reference implementation's names.
+constexpr DTypeName kDTypes[] = {
+    {"BOOL", DType::kBool},          {"U8", DType::kUInt8},
+    {"I8", DType::kInt8},            {"U16", DType::kUInt16},
+    {"I16", DType::kInt16},          {"U32", DType::kUInt32},
+    {"I32", DType::kInt32},          {"U64", DType::kUInt64},
+    {"I64", DType::kInt64},          {"F16", DType::kFloat16},
+    {"BF16", DType::kBFloat16},      {"F32", DType::kFloat32},
+    {"F64", DType::kFloat64},        {"C64", DType::kComplex64},
+    {"F8_E4M3", DType::kFloat8E4M3FN}, {"F8_E5M2", DType::kFloat8E5M2},
+};
+// safetensors dtypes with no treecask equivalent.
+constexpr std::string_view kForeignDTypes[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0"};
+
+uint64_t read_u64_le(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+std::optional<std::string_view> safetensors_dtype(DType dtype) noexcept {
+  for (const auto& d : kDTypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return std::nullopt;
+}
+
+SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& path) {
+  auto invalid = [&](const std::string& name, const std::string& why) {
+    return Error(ErrorCode::kInvalidArgument, path, name, "safetensors: " + why);
+  };
+  if (file.size() < 8) {
+    throw invalid("", "file is " + std::to_string(file.size()) +
+                          " bytes, shorter than the 8-byte header length");
+  }
+  const uint64_t n = read_u64_le(file.data());
+  if (n > kSafetensorsMaxHeader) {
+    throw invalid("", "header length " + std::to_string(n) + " exceeds the limit of " +
+                          std::to_string(kSafetensorsMaxHeader) + " bytes");
+  }
+  if (n > file.size() - 8) {
+    throw invalid("", "header length " + std::to_string(n) + " runs past the end of the " +
+                          std::to_string(file.size()) + "-byte file");
+  }
+  const char* text = reinterpret_cast<const char*>(file.data()) + 8;
+  if (n == 0 || text[0] != '{') throw invalid("", "header does not start with '{'");
+
+  // Refuse duplicate keys in any object: the reference keeps one of them silently.
+  std::vector<std::set<std::string>> open_objects;
+  Json::parser_callback_t reject_duplicates = [&](int, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    if (event == E::object_start) {
+      open_objects.emplace_back();
+    } else if (event == E::object_end) {
+      open_objects.pop_back();
+    } else if (event == E::key && !open_objects.empty()) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (!open_objects.back().insert(key).second) {
+        throw invalid(key, "duplicate key \"" + key + "\" in the header");
+      }
+    }
+    return true;
+  };
+  Json header;
+  try {
+    header = Json::parse(text, text + n, reject_duplicates);
+  } catch (const Json::exception& e) {
+    throw invalid("", std::string("header is not valid UTF-8 JSON: ") + e.what());
+  }
+  if (!header.is_object()) throw invalid("", "header is not a JSON object");
+
+  SafetensorsHeader out;
+  out.data_start = 8 + n;
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__") {
+      if (value.is_null()) continue;
+      if (!value.is_object()) throw invalid("", "__metadata__ is not an object of strings");
+      out.has_metadata = true;
+      for (const auto& [k, v] : value.items()) {
+        if (!v.is_string()) {
+          throw invalid("", "__metadata__ value of \"" + k + "\" is not a string");
+        }
+        out.metadata.emplace_back(k, v.get<std::string>());
+      }
+      continue;
+    }
+    if (!value.is_object()) throw invalid(name, "tensor entry is not an object");
+    SafetensorsTensor t;
+    t.name = name;
+
+    auto dtype_it = value.find("dtype");
+    if (dtype_it == value.end() || !dtype_it->is_string()) {
+      throw invalid(name, "missing string field \"dtype\"");
+    }
+    const std::string& dtype = dtype_it->get_ref<const std::string&>();
+    auto known = std::find_if(std::begin(kDTypes), std::end(kDTypes),
+                              [&](const DTypeName& d) { return d.name == dtype; });
+    if (known == std::end(kDTypes)) {
+      if (std::find(std::begin(kForeignDTypes), std::end(kForeignDTypes), dtype) !=
+          std::end(kForeignDTypes)) {
+        throw Error(ErrorCode::kUnsupported, path, name,
+                    "safetensors dtype " + dtype + " has no treecask equivalent");
+      }
+      throw invalid(name, "unknown dtype \"" + dtype + "\"");
+    }
+    t.dtype = known->dtype;
+
+    auto shape_it = value.find("shape");
+    if (shape_it == value.end() || !shape_it->is_array()) {
+      throw invalid(name, "missing array field \"shape\"");
+    }
+    for (const auto& d : *shape_it) {
+      if (!d.is_number_unsigned() ||
+          d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        throw invalid(name, "shape " + shape_it->dump() + " is not a list of non-negative integers");
+      }
+      t.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+    }
+
+    auto offsets_it = value.find("data_offsets");
+    if (offsets_it == value.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
+        !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
+      throw invalid(name, "\"data_offsets\" is not [begin, end] of non-negative integers");
+    }
+    t.begin = (*offsets_it)[0].get<uint64_t>();
+    t.end = (*offsets_it)[1].get<uint64_t>();
+    out.tensors.push_back(std::move(t));
+  }
+
+  // As the reference: sort by offsets, then require exact tiling of the data.
+  std::stable_sort(out.tensors.begin(), out.tensors.end(),
+                   [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+                     return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
+                   });
+  const uint64_t data_size = file.size() - out.data_start;
+  uint64_t expected_begin = 0;
+  const std::string* previous = nullptr;
+  for (const SafetensorsTensor& t : out.tensors) {
+    const std::string where = "data_offsets [" + std::to_string(t.begin) + ", " +
+                              std::to_string(t.end) + "]";
+    if (t.end < t.begin) throw invalid(t.name, where + ": end is before begin");
+    if (t.begin < expected_begin) {
+      throw invalid(t.name, where + " overlap tensor \"" + *previous + "\", which ends at " +
+                                std::to_string(expected_begin));
+    }
+    if (t.begin > expected_begin) {
+      throw invalid(t.name, where + " leave a hole of " + std::to_string(t.begin - expected_begin) +
+                                " bytes after " +
+                                (previous ? "tensor \"" + *previous + "\"" : "the header"));
+    }
+    if (t.end > data_size) {
+      throw invalid(t.name, where + " run past the end of the data section (" +
+                                std::to_string(data_size) + " bytes)");
+    }
+    // Checked arithmetic: elements, then bits, as the reference does.
+    uint64_t elements = 1;
+    for (int64_t d : t.shape) {
+      if (__builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements)) {
+        throw invalid(t.name, "element count of shape " + format_shape(t.shape) +
+                                  " overflows 64 bits");
+      }
+    }
+    uint64_t bits = 0;
+    if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dtype_bits(t.dtype)), &bits)) {
+      throw invalid(t.name, "byte size overflows 64 bits");
+    }
+    if (bits / 8 != t.end - t.begin) {
+      throw invalid(t.name, where + " hold " + std::to_string(t.end - t.begin) +
+                                " bytes but dtype and shape imply " + std::to_string(bits / 8));
+    }
+    expected_begin = t.end;
+    previous = &t.name;
+  }
+  if (expected_begin != data_size) {
+    throw invalid("", "tensors cover " + std::to_string(expected_begin) +
+                          " bytes but the data section is " + std::to_string(data_size) +
+                          " bytes (trailing data or a hole at the end)");
+  }
+  return out;
+}
+
+std::string safetensors_header(bool has_metadata, const KeyValues& metadata,
+                               std::span<const SafetensorsTensor> tensors) {
+  Json header = Json::object();
+  if (has_metadata) {
+    Json meta = Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    header["__metadata__"] = std::move(meta);
+  }
+  for (const SafetensorsTensor& t : tensors) {
+    Json entry = Json::object();
+    entry["dtype"] = std::string(safetensors_dtype(t.dtype).value());
+    Json shape = Json::array();
+    for (int64_t d : t.shape) shape.push_back(static_cast<uint64_t>(d));
+    entry["shape"] = std::move(shape);
+    entry["data_offsets"] = Json::array({t.begin, t.end});
+    header[t.name] = std::move(entry);
+  }
+  // Compact, non-ASCII as UTF-8, like serde_json::to_string. Throws
+  // Json::type_error for invalid UTF-8 (the caller converts it).
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+  return out + json;
+}
+
+}  // namespace treecask::cli

@@ -1,0 +1,529 @@
+#!/usr/bin/env python3
+"""Tests of the `treecask` command-line tool on small synthetic inputs.
+
+Usage: cli_test.py /path/to/treecask [-k SUBSTRING]
+
+Needs numpy, safetensors and ml_dtypes (the project's .venv has them); exits 77
+(ctest's SKIP_RETURN_CODE) when they are missing. Each test works in its own
+temporary directory. Checks: import/export round trip of every safetensors
+dtype (byte-identical files), .npz import, get -> .npy, ls --json, info, verify
+on intact and damaged archives, every documented exit status, and malformed
+safetensors headers that must be refused with a clear message.
+"""
+import json
+import os
+import pty
+import struct
+import subprocess
+import sys
+import tempfile
+import traceback
+import zipfile
+
+try:
+    import ml_dtypes
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+except ImportError as e:  # pragma: no cover
+    print(f"SKIP: {e}")
+    sys.exit(77)
+
+TREECASK = None
+
+# Exit statuses, docs/cli.md "Exit codes".
+OK, USAGE, NOT_FOUND, NOT_ARCHIVE, DAMAGED, KEY_NOT_FOUND, INVALID, EXISTS, UNSUPPORTED = (
+    0, 1, 2, 3, 5, 6, 7, 9, 10)
+
+ALL_ST_DTYPES = {
+    "BOOL": np.dtype(bool), "U8": np.dtype(np.uint8), "I8": np.dtype(np.int8),
+    "U16": np.dtype(np.uint16), "I16": np.dtype(np.int16), "U32": np.dtype(np.uint32),
+    "I32": np.dtype(np.int32), "U64": np.dtype(np.uint64), "I64": np.dtype(np.int64),
+    "F16": np.dtype(np.float16), "BF16": np.dtype(ml_dtypes.bfloat16),
+    "F32": np.dtype(np.float32), "F64": np.dtype(np.float64), "C64": np.dtype(np.complex64),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn), "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+}
+TREECASK_NAMES = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
+    "U32": "uint32", "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16",
+    "BF16": "bfloat16", "F32": "float32", "F64": "float64", "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+}
+
+
+class Result:
+    def __init__(self, proc):
+        self.code = proc.returncode
+        self.out = proc.stdout.decode("utf-8", "replace")
+        self.err = proc.stderr.decode("utf-8", "replace")
+
+    def __repr__(self):
+        return f"exit {self.code}\n--- stdout\n{self.out}--- stderr\n{self.err}"
+
+
+def tc(*args):
+    return Result(subprocess.run([TREECASK, *map(str, args)], capture_output=True, timeout=120))
+
+
+def expect(result, code, err_contains=None, out_contains=None):
+    assert result.code == code, f"expected exit {code}, got {result!r}"
+    if code != OK:
+        assert result.err.startswith("treecask") or code == USAGE, f"no error message: {result!r}"
+    if err_contains is not None:
+        assert err_contains in result.err, f"stderr lacks {err_contains!r}: {result!r}"
+    if out_contains is not None:
+        assert out_contains in result.out, f"stdout lacks {out_contains!r}: {result!r}"
+    return result
+
+
+def random_array(rng, dtype, shape):
+    dtype = np.dtype(dtype)
+    if dtype == bool:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    # Random bytes: every bit pattern (NaNs included) must survive unchanged.
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+def write_safetensors(path, header, data=b"", pad=True, length=None):
+    """A safetensors file as the reference writer makes it, from a header object
+    (or raw header bytes), with optional overrides to craft broken files."""
+    text = header if isinstance(header, bytes) else json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text) if length is None else length))
+        f.write(text)
+        f.write(data)
+
+
+def safetensors_from_arrays(path, arrays, metadata=None):
+    """Writes `arrays` (any dtypes, ml_dtypes included) in the given order."""
+    header, blobs, offset = {}, [], 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    inverse = {v: k for k, v in ALL_ST_DTYPES.items()}
+    for name, a in arrays.items():
+        b = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": inverse[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    write_safetensors(path, header, b"".join(blobs))
+
+
+def ls_json(cask):
+    r = expect(tc("ls", cask, "--json"), OK)
+    return json.loads(r.out)
+
+
+def same_file(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+# ---- round trips -----------------------------------------------------------------
+
+def test_roundtrip_every_safetensors_dtype(d):
+    rng = np.random.default_rng(1)
+    arrays = {f"t_{k.lower()}": random_array(rng, dt, (3, 5)) for k, dt in ALL_ST_DTYPES.items()}
+    arrays["scalar"] = np.array(7, np.int32)
+    arrays["empty"] = np.zeros((0, 4), np.float32)
+    src = f"{d}/all.safetensors"
+    safetensors_from_arrays(src, arrays, metadata={"format": "pt", "b": "2", "a": "1"})
+    for compression in ("auto", "none", "lz4"):
+        cask = f"{d}/all.{compression}.cask"
+        expect(tc("import", src, cask, "--compression", compression), OK, out_contains="18 leaves")
+        leaves = ls_json(cask)
+        assert [l["key_path"] for l in leaves] == list(arrays), leaves
+        for l in leaves:
+            a = arrays[l["key_path"]]
+            assert l["shape"] == list(a.shape), l
+            assert l["bytes"] == a.nbytes, l
+        for k in ALL_ST_DTYPES:
+            leaf = next(l for l in leaves if l["key_path"] == f"t_{k.lower()}")
+            assert leaf["dtype"] == TREECASK_NAMES[k], leaf
+        if compression == "none":
+            assert all(l["codec"] == "none" for l in leaves)
+        out = f"{d}/all.{compression}.safetensors"
+        expect(tc("export", cask, out), OK, out_contains="18 tensors")
+        assert same_file(src, out), f"export with --compression {compression} is not byte-identical"
+
+
+def test_roundtrip_reference_writer_files(d):
+    """Files written by the safetensors package itself come back byte-identical."""
+    rng = np.random.default_rng(2)
+    cases = {
+        "plain": ({"w": rng.standard_normal((8, 8)).astype(np.float32),
+                   "b": np.arange(8, dtype=np.int64)}, {"format": "pt"}),
+        "zero_size": ({"b": np.zeros(0, np.float32), "a": np.zeros((2, 0), np.int8),
+                       "c": np.ones(2, np.float64)}, {"z": "1", "a": "2", "m": "3"}),
+        "no_metadata": ({"x": np.ones((2, 3), np.uint16)}, None),
+        "empty": ({}, None),
+        "odd_names": ({"enc/layer~0/w": np.ones(3, np.float32), "ünï cödé": np.zeros(2, np.int8),
+                       "a.b": np.ones(1, bool)}, {"note": "quote \" slash / nl \n tab \t é"}),
+    }
+    for name, (arrays, metadata) in cases.items():
+        src = f"{d}/{name}.safetensors"
+        save_file(arrays, src, metadata=metadata)
+        expect(tc("import", src, f"{d}/{name}.cask"), OK)
+        expect(tc("export", f"{d}/{name}.cask", f"{d}/{name}.out.safetensors"), OK)
+        assert same_file(src, f"{d}/{name}.out.safetensors"), f"{name}: not byte-identical"
+        back = load_file(f"{d}/{name}.out.safetensors")
+        assert set(back) == set(arrays)
+        for k, a in arrays.items():
+            assert back[k].dtype == a.dtype and back[k].shape == a.shape
+            assert back[k].tobytes() == a.tobytes()
+    leaves = ls_json(f"{d}/odd_names.cask")
+    assert sorted(l["key_path"] for l in leaves) == sorted(["enc~1layer~00~1w", "ünï cödé", "a.b"])
+    info = json.loads(expect(tc("info", f"{d}/odd_names.cask", "--json"), OK).out)
+    assert info["metadata"] == cases["odd_names"][1], info
+
+
+def test_large_lz4_leaf_exports_in_row_batches(d):
+    """A > 64 MiB LZ4 leaf is read back in row batches by export and get."""
+    a = (np.arange(17 * (1 << 20), dtype=np.uint32) % 1000).reshape(17, 1 << 20)
+    src = f"{d}/big.safetensors"
+    save_file({"big": a, "small": np.ones(3, np.float32)}, src)
+    expect(tc("import", src, f"{d}/big.cask", "--compression", "lz4", "--chunk-size", 65536), OK)
+    leaf = next(l for l in ls_json(f"{d}/big.cask") if l["key_path"] == "big")
+    assert leaf["codec"] == "lz4" and leaf["stored_bytes"] < leaf["bytes"], leaf
+    assert leaf["chunk_size"] == 65536, leaf
+    expect(tc("export", f"{d}/big.cask", f"{d}/big.out.safetensors"), OK)
+    assert same_file(src, f"{d}/big.out.safetensors")
+    expect(tc("get", f"{d}/big.cask", "big", "-o", f"{d}/big.npy"), OK)
+    assert np.array_equal(np.load(f"{d}/big.npy"), a)
+
+
+# ---- npz ------------------------------------------------------------------------
+
+def test_npz_import(d):
+    rng = np.random.default_rng(3)
+    arrays = {
+        "w": rng.standard_normal((4, 3)).astype(np.float32),
+        "flag": np.array(True),
+        "ids": np.arange(10, dtype=np.int64),
+        "c": (rng.standard_normal(3) + 1j * rng.standard_normal(3)).astype(np.complex128),
+        "h": rng.standard_normal(5).astype(np.float16),
+        "empty": np.zeros((0, 3), np.uint8),
+        "nested/name": np.ones(2, np.int16),
+        "fortran_1d": np.asfortranarray(np.arange(4, dtype=np.int32)),
+    }
+    for saver in (np.savez, np.savez_compressed):
+        path = f"{d}/{saver.__name__}.npz"
+        saver(path, **arrays)
+        cask = f"{d}/{saver.__name__}.cask"
+        expect(tc("import", path, cask), OK, out_contains="from npz")
+        leaves = ls_json(cask)
+        assert [l["key_path"] for l in leaves] == [k.replace("/", "~1") for k in arrays], leaves
+        for l in leaves:
+            key = l["key_path"]
+            out = f"{d}/{saver.__name__}.{len(os.listdir(d))}.npy"
+            expect(tc("get", cask, key, "-o", out), OK)
+            got = np.load(out)
+            want = arrays[key.replace("~1", "/")]
+            assert got.dtype == want.dtype and got.shape == want.shape, (key, got, want)
+            assert np.array_equal(got, want), key
+        # complex128 has no safetensors dtype.
+        expect(tc("export", cask, f"{d}/x.safetensors"), UNSUPPORTED, err_contains="complex128")
+        assert not os.path.exists(f"{d}/x.safetensors")
+    # --format overrides the extension.
+    os.rename(f"{d}/savez.npz", f"{d}/arrays.bin")
+    expect(tc("import", f"{d}/arrays.bin", f"{d}/bin.cask"), OK, out_contains="from npz")
+    expect(tc("import", f"{d}/arrays.bin", f"{d}/bin2.cask", "--format", "safetensors"), INVALID)
+
+
+def test_npz_bad_inputs(d):
+    def npz(name, members):
+        with zipfile.ZipFile(f"{d}/{name}.npz", "w") as z:
+            for member, data in members.items():
+                z.writestr(member, data)
+        return f"{d}/{name}.npz"
+
+    def npy(a):
+        import io
+        buf = io.BytesIO()
+        np.save(buf, a, allow_pickle=True)
+        return buf.getvalue()
+
+    cases = {
+        "not_npy": ({"readme.txt": b"hello"}, "not a .npy"),
+        "big_endian": ({"x.npy": npy(np.arange(3, dtype=">f4"))}, "big-endian"),
+        "fortran": ({"x.npy": npy(np.asfortranarray(np.ones((2, 3), np.float32)))}, "Fortran"),
+        "object": ({"x.npy": npy(np.array([1, "a"], dtype=object))}, "not supported"),
+        "truncated_npy": ({"x.npy": npy(np.ones(10, np.float64))[:-8]}, "imply"),
+        "bad_magic": ({"x.npy": b"\x93NUMPX" + b"\0" * 60}, "bad magic"),
+    }
+    for name, (members, message) in cases.items():
+        r = expect(tc("import", npz(name, members), f"{d}/{name}.cask"), INVALID, err_contains=message)
+        assert not os.path.exists(f"{d}/{name}.cask"), name
+    # A damaged deflated member: CRC or inflate error.
+    path = f"{d}/crc.npz"
+    np.savez_compressed(path, x=np.arange(10000, dtype=np.int64))
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    expect(tc("import", path, f"{d}/crc.cask"), INVALID, err_contains="npz")
+    # Truncated zip.
+    np.savez(f"{d}/trunc.npz", x=np.arange(100))
+    data = open(f"{d}/trunc.npz", "rb").read()
+    open(f"{d}/trunc.npz", "wb").write(data[: len(data) // 2])
+    expect(tc("import", f"{d}/trunc.npz", f"{d}/trunc.cask"), INVALID)
+
+
+# ---- get, ls, info, verify ------------------------------------------------------
+
+def make_archive(d, name="m", compression="none"):
+    rng = np.random.default_rng(4)
+    arrays = {
+        "w": rng.standard_normal((16, 8)).astype(np.float32),
+        "bias": np.arange(8, dtype=np.float64),
+        "bf": random_array(rng, ml_dtypes.bfloat16, (2, 3)),
+        "f8": random_array(rng, ml_dtypes.float8_e4m3fn, (4,)),
+        "zero_d": np.array(3.5, np.float32),
+        "mask": np.array([True, False, True]),
+    }
+    src = f"{d}/{name}.safetensors"
+    safetensors_from_arrays(src, arrays, metadata={"format": "pt", "step": "1000"})
+    cask = f"{d}/{name}.cask"
+    expect(tc("import", src, cask, "--compression", compression), OK)
+    return cask, arrays
+
+
+def test_get(d):
+    cask, arrays = make_archive(d)
+    for key in ("w", "bias", "zero_d", "mask"):
+        r = expect(tc("get", cask, key, "-o", f"{d}/{key}.npy"), OK, out_contains="wrote")
+        got = np.load(f"{d}/{key}.npy")
+        assert got.dtype == arrays[key].dtype and got.shape == arrays[key].shape, key
+        assert np.array_equal(got, arrays[key]), key
+        # The data starts 64-byte aligned, as np.save makes it.
+        raw = open(f"{d}/{key}.npy", "rb").read()
+        assert (len(raw) - arrays[key].nbytes) % 64 == 0
+    for key in ("bf", "f8"):
+        expect(tc("get", cask, key, "-o", f"{d}/{key}.npy"), UNSUPPORTED, err_contains="--raw")
+        assert not os.path.exists(f"{d}/{key}.npy")
+        expect(tc("get", cask, key, "-o", f"{d}/{key}.npy", "--raw"), OK)
+        got = np.load(f"{d}/{key}.npy")
+        assert got.dtype == np.uint8 and got.ndim == 1
+        back = got.view(arrays[key].dtype).reshape(arrays[key].shape)
+        assert back.tobytes() == arrays[key].tobytes()
+    expect(tc("get", cask, "nope", "-o", f"{d}/nope.npy"), KEY_NOT_FOUND, err_contains="nope")
+    expect(tc("get", cask, "w", "-o", f"{d}/w.npy"), EXISTS, err_contains="--overwrite")
+    expect(tc("get", cask, "w", "-o", f"{d}/w.npy", "--overwrite"), OK)
+    expect(tc("get", cask, "w"), USAGE)  # -o is required
+
+
+def test_ls_and_info(d):
+    cask, arrays = make_archive(d, compression="auto")
+    leaves = ls_json(cask)
+    fields = ["index", "key_path", "kind", "dtype", "shape", "bytes", "stored_bytes", "codec",
+              "chunk_size", "num_chunks", "logical_axes", "sharding", "metadata"]
+    for i, (leaf, key) in enumerate(zip(leaves, arrays)):
+        assert list(leaf) == fields, list(leaf)
+        assert leaf["index"] == i and leaf["key_path"] == key and leaf["kind"] == "array"
+        assert leaf["codec"] in ("none", "lz4") and leaf["sharding"] is None
+        assert leaf["logical_axes"] == [] and leaf["metadata"] == {}
+    assert leaves[0]["dtype"] == "float32" and leaves[0]["shape"] == [16, 8]
+    assert leaves[0]["bytes"] == 512
+    text = expect(tc("ls", cask), OK).out.splitlines()
+    assert len(text) == len(arrays)
+    assert text[0].split() == ["w", "float32", "[16,8]", "512", str(leaves[0]["stored_bytes"]),
+                               leaves[0]["codec"]], text[0]
+    assert text[4].split()[:3] == ["zero_d", "float32", "[]"], text[4]
+    # A prefix selects whole components only.
+    sub = json.loads(expect(tc("ls", cask, "bias", "--json"), OK).out)
+    assert [l["key_path"] for l in sub] == ["bias"]
+    expect(tc("ls", cask, "bi"), KEY_NOT_FOUND)
+    expect(tc("ls", cask, "", "--json"), OK)
+
+    info = json.loads(expect(tc("info", cask, "--json"), OK).out)
+    assert info["format_version"] == "1.0" and info["leaves"] == len(arrays)
+    assert info["raw_bytes"] == sum(a.nbytes for a in arrays.values())
+    assert info["stored_bytes"] == sum(l["stored_bytes"] for l in leaves)
+    assert info["file_bytes"] == os.path.getsize(cask)
+    assert info["metadata"] == {"format": "pt", "step": "1000"}
+    assert abs(info["compression_ratio"] - info["raw_bytes"] / info["stored_bytes"]) < 1e-9
+    assert info["created"].endswith("Z") and info["created_unix_ns"] > 0
+    text = expect(tc("info", cask), OK).out
+    for label in ("format version:    1.0", "writer library:", "created:", "leaves:            6",
+                  f"file size:         {os.path.getsize(cask)}", "compression ratio:",
+                  "  format: pt", "  step: 1000"):
+        assert label in text, (label, text)
+
+
+def test_verify_detects_damage(d):
+    rng = np.random.default_rng(5)
+    victim = rng.integers(0, 256, size=256 * 1024, dtype=np.uint8)  # random: stays raw
+    src = f"{d}/v.safetensors"
+    save_file({"victim": victim, "other": np.ones(1000, np.float32)}, src)
+    cask = f"{d}/v.cask"
+    expect(tc("import", src, cask, "--compression", "none"), OK)
+    expect(tc("verify", cask), OK, out_contains="OK: 2 leaves")
+    data = bytearray(open(cask, "rb").read())
+    pos = data.find(victim[:64].tobytes())
+    assert pos > 0, "victim bytes not found in the archive"
+    data[pos + 1000] ^= 0x01
+    bad = f"{d}/bad.cask"
+    open(bad, "wb").write(bytes(data))
+    r = expect(tc("verify", bad), DAMAGED, out_contains="DAMAGED victim",
+               err_contains="1 of 2 leaves damaged")
+    assert "FAILED: 1 of 2 leaves damaged" in r.out, r
+    assert "DAMAGED other" not in r.out, r
+    expect(tc("get", bad, "victim", "-o", f"{d}/victim.npy"), DAMAGED, err_contains="checksum")
+    assert not os.path.exists(f"{d}/victim.npy")
+    expect(tc("get", bad, "other", "-o", f"{d}/other.npy"), OK)
+    expect(tc("export", bad, f"{d}/bad.safetensors"), DAMAGED)
+    assert not any(n.startswith("bad.safetensors") for n in os.listdir(d)), os.listdir(d)
+
+
+# ---- errors and exit statuses -----------------------------------------------------
+
+def test_usage_and_missing_files(d):
+    expect(tc(), USAGE)
+    expect(tc("frobnicate"), USAGE)
+    expect(tc("info"), USAGE)
+    expect(tc("import", "a.safetensors", "b.cask", "--compression", "zstd"), USAGE)
+    r = expect(tc("--help"), OK, out_contains="Exit status")
+    for cmd in ("info", "ls", "verify", "get", "import", "export"):
+        r = expect(tc(cmd, "--help"), OK, out_contains="Exit status")
+        assert cmd in r.out
+    expect(tc("--version"), OK, out_contains="format 1.0")
+    missing = f"{d}/missing.cask"
+    for args in (("info", missing), ("ls", missing), ("verify", missing),
+                 ("get", missing, "w", "-o", f"{d}/w.npy"), ("export", missing, f"{d}/o.st"),
+                 ("import", f"{d}/missing.safetensors", f"{d}/o.cask"),
+                 ("import", f"{d}/missing.npz", f"{d}/o.cask")):
+        expect(tc(*args), NOT_FOUND, err_contains="not found")
+
+
+def test_not_an_archive(d):
+    text = f"{d}/notes.txt"
+    open(text, "w").write("this is not an archive\n" * 200)
+    for cmd in ("info", "ls", "verify"):
+        expect(tc(cmd, text), NOT_ARCHIVE, err_contains="not an archive")
+    save_file({"x": np.ones(3, np.float32)}, f"{d}/x.safetensors")
+    expect(tc("info", f"{d}/x.safetensors"), NOT_ARCHIVE)
+    expect(tc("import", text, f"{d}/t.cask"), INVALID, err_contains="safetensors")
+
+
+def test_output_exists(d):
+    save_file({"x": np.ones(3, np.float32)}, f"{d}/x.safetensors")
+    expect(tc("import", f"{d}/x.safetensors", f"{d}/x.cask"), OK)
+    expect(tc("import", f"{d}/x.safetensors", f"{d}/x.cask"), EXISTS, err_contains="already exists")
+    expect(tc("import", f"{d}/x.safetensors", f"{d}/x.cask", "--overwrite"), OK)
+    expect(tc("export", f"{d}/x.cask", f"{d}/y.safetensors"), OK)
+    expect(tc("export", f"{d}/x.cask", f"{d}/y.safetensors"), EXISTS)
+    expect(tc("export", f"{d}/x.cask", f"{d}/y.safetensors", "--overwrite"), OK)
+    expect(tc("import", f"{d}/x.safetensors", f"{d}/x2.cask", "--chunk-size", 1000), INVALID)
+
+
+def test_malformed_safetensors(d):
+    f32 = lambda shape, b, e: {"dtype": "F32", "shape": shape, "data_offsets": [b, e]}
+    cases = {
+        "overlap": ({"a": f32([4], 0, 16), "b": f32([4], 8, 24)}, b"\0" * 24, {}, "overlap"),
+        "hole": ({"a": f32([2], 0, 8), "b": f32([2], 16, 24)}, b"\0" * 24, {}, "hole"),
+        "hole_at_start": ({"a": f32([2], 8, 16)}, b"\0" * 16, {}, "hole"),
+        "size_mismatch": ({"a": f32([3], 0, 16)}, b"\0" * 16, {}, "imply 12"),
+        "end_before_begin": ({"a": f32([0], 8, 4), "b": f32([2], 0, 8)}, b"\0" * 8, {}, "before begin"),
+        "past_end": ({"a": f32([4], 0, 16)}, b"\0" * 8, {}, "past the end"),
+        "trailing": ({"a": f32([2], 0, 8)}, b"\0" * 12, {}, "trailing"),
+        "unknown_dtype": ({"a": {"dtype": "F3", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4, {},
+                          "unknown dtype"),
+        "negative_dim": ({"a": f32([-1], 0, 4)}, b"\0" * 4, {}, "non-negative"),
+        "float_dim": ({"a": f32([1.5], 0, 4)}, b"\0" * 4, {}, "non-negative"),
+        "bad_offsets": ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}, b"\0" * 4, {},
+                        "data_offsets"),
+        "no_dtype": ({"a": {"shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4, {}, "dtype"),
+        "metadata_not_str": ({"__metadata__": {"n": 1}}, b"", {}, "not a string"),
+        "not_object": ([1, 2], b"", {}, "does not start with '{'"),
+        "too_large": ({"a": f32([1], 0, 4)}, b"\0" * 4, {"length": 100_000_001}, "exceeds the limit"),
+        "length_past_eof": ({"a": f32([1], 0, 4)}, b"\0" * 4, {"length": 4096}, "runs past"),
+        "overflow": ({"a": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 4]}},
+                     b"\0" * 4, {}, "overflows"),
+    }
+    for name, (header, data, extra, message) in cases.items():
+        path = f"{d}/{name}.safetensors"
+        write_safetensors(path, header, data, **extra)
+        expect(tc("import", path, f"{d}/{name}.cask"), INVALID, err_contains=message)
+        assert not os.path.exists(f"{d}/{name}.cask"), name
+    raw_cases = {
+        "not_json": (b"{not json}", "not valid UTF-8 JSON"),
+        "bad_utf8": (b'{"a\xff":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}', "not valid UTF-8 JSON"),
+        "duplicate": (b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
+                      b'"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}', "duplicate"),
+        "junk_after": (b'{} x', "not valid UTF-8 JSON"),
+    }
+    for name, (text, message) in raw_cases.items():
+        path = f"{d}/{name}.safetensors"
+        write_safetensors(path, text, b"\0\0")
+        expect(tc("import", path, f"{d}/{name}.cask"), INVALID, err_contains=message)
+    open(f"{d}/short.safetensors", "wb").write(b"\x08\0\0")
+    expect(tc("import", f"{d}/short.safetensors", f"{d}/short.cask"), INVALID, err_contains="shorter")
+    write_safetensors(f"{d}/e8m0.safetensors",
+                      {"a": {"dtype": "F8_E8M0", "shape": [2], "data_offsets": [0, 2]}}, b"\0\0")
+    expect(tc("import", f"{d}/e8m0.safetensors", f"{d}/e8m0.cask"), UNSUPPORTED,
+           err_contains="F8_E8M0")
+    # Messages name the file and the tensor.
+    r = tc("import", f"{d}/overlap.safetensors", f"{d}/o.cask")
+    assert r.err.startswith(f"treecask: {d}/overlap.safetensors: b: invalid argument: "), r
+
+
+def test_metadata_null_and_unknown_fields(d):
+    """Accepted as the reference implementation accepts them."""
+    header = {"__metadata__": None,
+              "a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2], "extra": "ignored"}}
+    write_safetensors(f"{d}/n.safetensors", header, b"\1\2")
+    expect(tc("import", f"{d}/n.safetensors", f"{d}/n.cask"), OK)
+    expect(tc("export", f"{d}/n.cask", f"{d}/n.out.safetensors"), OK)
+    assert load_file(f"{d}/n.out.safetensors")["a"].tolist() == [1, 2]
+
+
+def test_progress_only_on_a_terminal(d):
+    a = np.zeros((64, 1 << 16), np.float32)
+    save_file({"a": a}, f"{d}/p.safetensors")
+    r = expect(tc("import", f"{d}/p.safetensors", f"{d}/p.cask"), OK)
+    assert "\r" not in r.out and "\x1b" not in r.out, repr(r.out)
+    # On a pseudo-terminal the tool may draw a bar but must end with the summary line.
+    pid, fd = pty.fork()
+    if pid == 0:  # child
+        os.execv(TREECASK, [TREECASK, "export", f"{d}/p.cask", f"{d}/p.out.safetensors"])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    last = out.replace(b"\r\x1b[K", b"\n").splitlines()[-1]
+    assert last.startswith(b"wrote "), out
+
+
+def main():
+    global TREECASK
+    args = sys.argv[1:]
+    if not args:
+        print(__doc__)
+        return 1
+    TREECASK = os.path.abspath(args[0])
+    only = args[2] if len(args) > 2 and args[1] == "-k" else ""
+    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and only in n]
+    failed = []
+    for name, fn in tests:
+        with tempfile.TemporaryDirectory(prefix="treecask_cli_") as d:
+            try:
+                fn(d)
+                print(f"ok    {name}")
+            except Exception:
+                failed.append(name)
+                print(f"FAIL  {name}")
+                traceback.print_exc()
+    print(f"{len(tests) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
