@@ -44,9 +44,23 @@ std::string decode_blob_header(std::span<const std::byte> in, BlobHeader* h) {
   return {};
 }
 
+#if defined(__x86_64__) && defined(TREECASK_HAVE_AVX2_TU)
+uint64_t xxh3_avx2(const void* data, size_t size, uint64_t seed);  // xxh3_avx2.cc
+namespace {
+using Xxh3Fn = uint64_t (*)(const void*, size_t, uint64_t);
+uint64_t xxh3_generic(const void* data, size_t size, uint64_t seed) {
+  return XXH3_64bits_withSeed(data, size, seed);
+}
+const Xxh3Fn kXxh3 = __builtin_cpu_supports("avx2") ? xxh3_avx2 : xxh3_generic;
+}  // namespace
+uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed) {
+  return kXxh3(bytes.data(), bytes.size(), seed);
+}
+#else
 uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed) {
   return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed);
 }
+#endif
 
 bool valid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());

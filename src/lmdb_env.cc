@@ -9,6 +9,20 @@
 
 namespace treecask::lmdb {
 
+DbRecord decode_db_record(const std::byte* p) {
+  using format::get_u16, format::get_u32, format::get_u64;
+  DbRecord d;
+  d.pad = get_u32(p);
+  d.flags = get_u16(p + 4);
+  d.depth = get_u16(p + 6);
+  d.branch_pages = get_u64(p + 8);
+  d.leaf_pages = get_u64(p + 16);
+  d.overflow_pages = get_u64(p + 24);
+  d.entries = get_u64(p + 32);
+  d.root = get_u64(p + 40);
+  return d;
+}
+
 void fail(int rc, const std::string& file, const std::string& what, ErrorCode code) {
   if (rc == MDB_MAP_FULL || rc == ENOSPC) code = ErrorCode::kIo;
   throw Error(code, file, "", what + ": " + mdb_strerror(rc));
@@ -37,23 +51,21 @@ void Txn::abort() {
   txn_ = nullptr;
 }
 
-// LMDB 0.9 on-disk meta page (64-bit build): 16-byte page header (pgno u64,
-// pad u16, flags u16, lower/upper u16 x2), then MDB_meta: magic u32, version
-// u32, address u64, mapsize u64, dbs[2] (48 bytes each: pad u32 -- which holds
-// the page size for dbs[0] --, flags u16, depth u16, branch, leaf, overflow,
-// entries, root: u64 each), last_pg u64, txnid u64. SPEC.md "LMDB container".
+// LMDB 0.9 on-disk meta page (64-bit build): the 16-byte page header, then
+// MDB_meta: magic u32, version u32, address u64, mapsize u64, dbs[2] (48 bytes
+// each, see DbRecord; dbs[0].md_pad holds the page size), last_pg u64, txnid
+// u64. SPEC.md "LMDB container".
 namespace {
-constexpr size_t kPageHeader = 16;
-constexpr uint16_t kPageMeta = 0x08;
 constexpr uint32_t kMagic = 0xBEEFC0DE;
 constexpr uint32_t kDataVersion = 1;
-constexpr size_t kMetaEnd = kPageHeader + 136;  // through txnid
+constexpr size_t kMetaEnd = kPageHeaderSize + 136;  // through txnid
 
 struct RawMeta {
   bool ok = false;
   std::string why;
   uint32_t magic = 0, version = 0, psize = 0;
   uint64_t mapsize = 0, last_pg = 0, txnid = 0;
+  DbRecord main_db;
 };
 
 RawMeta read_meta(int fd, uint64_t offset, uint64_t file_size) {
@@ -71,13 +83,14 @@ RawMeta read_meta(int fd, uint64_t offset, uint64_t file_size) {
   using format::get_u16, format::get_u32, format::get_u64;
   const std::byte* p = buf.data();
   uint16_t flags = get_u16(p + 10);
-  const std::byte* meta = p + kPageHeader;
+  const std::byte* meta = p + kPageHeaderSize;
   m.magic = get_u32(meta + 0);
   m.version = get_u32(meta + 4);
   m.mapsize = get_u64(meta + 16);
   m.psize = get_u32(meta + 24);  // dbs[0].md_pad
   m.last_pg = get_u64(meta + 120);
   m.txnid = get_u64(meta + 128);
+  m.main_db = decode_db_record(meta + 24 + kDbRecordSize);
   if (m.magic != kMagic) { m.why = "no LMDB magic"; return m; }
   if (!(flags & kPageMeta)) { m.why = "meta page lacks the P_META flag"; return m; }
   if (m.version != kDataVersion) {
@@ -115,6 +128,7 @@ std::string check_meta_pages(int fd, uint64_t file_size, MetaInfo* out, bool* no
   out->last_page = m.last_pg;
   out->txnid = m.txnid;
   out->map_size = m.mapsize;
+  out->main_db = m.main_db;
   return {};
 }
 

@@ -2,7 +2,6 @@
 // manifest, commit, truncate, fsync, rename (SPEC.md "Atomic commit").
 #include <dirent.h>
 #include <fcntl.h>
-#include <lz4.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +11,7 @@
 #include <cstring>
 #include <random>
 
+#include "codec.h"
 #include "format.h"
 #include "lmdb_env.h"
 #include "manifest.h"
@@ -41,16 +41,12 @@ struct LeafOut {
   throw Error(ErrorCode::kIo, file, "", what + ": " + std::strerror(errno));
 }
 
-int lz4_bound(uint64_t n) { return LZ4_compressBound(static_cast<int>(n)); }
+uint64_t lz4_bound(uint64_t n) { return codec::lz4_bound(n); }
 
 // Compresses `src` into `dst` (capacity lz4_bound). Returns the stored size
 // and sets *raw when LZ4 cannot shrink the chunk (then nothing is written).
 uint64_t compress_chunk(std::span<const std::byte> src, std::byte* dst, bool* raw) {
-  int n = LZ4_compress_default(reinterpret_cast<const char*>(src.data()),
-                               reinterpret_cast<char*>(dst), static_cast<int>(src.size()),
-                               lz4_bound(src.size()));
-  *raw = n <= 0 || static_cast<uint64_t>(n) >= src.size();
-  return *raw ? src.size() : static_cast<uint64_t>(n);
+  return codec::lz4_compress(src, dst, raw);
 }
 
 // Auto mode: LZ4 only if it saves at least 10% on up to three 64 KiB samples.

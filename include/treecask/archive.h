@@ -19,6 +19,12 @@ struct OpenOptions {
   // Default for reads that pass Verify::kDefault: check each chunk's XXH3
   // before its bytes are returned. Turn off for trusted files on hot paths.
   bool verify_checksums = true;
+  // Before LMDB maps the file, walk every B-tree page its reads can reach
+  // (page headers, node bounds, key order, overflow runs, no cycles; SPEC.md
+  // "Reader checks"), so that a damaged or hostile file is an Error, never a
+  // crash. Costs one pread per index page (not per tensor byte). Turn off only
+  // for files you trust, e.g. ones this process just wrote.
+  bool validate_structure = true;
 };
 
 enum class Verify : uint8_t { kDefault, kYes, kNo };
@@ -43,7 +49,8 @@ class TREECASK_API Archive {
  public:
   // Maps `path` read-only (works on read-only files and directories; takes no
   // lock and writes nothing). Checks the LMDB meta pages against the file
-  // length, the header record, the manifest checksum, the FlatBuffers verifier
+  // length, the LMDB B-tree structure (unless options.validate_structure is
+  // false), the header record, the manifest checksum, the FlatBuffers verifier
   // and every manifest invariant of SPEC.md "Reader checks" before returning.
   // Cost is proportional to the manifest, not to the tensor bytes.
   // Throws Error: kNotFound, kNotAnArchive, kUnsupportedVersion (newer major
@@ -83,6 +90,13 @@ class TREECASK_API Archive {
   // REQUIRES out.size() == byte_length, else Error(kShapeMismatch).
   void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault) const;
 
+  // Copies many leaves at once: outs[k] receives leaf indices[k] (each
+  // exactly byte_length bytes, else kShapeMismatch). The chunks of all leaves
+  // are shared among `threads` threads (0 = all cores), copied with pread()
+  // from the page cache and checksummed in the same pass: the full-load path.
+  void read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
+                 Verify verify = Verify::kDefault, unsigned threads = 0) const;
+
   // Copies rows [row_begin, row_end) along axis 0 into `out`, touching and
   // decompressing only the chunks those rows lie in. REQUIRES rank >= 1,
   // 0 <= row_begin <= row_end <= shape[0], a row of whole bytes, and
@@ -91,8 +105,9 @@ class TREECASK_API Archive {
   void read_rows(size_t index, int64_t row_begin, int64_t row_end, std::span<std::byte> out,
                  Verify verify = Verify::kDefault) const;
 
-  // Checks every chunk of every leaf: checksum, LZ4 decoding to the declared
-  // size, zero padding. Returns one Error per damaged leaf (empty: intact).
+  // Checks every chunk of every leaf: its checksum and, for LZ4 chunks,
+  // decoding to exactly the declared size. Returns one Error per damaged leaf
+  // (empty: intact).
   std::vector<Error> verify() const;
 
   struct Impl;

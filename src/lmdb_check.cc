@@ -1,0 +1,336 @@
+#include "lmdb_check.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "format.h"
+
+namespace treecask::lmdb {
+
+namespace {
+
+// MDB_node (branch and leaf pages): lo u16, hi u16, flags u16, ksize u16,
+// then the key, then (leaf pages only) the data. A leaf node's data size is
+// lo | hi << 16; a branch node's child page number is lo | hi << 16 | flags << 32.
+constexpr size_t kNodeHeaderSize = 8;
+constexpr uint16_t kNodeBigData = 0x01;  // F_BIGDATA: data is the page number of an overflow run
+constexpr uint16_t kNodeSubData = 0x02;  // F_SUBDATA: data is an MDB_db (a named database)
+constexpr uint16_t kNodeDupData = 0x04;  // F_DUPDATA: sorted duplicates (never in treecask)
+constexpr unsigned kMaxTreeDepth = 32;   // LMDB's CURSOR_STACK
+constexpr uint64_t kFirstDataPage = 2;   // pages 0 and 1 are the meta pages
+
+using Key = std::span<const std::byte>;
+
+// LMDB's default key order (mdb_cmp_memn): bytewise, then shorter first.
+int compare_keys(Key a, Key b) {
+  size_t n = std::min(a.size(), b.size());
+  if (n != 0)
+    if (int c = std::memcmp(a.data(), b.data(), n); c != 0) return c;
+  return a.size() < b.size() ? -1 : a.size() > b.size() ? 1 : 0;
+}
+
+// A printable form of a database name taken from the file.
+std::string printable(Key k) {
+  std::string out;
+  for (size_t i = 0; i < k.size() && i < 64; ++i) {
+    auto c = static_cast<unsigned char>(k[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (k.size() > 64) out += "...";
+  return out;
+}
+
+std::string hex(unsigned v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%x", v);
+  return buf;
+}
+
+struct Defect {
+  std::string why;
+};
+
+class Walker {
+ public:
+  Walker(int fd, const MetaInfo& meta, StructureStats& stats)
+      : fd_(fd), psize_(meta.page_size), last_(meta.last_page), stats_(stats),
+        bufs_(kMaxTreeDepth + 1, std::vector<std::byte>(meta.page_size)) {}
+
+  struct Named {
+    std::string name;
+    DbRecord db;
+  };
+
+  // Walks one database's B-tree. The main DB's named-database records are
+  // collected into `named` for the caller to walk next.
+  void walk(const DbRecord& db, const std::string& what, bool is_main, std::vector<Named>* named) {
+    what_ = &what;
+    is_main_ = is_main;
+    named_ = named;
+    if (db.root == kInvalidPage) {
+      if (db.depth != 0 || db.branch_pages != 0 || db.leaf_pages != 0 || db.overflow_pages != 0 ||
+          db.entries != 0)
+        fail("an empty tree (root P_INVALID) has non-zero depth or page/entry counts");
+      return;
+    }
+    if (db.depth < 1 || db.depth > kMaxTreeDepth)
+      fail("tree depth " + std::to_string(db.depth) + " is outside [1, 32]");
+    depth_ = db.depth;
+    count_ = {};
+    visit(db.root, 1, std::nullopt, std::nullopt);
+    auto mismatch = [&](const char* field, uint64_t recorded, uint64_t found) {
+      if (recorded != found)
+        fail(std::string(field) + " is " + std::to_string(recorded) + " but the tree has " +
+             std::to_string(found));
+    };
+    mismatch("md_branch_pages", db.branch_pages, count_.branch);
+    mismatch("md_leaf_pages", db.leaf_pages, count_.leaf);
+    mismatch("md_overflow_pages", db.overflow_pages, count_.overflow);
+    mismatch("md_entries", db.entries, count_.entries);
+  }
+
+  // After every tree: overflow runs and tree pages must not share a page.
+  void check_overlaps() {
+    std::sort(extents_.begin(), extents_.end());
+    for (size_t i = 1; i < extents_.size(); ++i)
+      if (extents_[i].first < extents_[i - 1].second)
+        throw Defect{"page " + std::to_string(extents_[i].first) +
+                     " is used twice (an overflow run overlaps another run or a tree page)"};
+  }
+
+ private:
+  struct Count {
+    uint64_t branch = 0, leaf = 0, overflow = 0, entries = 0;
+  };
+
+  [[noreturn]] void fail(const std::string& why) const { throw Defect{*what_ + ": " + why}; }
+  [[noreturn]] void fail_page(uint64_t pgno, const std::string& why) const {
+    fail("page " + std::to_string(pgno) + ": " + why);
+  }
+
+  void read(uint64_t pgno, std::byte* buf, size_t n) {
+    uint64_t off = pgno * psize_;
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, buf + done, n - done, static_cast<off_t>(off + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        fail_page(pgno, r == 0 ? "unexpected end of file" : std::string("read failed: ") +
+                                                               std::strerror(errno));
+      done += static_cast<size_t>(r);
+    }
+    ++stats_.pages_read;
+  }
+
+  // A page number that a tree or a node refers to: a data page of this snapshot.
+  void check_pgno(uint64_t pgno, uint64_t from) const {
+    if (pgno < kFirstDataPage || pgno > last_)
+      fail_page(from, "refers to page " + std::to_string(pgno) + ", outside [2, " +
+                          std::to_string(last_) + "]");
+  }
+
+  void visit(uint64_t pgno, unsigned level, std::optional<Key> lo, std::optional<Key> hi) {
+    if (pgno < kFirstDataPage || pgno > last_)
+      fail("root page " + std::to_string(pgno) + " is outside [2, " + std::to_string(last_) + "]");
+    if (!seen_.insert(pgno).second)
+      fail_page(pgno, "reached twice (a cycle or a shared subtree)");
+    extents_.emplace_back(pgno, pgno + 1);
+    ++stats_.tree_pages;
+
+    std::byte* p = bufs_[level].data();
+    read(pgno, p, psize_);
+    using format::get_u16, format::get_u64;
+    if (get_u64(p) != pgno)
+      fail_page(pgno, "header says it is page " + std::to_string(get_u64(p)));
+    uint16_t flags = get_u16(p + 10) & ~(kPageDirty | kPageKeep);
+    bool is_leaf = level == depth_;
+    uint16_t want = is_leaf ? kPageLeaf : kPageBranch;
+    if (flags != want)
+      fail_page(pgno, "flags 0x" + hex(flags) + ", expected a " +
+                          (is_leaf ? "leaf" : "branch") + " page at level " +
+                          std::to_string(level) + " of " + std::to_string(depth_));
+    size_t lower = get_u16(p + 12), upper = get_u16(p + 14);
+    if (lower < kPageHeaderSize || (lower - kPageHeaderSize) % 2 != 0 || lower > upper ||
+        upper > psize_)
+      fail_page(pgno, "bad bounds lower " + std::to_string(lower) + ", upper " +
+                          std::to_string(upper));
+    size_t nkeys = (lower - kPageHeaderSize) / 2;
+    if (nkeys < (is_leaf ? 1u : 2u))
+      fail_page(pgno, std::to_string(nkeys) + " nodes on a " + (is_leaf ? "leaf" : "branch") +
+                          " page");
+    if (is_leaf) {
+      ++count_.leaf;
+      count_.entries += nkeys;
+    } else {
+      ++count_.branch;
+    }
+
+    // Nodes: inside the page, keys in order and inside [lo, hi).
+    struct Node {
+      uint64_t child;
+      Key key;
+    };
+    std::vector<Node> children;
+    if (!is_leaf) children.reserve(nkeys);
+    std::optional<Key> prev;
+    for (size_t i = 0; i < nkeys; ++i) {
+      size_t off = get_u16(p + kPageHeaderSize + 2 * i);
+      std::string at = "node " + std::to_string(i) + ": ";
+      if (off < upper || off % 2 != 0 || off + kNodeHeaderSize > psize_)
+        fail_page(pgno, at + "offset " + std::to_string(off) + " is outside the node area [" +
+                            std::to_string(upper) + ", " + std::to_string(psize_) + ")");
+      const std::byte* node = p + off;
+      uint32_t lo16 = get_u16(node), hi16 = get_u16(node + 2);
+      uint16_t nflags = get_u16(node + 4);
+      size_t ksize = get_u16(node + 6);
+      size_t key_end = off + kNodeHeaderSize + ksize;
+      if (key_end > psize_) fail_page(pgno, at + "key runs past the end of the page");
+      Key key(node + kNodeHeaderSize, ksize);
+      // A branch page's first key is never compared by LMDB (it stands for
+      // "everything below the second key"), so it is not ordered.
+      if (is_leaf || i > 0) {
+        if (prev && compare_keys(*prev, key) >= 0)
+          fail_page(pgno, at + "keys are not in increasing order");
+        if (lo && compare_keys(key, *lo) < 0)
+          fail_page(pgno, at + "key sorts before its parent's separator");
+        if (hi && compare_keys(key, *hi) >= 0)
+          fail_page(pgno, at + "key sorts after its parent's next separator");
+        prev = key;
+      }
+      if (!is_leaf) {
+        uint64_t child = lo16 | uint64_t{hi16} << 16 | uint64_t{nflags} << 32;
+        check_pgno(child, pgno);
+        children.push_back({child, key});
+        continue;
+      }
+      uint32_t dsize = lo16 | hi16 << 16;
+      if (nflags & kNodeDupData) fail_page(pgno, at + "F_DUPDATA (sorted duplicates) is not used");
+      if (nflags & ~(kNodeBigData | kNodeSubData | kNodeDupData))
+        fail_page(pgno, at + "unknown node flags 0x" + hex(nflags));
+      if (nflags & kNodeSubData) {
+        if (!is_main_) fail_page(pgno, at + "F_SUBDATA outside the main DB");
+        if (nflags & kNodeBigData) fail_page(pgno, at + "F_SUBDATA together with F_BIGDATA");
+        if (dsize != kDbRecordSize || key_end + dsize > psize_)
+          fail_page(pgno, at + "named-database record is not 48 bytes inside the page");
+        if (ksize == 0) fail_page(pgno, at + "named database with an empty name");
+        named_->push_back({std::string(reinterpret_cast<const char*>(key.data()), key.size()),
+                           decode_db_record(p + key_end)});
+        continue;
+      }
+      if (!(nflags & kNodeBigData)) {
+        if (key_end + dsize > psize_) fail_page(pgno, at + "value runs past the end of the page");
+        continue;
+      }
+      if (key_end + 8 > psize_) fail_page(pgno, at + "overflow page number runs past the page");
+      check_overflow(pgno, at, get_u64(p + key_end), dsize);
+    }
+
+    // Children, each bounded by its separator keys.
+    for (size_t i = 0; i < children.size(); ++i) {
+      std::optional<Key> clo = i == 0 ? lo : std::optional<Key>(children[i].key);
+      std::optional<Key> chi = i + 1 < children.size() ? std::optional<Key>(children[i + 1].key) : hi;
+      visit_child(children[i].child, pgno, level + 1, clo, chi);
+    }
+  }
+
+  void visit_child(uint64_t child, uint64_t parent, unsigned level, std::optional<Key> lo,
+                   std::optional<Key> hi) {
+    if (seen_.count(child))
+      fail_page(parent, "child page " + std::to_string(child) +
+                            " is reached twice (a cycle or a shared subtree)");
+    visit(child, level, lo, hi);
+  }
+
+  // The run of pages an F_BIGDATA value occupies: bounds and the first page's
+  // header only, never the data pages.
+  void check_overflow(uint64_t pgno, const std::string& at, uint64_t first, uint32_t dsize) {
+    check_pgno(first, pgno);
+    uint64_t need = (kPageHeaderSize - 1 + uint64_t{dsize}) / psize_ + 1;  // OVPAGES
+    uint64_t room = last_ - first + 1;
+    if (need > room)
+      fail_page(pgno, at + "value of " + std::to_string(dsize) + " bytes at page " +
+                          std::to_string(first) + " runs past the last page");
+    std::byte h[kPageHeaderSize];
+    read(first, h, sizeof h);
+    using format::get_u16, format::get_u32, format::get_u64;
+    std::string ov = "overflow page " + std::to_string(first) + " ";
+    if (get_u64(h) != first) fail_page(pgno, at + ov + "has a header for page " + std::to_string(get_u64(h)));
+    uint16_t flags = get_u16(h + 10) & ~(kPageDirty | kPageKeep);
+    if (flags != kPageOverflow) fail_page(pgno, at + ov + "has flags 0x" + hex(flags));
+    uint64_t pages = get_u32(h + 12);
+    if (pages < need || pages > room)
+      fail_page(pgno, at + ov + "claims " + std::to_string(pages) + " pages; the value needs " +
+                          std::to_string(need) + " and " + std::to_string(room) + " remain");
+    extents_.emplace_back(first, first + pages);
+    count_.overflow += pages;
+    ++stats_.overflow_runs;
+    stats_.overflow_pages += pages;
+  }
+
+  int fd_;
+  uint64_t psize_;
+  uint64_t last_;
+  StructureStats& stats_;
+  std::vector<std::vector<std::byte>> bufs_;  // one page buffer per tree level
+  std::unordered_set<uint64_t> seen_;         // tree pages of every database
+  std::vector<std::pair<uint64_t, uint64_t>> extents_;  // [first, end) of every used page range
+  const std::string* what_ = nullptr;
+  bool is_main_ = false;
+  std::vector<Named>* named_ = nullptr;
+  unsigned depth_ = 0;
+  Count count_;
+};
+
+}  // namespace
+
+std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
+                            StructureStats* stats, bool* not_archive) {
+  if (not_archive) *not_archive = false;
+  StructureStats local;
+  StructureStats& st = stats ? *stats : local;
+  st = {};
+  if (meta.page_size < 512 || meta.page_size > 65536 ||
+      (meta.page_size & (meta.page_size - 1)) != 0 || meta.last_page < 1 ||
+      meta.last_page >= (uint64_t{1} << 40) || (meta.last_page + 1) * meta.page_size > file_size)
+    return "LMDB meta page not checked (page size or last page out of range)";
+  if (meta.main_db.flags != 0) {
+    if (not_archive) *not_archive = true;
+    return "LMDB main database has flags 0x" + hex(meta.main_db.flags) +
+           " (treecask writes 0)";
+  }
+  try {
+    Walker w(fd, meta, st);
+    std::vector<Walker::Named> named;
+    const std::string main_name = "LMDB main DB";
+    w.walk(meta.main_db, main_name, true, &named);
+    st.named_dbs = named.size();
+    for (const auto& n : named) {
+      std::string what = "LMDB database '" + printable(std::as_bytes(std::span(n.name))) + "'";
+      if (n.db.flags != 0)
+        return what + ": flags 0x" + hex(n.db.flags) + " (treecask writes 0)";
+      w.walk(n.db, what, false, nullptr);
+    }
+    w.check_overlaps();
+  } catch (const Defect& d) {
+    return d.why;
+  }
+  return {};
+}
+
+}  // namespace treecask::lmdb

@@ -1,0 +1,65 @@
+// Structural validation of an untrusted LMDB file before LMDB maps it
+// (SPEC.md "Reader checks").
+//
+// LMDB trusts its file: a page number, node offset, key size or data size
+// read from a damaged page is followed without a bounds check, so a crafted
+// or corrupted archive can make mdb_get() read outside the map (SIGSEGV /
+// SIGBUS), trip an assert, or dereference a null sub-cursor. This check walks
+// every page that treecask's read path can reach, with pread() and never
+// through LMDB, and accepts the file only if every such page is well formed.
+// Once it passes, the LMDB calls Archive::open makes (mdb_dbi_open, mdb_get,
+// mdb_stat) only touch pages checked here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lmdb_env.h"
+
+namespace treecask::lmdb {
+
+// What check_structure() walked, for tests and diagnostics.
+struct StructureStats {
+  uint64_t pages_read = 0;      // branch and leaf pages, plus first pages of overflow runs
+  uint64_t tree_pages = 0;      // branch and leaf pages of all databases
+  uint64_t overflow_runs = 0;   // F_BIGDATA values
+  uint64_t overflow_pages = 0;  // pages those runs cover (bounds-checked, not read)
+  uint64_t named_dbs = 0;       // named-database records in the main DB
+};
+
+// REQUIRES: `meta` is what check_meta_pages() returned for the same `fd` and
+// `file_size` (so the page size is sane and (last_page + 1) pages fit in the file).
+//
+// Walks the main DB from the newest meta page (mm_dbs[MAIN_DBI]), every
+// named-database record in it, and each named database's B-tree, checking:
+//  - every page number lies in [2, last_page] and no page is reached twice
+//    (no cycles, no shared subtrees, overflow runs overlap nothing);
+//  - each page's header: its own page number, exactly P_BRANCH or P_LEAF
+//    (P_DIRTY / P_KEEP ignored), as the level requires (leaves at exactly
+//    md_depth, depth <= 32 = LMDB's cursor stack), lower/upper bounds and the
+//    node-offset array inside the page, at least 2 nodes per branch page and 1
+//    per leaf page;
+//  - each node inside its page (header, key and in-page data), keys strictly
+//    increasing within a page and inside the key range the parent gives
+//    (so LMDB's binary search finds what is there);
+//  - leaf node flags: 0 or F_BIGDATA, plus F_SUBDATA (exactly 48 bytes of
+//    MDB_db, flags 0) in the main DB only; never F_DUPDATA;
+//  - an F_BIGDATA value: its run of ceil((16 + size) / page) pages inside the
+//    file, and the first page's header (page number, P_OVERFLOW, page count)
+//    -- the data pages themselves are not read, so the cost is proportional
+//    to the number of index pages, not to the tensor bytes;
+//  - each tree's md_depth, md_branch_pages, md_leaf_pages, md_overflow_pages
+//    and md_entries equal what the walk counted; the main DB has flags 0.
+//
+// The free-page DB (mm_dbs[FREE_DBI]) is deliberately not walked: a read-only
+// transaction never reads it (only write transactions allocate pages), so
+// its contents cannot affect a reader. It is neither checked nor counted.
+//
+// Returns "" when the structure is sound, else a description of the first
+// defect found. Sets *not_archive (when given) if the file is sound LMDB but
+// of a kind treecask never writes (main DB flags other than 0). I/O errors
+// are reported as defects. Thread-safe: uses only pread() on `fd`.
+std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
+                            StructureStats* stats = nullptr, bool* not_archive = nullptr);
+
+}  // namespace treecask::lmdb
