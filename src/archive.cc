@@ -67,7 +67,7 @@ struct Archive::Impl {
   void copy_out(std::span<const std::byte> src, std::byte* out) const {
     uint64_t off = static_cast<uint64_t>(src.data() - map_base);
     size_t done = 0;
-    while (fd >= 0 && done < src.size()) {
+    while (map_base && fd >= 0 && done < src.size()) {
       ssize_t n = ::pread(fd, out + done, src.size() - done, static_cast<off_t>(off + done));
       if (n <= 0) break;
       done += static_cast<size_t>(n);
@@ -97,6 +97,27 @@ struct Archive::Impl {
 };
 
 namespace {
+// LMDB does not say where its map starts (me_mapaddr is only set with
+// MDB_FIXEDMAP). Every page begins with its page number, so the page holding
+// the header record gives the map base; the guess is confirmed by reading the
+// same 32 bytes with pread(). Returns nullptr when that fails: reads then copy
+// through the map instead of with pread().
+const std::byte* find_map_base(std::span<const std::byte> hdr, const lmdb::MetaInfo& meta, int fd,
+                               uint64_t file_size) {
+  uintptr_t p = reinterpret_cast<uintptr_t>(hdr.data());
+  const auto* page = reinterpret_cast<const std::byte*>(p - p % meta.page_size);
+  uint64_t pgno = format::get_u64(page);
+  if (pgno > meta.last_page) return nullptr;
+  const std::byte* base = page - pgno * meta.page_size;
+  uint64_t off = static_cast<uint64_t>(hdr.data() - base);
+  std::byte check[format::kHeaderSize];
+  if (hdr.size() != sizeof check || off > file_size - sizeof check ||
+      ::pread(fd, check, sizeof check, static_cast<off_t>(off)) != static_cast<ssize_t>(sizeof check) ||
+      std::memcmp(check, hdr.data(), sizeof check) != 0)
+    return nullptr;
+  return base;
+}
+
 [[noreturn]] void open_fail(ErrorCode code, const std::string& file, const std::string& what) {
   throw Error(code, file, "", what);
 }
@@ -201,6 +222,7 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
     open_fail(ErrorCode::kCorruption, file,
               "blob database has " + std::to_string(bst.ms_entries) + " entries, manifest lists " +
                   std::to_string(m.blob_payload.size()));
+  impl->map_base = find_map_base(hdr, meta, fd, impl->file_size);
   impl->blob_data.resize(m.blob_payload.size());
   for (uint32_t id = 0; id < m.blob_payload.size(); ++id) {
     std::byte key[4];
@@ -208,8 +230,17 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
     auto v = get(blob_dbi, key, "mdb_get(blob)");
     std::string where = "blob " + std::to_string(id) + ": ";
     if (v.data() == nullptr) open_fail(ErrorCode::kCorruption, file, where + "missing");
+    // Read the 48-byte header with pread rather than through the map, so that
+    // opening touches no page of leaf data (resident memory stays flat).
+    std::byte head[format::kBlobHeaderSize];
+    if (v.size() < sizeof head)
+      open_fail(ErrorCode::kCorruption, file, where + "value shorter than its 48-byte header");
+    uint64_t off = static_cast<uint64_t>(v.data() - impl->map_base);
+    if (!impl->map_base || off > impl->file_size - sizeof head ||
+        ::pread(fd, head, sizeof head, static_cast<off_t>(off)) != static_cast<ssize_t>(sizeof head))
+      std::memcpy(head, v.data(), sizeof head);
     format::BlobHeader bh;
-    if (std::string why = format::decode_blob_header(v, &bh); !why.empty())
+    if (std::string why = format::decode_blob_header(head, v.size(), &bh); !why.empty())
       open_fail(ErrorCode::kCorruption, file, where + why);
     if (bh.blob_id != id || bh.payload_length != m.blob_payload[id])
       open_fail(ErrorCode::kCorruption, file, where + "header does not match the manifest");
@@ -218,9 +249,6 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
       open_fail(ErrorCode::kCorruption, file, where + "payload is not 64-byte aligned in the map");
     impl->blob_data[id] = data;
   }
-  MDB_envinfo info;
-  lmdb::check(mdb_env_info(env, &info), file, "mdb_env_info");
-  impl->map_base = static_cast<const std::byte*>(info.me_mapaddr);
   impl->fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   return Archive(std::move(impl));
 }

@@ -31,15 +31,16 @@ void encode_blob_header(const BlobHeader& h, std::byte out[kBlobHeaderSize]) {
   put_u64(out + 16, h.payload_length);
 }
 
-std::string decode_blob_header(std::span<const std::byte> in, BlobHeader* h) {
-  if (in.size() < kBlobHeaderSize) return "blob value shorter than its 48-byte header";
-  if (std::memcmp(in.data(), kBlobMagic.data(), 8) != 0) return "bad blob magic";
-  h->blob_id = get_u32(in.data() + 8);
-  if (get_u32(in.data() + 12) != 0) return "reserved blob header bytes are not zero";
-  h->payload_length = get_u64(in.data() + 16);
+std::string decode_blob_header(const std::byte (&in)[kBlobHeaderSize], uint64_t value_size,
+                               BlobHeader* h) {
+  if (value_size < kBlobHeaderSize) return "blob value shorter than its 48-byte header";
+  if (std::memcmp(in, kBlobMagic.data(), 8) != 0) return "bad blob magic";
+  h->blob_id = get_u32(in + 8);
+  if (get_u32(in + 12) != 0) return "reserved blob header bytes are not zero";
+  h->payload_length = get_u64(in + 16);
   for (size_t i = 24; i < kBlobHeaderSize; ++i)
     if (in[i] != std::byte{0}) return "reserved blob header bytes are not zero";
-  if (h->payload_length > in.size() - kBlobHeaderSize)
+  if (h->payload_length > value_size - kBlobHeaderSize)
     return "blob payload length exceeds the stored value";
   return {};
 }

@@ -102,8 +102,10 @@ void encode_header(const Header& h, std::byte out[kHeaderSize]);
 // Returns false if the magic is wrong (not an archive); does not check versions.
 bool decode_header(std::span<const std::byte> in, Header* h);
 void encode_blob_header(const BlobHeader& h, std::byte out[kBlobHeaderSize]);
-// Returns an empty string when valid, else what is wrong.
-std::string decode_blob_header(std::span<const std::byte> in, BlobHeader* h);
+// Decodes the first kBlobHeaderSize bytes of a blob value of `value_size`
+// bytes. Returns an empty string when valid, else what is wrong.
+std::string decode_blob_header(const std::byte (&in)[kBlobHeaderSize], uint64_t value_size,
+                               BlobHeader* h);
 
 uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed);
 
