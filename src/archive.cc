@@ -45,7 +45,7 @@ struct Archive::Impl {
                       std::to_string(manifest->leaves.size()) + " leaves)");
     return manifest->leaves[i];
   }
-  const std::string& key(size_t i) const { return manifest->key_paths[i]; }
+  std::string key(size_t i) const { return std::string(manifest->leaves[i].key_path); }
   uint64_t raw_size(const LeafRecord& r, uint64_t ci) const {
     return std::min(r.chunk_size, r.byte_length - ci * r.chunk_size);
   }
@@ -200,6 +200,9 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
                   " is newer than this library reads (" + std::to_string(format::kMajor) + ".x); "
                   "upgrade treecask");
   if (h.major < 1) open_fail(ErrorCode::kCorruption, file, "format major version 0 does not exist");
+  if (hdr.size() != format::kHeaderSize)
+    open_fail(ErrorCode::kCorruption, file,
+              "header record is " + std::to_string(hdr.size()) + " bytes, expected 32");
   if (h.flags != 0) open_fail(ErrorCode::kCorruption, file, "reserved header flags are set");
   auto man = get(meta_dbi, std::as_bytes(std::span(format::kManifestKey)), "mdb_get(manifest)");
   if (man.size() != h.manifest_length)
@@ -210,7 +213,7 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
     open_fail(ErrorCode::kChecksumMismatch, file, "manifest does not match its XXH3 checksum");
 
   // 4. Manifest: FlatBuffers verifier and every semantic invariant.
-  impl->manifest = parse_manifest(man, file);
+  impl->manifest = parse_manifest(man, file, /*borrow=*/true);
   const Manifest& m = *impl->manifest;
   if (m.root->format_major() != h.major)
     open_fail(ErrorCode::kCorruption, file, "manifest and header disagree on the format major version");
@@ -260,7 +263,7 @@ uint16_t Archive::format_minor() const noexcept { return impl_->header.minor; }
 const std::string& Archive::library_version() const noexcept { return impl_->manifest->library_version; }
 int64_t Archive::created_unix_ns() const noexcept { return impl_->manifest->root->created_unix_ns(); }
 const KeyValues& Archive::metadata() const noexcept { return impl_->manifest->metadata; }
-const TreeDef& Archive::treedef() const noexcept { return impl_->manifest->treedef; }
+const TreeDef& Archive::treedef() const noexcept { return impl_->manifest->treedef(); }
 size_t Archive::size() const noexcept { return impl_->manifest->leaves.size(); }
 
 LeafInfo Archive::leaf(size_t index) const {
@@ -280,9 +283,7 @@ LeafInfo Archive::leaf(size_t index) const {
 }
 
 std::optional<size_t> Archive::find(std::string_view key_path) const noexcept {
-  auto it = impl_->manifest->by_path.find(key_path);
-  if (it == impl_->manifest->by_path.end()) return std::nullopt;
-  return it->second;
+  return impl_->manifest->find(key_path);
 }
 
 size_t Archive::index_of(std::string_view key_path) const {
@@ -292,9 +293,9 @@ size_t Archive::index_of(std::string_view key_path) const {
 
 std::vector<size_t> Archive::subtree(std::string_view prefix) const {
   std::vector<size_t> out;
-  const auto& paths = impl_->manifest->key_paths;
-  for (size_t i = 0; i < paths.size(); ++i) {
-    std::string_view p = paths[i];
+  const auto& leaves = impl_->manifest->leaves;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    std::string_view p = leaves[i].key_path;
     if (prefix.empty() || p == prefix ||
         (p.size() > prefix.size() && p.substr(0, prefix.size()) == prefix && p[prefix.size()] == '/'))
       out.push_back(i);

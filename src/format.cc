@@ -14,10 +14,10 @@ void encode_header(const Header& h, std::byte out[kHeaderSize]) {
 }
 
 bool decode_header(std::span<const std::byte> in, Header* h) {
-  if (in.size() < 8 || std::memcmp(in.data(), kMagic.data(), 8) != 0) return false;
-  if (in.size() != kHeaderSize) return false;
+  if (in.size() < 12 || std::memcmp(in.data(), kMagic.data(), 8) != 0) return false;
   h->major = get_u16(in.data() + 8);
   h->minor = get_u16(in.data() + 10);
+  if (in.size() < kHeaderSize) return true;
   h->flags = get_u32(in.data() + 12);
   h->manifest_length = get_u64(in.data() + 16);
   h->manifest_checksum = get_u64(in.data() + 24);

@@ -2,6 +2,7 @@
 // place (format/SPEC.md is the normative text; section names in comments).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,11 @@
 #include <string_view>
 
 namespace treecask::format {
+
+// LMDB stores its pages in host byte order; format v1 is defined for
+// little-endian 64-bit hosts only (SPEC.md "Byte order").
+static_assert(std::endian::native == std::endian::little, "treecask format v1 needs a little-endian host");
+static_assert(sizeof(void*) == 8, "treecask format v1 needs a 64-bit host");
 
 // ---- Versioning (SPEC.md "Versioning") ----
 inline constexpr uint16_t kMajor = 1;
@@ -99,7 +105,9 @@ inline void put_blob_key(std::byte* p, uint32_t id) {
 }
 
 void encode_header(const Header& h, std::byte out[kHeaderSize]);
-// Returns false if the magic is wrong (not an archive); does not check versions.
+// Returns false if the magic is wrong (not an archive). Fills the version
+// from any record of at least 12 bytes; the caller checks the version before
+// the length, so a future major version may lengthen the record.
 bool decode_header(std::span<const std::byte> in, Header* h);
 void encode_blob_header(const BlobHeader& h, std::byte out[kBlobHeaderSize]);
 // Decodes the first kBlobHeaderSize bytes of a blob value of `value_size`

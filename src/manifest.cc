@@ -12,182 +12,289 @@ namespace treecask {
 
 namespace {
 
+using FbStrings = flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>;
+using FbKeyValues = flatbuffers::Vector<flatbuffers::Offset<fb::KeyValue>>;
+
 std::string check_string(std::string_view s, size_t max_bytes, bool allow_empty) {
   if (!allow_empty && s.empty()) return "is empty";
   if (s.size() > max_bytes) return "is longer than " + std::to_string(max_bytes) + " bytes";
+  // Fast path: printable-range ASCII (no NUL, no byte >= 0x80) is valid.
+  bool ascii = true;
+  for (char c : s) ascii &= (static_cast<unsigned char>(c) - 1u) < 0x7fu;
+  if (ascii) return {};
   if (s.find('\0') != std::string_view::npos) return "contains a NUL byte";
   if (!format::valid_utf8(s)) return "is not valid UTF-8";
   return {};
 }
 
-struct Frame {
-  size_t node;        // index of the container node
-  uint32_t next = 0;  // next child to visit
-  size_t path_len;    // components of the path to this node
+std::string_view sv(const flatbuffers::String* s) { return s ? s->string_view() : std::string_view(); }
+
+// ---- one set of rules, two representations ----------------------------------
+// The writer checks the public types (TreeDef, LeafMeta); the reader checks the
+// FlatBuffer in place without allocating. Both go through the templates below,
+// so a rule is written once.
+
+struct DefNodes {  // TreeDef
+  const TreeDef& d;
+  size_t size() const { return d.size(); }
+  uint8_t kind(size_t i) const { return static_cast<uint8_t>(d[i].kind); }
+  uint32_t arity(size_t i) const { return d[i].arity; }
+  std::string_view type_name(size_t i) const { return d[i].type_name; }
+  size_t num_keys(size_t i) const { return d[i].keys.size(); }
+  std::string_view key(size_t i, size_t c) const { return d[i].keys[c]; }
 };
 
-}  // namespace
+struct FbNodes {  // the manifest's nodes
+  const flatbuffers::Vector<flatbuffers::Offset<fb::Node>>& v;
+  const fb::Node* n(size_t i) const { return v.Get(static_cast<flatbuffers::uoffset_t>(i)); }
+  size_t size() const { return v.size(); }
+  uint8_t kind(size_t i) const { return static_cast<uint8_t>(n(i)->kind()); }
+  uint32_t arity(size_t i) const { return n(i)->arity(); }
+  std::string_view type_name(size_t i) const { return sv(n(i)->type_name()); }
+  size_t num_keys(size_t i) const { return n(i)->keys() ? n(i)->keys()->size() : 0; }
+  std::string_view key(size_t i, size_t c) const {
+    return sv(n(i)->keys()->Get(static_cast<flatbuffers::uoffset_t>(c)));
+  }
+};
 
-std::vector<std::string> leaf_key_paths(const TreeDef& def, ErrorCode code,
-                                        const std::string& file) {
-  if (def.empty()) throw Error(code, file, "", "treedef has no nodes (expected at least a root)");
-  if (def.size() > format::kMaxNodes)
-    throw Error(code, file, "", "treedef has more than 2^26 nodes");
-  std::vector<std::string> paths;
-  std::unordered_set<std::string> seen;
-  std::vector<std::string> components;  // escaped components of the current path
-  std::vector<Frame> stack;
-  auto current_path = [&] {
-    std::string s;
-    for (size_t i = 0; i < components.size(); ++i) {
-      if (i) s += '/';
-      s += components[i];
-    }
-    return s;
+void append_escaped(std::string& out, std::string_view component) {
+  bool plain = true;
+  for (char c : component) plain &= (c != '~') & (c != '/');
+  if (plain) {
+    out += component;
+    return;
+  }
+  out += escape_key(component);
+}
+
+// Walks a treedef in pre-order, checking its structure, and calls
+// on_leaf(leaf_index, key_path) for each leaf. `path` is one reused buffer.
+template <class Nodes, class OnLeaf>
+void walk_treedef(const Nodes& nodes, ErrorCode code, const std::string& file, bool distinct_keys,
+                  OnLeaf&& on_leaf) {
+  if (nodes.size() == 0) throw Error(code, file, "", "treedef has no nodes (expected at least a root)");
+  if (nodes.size() > format::kMaxNodes) throw Error(code, file, "", "treedef has more than 2^26 nodes");
+  struct Frame {
+    size_t node;
+    uint32_t next;
+    size_t path_len;
   };
-  size_t i = 0;
-  for (;;) {
-    if (i >= def.size())
-      throw Error(code, file, current_path(), "treedef ends before the tree is complete");
-    const TreeNode& n = def[i];
+  std::vector<Frame> stack;
+  std::string path;
+  size_t leaves = 0;
+  std::unordered_set<std::string_view> keys;
+  for (size_t i = 0;;) {
+    if (i >= nodes.size()) throw Error(code, file, path, "treedef ends before the tree is complete");
     const size_t idx = i++;
     auto bad = [&](const std::string& what) {
-      throw Error(code, file, current_path(),
-                  "treedef node " + std::to_string(idx) + ": " + what);
+      throw Error(code, file, path, "treedef node " + std::to_string(idx) + ": " + what);
     };
-    switch (n.kind) {
+    const auto kind = static_cast<NodeKind>(nodes.kind(idx));
+    const uint32_t arity = nodes.arity(idx);
+    const size_t num_keys = nodes.num_keys(idx);
+    switch (kind) {
       case NodeKind::kLeaf:
       case NodeKind::kNone:
-        if (n.arity != 0 || !n.keys.empty()) bad("a leaf or None node has no children");
-        if (n.kind == NodeKind::kLeaf) {
-          std::string p = current_path();
-          if (p.size() > format::kMaxKeyPathBytes) bad("key path longer than 65536 bytes");
-          if (!seen.insert(p).second) bad("duplicate key path");
-          paths.push_back(std::move(p));
+        if (arity != 0 || num_keys != 0) bad("a leaf or None node has no children");
+        if (kind == NodeKind::kLeaf) {
+          if (path.size() > format::kMaxKeyPathBytes) bad("key path longer than 65536 bytes");
+          on_leaf(leaves++, path);
         }
         break;
       case NodeKind::kDict:
       case NodeKind::kNamedTuple:
       case NodeKind::kDataclass:
-        if (n.keys.size() != n.arity)
-          bad("has " + std::to_string(n.keys.size()) + " keys for " + std::to_string(n.arity) +
-              " children");
-        for (const auto& k : n.keys)
+        if (num_keys != arity)
+          bad("has " + std::to_string(num_keys) + " keys for " + std::to_string(arity) + " children");
+        if (distinct_keys) keys.clear();
+        for (size_t c = 0; c < num_keys; ++c) {
+          std::string_view k = nodes.key(idx, c);
           if (auto why = check_string(k, format::kMaxKeyBytes, false); !why.empty())
-            bad("key '" + k + "' " + why);
+            bad("key '" + std::string(k) + "' " + why);
+          if (distinct_keys && !keys.insert(k).second) bad("duplicate key '" + std::string(k) + "'");
+        }
         break;
       case NodeKind::kList:
       case NodeKind::kTuple:
-        if (!n.keys.empty()) bad("a list or tuple node has no keys");
+        if (num_keys != 0) bad("a list or tuple node has no keys");
         break;
       default:
-        bad("unknown node kind " + std::to_string(static_cast<int>(n.kind)));
+        bad("unknown node kind " + std::to_string(static_cast<int>(kind)));
     }
-    if (auto why = check_string(n.type_name, format::kMaxKeyBytes, true); !why.empty())
+    if (auto why = check_string(nodes.type_name(idx), format::kMaxKeyBytes, true); !why.empty())
       bad("type name " + why);
-    if (n.kind != NodeKind::kLeaf && n.kind != NodeKind::kNone) {
+    if (kind != NodeKind::kLeaf && kind != NodeKind::kNone) {
       if (stack.size() >= format::kMaxDepth) bad("tree deeper than 64 levels");
-      if (n.arity > def.size()) bad("arity larger than the treedef");
-      stack.push_back(Frame{idx, 0, components.size()});
+      if (arity > nodes.size()) bad("arity larger than the treedef");
+      stack.push_back(Frame{idx, 0, path.size()});
     }
     // Descend into the next child, or climb out of finished containers.
     for (;;) {
       if (stack.empty()) {
-        if (i != def.size())
+        if (i != nodes.size())
           throw Error(code, file, "",
-                      "treedef has " + std::to_string(def.size() - i) +
-                          " nodes after the end of the tree");
-        return paths;
+                      "treedef has " + std::to_string(nodes.size() - i) + " nodes after the end of the tree");
+        return;
       }
       Frame& f = stack.back();
-      components.resize(f.path_len);
-      const TreeNode& parent = def[f.node];
-      if (f.next == parent.arity) {
+      path.resize(f.path_len);
+      const auto pk = static_cast<NodeKind>(nodes.kind(f.node));
+      if (f.next == nodes.arity(f.node)) {
         stack.pop_back();
         continue;
       }
       uint32_t c = f.next++;
-      if (parent.kind == NodeKind::kList || parent.kind == NodeKind::kTuple)
-        components.push_back(std::to_string(c));
+      if (stack.size() > 1) path += '/';
+      if (pk == NodeKind::kList || pk == NodeKind::kTuple)
+        path += std::to_string(c);
       else
-        components.push_back(escape_key(parent.keys[c]));
+        append_escaped(path, nodes.key(f.node, c));
       break;
     }
   }
 }
 
-void check_leaf_meta(const LeafMeta& m, ErrorCode code, const std::string& file) {
-  auto bad = [&](const std::string& what) { throw Error(code, file, m.key_path, what); };
-  if (!dtype_valid(static_cast<uint8_t>(m.dtype)))
-    bad("invalid dtype value " + std::to_string(static_cast<int>(m.dtype)));
-  if (m.shape.size() > format::kMaxRank)
-    bad("rank " + std::to_string(m.shape.size()) + " exceeds the limit of 64");
-  for (int64_t d : m.shape)
+struct MetaLeaf {  // LeafMeta
+  const LeafMeta& m;
+  uint8_t value_kind() const { return static_cast<uint8_t>(m.value_kind); }
+  uint8_t dtype() const { return static_cast<uint8_t>(m.dtype); }
+  std::span<const int64_t> shape() const { return m.shape; }
+  size_t num_axes() const { return m.logical_axes.size(); }
+  std::string_view axis(size_t i) const { return m.logical_axes[i]; }
+  bool has_sharding() const { return m.sharding.has_value(); }
+  size_t num_mesh_names() const { return m.sharding->mesh_axis_names.size(); }
+  std::string_view mesh_name(size_t i) const { return m.sharding->mesh_axis_names[i]; }
+  std::span<const int64_t> mesh_sizes() const { return m.sharding->mesh_axis_sizes; }
+  size_t spec_dims() const { return m.sharding->spec.size(); }
+  size_t spec_axes(size_t d) const { return m.sharding->spec[d].size(); }
+  std::string_view spec_axis(size_t d, size_t a) const { return m.sharding->spec[d][a]; }
+  size_t num_meta() const { return m.metadata.size(); }
+  std::string_view meta_key(size_t i) const { return m.metadata[i].first; }
+  std::string_view meta_value(size_t i) const { return m.metadata[i].second; }
+};
+
+template <typename T>
+std::span<const T> span_of(const flatbuffers::Vector<T>* v) {
+  return v ? std::span<const T>(v->data(), v->size()) : std::span<const T>();
+}
+
+struct FbLeaf {  // fb::Leaf, in place
+  const fb::Leaf& l;
+  static uint32_t n(const FbStrings* v) { return v ? v->size() : 0; }
+  static std::string_view at(const FbStrings* v, size_t i) {
+    return sv(v->Get(static_cast<flatbuffers::uoffset_t>(i)));
+  }
+  const fb::Sharding& sh() const { return *l.sharding(); }
+  const fb::Axes* dim(size_t d) const {
+    return sh().spec()->Get(static_cast<flatbuffers::uoffset_t>(d));
+  }
+  uint8_t value_kind() const { return static_cast<uint8_t>(l.value_kind()); }
+  uint8_t dtype() const { return static_cast<uint8_t>(l.dtype()); }
+  std::span<const int64_t> shape() const { return span_of(l.shape()); }
+  size_t num_axes() const { return n(l.logical_axes()); }
+  std::string_view axis(size_t i) const { return at(l.logical_axes(), i); }
+  bool has_sharding() const { return l.sharding() != nullptr; }
+  size_t num_mesh_names() const { return n(sh().mesh_axis_names()); }
+  std::string_view mesh_name(size_t i) const { return at(sh().mesh_axis_names(), i); }
+  std::span<const int64_t> mesh_sizes() const { return span_of(sh().mesh_axis_sizes()); }
+  size_t spec_dims() const { return sh().spec() ? sh().spec()->size() : 0; }
+  size_t spec_axes(size_t d) const { return dim(d) ? n(dim(d)->names()) : 0; }
+  std::string_view spec_axis(size_t d, size_t a) const { return at(dim(d)->names(), a); }
+  size_t num_meta() const { return l.metadata() ? l.metadata()->size() : 0; }
+  const fb::KeyValue* kv(size_t i) const {
+    return l.metadata()->Get(static_cast<flatbuffers::uoffset_t>(i));
+  }
+  std::string_view meta_key(size_t i) const { return sv(kv(i)->key()); }
+  std::string_view meta_value(size_t i) const { return sv(kv(i)->value()); }
+};
+
+template <class L>
+void check_leaf(const L& m, ErrorCode code, const std::string& file, std::string_view key_path) {
+  auto bad = [&](const std::string& what) { throw Error(code, file, std::string(key_path), what); };
+  const uint8_t dtype = m.dtype();
+  if (!dtype_valid(dtype)) bad("invalid dtype value " + std::to_string(dtype));
+  auto shape = m.shape();
+  if (shape.size() > format::kMaxRank)
+    bad("rank " + std::to_string(shape.size()) + " exceeds the limit of 64");
+  for (int64_t d : shape)
     if (d < 0) bad("negative dimension " + std::to_string(d));
-  switch (m.value_kind) {
+  const auto d = static_cast<DType>(dtype);
+  switch (static_cast<ValueKind>(m.value_kind())) {
     case ValueKind::kArray: break;
     case ValueKind::kInt:
-      if (m.dtype != DType::kInt64 || !m.shape.empty()) bad("an int scalar is stored as int64 with shape []");
+      if (d != DType::kInt64 || !shape.empty()) bad("an int scalar is stored as int64 with shape []");
       break;
     case ValueKind::kFloat:
-      if (m.dtype != DType::kFloat64 || !m.shape.empty()) bad("a float scalar is stored as float64 with shape []");
+      if (d != DType::kFloat64 || !shape.empty()) bad("a float scalar is stored as float64 with shape []");
       break;
     case ValueKind::kBool:
-      if (m.dtype != DType::kBool || !m.shape.empty()) bad("a bool scalar is stored as bool with shape []");
+      if (d != DType::kBool || !shape.empty()) bad("a bool scalar is stored as bool with shape []");
       break;
     case ValueKind::kStr:
-      if (m.dtype != DType::kUInt8 || m.shape.size() != 1) bad("a str is stored as uint8 with shape [n]");
+      if (d != DType::kUInt8 || shape.size() != 1) bad("a str is stored as uint8 with shape [n]");
       break;
     default:
-      bad("unknown value kind " + std::to_string(static_cast<int>(m.value_kind)));
+      bad("unknown value kind " + std::to_string(m.value_kind()));
   }
-  if (!m.logical_axes.empty() && m.logical_axes.size() != m.shape.size())
-    bad("has " + std::to_string(m.logical_axes.size()) + " logical axis names for rank " +
-        std::to_string(m.shape.size()));
-  for (const auto& a : m.logical_axes)
-    if (auto why = check_string(a, format::kMaxKeyBytes, true); !why.empty())
+  if (m.num_axes() != 0 && m.num_axes() != shape.size())
+    bad("has " + std::to_string(m.num_axes()) + " logical axis names for rank " + std::to_string(shape.size()));
+  for (size_t i = 0; i < m.num_axes(); ++i)
+    if (auto why = check_string(m.axis(i), format::kMaxKeyBytes, true); !why.empty())
       bad("logical axis name " + why);
-  if (m.sharding) {
-    const Sharding& s = *m.sharding;
-    if (s.mesh_axis_names.size() != s.mesh_axis_sizes.size())
-      bad("sharding has " + std::to_string(s.mesh_axis_names.size()) + " mesh axis names but " +
-          std::to_string(s.mesh_axis_sizes.size()) + " sizes");
-    for (const auto& a : s.mesh_axis_names)
-      if (auto why = check_string(a, format::kMaxKeyBytes, false); !why.empty())
+  if (m.has_sharding()) {
+    auto sizes = m.mesh_sizes();
+    if (m.num_mesh_names() != sizes.size())
+      bad("sharding has " + std::to_string(m.num_mesh_names()) + " mesh axis names but " +
+          std::to_string(sizes.size()) + " sizes");
+    for (size_t i = 0; i < m.num_mesh_names(); ++i)
+      if (auto why = check_string(m.mesh_name(i), format::kMaxKeyBytes, false); !why.empty())
         bad("mesh axis name " + why);
-    for (int64_t sz : s.mesh_axis_sizes)
+    for (int64_t sz : sizes)
       if (sz <= 0) bad("mesh axis size " + std::to_string(sz) + " is not positive");
-    if (s.spec.size() > m.shape.size())
-      bad("PartitionSpec has more entries than the leaf has dimensions");
-    for (const auto& dim : s.spec)
-      for (const auto& a : dim)
-        if (std::find(s.mesh_axis_names.begin(), s.mesh_axis_names.end(), a) ==
-            s.mesh_axis_names.end())
-          bad("PartitionSpec names mesh axis '" + a + "' that the mesh lacks");
+    if (m.spec_dims() > shape.size()) bad("PartitionSpec has more entries than the leaf has dimensions");
+    for (size_t dim = 0; dim < m.spec_dims(); ++dim)
+      for (size_t a = 0; a < m.spec_axes(dim); ++a) {
+        std::string_view axis = m.spec_axis(dim, a);
+        bool known = false;
+        for (size_t i = 0; i < m.num_mesh_names() && !known; ++i) known = m.mesh_name(i) == axis;
+        // An empty mesh means "mesh unknown" (Flax Partitioned without a
+        // mesh): the spec's axis names are then free.
+        if (!known && m.num_mesh_names() != 0)
+          bad("PartitionSpec names mesh axis '" + std::string(axis) + "' that the mesh lacks");
+      }
   }
-  for (const auto& [k, v] : m.metadata) {
-    if (auto why = check_string(k, format::kMaxKeyBytes, false); !why.empty()) bad("metadata key " + why);
-    if (auto why = check_string(v, format::kMaxMetadataBytes, true); !why.empty())
-      bad("metadata value of '" + k + "' " + why);
+  for (size_t i = 0; i < m.num_meta(); ++i) {
+    if (auto why = check_string(m.meta_key(i), format::kMaxKeyBytes, false); !why.empty())
+      bad("metadata key " + why);
+    if (auto why = check_string(m.meta_value(i), format::kMaxMetadataBytes, true); !why.empty())
+      bad("metadata value of '" + std::string(m.meta_key(i)) + "' " + why);
   }
 }
 
-namespace {
-std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+// Archive metadata: the same string rules as leaf metadata.
+template <class KV>
+void check_metadata_entries(const KV& kvs, ErrorCode code, const std::string& file) {
+  for (const auto& [k, v] : kvs) {
+    if (auto why = check_string(k, format::kMaxKeyBytes, false); !why.empty())
+      throw Error(code, file, "", "archive metadata key " + why);
+    if (auto why = check_string(v, format::kMaxMetadataBytes, true); !why.empty())
+      throw Error(code, file, "", "archive metadata value of '" + std::string(k) + "' " + why);
+  }
+}
 
-std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+std::vector<std::string> strings(const FbStrings* v) {
   std::vector<std::string> out;
   if (v) {
     out.reserve(v->size());
-    for (const auto* s : *v) out.push_back(str(s));
+    for (const auto* s : *v) out.emplace_back(sv(s));
   }
   return out;
 }
 
-KeyValues key_values(const flatbuffers::Vector<flatbuffers::Offset<fb::KeyValue>>* v) {
+KeyValues key_values(const FbKeyValues* v) {
   KeyValues out;
   if (v)
-    for (const auto* kv : *v) out.emplace_back(str(kv->key()), str(kv->value()));
+    for (const auto* kv : *v) out.emplace_back(sv(kv->key()), sv(kv->value()));
   return out;
 }
 
@@ -196,16 +303,37 @@ void free_aligned(uint8_t* p) { std::free(p); }
 // The FlatBuffers 2.0 verifier checks the alignment of a vector's length
 // prefix but not that 8-byte elements ([long], [Chunk]) are 8-byte aligned;
 // reading a misaligned one is undefined behaviour. The buffer itself is
-// 64-byte aligned, so the absolute address decides. (Found by fuzzing.)
+// 8-byte aligned, so the absolute address decides. (Found by fuzzing.)
 template <typename V>
 bool elements_aligned(const V* v) {
   return !v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->Data()) % 8 == 0;
 }
+
+uint64_t hash_path(std::string_view p) { return format::xxh3(std::as_bytes(std::span(p)), 0); }
+
 }  // namespace
+
+std::vector<std::string> leaf_key_paths(const TreeDef& def, ErrorCode code, const std::string& file) {
+  std::vector<std::string> paths;
+  std::unordered_set<std::string_view> seen;
+  walk_treedef(DefNodes{def}, code, file, /*distinct_keys=*/true,
+               [&](size_t, const std::string& p) { paths.push_back(p); });
+  for (const auto& p : paths)
+    if (!seen.insert(p).second) throw Error(code, file, p, "duplicate key path");
+  return paths;
+}
+
+void check_leaf_meta(const LeafMeta& m, ErrorCode code, const std::string& file) {
+  check_leaf(MetaLeaf{m}, code, file, m.key_path);
+}
+
+void check_archive_metadata(const KeyValues& metadata, ErrorCode code, const std::string& file) {
+  check_metadata_entries(metadata, code, file);
+}
 
 LeafMeta leaf_meta_of(const fb::Leaf& leaf) {
   LeafMeta m;
-  m.key_path = str(leaf.key_path());
+  m.key_path = std::string(sv(leaf.key_path()));
   m.value_kind = static_cast<ValueKind>(leaf.value_kind());
   m.dtype = static_cast<DType>(leaf.dtype());
   if (leaf.shape()) m.shape.assign(leaf.shape()->begin(), leaf.shape()->end());
@@ -222,101 +350,131 @@ LeafMeta leaf_meta_of(const fb::Leaf& leaf) {
   return m;
 }
 
-std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const std::string& file) {
-  auto corrupt = [&](const std::string& key, const std::string& what) {
-    return Error(ErrorCode::kCorruption, file, key, what);
+std::optional<uint32_t> Manifest::find(std::string_view key_path) const {
+  if (slots.empty()) return std::nullopt;
+  size_t mask = slots.size() - 1;
+  for (size_t s = hash_path(key_path) & mask;; s = (s + 1) & mask) {
+    uint32_t v = slots[s];
+    if (v == 0) return std::nullopt;
+    if (leaves[v - 1].key_path == key_path) return v - 1;
+  }
+}
+
+const TreeDef& Manifest::treedef() const {
+  std::call_once(treedef_once, [&] {
+    const auto& nodes = *root->nodes();
+    treedef_cache.reserve(nodes.size());
+    for (const auto* n : nodes)
+      treedef_cache.push_back(TreeNode{static_cast<NodeKind>(n->kind()), n->arity(),
+                                       std::string(sv(n->type_name())), strings(n->keys())});
+  });
+  return treedef_cache;
+}
+
+std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const std::string& file,
+                                         bool borrow) {
+  auto corrupt = [&](std::string_view key, const std::string& what) {
+    return Error(ErrorCode::kCorruption, file, std::string(key), what);
   };
-  if (bytes.size() > format::kMaxManifestBytes)
-    throw corrupt("", "manifest larger than 256 MiB");
+  if (bytes.size() > format::kMaxManifestBytes) throw corrupt("", "manifest larger than 256 MiB");
   auto m = std::make_unique<Manifest>();
-  size_t cap = format::align_up(std::max<size_t>(bytes.size(), 1), 64);
-  m->buffer = {static_cast<uint8_t*>(std::aligned_alloc(64, cap)), free_aligned};
-  if (!m->buffer) throw Error(ErrorCode::kIo, file, "", "out of memory for the manifest");
-  std::memcpy(m->buffer.get(), bytes.data(), bytes.size());
   m->size = bytes.size();
+  if (borrow && reinterpret_cast<uintptr_t>(bytes.data()) % 8 == 0) {
+    m->data = reinterpret_cast<const uint8_t*>(bytes.data());
+  } else {
+    size_t cap = format::align_up(std::max<size_t>(bytes.size(), 1), 64);
+    m->buffer = {static_cast<uint8_t*>(std::aligned_alloc(64, cap)), free_aligned};
+    if (!m->buffer) throw Error(ErrorCode::kIo, file, "", "out of memory for the manifest");
+    std::memcpy(m->buffer.get(), bytes.data(), bytes.size());
+    m->data = m->buffer.get();
+  }
 
   flatbuffers::Verifier::Options opts;
   opts.max_depth = 16;         // the schema nests at most 5 tables deep
   opts.max_tables = 1u << 27;  // bounded by the 256 MiB manifest anyway
   opts.check_alignment = true;
-  flatbuffers::Verifier verifier(m->buffer.get(), m->size, opts);
+  flatbuffers::Verifier verifier(m->data, m->size, opts);
   if (!fb::VerifyManifestBuffer(verifier))
     throw corrupt("", "manifest fails the FlatBuffers verifier (or lacks identifier TCMF)");
-  const fb::Manifest* root = fb::GetManifest(m->buffer.get());
+  const fb::Manifest* root = fb::GetManifest(m->data);
   m->root = root;
 
-  // Treedef.
-  const auto* nodes = root->nodes();
-  if (!nodes || nodes->size() == 0) throw corrupt("", "manifest has no treedef nodes");
-  if (nodes->size() > format::kMaxNodes) throw corrupt("", "treedef has more than 2^26 nodes");
-  m->treedef.reserve(nodes->size());
-  for (const auto* n : *nodes) {
-    TreeNode t;
-    t.kind = static_cast<NodeKind>(n->kind());
-    t.arity = n->arity();
-    t.type_name = str(n->type_name());
-    t.keys = strings(n->keys());
-    m->treedef.push_back(std::move(t));
-  }
-  m->key_paths = leaf_key_paths(m->treedef, ErrorCode::kCorruption, file);
+  // Archive-level fields.
   m->metadata = key_values(root->metadata());
-  for (const auto& [k, v] : m->metadata)
-    if (!format::valid_utf8(k) || !format::valid_utf8(v))
-      throw corrupt("", "archive metadata is not valid UTF-8");
-  m->library_version = str(root->library_version());
+  check_metadata_entries(m->metadata, ErrorCode::kCorruption, file);
+  m->library_version = std::string(sv(root->library_version()));
+  if (auto why = check_string(m->library_version, format::kMaxKeyBytes, true); !why.empty())
+    throw corrupt("", "library version " + why);
 
   // Blobs.
-  const auto* blobs = root->blobs();
-  if (blobs) {
+  if (const auto* blobs = root->blobs()) {
     m->blob_payload.reserve(blobs->size());
-    for (const auto* b : *blobs) m->blob_payload.push_back(b->payload_length());
+    for (const auto* b : *blobs) {
+      if (b->payload_length() > format::kMaxBlobValue - format::kBlobHeaderSize)
+        throw corrupt("", "blob payload length exceeds the 2 GiB value limit");
+      m->blob_payload.push_back(b->payload_length());
+    }
   }
-  for (uint64_t len : m->blob_payload)
-    if (len > format::kMaxBlobValue - format::kBlobHeaderSize)
-      throw corrupt("", "blob payload length exceeds the 2 GiB value limit");
 
-  // Leaves.
+  // Leaves: count first, so the index can be sized.
+  const auto* nodes = root->nodes();
+  if (!nodes) throw corrupt("", "manifest has no treedef nodes");
   const auto* leaves = root->leaves();
   size_t n_leaves = leaves ? leaves->size() : 0;
-  if (n_leaves != m->key_paths.size())
-    throw corrupt("", "manifest has " + std::to_string(n_leaves) + " leaves but the treedef has " +
-                          std::to_string(m->key_paths.size()));
   if (n_leaves > format::kMaxLeaves) throw corrupt("", "more than 2^24 leaves");
-  struct Extent {
-    uint32_t blob;
-    uint64_t begin, end;
-  };
-  std::vector<Extent> extents;
   m->leaves.resize(n_leaves);
-  m->by_path.reserve(n_leaves);
-  for (size_t li = 0; li < n_leaves; ++li) {
+  size_t cap = 16;
+  while (cap < 2 * n_leaves) cap <<= 1;
+  m->slots.assign(cap, 0);
+  std::vector<uint32_t> blob_chunks(m->blob_payload.size() + 1, 0);
+
+  // Treedef: structure, and every leaf's key path against the one stored.
+  walk_treedef(FbNodes{*nodes}, ErrorCode::kCorruption, file, /*distinct_keys=*/false,
+               [&](size_t li, const std::string& path) {
+    if (li >= n_leaves)
+      throw corrupt(path, "the treedef has more leaves than the manifest's " + std::to_string(n_leaves));
     const fb::Leaf* leaf = leaves->Get(static_cast<flatbuffers::uoffset_t>(li));
-    const std::string& path = m->key_paths[li];
-    auto bad = [&](const std::string& what) { return corrupt(path, what); };
+    std::string_view stored = sv(leaf->key_path());
+    if (stored != path)
+      throw corrupt(path, "leaf " + std::to_string(li) + " has key path '" + std::string(stored) +
+                              "' but the treedef gives '" + path + "'");
+    LeafRecord& r = m->leaves[li];
+    r.fb = leaf;
+    r.key_path = stored;
+    size_t mask = m->slots.size() - 1;
+    for (size_t s = hash_path(stored) & mask;; s = (s + 1) & mask) {
+      if (m->slots[s] == 0) {
+        m->slots[s] = static_cast<uint32_t>(li + 1);
+        break;
+      }
+      if (m->leaves[m->slots[s] - 1].key_path == stored) throw corrupt(path, "duplicate key path");
+    }
+  });
+  for (size_t li = 0; li < n_leaves; ++li)
+    if (!m->leaves[li].fb)
+      throw corrupt("", "manifest has " + std::to_string(n_leaves) + " leaves but the treedef has " +
+                            std::to_string(li));
+
+  // Each leaf: description, then its chunks.
+  for (size_t li = 0; li < n_leaves; ++li) {
+    LeafRecord& r = m->leaves[li];
+    const fb::Leaf* leaf = r.fb;
+    auto bad = [&](const std::string& what) { return corrupt(r.key_path, what); };
     if (!elements_aligned(leaf->shape()) || !elements_aligned(leaf->chunks()) ||
         (leaf->sharding() && !elements_aligned(leaf->sharding()->mesh_axis_sizes())))
       throw bad("a vector of 8-byte elements is not 8-byte aligned");
-    if (leaf->key_path()->string_view() != path)
-      throw bad("leaf " + std::to_string(li) + " has key path '" + leaf->key_path()->str() +
-                "' but the treedef gives '" + path + "'");
-    if (!dtype_valid(static_cast<uint8_t>(leaf->dtype())))
-      throw bad("invalid dtype value " + std::to_string(static_cast<int>(leaf->dtype())));
-    LeafMeta meta = leaf_meta_of(*leaf);
-    check_leaf_meta(meta, ErrorCode::kCorruption, file);
+    check_leaf(FbLeaf{*leaf}, ErrorCode::kCorruption, file, r.key_path);
+    r.dtype = static_cast<DType>(leaf->dtype());
     uint64_t expect;
     try {
-      expect = byte_length_for(meta.dtype, meta.shape);
+      expect = byte_length_for(r.dtype, span_of(leaf->shape()));
     } catch (const Error& e) {
       throw bad(e.message());
     }
-    LeafRecord& r = m->leaves[li];
-    r.fb = leaf;
-    r.dtype = meta.dtype;
     r.byte_length = leaf->byte_length();
     if (r.byte_length != expect)
       throw bad("byte length " + std::to_string(r.byte_length) + " does not match " +
-                std::string(dtype_name(meta.dtype)) + " x shape (" + std::to_string(expect) +
-                " bytes)");
+                std::string(dtype_name(r.dtype)) + " x shape (" + std::to_string(expect) + " bytes)");
     uint8_t codec = static_cast<uint8_t>(leaf->codec());
     if (codec > 1) throw bad("unknown codec " + std::to_string(codec));
     r.codec = static_cast<Codec>(codec);
@@ -326,10 +484,8 @@ std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const
     if (r.byte_length == 0) {
       if (n_chunks != 0) throw bad("an empty leaf has chunks");
     } else {
-      if (r.chunk_size < format::kMinChunkSize || r.chunk_size > format::kMaxChunkSize ||
-          r.chunk_size % 64 != 0)
-        throw bad("chunk size " + std::to_string(r.chunk_size) +
-                  " is not a multiple of 64 in [4096, 64 MiB]");
+      if (r.chunk_size < format::kMinChunkSize || r.chunk_size > format::kMaxChunkSize || r.chunk_size % 64 != 0)
+        throw bad("chunk size " + std::to_string(r.chunk_size) + " is not a multiple of 64 in [4096, 64 MiB]");
       uint64_t want = (r.byte_length + r.chunk_size - 1) / r.chunk_size;
       if (n_chunks != want)
         throw bad("has " + std::to_string(n_chunks) + " chunks, expected " + std::to_string(want));
@@ -339,58 +495,61 @@ std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const
     for (uint64_t ci = 0; ci < n_chunks; ++ci) {
       const fb::Chunk* c = r.chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
       uint64_t raw = std::min(r.chunk_size, r.byte_length - ci * r.chunk_size);
-      std::string at = "chunk " + std::to_string(ci) + ": ";
-      if (c->blob() >= m->blob_payload.size()) throw bad(at + "names a blob that does not exist");
-      if (c->flags() & ~format::kChunkFlagsMask) throw bad(at + "reserved flag bits are set");
+      auto chunk_bad = [&](const std::string& what) { return bad("chunk " + std::to_string(ci) + ": " + what); };
+      if (c->blob() >= m->blob_payload.size()) throw chunk_bad("names a blob that does not exist");
+      if (c->flags() & ~format::kChunkFlagsMask) throw chunk_bad("reserved flag bits are set");
       bool stored_raw = r.codec == Codec::kNone || (c->flags() & format::kChunkStoredRaw);
-      if (r.codec == Codec::kNone && c->flags() != 0) throw bad(at + "flags set on a raw leaf");
+      if (r.codec == Codec::kNone && c->flags() != 0) throw chunk_bad("flags set on a raw leaf");
       if (stored_raw) {
         if (c->stored_size() != raw)
-          throw bad(at + "stored size " + std::to_string(c->stored_size()) + " != raw size " +
-                    std::to_string(raw));
-      } else if (c->stored_size() == 0 ||
-                 c->stored_size() > codec::lz4_bound(raw)) {
-        throw bad(at + "LZ4 stored size " + std::to_string(c->stored_size()) + " out of range");
+          throw chunk_bad("stored size " + std::to_string(c->stored_size()) + " != raw size " + std::to_string(raw));
+      } else if (c->stored_size() == 0 || c->stored_size() > codec::lz4_bound(raw)) {
+        throw chunk_bad("LZ4 stored size " + std::to_string(c->stored_size()) + " out of range");
       }
       uint64_t payload = m->blob_payload[c->blob()];
       if (c->offset() > payload || c->stored_size() > payload - c->offset())
-        throw bad(at + "extends past the end of blob " + std::to_string(c->blob()));
-      bool new_part = c->blob() != prev_blob;
-      if (new_part) {
-        if (c->offset() % format::kAlignment != 0)
-          throw bad(at + "a part does not start 64-byte aligned");
+        throw chunk_bad("extends past the end of blob " + std::to_string(c->blob()));
+      if (c->blob() != prev_blob) {
+        if (c->offset() % format::kAlignment != 0) throw chunk_bad("a part does not start 64-byte aligned");
         ++r.num_parts;
       } else if (r.codec == Codec::kNone && c->offset() != prev_end) {
-        throw bad(at + "raw chunks of one part are not contiguous");
+        throw chunk_bad("raw chunks of one part are not contiguous");
       }
       prev_blob = c->blob();
       prev_end = c->offset() + c->stored_size();
       r.stored_bytes += c->stored_size();
-      extents.push_back({c->blob(), c->offset(), prev_end});
+      ++blob_chunks[c->blob() + 1];
     }
-    auto [it, inserted] = m->by_path.emplace(std::string_view(m->key_paths[li]), uint32_t(li));
-    (void)it;
-    if (!inserted) throw bad("duplicate key path");
   }
 
-  // Coverage: chunks tile each blob with no overlap; gaps are padding < 64 bytes.
-  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) {
-    return a.blob != b.blob ? a.blob < b.blob : a.begin < b.begin;
-  });
-  size_t e = 0;
+  // Coverage: chunks tile each blob with no overlap; gaps are padding < 64
+  // bytes. Extents are bucketed by blob (counting sort); a bucket is sorted
+  // only if the writer did not already emit it in order.
+  for (size_t b = 1; b < blob_chunks.size(); ++b) blob_chunks[b] += blob_chunks[b - 1];
+  struct Extent {
+    uint64_t begin, end;
+  };
+  std::vector<Extent> extents(blob_chunks.back());
+  {
+    std::vector<uint32_t> fill(blob_chunks.begin(), blob_chunks.end() - 1);
+    for (const auto& r : m->leaves)
+      for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
+        const fb::Chunk* c = r.chunks->Get(ci);
+        extents[fill[c->blob()]++] = {c->offset(), c->offset() + c->stored_size()};
+      }
+  }
   for (uint32_t b = 0; b < m->blob_payload.size(); ++b) {
+    auto first = extents.begin() + blob_chunks[b], last = extents.begin() + blob_chunks[b + 1];
+    auto by_begin = [](const Extent& x, const Extent& y) { return x.begin < y.begin; };
+    if (!std::is_sorted(first, last, by_begin)) std::sort(first, last, by_begin);
+    if (first == last && m->blob_payload[b] != 0) throw corrupt("", "blob " + std::to_string(b) + " holds no chunk");
     uint64_t pos = 0;
-    bool any = false;
-    for (; e < extents.size() && extents[e].blob == b; ++e) {
-      const Extent& x = extents[e];
-      if (x.begin < pos) throw corrupt("", "chunks overlap in blob " + std::to_string(b));
-      if (x.begin - pos >= format::kAlignment)
-        throw corrupt("", "blob " + std::to_string(b) + " has a hole of " +
-                              std::to_string(x.begin - pos) + " bytes");
-      pos = x.end;
-      any = true;
+    for (auto x = first; x != last; ++x) {
+      if (x->begin < pos) throw corrupt("", "chunks overlap in blob " + std::to_string(b));
+      if (x->begin - pos >= format::kAlignment)
+        throw corrupt("", "blob " + std::to_string(b) + " has a hole of " + std::to_string(x->begin - pos) + " bytes");
+      pos = x->end;
     }
-    if (!any && m->blob_payload[b] != 0) throw corrupt("", "blob " + std::to_string(b) + " holds no chunk");
     if (m->blob_payload[b] - pos >= format::kAlignment)
       throw corrupt("", "blob " + std::to_string(b) + " has unreferenced bytes at its end");
   }

@@ -5,10 +5,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "treecask/error.h"
@@ -20,8 +21,8 @@ namespace treecask {
 // Checks a treedef (node kinds, arity, keys, depth, that it is exactly one
 // tree) and returns the canonical key path of every leaf in pre-order. Key
 // components must be non-empty valid UTF-8 without NUL of at most
-// kMaxKeyBytes, and key paths unique. Violations throw Error(`code`) naming
-// `file` and the key path reached.
+// kMaxKeyBytes, distinct within their node, and key paths unique. Violations
+// throw Error(`code`) naming `file` and the key path reached.
 std::vector<std::string> leaf_key_paths(const TreeDef& treedef, ErrorCode code,
                                         const std::string& file);
 
@@ -29,8 +30,12 @@ std::vector<std::string> leaf_key_paths(const TreeDef& treedef, ErrorCode code,
 // logical axes, sharding, metadata strings). Throws Error(`code`).
 void check_leaf_meta(const LeafMeta& meta, ErrorCode code, const std::string& file);
 
+// Rejects archive-level metadata SPEC.md forbids. Throws Error(`code`).
+void check_archive_metadata(const KeyValues& metadata, ErrorCode code, const std::string& file);
+
 struct LeafRecord {
   const fb::Leaf* fb = nullptr;
+  std::string_view key_path;  // into the manifest buffer
   uint64_t byte_length = 0;
   uint64_t chunk_size = 0;
   uint64_t stored_bytes = 0;
@@ -42,23 +47,33 @@ struct LeafRecord {
 };
 
 struct Manifest {
-  std::unique_ptr<uint8_t[], void (*)(uint8_t*)> buffer{nullptr, nullptr};  // 64-aligned copy
+  std::unique_ptr<uint8_t[], void (*)(uint8_t*)> buffer{nullptr, nullptr};  // aligned copy, or null
+  const uint8_t* data = nullptr;  // the verified FlatBuffer (buffer, or borrowed bytes)
   size_t size = 0;
   const fb::Manifest* root = nullptr;
-  TreeDef treedef;
   KeyValues metadata;
   std::string library_version;
-  std::vector<std::string> key_paths;
   std::vector<LeafRecord> leaves;
   std::vector<uint64_t> blob_payload;  // payload length per blob id
-  std::unordered_map<std::string_view, uint32_t> by_path;
+
+  // Leaf index by canonical key path (open addressing over XXH3 of the path).
+  std::optional<uint32_t> find(std::string_view key_path) const;
+  // The treedef as public types, built on first use.
+  const TreeDef& treedef() const;
+
+  std::vector<uint32_t> slots;  // leaf index + 1; 0 = empty
+  mutable std::once_flag treedef_once;
+  mutable TreeDef treedef_cache;
 };
 
-// Copies `bytes` into an aligned buffer, runs the FlatBuffers verifier and
-// every semantic check of SPEC.md "Reader checks", and builds the index.
-// Throws Error(kCorruption) naming `file` and the leaf where there is one.
-std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes,
-                                         const std::string& file);
+// Runs the FlatBuffers verifier over `bytes` and every semantic check of
+// SPEC.md "Reader checks", and builds the index. With `borrow`, bytes that
+// are 8-byte aligned are used in place and must outlive the Manifest;
+// otherwise they are copied into an aligned buffer. Cost: linear in the
+// manifest, with no allocation per leaf. Throws Error(kCorruption) naming
+// `file` and the leaf where there is one.
+std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const std::string& file,
+                                         bool borrow = false);
 
 // Reads FlatBuffers strings into the public types.
 LeafMeta leaf_meta_of(const fb::Leaf& leaf);

@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,6 +95,32 @@ void fsync_path(const std::filesystem::path& p, bool directory, const std::strin
   ::close(fd);
   errno = saved;
   if (rc != 0) io_error(file, "fsync");
+}
+
+// Renames the finished temporary onto `path`. Without overwrite the rename
+// itself refuses an existing file (renameat2 RENAME_NOREPLACE, or link() where
+// the file system lacks it), so a file created meanwhile is never replaced.
+void publish(const std::filesystem::path& tmp, const std::filesystem::path& path, bool overwrite,
+             const std::string& file) {
+  if (overwrite) {
+    if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(file, "rename into place");
+    return;
+  }
+  if (::syscall(SYS_renameat2, AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0)
+    return;
+  if (errno == EINVAL || errno == ENOSYS) {
+    if (::link(tmp.c_str(), path.c_str()) == 0) {
+      ::unlink(tmp.c_str());
+      return;
+    }
+    if (errno == EPERM || errno == ENOTSUP) {  // no hard links either: best effort
+      if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(file, "rename into place");
+      return;
+    }
+  }
+  if (errno == EEXIST)
+    throw Error(ErrorCode::kAlreadyExists, file, "", "file appeared while saving (pass overwrite to replace it)");
+  io_error(file, "rename into place");
 }
 
 class BlobWriter {
@@ -376,10 +404,9 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     throw Error(ErrorCode::kInvalidArgument, file, "",
                 "chunk_size must be a multiple of 64 in [4096, 64 MiB], got " +
                     std::to_string(opt.chunk_size));
-  if (opt.max_part_bytes < opt.chunk_size || opt.max_part_bytes % opt.chunk_size != 0 ||
-      opt.max_part_bytes > format::kRawPartBytes)
+  if (opt.max_part_bytes < opt.chunk_size || opt.max_part_bytes > format::kRawPartBytes)
     throw Error(ErrorCode::kInvalidArgument, file, "",
-                "max_part_bytes must be a multiple of chunk_size and at most 1 GiB");
+                "max_part_bytes must be at least chunk_size and at most 1 GiB");
   std::vector<std::string> paths = leaf_key_paths(treedef, ErrorCode::kInvalidArgument, file);
   if (paths.size() != leaves.size())
     throw Error(ErrorCode::kInvalidArgument, file, "",
@@ -413,14 +440,11 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
   }
   if (leaves.size() > format::kMaxLeaves)
     throw Error(ErrorCode::kInvalidArgument, file, "", "more than 2^24 leaves");
-  for (const auto& [k, v] : opt.metadata)
-    if (k.empty() || !format::valid_utf8(k) || !format::valid_utf8(v) ||
-        k.find('\0') != std::string::npos)
-      throw Error(ErrorCode::kInvalidArgument, file, "", "archive metadata must be non-empty UTF-8 keys and UTF-8 values");
+  check_archive_metadata(opt.metadata, ErrorCode::kInvalidArgument, file);
 
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !opt.overwrite)
-    throw Error(ErrorCode::kAlreadyExists, file, "", "file exists (pass overwrite to replace it)");
+    throw Error(ErrorCode::kAlreadyExists, file, "", "file exists (save with overwrite to replace it)");
   remove_stale_temps(path);
 
   // ---- the temporary file ----
@@ -496,6 +520,10 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     w.flush_pack();
 
     std::vector<uint8_t> manifest = build_manifest(treedef, leaves, paths, w.out, blobs.payloads(), opt);
+    if (manifest.size() > format::kMaxManifestBytes)
+      throw Error(ErrorCode::kInvalidArgument, file, "",
+                  "the manifest would be " + std::to_string(manifest.size()) +
+                      " bytes, over the 256 MiB limit (SPEC.md \"Limits\"): raise chunk_size");
     format::Header h;
     h.manifest_length = manifest.size();
     h.manifest_checksum = format::xxh3(std::as_bytes(std::span(manifest)), 0);
@@ -510,7 +538,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     env.close();
     if (::truncate(tmp.c_str(), static_cast<off_t>(used)) != 0) io_error(file, "truncate");
     if (opt.durable) fsync_path(tmp, false, file);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(file, "rename into place");
+    publish(tmp, path, opt.overwrite, file);
     if (opt.durable) fsync_path(path.parent_path().empty() ? "." : path.parent_path(), true, file);
 
     stats.file_bytes = used;

@@ -14,8 +14,8 @@ namespace treecask {
 
 // How the writer encodes a leaf (SPEC.md "Codecs").
 enum class Compression : uint8_t {
-  kAuto = 0,  // LZ4 where it pays: the first chunk is probed and the leaf is
-              // kept raw (zero-copy readable) when LZ4 saves < 10% of it
+  kAuto = 0,  // LZ4 where it pays: samples of the leaf are compressed and the
+              // leaf is kept raw (zero-copy readable) when LZ4 saves < 10%
   kNone = 1,  // always raw
   kLZ4 = 2,   // always LZ4; a chunk LZ4 cannot shrink is stored raw
 };
@@ -36,11 +36,12 @@ struct SaveOptions {
   // A multiple of 64 in [4096, 64 MiB] (SPEC.md "Limits").
   uint64_t chunk_size = uint64_t{1} << 20;
   // Largest raw leaf piece stored as one LMDB value, i.e. one zero-copy part
-  // (SPEC.md "Large leaves"). A multiple of chunk_size, at most 1 GiB so
-  // that no value approaches LMDB's 2 GiB single-write limit.
+  // (SPEC.md "Large leaves"), rounded down to a multiple of chunk_size; in
+  // [chunk_size, 1 GiB] so that no value approaches LMDB's 2 GiB write limit.
   uint64_t max_part_bytes = uint64_t{1} << 30;
   unsigned threads = 0;     // compression/hashing threads; 0 = all cores
-  bool overwrite = false;   // replace an existing file at `path`
+  bool overwrite = false;   // replace an existing file at `path` (else the
+                            // final rename refuses to replace one atomically)
   bool durable = true;      // fsync the file and its directory before returning
   KeyValues metadata;       // archive-level user key-values
   // Called from the saving thread with (bytes done, bytes total) of leaf data.

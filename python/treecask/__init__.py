@@ -1,0 +1,79 @@
+"""treecask: single-file checkpoint archives for NumPy / JAX pytrees.
+
+One archive is one file (an LMDB environment with a FlatBuffers manifest):
+atomic to write, checksummed per chunk, memory-mapped and zero-copy to read,
+with the tree's structure, node types and box metadata (Flax partition names,
+NNX sharding, Penzai axis names) kept next to the tensors.
+
+    import treecask
+    treecask.save("ckpt.cask", {"params": params, "opt_state": opt_state, "step": 10})
+    state = treecask.load("ckpt.cask", like=abstract_state)        # exact types back
+    enc = treecask.load("ckpt.cask", subtree="params/encoder")      # reads only that part
+    with treecask.open("ckpt.cask") as a:
+        w = a["params/encoder/w"]                                   # zero-copy view
+
+See docs/python.md.
+"""
+
+from . import _core
+from ._archive import (
+    Archive,
+    LeafInfo,
+    SaveStats,
+    ShardingInfo,
+    TreeNode,
+    load,
+    open,
+    save,
+)
+from .errors import (
+    AlreadyExistsError,
+    ChecksumError,
+    CorruptionError,
+    Error,
+    InvalidArgumentError,
+    IoError,
+    KeyNotFoundError,
+    NotAnArchiveError,
+    NotFoundError,
+    ShapeError,
+    StructureError,
+    UnsupportedError,
+    VersionError,
+)
+
+__version__ = "0.1.0"
+#: Highest archive format version this build writes and reads.
+FORMAT_VERSION = (_core.FORMAT_MAJOR, _core.FORMAT_MINOR)
+
+
+def library_version() -> str:
+    """Version of the C++ library compiled into the extension."""
+    return _core.library_version()
+
+
+__all__ = [
+    "Archive",
+    "LeafInfo",
+    "SaveStats",
+    "ShardingInfo",
+    "TreeNode",
+    "save",
+    "load",
+    "open",
+    "library_version",
+    "FORMAT_VERSION",
+    "Error",
+    "NotFoundError",
+    "NotAnArchiveError",
+    "VersionError",
+    "CorruptionError",
+    "ChecksumError",
+    "KeyNotFoundError",
+    "InvalidArgumentError",
+    "ShapeError",
+    "IoError",
+    "AlreadyExistsError",
+    "UnsupportedError",
+    "StructureError",
+]

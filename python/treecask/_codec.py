@@ -1,0 +1,124 @@
+"""One leaf <-> its LeafMeta and bytes."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from . import _dtypes
+from . import _jaxutil as J
+from ._boxes import Extras
+from .errors import InvalidArgumentError
+
+# ValueKind values (include/treecask/types.h).
+ARRAY, INT, FLOAT, BOOL, STR = range(5)
+VALUE_KIND_NAMES = ("array", "int", "float", "bool", "str")
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _host_array(x: Any, key_path: str) -> np.ndarray:
+    """A NumPy array with the data of a jax.Array (gathering its shards)."""
+    if not getattr(x, "is_fully_addressable", True):
+        raise InvalidArgumentError(
+            "the array is not fully addressable from this process (multi-host); "
+            "gather it first (jax.experimental.multihost_utils.process_allgather)",
+            key_path=key_path,
+        )
+    return np.asarray(x)
+
+
+def encode(key_path: str, x: Any, extras: Optional[Extras]) -> Tuple[Dict[str, Any], np.ndarray]:
+    """(meta dict for _core.save, uint8 bytes) of one data leaf."""
+    metadata: Dict[str, str] = dict(extras.metadata) if extras is not None else {}
+    sharding_src = None
+    if isinstance(x, bool):
+        kind, arr = BOOL, np.array(x, np.bool_)
+    elif isinstance(x, int):
+        if not _INT64_MIN <= x <= _INT64_MAX:
+            raise InvalidArgumentError(f"int {x} does not fit in int64", key_path=key_path)
+        kind, arr = INT, np.array(x, np.int64)
+    elif isinstance(x, float):
+        kind, arr = FLOAT, np.array(x, np.float64)
+    elif isinstance(x, complex):
+        kind, arr = ARRAY, np.array(x, np.complex128)
+    elif isinstance(x, str):
+        try:
+            raw = x.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgumentError(f"string is not valid Unicode: {e}", key_path=key_path) from None
+        kind, arr = STR, np.frombuffer(raw, np.uint8)
+    elif J.is_shape_dtype_struct(x):
+        raise InvalidArgumentError("a jax.ShapeDtypeStruct has no data to save", key_path=key_path)
+    elif J.is_jax_array(x):
+        kind = ARRAY
+        sharding_src = x
+        if J.is_prng_dtype(x.dtype):
+            import jax
+
+            metadata[J.KEY_IMPL_META] = J.key_impl_name(x)
+            arr = _host_array(jax.random.key_data(x), key_path)
+        else:
+            arr = _host_array(x, key_path)
+    else:
+        kind = ARRAY
+        arr = np.asarray(x)
+    if arr.dtype == object or arr.dtype.kind in "USOMm":
+        raise InvalidArgumentError(f"dtype {arr.dtype} cannot be saved", key_path=key_path)
+    name = _dtypes.to_name(arr.dtype, key_path=key_path)
+    data = _dtypes.as_bytes(arr, name)
+
+    logical = list(extras.logical_axes) if extras is not None and extras.logical_axes is not None else []
+    if logical and len(logical) != arr.ndim:
+        logical = []
+    sharding = _sharding(extras, sharding_src, arr.ndim)
+    meta = {
+        "key_path": key_path,
+        "value_kind": kind,
+        "dtype": name,
+        "shape": [int(d) for d in arr.shape],
+        "logical_axes": logical,
+        "sharding": sharding,
+        "metadata": sorted(metadata.items()),
+    }
+    return meta, data
+
+
+def _sharding(extras: Optional[Extras], arr: Any, rank: int):
+    spec = extras.spec if extras is not None else None
+    mesh = extras.mesh if extras is not None else None
+    actual = J.sharding_of_array(arr) if arr is not None else None
+    if actual is not None:
+        if mesh is None:
+            mesh = (actual[0], actual[1])
+        if spec is None:
+            spec = actual[2]
+    if spec is None and mesh is None:
+        return None
+    spec = list(spec or [])[:rank]
+    if mesh is None:
+        # The format requires every spec axis to be a mesh axis; without a mesh
+        # the names stay in the box's own leaf metadata only.
+        if any(spec):
+            return None
+        mesh = ([], [])
+    names, sizes = mesh
+    if any(a not in names for dim in spec for a in dim):
+        return None
+    return (list(names), [int(s) for s in sizes], [list(d) for d in spec])
+
+
+def to_value(info: Dict[str, Any], arr: np.ndarray) -> Any:
+    """The Python value of a leaf from its array (as read): scalars and strings
+    for the scalar value kinds, the array itself otherwise."""
+    kind = info["value_kind"]
+    if kind == STR:
+        return bytes(np.asarray(arr, np.uint8)).decode("utf-8")
+    if kind == INT:
+        return int(arr[()])
+    if kind == FLOAT:
+        return float(arr[()])
+    if kind == BOOL:
+        return bool(arr[()])
+    return arr

@@ -1,0 +1,149 @@
+"""Optional-JAX helpers. Nothing here imports jax unless jax is already
+imported by the program or the caller asks for a jax result."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, List, Optional, Sequence, Tuple
+
+KEY_IMPL_META = "treecask.jax.key_impl"
+
+
+def jax_loaded():
+    """The jax module if the program has imported it, else None."""
+    return sys.modules.get("jax")
+
+
+def import_jax():
+    try:
+        import jax
+
+        return jax
+    except ImportError:
+        return None
+
+
+def is_jax_array(x: Any) -> bool:
+    jax = jax_loaded()
+    return jax is not None and isinstance(x, jax.Array)
+
+
+def is_shape_dtype_struct(x: Any) -> bool:
+    jax = jax_loaded()
+    return jax is not None and isinstance(x, jax.ShapeDtypeStruct)
+
+
+def is_prng_dtype(dtype: Any) -> bool:
+    jax = jax_loaded()
+    if jax is None:
+        return False
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+    except Exception:
+        return False
+
+
+def key_impl_name(x: Any) -> str:
+    jax = jax_loaded()
+    return str(jax.random.key_impl(x))
+
+
+def wrap_key(data, impl: str):
+    jax = import_jax()
+    return jax.random.wrap_key_data(data, impl=impl)
+
+
+# ---- sharding <-> (mesh names, mesh sizes, spec) -----------------------------
+
+
+def spec_to_lists(spec: Sequence[Any]) -> Optional[List[List[str]]]:
+    """PartitionSpec-like entries (None, str, tuple of str) -> lists of axis names."""
+    out: List[List[str]] = []
+    for e in spec:
+        if e is None:
+            out.append([])
+        elif isinstance(e, str):
+            out.append([e])
+        elif isinstance(e, (tuple, list)) and all(isinstance(a, str) for a in e):
+            out.append(list(e))
+        else:
+            return None  # UNCONSTRAINED or something we do not model
+    return out
+
+
+def lists_to_spec(spec: Sequence[Sequence[str]]) -> Tuple[Any, ...]:
+    out = []
+    for e in spec:
+        if len(e) == 0:
+            out.append(None)
+        elif len(e) == 1:
+            out.append(e[0])
+        else:
+            out.append(tuple(e))
+    return tuple(out)
+
+
+def mesh_to_lists(mesh: Any) -> Optional[Tuple[List[str], List[int]]]:
+    if mesh is None:
+        return None
+    try:
+        shape = dict(mesh.shape)
+        names = [str(n) for n in mesh.axis_names]
+        return names, [int(shape[n]) for n in mesh.axis_names]
+    except Exception:
+        return None
+
+
+def sharding_of_array(x: Any) -> Optional[Tuple[List[str], List[int], List[List[str]]]]:
+    """(mesh names, mesh sizes, spec) of a jax.Array / ShapeDtypeStruct with a NamedSharding."""
+    jax = jax_loaded()
+    if jax is None:
+        return None
+    s = getattr(x, "sharding", None)
+    if not isinstance(s, jax.sharding.NamedSharding):
+        return None
+    m = mesh_to_lists(s.mesh)
+    spec = spec_to_lists(tuple(s.spec))
+    if m is None or spec is None:
+        return None
+    return m[0], m[1], spec
+
+
+def abstract_mesh(names: Sequence[str], sizes: Sequence[int]):
+    """A jax.sharding.AbstractMesh with these axes (no devices needed)."""
+    jax = import_jax()
+    AM = jax.sharding.AbstractMesh
+    try:
+        return AM(tuple(int(s) for s in sizes), tuple(names))
+    except TypeError:  # older signature: tuple of (name, size) pairs
+        return AM(tuple(zip(names, sizes)))
+
+
+def concrete_sharding(s: Any) -> Any:
+    """A sharding that can hold data: NamedShardings over an AbstractMesh are
+    moved onto the current concrete mesh (jax.set_mesh) or, when the device
+    count matches, onto jax.make_mesh of the same shape; otherwise None."""
+    jax = import_jax()
+    if s is None or not isinstance(s, jax.sharding.NamedSharding):
+        return s
+    mesh = s.mesh
+    if not isinstance(mesh, jax.sharding.AbstractMesh):
+        return s
+    names = tuple(mesh.axis_names)
+    sizes = tuple(dict(mesh.shape)[n] for n in names)
+    cur = None
+    try:
+        cur = jax.sharding.get_mesh()
+    except Exception:
+        cur = None
+    if cur is not None and not isinstance(cur, jax.sharding.AbstractMesh) and not getattr(cur, "empty", False):
+        if tuple(cur.axis_names) == names and tuple(dict(cur.shape)[n] for n in names) == sizes:
+            return jax.sharding.NamedSharding(cur, s.spec)
+    if math.prod(sizes) == jax.device_count():
+        try:
+            m = jax.make_mesh(sizes, names, axis_types=tuple(mesh.axis_types))
+        except TypeError:
+            m = jax.make_mesh(sizes, names)
+        return jax.sharding.NamedSharding(m, s.spec)
+    return None

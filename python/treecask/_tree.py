@@ -1,0 +1,341 @@
+"""Python pytrees <-> treecask treedefs.
+
+``build(tree)`` turns any pytree into a ``PNode`` tree that knows, for every
+node, its treedef kind, type name, child keys and how to rebuild the node with
+new children (used to restore into a template). Node kinds:
+
+* ``None`` -> None node;
+* known boxes (``_boxes``) -> Dataclass nodes whose leaf carries the box's static metadata;
+* ``dict`` -> Dict (keys sorted like ``jax.tree_util``; non-str keys stored as ``str(key)``);
+* ``list`` -> List, ``tuple`` -> Tuple, namedtuples -> NamedTuple(type name, fields);
+* other nodes registered with ``jax.tree_util`` (when jax is imported) -> their
+  keys decide: attribute names -> Dataclass(type name, names), dict keys -> Dict,
+  sequence indices -> List/Tuple, flattened indices -> Dataclass with "0", "1", ...;
+* arrays, Python scalars and strings -> leaves ("data" leaves);
+* functions and other callables -> "static" leaves: saved as None, restored from ``like``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _boxes
+from . import _jaxutil as J
+from .errors import InvalidArgumentError
+
+# NodeKind values (include/treecask/types.h; fixed by the format).
+LEAF, NONE, DICT, LIST, TUPLE, NAMEDTUPLE, DATACLASS = range(7)
+KIND_NAMES = ("leaf", "none", "dict", "list", "tuple", "namedtuple", "dataclass")
+
+# What a leaf holds.
+DATA, STATIC = "data", "static"
+
+
+def escape_key(component: str) -> str:
+    return component.replace("~", "~0").replace("/", "~1")
+
+
+def unescape_key(component: str) -> str:
+    return component.replace("~1", "/").replace("~0", "~")
+
+
+def join_path(components: Sequence[str]) -> str:
+    return "/".join(escape_key(c) for c in components)
+
+
+def split_path(path: str) -> List[str]:
+    if path == "":
+        return []
+    return [unescape_key(c) for c in path.split("/")]
+
+
+@dataclass
+class PNode:
+    kind: int
+    type_name: str = ""
+    keys: List[str] = field(default_factory=list)
+    children: List["PNode"] = field(default_factory=list)
+    obj: Any = None
+    # LEAF: DATA or STATIC; inner nodes: how to rebuild with new children.
+    leaf_kind: str = DATA
+    rebuild: Optional[Callable[[List[Any]], Any]] = None
+    box: Optional[_boxes.Box] = None
+    extras: Optional[_boxes.Extras] = None  # merged box metadata (leaves only)
+
+
+def is_data_leaf(x: Any) -> bool:
+    """Arrays, array templates, Python scalars and strings."""
+    if isinstance(x, (bool, int, float, complex, str, np.ndarray, np.generic)):
+        return True
+    if J.is_jax_array(x) or J.is_shape_dtype_struct(x):
+        return True
+    return False
+
+
+def _is_namedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def _sorted_keys(d: dict) -> List[Any]:
+    try:
+        return sorted(d.keys())
+    except TypeError:
+        return list(d.keys())
+
+
+def _key_component(k: Any) -> str:
+    jtu = sys.modules.get("jax.tree_util")
+    if jtu is not None:
+        if isinstance(k, jtu.DictKey):
+            return str(k.key)
+        if isinstance(k, jtu.SequenceKey):
+            return str(k.idx)
+        if isinstance(k, jtu.GetAttrKey):
+            return k.name
+        if isinstance(k, jtu.FlattenedIndexKey):
+            return str(k.key)
+    return str(k)
+
+
+def _jax_one_level(obj: Any):
+    """(key entries, children, treedef) of one level of a jax pytree node, or
+    None when `obj` is a jax leaf (or jax is not imported)."""
+    jax = J.jax_loaded()
+    if jax is None:
+        return None
+    jtu = jax.tree_util
+    try:
+        pairs, tdef = jtu.tree_flatten_with_path(obj, is_leaf=lambda y: y is not obj)
+    except Exception:
+        return None
+    if jtu.treedef_is_leaf(tdef) and len(pairs) == 1 and pairs[0][1] is obj:
+        return None
+    keys = [p[0] if len(p) else None for p, _ in pairs]
+    children = [c for _, c in pairs]
+    return keys, children, tdef
+
+
+def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extras] = None,
+          strict: bool = True) -> PNode:
+    """The PNode tree of `tree`. With strict=True an object that is neither a
+    node, a data leaf nor a callable raises InvalidArgumentError naming its key path."""
+    obj = tree
+    if obj is None:
+        return PNode(NONE, obj=None, rebuild=lambda ch: None)
+
+    box = _boxes.match(obj)
+    if box is not None:
+        ex = box.extras(obj)
+        inner = ex if extras is None else extras.merged(ex)
+        fields = box.fields(obj)
+        children = [build(c, path=path + (n,), extras=inner, strict=strict) for n, c in fields]
+        jv = _jax_one_level(obj)
+
+        def rebuild_box(ch, _obj=obj, _box=box, _jv=jv):
+            out = _box.rebuild_like(_obj, ch)
+            if out is None:
+                out = _jv[2].unflatten(ch)
+            return out
+
+        return PNode(DATACLASS, _boxes.qualname(obj), [n for n, _ in fields], children, obj,
+                     rebuild=rebuild_box, box=box)
+
+    if is_data_leaf(obj):
+        return PNode(LEAF, obj=obj, leaf_kind=DATA, extras=extras)
+
+    t = type(obj)
+    if t is dict:
+        keys = _sorted_keys(obj)
+        children = [build(obj[k], path=path + (str(k),), extras=None, strict=strict) for k in keys]
+
+        def rebuild_dict(ch, _obj=obj, _keys=keys):
+            new = dict(zip(_keys, ch))
+            return {k: new[k] for k in _obj}  # the template's own key order
+
+        return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_dict)
+    if t is list:
+        children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
+        return PNode(LIST, "", [], children, obj, rebuild=lambda ch: list(ch))
+    if t is tuple:
+        children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
+        return PNode(TUPLE, "", [], children, obj, rebuild=lambda ch: tuple(ch))
+    if _is_namedtuple(obj):
+        names = [str(f) for f in type(obj)._fields]
+        children = [build(c, path=path + (n,), strict=strict) for n, c in zip(names, obj)]
+        return PNode(NAMEDTUPLE, _boxes.qualname(obj), names, children, obj,
+                     rebuild=lambda ch, _t=type(obj): _t(*ch))
+    jv = _jax_one_level(obj)
+    if jv is not None:
+        keys, ch_objs, tdef = jv
+        comps = [_key_component(k) for k in keys]
+        children = [build(c, path=path + (n,), strict=strict) for n, c in zip(comps, ch_objs)]
+        jtu = sys.modules["jax.tree_util"]
+        if keys and all(isinstance(k, jtu.DictKey) for k in keys):
+            kind, names = DICT, comps
+        elif keys and all(isinstance(k, jtu.SequenceKey) for k in keys):
+            kind, names = (LIST if isinstance(obj, list) else TUPLE), []
+        else:
+            kind, names = DATACLASS, comps
+        return PNode(kind, _boxes.qualname(obj) if kind == DATACLASS else "", names, children, obj,
+                     rebuild=lambda ch, _t=tdef: _t.unflatten(ch))
+
+    # dict / list / tuple subclasses that jax does not know: their base kind.
+    if isinstance(obj, dict):
+        keys = _sorted_keys(obj)
+        children = [build(obj[k], path=path + (str(k),), strict=strict) for k in keys]
+
+        def rebuild_mapping(ch, _obj=obj, _keys=keys):
+            new = dict(zip(_keys, ch))
+            try:
+                return type(_obj)((k, new[k]) for k in _obj)
+            except Exception:
+                return {k: new[k] for k in _obj}
+
+        return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_mapping)
+    if isinstance(obj, (list, tuple)):
+        children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
+        kind = LIST if isinstance(obj, list) else TUPLE
+
+        def rebuild_seq(ch, _t=type(obj), _kind=kind):
+            try:
+                return _t(ch)
+            except Exception:
+                return list(ch) if _kind == LIST else tuple(ch)
+
+        return PNode(kind, "", [], children, obj, rebuild=rebuild_seq)
+
+    if callable(obj) or not strict:
+        return PNode(LEAF, obj=obj, leaf_kind=STATIC)
+    raise InvalidArgumentError(
+        f"cannot save a leaf of type {_boxes.qualname(obj)}: leaves must be arrays, Python "
+        "scalars, strings or None (filter the tree first, e.g. eqx.filter(tree, eqx.is_array))",
+        key_path=join_path(path),
+    )
+
+
+def iter_leaves(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], PNode]]:
+    """(components, leaf PNode) of every LEAF node in pre-order (data and static)."""
+    if node.kind == LEAF:
+        yield path, node
+        return
+    names = node.keys if node.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(node.children))]
+    for n, c in zip(names, node.children):
+        yield from iter_leaves(c, path + (n,))
+
+
+def box_components(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], Tuple[bool, ...]]]:
+    """For each LEAF: its components and, per component, whether it is the field of a box."""
+    def rec(n: PNode, comps, flags):
+        if n.kind == LEAF:
+            yield comps, flags
+            return
+        names = n.keys if n.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(n.children))]
+        isbox = n.box is not None
+        for name, c in zip(names, n.children):
+            yield from rec(c, comps + (name,), flags + (isbox,))
+    yield from rec(node, path, ())
+
+
+def to_treedef(root: PNode) -> Tuple[list, List[Tuple[str, PNode]]]:
+    """(treedef nodes in pre-order, [(key path, data leaf PNode)]). Static
+    leaves become None nodes."""
+    nodes: list = []
+    leaves: List[Tuple[str, PNode]] = []
+
+    def rec(n: PNode, comps: Tuple[str, ...]):
+        if n.kind == LEAF:
+            if n.leaf_kind == STATIC:
+                nodes.append((NONE, 0, "", []))
+            else:
+                nodes.append((LEAF, 0, "", []))
+                leaves.append((join_path(comps), n))
+            return
+        if n.kind == NONE:
+            nodes.append((NONE, 0, "", []))
+            return
+        keys = list(n.keys) if n.kind in (DICT, NAMEDTUPLE, DATACLASS) else []
+        nodes.append((n.kind, len(n.children), n.type_name, keys))
+        names = keys if keys or n.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(n.children))]
+        for name, c in zip(names, n.children):
+            rec(c, comps + (name,))
+
+    rec(root, ())
+    return nodes, leaves
+
+
+def rebuild(node: PNode, leaf_value: Callable[[Tuple[str, ...], PNode], Any],
+            path: Tuple[str, ...] = ()) -> Any:
+    """`node`'s object with every LEAF replaced by leaf_value(components, leaf)."""
+    if node.kind == LEAF:
+        return leaf_value(path, node)
+    if node.kind == NONE:
+        return None
+    names = node.keys if node.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(node.children))]
+    ch = [rebuild(c, leaf_value, path + (n,)) for n, c in zip(names, node.children)]
+    return node.rebuild(ch)
+
+
+# ---- archive treedefs ---------------------------------------------------------
+
+
+@dataclass
+class TNode:
+    """One node of a treedef read from a file, with its place in the tree."""
+
+    index: int
+    kind: int
+    arity: int
+    type_name: str
+    keys: List[str]
+    path: Tuple[str, ...]
+    first_leaf: int  # leaf index of the first leaf at or under this node
+    num_leaves: int
+    children: List["TNode"] = field(default_factory=list)
+
+
+def index_treedef(raw: Sequence[Tuple[int, int, str, List[str]]]) -> Optional[TNode]:
+    """The TNode tree of a pre-order treedef (None for an empty treedef)."""
+    if not raw:
+        return None
+    pos = 0
+    leaf = 0
+
+    def rec(path):
+        nonlocal pos, leaf
+        kind, arity, type_name, keys = raw[pos]
+        node = TNode(pos, kind, arity, type_name, list(keys), path, leaf, 0)
+        pos += 1
+        if kind == LEAF:
+            leaf += 1
+            node.num_leaves = 1
+            return node
+        names = list(keys) if kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(arity)]
+        for i in range(arity):
+            node.children.append(rec(path + (names[i],)))
+        node.num_leaves = leaf - node.first_leaf
+        return node
+
+    return rec(())
+
+
+def find_node(root: Optional[TNode], comps: Sequence[str]) -> Optional[TNode]:
+    node = root
+    for c in comps:
+        if node is None or node.kind in (LEAF, NONE):
+            return None
+        names = node.keys if node.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(node.arity)]
+        try:
+            node = node.children[names.index(c)]
+        except ValueError:
+            return None
+    return node
+
+
+def child_names(node: TNode) -> List[str]:
+    if node.kind in (DICT, NAMEDTUPLE, DATACLASS):
+        return node.keys
+    return [str(i) for i in range(node.arity)]

@@ -1,0 +1,181 @@
+"""treecask's exception classes.
+
+Every failure in the package raises a subclass of :class:`Error`. The classes
+map 1:1 onto the C++ ``treecask::ErrorCode`` values (``include/treecask/error.h``);
+:class:`StructureError` is the one Python-only class (a tree that does not
+match what was expected). Each class also derives from the closest built-in
+exception, so ``except FileNotFoundError`` or ``except KeyError`` keep working.
+
+Every instance carries:
+
+* ``code`` -- the C++ error code (``int``), or ``None`` for :class:`StructureError`;
+* ``code_name`` -- its human name, e.g. ``"corruption"``;
+* ``file`` -- the archive concerned (``""`` when none);
+* ``key_path`` -- the leaf's key path (``""`` when the error is not about one leaf);
+* ``message`` -- what was expected.
+
+``str(error)`` is ``"<file>: <key_path>: <code name>: <message>"``, the same
+text as the C++ ``Error::what()``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = [
+    "Error",
+    "NotFoundError",
+    "NotAnArchiveError",
+    "VersionError",
+    "CorruptionError",
+    "ChecksumError",
+    "KeyNotFoundError",
+    "InvalidArgumentError",
+    "ShapeError",
+    "IoError",
+    "AlreadyExistsError",
+    "UnsupportedError",
+    "StructureError",
+]
+
+
+def _format(file: str, key_path: str, code_name: str, message: str) -> str:
+    parts = [file if file else "<no file>"]
+    if key_path:
+        parts.append(key_path)
+    parts.append(code_name)
+    parts.append(message)
+    return ": ".join(parts)
+
+
+class Error(Exception):
+    """Base class of every treecask error."""
+
+    code: Optional[int] = None
+    code_name: str = "error"
+
+    def __init__(self, message: str, *, file: str = "", key_path: str = "", what: Optional[str] = None):
+        self.message = message
+        self.file = str(file) if file else ""
+        self.key_path = key_path or ""
+        self._what = what if what is not None else _format(self.file, self.key_path, self.code_name, message)
+        super().__init__(self._what)
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() its argument
+        return self._what
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.message, self.file, self.key_path, self._what))
+
+
+def _rebuild(cls, message, file, key_path, what):
+    return cls(message, file=file, key_path=key_path, what=what)
+
+
+class NotFoundError(Error, FileNotFoundError):
+    """The file does not exist (C++ ``kNotFound``)."""
+
+    code = 1
+    code_name = "not found"
+
+
+class NotAnArchiveError(Error, ValueError):
+    """The file exists but is not a treecask archive (``kNotAnArchive``)."""
+
+    code = 2
+    code_name = "not an archive"
+
+
+class VersionError(Error):
+    """The archive uses a format major version this library cannot read (``kUnsupportedVersion``)."""
+
+    code = 3
+    code_name = "unsupported version"
+
+
+class CorruptionError(Error):
+    """The archive's structure is damaged or violates the spec (``kCorruption``)."""
+
+    code = 4
+    code_name = "corruption"
+
+
+class ChecksumError(CorruptionError):
+    """Stored bytes do not match their XXH3 checksum (``kChecksumMismatch``)."""
+
+    code = 5
+    code_name = "checksum mismatch"
+
+
+class KeyNotFoundError(Error, KeyError):
+    """No leaf or subtree with this key path (``kKeyNotFound``)."""
+
+    code = 6
+    code_name = "key not found"
+
+
+class InvalidArgumentError(Error, ValueError, TypeError):
+    """The caller passed something the format forbids (``kInvalidArgument``)."""
+
+    code = 7
+    code_name = "invalid argument"
+
+
+class ShapeError(Error, ValueError):
+    """A dtype, shape or byte length disagrees with what was expected (``kShapeMismatch``)."""
+
+    code = 8
+    code_name = "shape mismatch"
+
+
+class IoError(Error, OSError):
+    """The operating system refused (open, write, fsync, rename...) (``kIo``)."""
+
+    code = 9
+    code_name = "I/O error"
+
+
+class AlreadyExistsError(Error, FileExistsError):
+    """``save`` without ``overwrite=True`` onto an existing path (``kAlreadyExists``)."""
+
+    code = 10
+    code_name = "already exists"
+
+
+class UnsupportedError(Error):
+    """A valid request the reader cannot serve this way (``kUnsupported``)."""
+
+    code = 11
+    code_name = "unsupported"
+
+
+class StructureError(Error, ValueError):
+    """The checkpoint's tree does not match the template (``like``): a missing
+    or extra leaf, or a node of another kind. Python-only (no C++ code)."""
+
+    code = None
+    code_name = "structure mismatch"
+
+
+_BY_CODE = {
+    cls.code: cls
+    for cls in (
+        NotFoundError,
+        NotAnArchiveError,
+        VersionError,
+        CorruptionError,
+        ChecksumError,
+        KeyNotFoundError,
+        InvalidArgumentError,
+        ShapeError,
+        IoError,
+        AlreadyExistsError,
+        UnsupportedError,
+    )
+}
+
+
+def _from_core(code: int, code_name: str, file: str, key_path: str, message: str, what: str) -> Error:
+    """Called by the C++ exception translator: the instance for one treecask::Error."""
+    cls = _BY_CODE.get(code, Error)
+    return cls(message, file=file, key_path=key_path, what=what)

@@ -1,0 +1,64 @@
+"""Shared fixtures. JAX gets 8 CPU devices (set before any jax import) so the
+sharded-restore tests run on one machine."""
+
+import os
+
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in _flags:
+    os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Hypothesis' files go under the ignored .cache/, not into the source tree.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".cache", "hypothesis"))
+
+import pathlib  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+
+@pytest.fixture
+def cask(tmp_path) -> pathlib.Path:
+    """A path for one archive in a fresh directory."""
+    return tmp_path / "ckpt.cask"
+
+
+def mapping_of(addr: int):
+    """(start, end, file offset, path) of the /proc/self/maps entry holding `addr`, or None."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= addr < hi:
+                path = parts[5].strip() if len(parts) > 5 else ""
+                return lo, hi, int(parts[2], 16), path
+    return None
+
+
+def data_address(arr: np.ndarray) -> int:
+    return arr.__array_interface__["data"][0]
+
+
+def file_offset_of(arr: np.ndarray, path) -> int:
+    """Byte offset in `path` of a zero-copy view's first byte."""
+    m = mapping_of(data_address(arr))
+    assert m is not None and os.path.realpath(m[3]) == os.path.realpath(path), m
+    return data_address(arr) - m[0] + m[2]
+
+
+def bits(x) -> np.ndarray:
+    """The bytes of an array (bit-exact comparison, NaN-safe)."""
+    return np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+
+
+def trees_equal(a, b) -> bool:
+    """Structure-and-value equality of nested dict/list/tuple trees of arrays and scalars."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(trees_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(trees_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or hasattr(a, "__array__") and not isinstance(a, (str, bytes)):
+        a2, b2 = np.asarray(a), np.asarray(b)
+        return a2.dtype == b2.dtype and a2.shape == b2.shape and np.array_equal(bits(a2), bits(b2))
+    return type(a) is type(b) and (a == b or (a != a and b != b))

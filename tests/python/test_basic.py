@@ -1,0 +1,407 @@
+"""Round trips, dtypes, containers, errors: NumPy only (no jax needed)."""
+
+import collections
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import treecask
+from conftest import bits, trees_equal
+
+DTYPES = [
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "float8_e4m3fn", "float8_e5m2", "int4", "uint4",
+]
+
+
+def np_dtype(name):
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
+
+
+def sample(name, shape, rng):
+    dt = np_dtype(name)
+    n = int(np.prod(shape))
+    if name == "bool":
+        return rng.integers(0, 2, n).astype(bool).reshape(shape)
+    if name == "int4":
+        return rng.integers(-8, 8, n).astype(dt).reshape(shape)
+    if name == "uint4":
+        return rng.integers(0, 16, n).astype(dt).reshape(shape)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True).reshape(shape)
+    if dt.kind == "c":
+        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dt).reshape(shape)
+    return rng.standard_normal(n).astype(dt).reshape(shape)
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_every_dtype_round_trips(cask, name):
+    rng = np.random.default_rng(0)
+    tree = {s: sample(name, shape, rng) for s, shape in
+            [("scalar", ()), ("empty", (0,)), ("odd", (7,)), ("matrix", (3, 5))]}
+    treecask.save(cask, tree, durable=False)
+    back = treecask.load(cask)
+    assert trees_equal(back, tree)
+    with treecask.open(cask) as a:
+        info = a.info("matrix")
+        assert info.dtype == np_dtype(name) and info.dtype_name == name and info.shape == (3, 5)
+        assert info.byte_length == (15 + 1) // 2 if name in ("int4", "uint4") else 15 * np_dtype(name).itemsize
+        assert np.array_equal(bits(a["matrix"]), bits(tree["matrix"]))
+        assert np.array_equal(bits(a.read("odd")), bits(tree["odd"]))
+
+
+def test_int4_is_packed_two_per_byte_low_nibble_first(cask):
+    x = np.array([1, -2, 3], dtype=ml_dtypes.int4)
+    treecask.save(cask, x, durable=False, compression="none")
+    with treecask.open(cask) as a:
+        info = a.info("")
+        assert info.byte_length == 2
+        raw = a._c().view(0)  # the file's bytes
+        assert list(raw) == [0x1 | (0xE << 4), 0x3]
+        assert np.array_equal(a[""].astype(np.int8), [1, -2, 3])
+
+
+def test_python_scalars_strings_and_none(cask):
+    tree = {"i": 3, "big": -(2**63), "f": 0.25, "b": True, "c": 1 + 2j, "s": "héllo/wörld", "e": "",
+            "n": None, "np": np.float32(1.5)}
+    treecask.save(cask, tree, durable=False)
+    back = treecask.load(cask)
+    for k in ("i", "big", "f", "b", "s", "e", "n"):
+        assert type(back[k]) is type(tree[k]) and back[k] == tree[k]
+    assert back["c"] == tree["c"] and back["np"].dtype == np.float32
+    with treecask.open(cask) as a:
+        assert a.info("i").value_kind == "int" and a.info("i").dtype_name == "int64"
+        assert a.info("s").value_kind == "str" and a.info("s").dtype_name == "uint8"
+        assert bytes(a["s"]).decode() == "héllo/wörld"
+        assert "n" not in a and [n.kind for n in a.treedef].count("none") == 1
+
+
+def test_containers_and_namedtuples(cask):
+    Point = collections.namedtuple("Point", "x y")
+    tree = {"list": [np.ones(2), (np.zeros(1), 2)], "pt": Point(np.arange(3), None), "empty": {}, "t": ()}
+    treecask.save(cask, tree, durable=False)
+    with treecask.open(cask) as a:
+        assert a.keys() == ["list/0", "list/1/0", "list/1/1", "pt/x"]
+        kinds = {n.kind: n for n in a.treedef}
+        assert kinds["namedtuple"].type_name.endswith("Point") and kinds["namedtuple"].keys == ("x", "y")
+    plain = treecask.load(cask)
+    assert plain["pt"].keys() == {"x", "y"} and plain["pt"]["y"] is None  # no like: a dict
+    assert isinstance(plain["list"][1], tuple) and plain["empty"] == {} and plain["t"] == ()
+    back = treecask.load(cask, like=tree)
+    assert type(back["pt"]) is Point and np.array_equal(back["pt"].x, np.arange(3))
+
+
+def test_key_paths_are_escaped(cask):
+    tree = {"a/b": np.ones(1), "c~d": {"e": np.zeros(1)}, "0": [np.ones(2)]}
+    treecask.save(cask, tree, durable=False)
+    with treecask.open(cask) as a:
+        assert sorted(a.keys()) == ["0/0", "a~1b", "c~0d/e"]
+        assert np.array_equal(a["a~1b"], np.ones(1))
+    assert trees_equal(treecask.load(cask), tree)
+    assert trees_equal(treecask.load(cask, subtree="c~0d"), {"e": np.zeros(1)})
+
+
+def test_archive_metadata_and_facts(cask):
+    stats = treecask.save(cask, {"w": np.ones(4, np.float32)}, metadata={"step": "10", "run": "x"},
+                          durable=False)
+    assert stats.num_leaves == 1 and stats.raw_bytes == 16 and stats.file_bytes == os.path.getsize(cask)
+    with treecask.open(cask) as a:
+        assert a.metadata == {"step": "10", "run": "x"}
+        assert a.format_version == treecask.FORMAT_VERSION
+        assert a.library_version == treecask.library_version()
+        assert a.file_size == os.path.getsize(cask) and len(a) == 1 and list(a) == ["w"]
+        assert a.created_unix_ns > 0
+    with pytest.raises(treecask.InvalidArgumentError):
+        treecask.save(cask, {}, metadata={"k": 1}, overwrite=True)
+
+
+def test_lz4_leaves_are_read_into_fresh_arrays(cask):
+    x = np.zeros((512, 512), np.float32)
+    x[::7] = 1.0
+    treecask.save(cask, {"x": x, "noise": np.random.default_rng(0).standard_normal(4096)},
+                  compression="auto", durable=False)
+    with treecask.open(cask) as a:
+        assert a.info("x").codec == "lz4" and a.info("x").stored_bytes < x.nbytes // 4
+        assert not a.info("x").zero_copy
+        assert a.info("noise").codec == "none" and a.info("noise").zero_copy
+        v = a["x"]
+        assert not v.flags.writeable and np.array_equal(v, x)
+        assert np.array_equal(a.read_rows("x", 100, 300), x[100:300])
+    treecask.save(cask, {"x": x}, compression="lz4", overwrite=True, durable=False)
+    assert treecask.open(cask).info("x").codec == "lz4"
+    treecask.save(cask, {"x": x}, compression="none", overwrite=True, durable=False)
+    assert treecask.open(cask).info("x").codec == "none"
+    with pytest.raises(treecask.InvalidArgumentError):
+        treecask.save(cask, {"x": x}, compression="zstd", overwrite=True)
+
+
+def test_multi_chunk_multi_part_leaf(cask):
+    x = np.random.default_rng(1).standard_normal((100, 1000)).astype(np.float32)  # 400 KB
+    treecask.save(cask, {"x": x}, compression="none", chunk_size=4096, max_part_bytes=64 * 4096,
+                  durable=False)
+    with treecask.open(cask) as a:
+        info = a.info("x")
+        assert info.num_chunks == -(-x.nbytes // 4096) and info.num_parts == 2
+        assert not info.zero_copy
+        assert np.array_equal(a["x"], x)
+        assert np.array_equal(a.read_rows("x", 63, 67), x[63:67])  # across the part boundary
+        assert np.array_equal(a.read_rows("x", 5, 5), x[5:5])
+        with pytest.raises(treecask.InvalidArgumentError):
+            a.read_rows("x", 50, 101)
+    assert np.array_equal(treecask.load(cask)["x"], x)
+
+
+def test_views_stay_valid_after_close(cask):
+    x = np.arange(1000, dtype=np.int64)
+    treecask.save(cask, {"x": x}, compression="none", durable=False)
+    a = treecask.open(cask)
+    v = a["x"]
+    a.close()
+    assert a.closed
+    del a
+    assert np.array_equal(v, x)
+    with pytest.raises(ValueError):
+        v[0] = 1  # read-only
+
+
+def test_closed_archive_raises(cask):
+    treecask.save(cask, {"x": np.ones(1)}, durable=False)
+    with treecask.open(cask) as a:
+        pass
+    with pytest.raises(treecask.Error):
+        a["x"]
+
+
+# ---- errors -------------------------------------------------------------------------
+
+
+def test_not_found_and_already_exists(cask):
+    with pytest.raises(treecask.NotFoundError) as e:
+        treecask.load(cask)
+    assert isinstance(e.value, FileNotFoundError) and e.value.file == str(cask)
+    assert e.value.code == 1 and str(cask) in str(e.value)
+    treecask.save(cask, {"x": np.ones(1)}, durable=False)
+    with pytest.raises(treecask.AlreadyExistsError) as e:
+        treecask.save(cask, {"x": np.ones(2)})
+    assert isinstance(e.value, FileExistsError)
+    treecask.save(cask, {"x": np.ones(2)}, overwrite=True, durable=False)
+    assert treecask.load(cask)["x"].shape == (2,)
+    assert not [p for p in os.listdir(cask.parent) if ".tmp." in p]
+
+
+def test_not_an_archive(tmp_path):
+    p = tmp_path / "junk.cask"
+    p.write_bytes(b"PK\x03\x04" + bytes(range(256)) * 64)
+    with pytest.raises(treecask.NotAnArchiveError) as e:
+        treecask.open(p)
+    assert e.value.file == str(p)
+
+
+def test_truncated_file_is_corruption(cask, tmp_path):
+    treecask.save(cask, {"x": np.random.default_rng(0).standard_normal(100000)}, durable=False)
+    data = cask.read_bytes()
+    bad = tmp_path / "cut.cask"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises((treecask.CorruptionError, treecask.NotAnArchiveError)):
+        treecask.load(bad)
+
+
+def test_flipped_byte_is_a_checksum_error(cask, tmp_path):
+    from conftest import file_offset_of
+
+    x = np.random.default_rng(0).standard_normal(50000)
+    treecask.save(cask, {"x": x, "y": np.ones(10)}, compression="none", durable=False)
+    with treecask.open(cask) as a:
+        off = file_offset_of(a["x"], cask) + 12345
+    data = bytearray(cask.read_bytes())
+    data[off] ^= 0x40
+    bad = tmp_path / "bad.cask"
+    bad.write_bytes(bytes(data))
+    with treecask.open(bad) as a:
+        errs = a.verify()
+        assert len(errs) == 1 and isinstance(errs[0], treecask.ChecksumError)
+        assert errs[0].key_path == "x" and errs[0].file == str(bad)
+        with pytest.raises(treecask.ChecksumError) as e:
+            a["x"]
+        assert isinstance(e.value, treecask.CorruptionError) and e.value.key_path == "x"
+        assert np.array_equal(a["y"], np.ones(10))  # other leaves still readable
+    with pytest.raises(treecask.ChecksumError):
+        treecask.load(bad)
+    assert treecask.load(bad, subtree="y").shape == (10,)
+    with treecask.open(bad, verify_checksums=False) as a:
+        assert a["x"][0] == x[0]  # trusted fast path reads without checking
+    with treecask.open(cask) as a:
+        assert a.verify() == []
+
+
+def test_bad_leaves_name_their_key_path(cask):
+    with pytest.raises(treecask.InvalidArgumentError) as e:
+        treecask.save(cask, {"a": {"b": object()}})
+    assert e.value.key_path == "a/b" and e.value.file == str(cask)
+    with pytest.raises(treecask.InvalidArgumentError) as e:
+        treecask.save(cask, {"n": 2**70})
+    assert e.value.key_path == "n"
+    with pytest.raises(treecask.InvalidArgumentError) as e:
+        treecask.save(cask, {"s": np.array(["x"])})
+    assert e.value.key_path == "s"
+    with pytest.raises(treecask.InvalidArgumentError):
+        treecask.save(cask, {"": np.ones(1)})  # empty key
+    assert not cask.exists()
+
+
+def test_key_not_found(cask):
+    treecask.save(cask, {"a": {"b": np.ones(1)}}, durable=False)
+    with treecask.open(cask) as a:
+        with pytest.raises(treecask.KeyNotFoundError) as e:
+            a["a/c"]
+        assert isinstance(e.value, KeyError) and e.value.key_path == "a/c" and "a/c" in str(e.value)
+        assert "a/b" in a and "a/c" not in a and "a" not in a
+    with pytest.raises(treecask.KeyNotFoundError) as e:
+        treecask.load(cask, subtree="a/x")
+    assert e.value.key_path == "a/x"
+
+
+def test_errors_pickle_and_keep_attributes():
+    e = treecask.ShapeError("bad", file="f.cask", key_path="a/b")
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is treecask.ShapeError and e2.file == "f.cask" and e2.key_path == "a/b"
+    assert str(e2) == "f.cask: a/b: shape mismatch: bad"
+    assert issubclass(treecask.ChecksumError, treecask.CorruptionError)
+    for cls in (treecask.NotFoundError, treecask.StructureError, treecask.VersionError, treecask.IoError):
+        assert issubclass(cls, treecask.Error)
+
+
+# ---- templates (like) without jax ------------------------------------------------------
+
+
+def test_like_restores_types_and_checks_shapes(cask):
+    Point = collections.namedtuple("Point", "x y")
+    tree = {"p": Point(np.arange(3.0), 7), "s": "name", "f": 1.5}
+    treecask.save(cask, tree, durable=False)
+    like = {"p": Point(np.zeros(3), 0), "s": "", "f": 0.0}
+    back = treecask.load(cask, like=like)
+    assert type(back["p"]) is Point and back["p"].y == 7 and back["s"] == "name" and back["f"] == 1.5
+    with pytest.raises(treecask.ShapeError) as e:
+        treecask.load(cask, like={"p": Point(np.zeros(4), 0)})
+    assert e.value.key_path == "p/x" and "float64[4]" in str(e.value) and "float64[3]" in str(e.value)
+    with pytest.raises(treecask.ShapeError) as e:
+        treecask.load(cask, like={"p": Point(np.zeros(3, np.float32), 0)})
+    assert e.value.key_path == "p/x"
+    with pytest.raises(treecask.ShapeError):
+        treecask.load(cask, like={"s": 3})
+
+
+def test_like_missing_and_extra(cask):
+    treecask.save(cask, {"a": np.ones(2), "b": np.zeros(2)}, durable=False)
+    with pytest.raises(treecask.StructureError) as e:
+        treecask.load(cask, like={"a": np.ones(2), "c": np.ones(3)})
+    assert e.value.key_path == "c" and e.value.file == str(cask)
+    back = treecask.load(cask, like={"a": np.zeros(2), "c": np.full(3, 5.0)}, missing="from_like")
+    assert np.array_equal(back["a"], np.ones(2)) and np.array_equal(back["c"], np.full(3, 5.0))
+    assert treecask.load(cask, like={"a": np.zeros(2)}).keys() == {"a"}  # extra ignored
+    with pytest.raises(treecask.StructureError) as e:
+        treecask.load(cask, like={"a": np.zeros(2)}, extra="error")
+    assert e.value.key_path == "b"
+    with pytest.raises(treecask.InvalidArgumentError):
+        treecask.load(cask, like={"a": np.zeros(2)}, missing="zero")
+
+
+# ---- property test ------------------------------------------------------------------------
+
+_leaf = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.text(max_size=8),
+    st.none(),
+    st.builds(lambda name, n, seed: sample(name, (n,), np.random.default_rng(seed)),
+              st.sampled_from(DTYPES), st.integers(0, 9), st.integers(0, 99)),
+)
+_key = st.text(min_size=1, max_size=6).filter(lambda s: "\x00" not in s)
+_tree = st.recursive(
+    _leaf,
+    lambda kids: st.one_of(st.lists(kids, max_size=4), st.lists(kids, max_size=3).map(tuple),
+                           st.dictionaries(_key, kids, max_size=4)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=_tree)
+def test_random_trees_round_trip(tmp_path, tree):
+    p = tmp_path / "h.cask"
+    treecask.save(p, tree, overwrite=True, durable=False)
+    assert trees_equal(treecask.load(p), tree)
+    assert trees_equal(treecask.load(p, like=tree), tree)
+
+
+def test_works_without_jax(tmp_path):
+    """With jax unimportable, dict/list/tuple/namedtuple trees still round-trip."""
+    code = textwrap.dedent(f"""
+        import sys, collections
+        sys.modules["jax"] = None
+        import numpy as np, treecask
+        P = collections.namedtuple("P", "a b")
+        t = {{"x": [np.arange(3), (1.5, "s")], "p": P(np.ones(2), None)}}
+        treecask.save({str(tmp_path / 'nj.cask')!r}, t, durable=False)
+        back = treecask.load({str(tmp_path / 'nj.cask')!r}, like=t)
+        assert type(back["p"]) is P and back["x"][1] == (1.5, "s")
+        assert "jax" not in [m for m in sys.modules if sys.modules[m] is not None and m == "jax"]
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("tree", [None, {}, [], (), {"a": None}, np.float32(2.0), 5, "root"],
+                         ids=lambda t: type(t).__name__)
+def test_degenerate_trees(cask, tree):
+    treecask.save(cask, tree, durable=False)
+    back = treecask.load(cask)
+    assert trees_equal(back, tree) if not isinstance(tree, np.generic) else back == tree
+    with treecask.open(cask) as a:
+        assert a.keys() == ([""] if tree is not None and not isinstance(tree, (dict, list, tuple)) else [])
+
+
+def test_python_scalar_restores_into_0d_arrays(cask):
+    treecask.save(cask, {"step": 5, "lr": 0.5, "flag": True}, durable=False)
+    like = {"step": np.zeros((), np.int32), "lr": np.float32(0), "flag": np.zeros((), bool)}
+    back = treecask.load(cask, like=like)
+    assert back["step"].dtype == np.int32 and back["step"] == 5
+    assert type(back["lr"]) is np.float32 and back["lr"] == 0.5
+    with pytest.raises(treecask.ShapeError):
+        treecask.load(cask, like={"step": np.zeros((), np.float32)})
+
+
+def test_save_into_missing_directory_is_an_error(tmp_path):
+    with pytest.raises(treecask.Error) as e:
+        treecask.save(tmp_path / "no" / "such" / "dir.cask", {"x": np.ones(1)})
+    assert isinstance(e.value, (treecask.IoError, treecask.NotFoundError))
+
+
+def test_dict_and_list_subclasses(cask):
+    class Config(dict):
+        pass
+
+    class Layers(list):
+        pass
+
+    od = collections.OrderedDict([("z", np.ones(1)), ("a", np.zeros(1))])
+    tree = {"cfg": Config(lr=np.float64(0.1)), "layers": Layers([np.ones(2)]), "od": od}
+    treecask.save(cask, tree, durable=False)
+    plain = treecask.load(cask)
+    assert type(plain["cfg"]) is dict and type(plain["layers"]) is list
+    back = treecask.load(cask, like=tree)
+    assert type(back["cfg"]) is Config and type(back["layers"]) is Layers
+    assert type(back["od"]) is collections.OrderedDict and list(back["od"]) == ["z", "a"]
