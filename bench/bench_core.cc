@@ -211,7 +211,8 @@ int main(int argc, char** argv) {
     int fd = ::open(path.c_str(), O_RDONLY);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
-    std::string cmd = "/proc/self/exe --partial " + path.string() + " layer2.w";
+    std::string self = fs::read_symlink("/proc/self/exe").string();
+    std::string cmd = self + " --partial " + path.string() + " layer2.w";
     std::fflush(stdout);
     if (std::system(cmd.c_str()) != 0) std::printf("partial read process failed\n");
   }

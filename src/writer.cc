@@ -125,8 +125,28 @@ void publish(const std::filesystem::path& tmp, const std::filesystem::path& path
 
 class BlobWriter {
  public:
-  BlobWriter(MDB_txn* txn, MDB_dbi dbi, uint32_t page_size, const std::string& file)
-      : txn_(txn), dbi_(dbi), page_size_(page_size), file_(file) {}
+  BlobWriter(MDB_txn* txn, MDB_dbi dbi, uint32_t page_size, int fd, const std::string& file)
+      : txn_(txn), dbi_(dbi), page_size_(page_size), fd_(fd), file_(file) {}
+
+  // Copies `n` bytes from caller memory to `dst` (inside a reserved payload).
+  // With pwrite() the kernel copies straight into the page cache: no page
+  // fault per 4 KiB page of the map, as a memcpy into a fresh shared mapping
+  // would take. The map and the page cache are the same pages, so LMDB sees
+  // the bytes. Falls back to memcpy if the map base is unknown. Thread-safe.
+  void copy(std::byte* dst, const std::byte* src, size_t n) const {
+    size_t done = 0;
+    if (map_base_) {
+      auto off = static_cast<off_t>(dst - map_base_);
+      while (done < n) {
+        ssize_t w = ::pwrite(fd_, src + done, n - done, off + static_cast<off_t>(done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) io_error(file_, "pwrite into the temporary file");
+        if (w == 0) break;
+        done += static_cast<size_t>(w);
+      }
+    }
+    if (done < n) std::memcpy(dst + done, src + done, n - done);
+  }
 
   // Reserves the next blob with `payload` bytes and returns a pointer to the
   // payload inside the map (64-byte aligned).
@@ -140,6 +160,13 @@ class BlobWriter {
     MDB_val k{4, key}, v{value_len, nullptr};
     lmdb::check(mdb_put(txn_, dbi_, &k, &v, MDB_RESERVE | MDB_APPEND), file_, "mdb_put(blob)");
     auto* base = static_cast<std::byte*>(v.mv_data);
+    if (!map_base_) {
+      // An overflow value starts 16 bytes into its first page, whose first 8
+      // bytes are its page number (SPEC.md "LMDB container").
+      const std::byte* page = base - 16;
+      uint64_t pgno = format::get_u64(page);
+      if (reinterpret_cast<uintptr_t>(page) % page_size_ == 0) map_base_ = page - pgno * page_size_;
+    }
     format::encode_blob_header({*id, payload}, base);
     std::memset(base + format::kBlobHeaderSize + payload, 0,
                 value_len - format::kBlobHeaderSize - payload);
@@ -155,7 +182,9 @@ class BlobWriter {
   MDB_txn* txn_;
   MDB_dbi dbi_;
   uint32_t page_size_;
+  int fd_;
   const std::string& file_;
+  const std::byte* map_base_ = nullptr;
   uint32_t next_id_ = 0;
   std::vector<uint64_t> payloads_;
 };
@@ -244,7 +273,7 @@ struct Writer {
     if (pack.members.empty()) return;
     uint32_t id;
     std::byte* dst = blobs.reserve(pack.bytes.size(), &id);
-    std::memcpy(dst, pack.bytes.data(), pack.bytes.size());
+    blobs.copy(dst, pack.bytes.data(), pack.bytes.size());
     for (auto [li, first] : pack.members)
       for (auto& c : out[li].chunks) c.blob = id;
     pack.bytes.clear();
@@ -268,7 +297,7 @@ struct Writer {
         c.blob = id;
         c.offset = ci * opt.chunk_size - begin;
         c.stored = src.size();
-        std::memcpy(dst + c.offset, src.data(), src.size());
+        blobs.copy(dst + c.offset, src.data(), src.size());
         c.checksum = format::xxh3(src, format::chunk_seed(li, ci));
       });
     }
@@ -308,7 +337,7 @@ struct Writer {
         c.blob = id;
         const std::byte* from = (c.flags & format::kChunkStoredRaw) ? chunk_src(li, ci).data()
                                                                    : staging.data() + k * slot;
-        std::memcpy(dst + c.offset, from, c.stored);
+        blobs.copy(dst + c.offset, from, c.stored);
       });
     }
   }
@@ -513,7 +542,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     lmdb::check(mdb_dbi_open(txn.get(), format::kMetaDb, MDB_CREATE, &meta_dbi), tmp_file, "mdb_dbi_open(meta)");
     lmdb::check(mdb_dbi_open(txn.get(), format::kBlobDb, MDB_CREATE, &blob_dbi), tmp_file, "mdb_dbi_open(blobs)");
 
-    BlobWriter blobs(txn.get(), blob_dbi, psize, file);
+    BlobWriter blobs(txn.get(), blob_dbi, psize, fd, file);
     Writer w{file, leaves, opt, resolve_threads(opt.threads), blobs, {}, {}, 0, total};
     w.out.resize(leaves.size());
     for (size_t i = 0; i < leaves.size(); ++i) w.add(i);
