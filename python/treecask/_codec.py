@@ -98,13 +98,11 @@ def _sharding(extras: Optional[Extras], arr: Any, rank: int):
         return None
     spec = list(spec or [])[:rank]
     if mesh is None:
-        # The format requires every spec axis to be a mesh axis; without a mesh
-        # the names stay in the box's own leaf metadata only.
-        if any(spec):
-            return None
+        # An empty mesh means "mesh unknown" (SPEC.md "Sharding"): the spec's
+        # axis names are kept as they are (Flax Partitioned without a mesh).
         mesh = ([], [])
     names, sizes = mesh
-    if any(a not in names for dim in spec for a in dim):
+    if names and any(a not in names for dim in spec for a in dim):
         return None
     return (list(names), [int(s) for s in sizes], [list(d) for d in spec])
 
