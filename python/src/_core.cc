@@ -340,6 +340,24 @@ NB_MODULE(_core, m) {
           },
           "index"_a, "out"_a, "verify"_a = nb::none())
       .def(
+          "read_many",
+          [](const treecask::Archive& a, const std::vector<size_t>& indices, std::vector<ByteArrayOut> outs,
+             std::optional<bool> verify) {
+            if (indices.size() != outs.size()) throw nb::value_error("one output per index");
+            std::vector<std::span<std::byte>> spans;
+            spans.reserve(outs.size());
+            for (size_t k = 0; k < outs.size(); ++k) {
+              if (indices[k] >= a.size()) throw nb::index_error("leaf index out of range");
+              spans.push_back(out_span(outs[k]));
+            }
+            nb::gil_scoped_release release;
+            a.read_many(indices, spans, to_verify(verify));
+          },
+          "indices"_a, "outs"_a, "verify"_a = nb::none(),
+          "Copies many leaves at once (Archive::read_many): all chunks shared among all cores, "
+          "pread() from the page cache, checksummed in the same pass. outs[k] must be a 1-D uint8 "
+          "array of exactly leaf indices[k]'s byte length.")
+      .def(
           "read_rows",
           [](const treecask::Archive& a, size_t i, int64_t begin, int64_t end, ByteArrayOut out,
              std::optional<bool> verify) {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -334,7 +335,28 @@ class Archive:
         return _load(self, like, subtree=subtree, shardings=shardings, missing=missing, extra=extra)
 
     # -- internals --
+    def _prefetch(self, indices) -> None:
+        """Reads the plain arrays among `indices` in one bulk call (all cores,
+        pread + checksum in one pass) for the _read_array calls that follow in
+        this thread; see _load."""
+        infos = self._infos()
+        todo, outs, arrays = [], [], {}
+        for i in indices:
+            d = infos[i]
+            if d["dtype"] in _dtypes.PACKED:
+                continue
+            arr = np.empty(tuple(d["shape"]), _dtypes.to_numpy(d["dtype"]))
+            todo.append(int(i))
+            outs.append(arr.reshape(-1).view(np.uint8))
+            arrays[int(i)] = arr
+        if todo:
+            self._c().read_many(todo, outs, None)
+        _prefetched.arrays = arrays
+
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
+        pre = getattr(_prefetched, "arrays", None)
+        if pre and verify is None and i in pre:
+            return pre.pop(i)
         name, shape = d["dtype"], tuple(d["shape"])
         if name in _dtypes.PACKED:
             buf = np.empty(int(d["byte_length"]), np.uint8)
@@ -400,6 +422,10 @@ class Archive:
             return rows[rest]
 
         return jax.make_array_from_callback(shape, sharding, fetch, dtype=dtype)
+
+
+# Arrays bulk-read by Archive._prefetch for the load running in this thread.
+_prefetched = threading.local()
 
 
 # ---- save ---------------------------------------------------------------------------------
@@ -543,10 +569,14 @@ def _load(a: Archive, like: Any, *, subtree: Optional[str], shardings: Any, miss
     resolver = _sharding_resolver(shardings, a)
     try:
         if like is None:
+            if shardings is None:  # bulk-read every array of the subtree at once
+                a._prefetch(range(start.first_leaf, start.first_leaf + start.num_leaves))
             return _load_plain(a, start, resolver)
-        return _load_like(a, start, prefix, like, resolver, missing, extra)
+        return _load_like(a, start, prefix, like, resolver, missing, extra, bulk=shardings is None)
     except Error as e:
         raise _with_file(e, file) from None
+    finally:
+        _prefetched.arrays = None
 
 
 def _sharding_resolver(shardings: Any, a: Archive) -> Callable[[Tuple[str, ...], int], Any]:
@@ -624,7 +654,7 @@ def _is_box_node(n: T.TNode) -> bool:
 
 
 def _load_like(a: Archive, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolver,
-               missing: str, extra: str) -> Any:
+               missing: str, extra: str, bulk: bool = False) -> Any:
     file = a.path
     pt = T.build(like, strict=False)
     flags = dict(T.box_components(pt))
@@ -655,6 +685,9 @@ def _load_like(a: Archive, start: T.TNode, prefix: Tuple[str, ...], like: Any, r
             raise StructureError(
                 f"the checkpoint has {len(unused)} leaves the template lacks: {', '.join(unused[:5])}{more}",
                 file=file, key_path=unused[0])
+
+    if bulk:
+        a._prefetch(sorted({i for i in plan.values() if i is not None}))
 
     def leaf_value(comps, leaf: T.PNode):
         if leaf.leaf_kind != T.DATA:
