@@ -426,12 +426,19 @@ void Archive::read_rows(size_t index, int64_t row_begin, int64_t row_end, std::s
   }
 }
 
-std::vector<Error> Archive::verify() const {
+std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>& progress) const {
   const Impl& im = *impl_;
   std::vector<Error> errors;
   std::vector<std::byte> scratch;
+  uint64_t total = 0, done = 0;
+  if (progress)
+    for (const auto& r : im.manifest->leaves) total += r.byte_length;
   for (size_t li = 0; li < size(); ++li) {
     const LeafRecord& r = im.rec(li);
+    if (progress) {
+      done += r.byte_length;
+      progress(done - r.byte_length, total);
+    }
     try {
       for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
         const fb::Chunk* c = r.chunks->Get(ci);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -107,8 +108,9 @@ class TREECASK_API Archive {
 
   // Checks every chunk of every leaf: its checksum and, for LZ4 chunks,
   // decoding to exactly the declared size. Returns one Error per damaged leaf
-  // (empty: intact).
-  std::vector<Error> verify() const;
+  // (empty: intact). `progress`, when set, is called after each leaf with
+  // (raw bytes checked, raw bytes in all), from the calling thread.
+  std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
 
   struct Impl;
 

@@ -233,13 +233,12 @@ int run_verify(const std::string& file) {
   Archive archive = Archive::open(file);
   uint64_t raw = 0;
   for (size_t i = 0; i < archive.size(); ++i) raw += archive.leaf(i).byte_length;
-  const bool tty = ::isatty(STDOUT_FILENO) == 1;
-  if (tty) {
-    std::cout << "verifying " << archive.size() << " leaves, " << format_bytes(raw) << " ..."
-              << std::flush;
+  std::vector<Error> damaged;
+  {
+    Progress bar("verify", raw);
+    damaged = archive.verify([&](uint64_t done, uint64_t) { bar.update(done); });
+    bar.finish();
   }
-  std::vector<Error> damaged = archive.verify();
-  if (tty) std::cout << "\r\033[K" << std::flush;
   for (const Error& e : damaged) {
     std::cout << "DAMAGED " << display_key(e.key_path()) << ": " << error_code_name(e.code())
               << ": " << escape_for_terminal(e.message()) << '\n';
