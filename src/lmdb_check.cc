@@ -69,8 +69,7 @@ struct Defect {
 class Walker {
  public:
   Walker(int fd, const MetaInfo& meta, StructureStats& stats)
-      : fd_(fd), psize_(meta.page_size), last_(meta.last_page), stats_(stats),
-        bufs_(kMaxTreeDepth + 1, std::vector<std::byte>(meta.page_size)) {}
+      : fd_(fd), psize_(meta.page_size), last_(meta.last_page), stats_(stats) {}
 
   struct Named {
     std::string name;
@@ -93,6 +92,7 @@ class Walker {
       fail("tree depth " + std::to_string(db.depth) + " is outside [1, 32]");
     depth_ = db.depth;
     count_ = {};
+    while (bufs_.size() <= depth_) bufs_.emplace_back(psize_);
     visit(db.root, 1, std::nullopt, std::nullopt);
     auto mismatch = [&](const char* field, uint64_t recorded, uint64_t found) {
       if (recorded != found)
@@ -287,7 +287,7 @@ class Walker {
   uint64_t psize_;
   uint64_t last_;
   StructureStats& stats_;
-  std::vector<std::vector<std::byte>> bufs_;  // one page buffer per tree level
+  std::vector<std::vector<std::byte>> bufs_;  // one page buffer per tree level (index 1..depth)
   std::unordered_set<uint64_t> seen_;         // tree pages of every database
   std::vector<std::pair<uint64_t, uint64_t>> extents_;  // [first, end) of every used page range
   const std::string* what_ = nullptr;

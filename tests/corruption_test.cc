@@ -13,6 +13,7 @@
 #include "craft.h"
 #include "lmdb_check.h"
 #include "lmdb_env.h"
+#include "manifest.h"
 
 using namespace treecask;
 using tc_test::FlatTree;
@@ -92,7 +93,8 @@ class Harness {
     std::string codes;
     for (auto [c, n] : codes_) codes += " " + std::string(error_code_name(c)) + "=" + std::to_string(n);
     MESSAGE(sweep << ": " << runs_ << " files in " << secs << " s; opened " << opened_
-                  << ", exact leaf reads " << exact_ << ", leaf read errors " << read_errors_
+                  << ", exact leaf reads " << exact_ << ", exact read_many " << exact_many_
+                  << ", read errors " << read_errors_
                   << "; open errors:" << codes);
   }
   uint64_t wrong_count() const { return wrong_; }
@@ -111,6 +113,7 @@ class Harness {
       ++opened_;
       if (a.size() != s_.tree.data.size()) return wrong("leaf count changed");
       for (size_t i = 0; i < a.size(); ++i) read_leaf(a, i);
+      read_all(a);
     } catch (const Error& e) {
       ++codes_[e.code()];
     } catch (const std::exception& e) {
@@ -140,6 +143,25 @@ class Harness {
       ++read_errors_;
     }
   }
+  // The full-load path: read_many() of every leaf, verified.
+  void read_all(const Archive& a) {
+    std::vector<size_t> idx(a.size());
+    std::vector<std::vector<std::byte>> bufs(a.size());
+    std::vector<std::span<std::byte>> outs;
+    for (size_t i = 0; i < a.size(); ++i) {
+      idx[i] = i;
+      bufs[i].assign(s_.tree.data[i].size(), std::byte{0x5a});
+      outs.emplace_back(bufs[i]);
+    }
+    try {
+      a.read_many(idx, outs, Verify::kYes, 1);
+      for (size_t i = 0; i < a.size(); ++i)
+        if (!tc_test::same(bufs[i], s_.tree.data[i])) return wrong("read_many() returned wrong bytes");
+      ++exact_many_;
+    } catch (const Error&) {
+      ++read_errors_;
+    }
+  }
   void wrong(const std::string& why) {
     if (wrong_++ == 0)
       first_wrong_ = (what_.empty() ? "bit " + std::to_string(bit_) + " of byte " + std::to_string(at_)
@@ -153,7 +175,7 @@ class Harness {
   std::string what_;
   size_t at_ = 0;
   int bit_ = 0;
-  uint64_t runs_ = 0, opened_ = 0, exact_ = 0, read_errors_ = 0, wrong_ = 0;
+  uint64_t runs_ = 0, opened_ = 0, exact_ = 0, exact_many_ = 0, read_errors_ = 0, wrong_ = 0;
   std::map<ErrorCode, uint64_t> codes_;
   std::string first_wrong_;
 };
@@ -370,4 +392,35 @@ TEST_CASE("two leaves' payloads swapped, and a payload replaced by another leaf'
     CHECK(!errors.empty());
     for (const auto& e : errors) CHECK(e.code() == ErrorCode::kChecksumMismatch);
   }
+}
+
+TEST_CASE("a manifest [long] vector off 8-byte alignment is corrupt, not undefined behaviour") {
+  // The FlatBuffers 2.0 verifier checks only that a vector's 4-byte length
+  // prefix is aligned, so it accepts [long] elements on a 4-byte boundary and
+  // reading them is undefined behaviour (UBSan in fuzz/manifest_fuzzer.cc).
+  // Craft one: append a copy of leaf 0's shape vector whose elements start at
+  // 4 mod 8, and point the leaf's shape field at it.
+  Sample s;
+  tc_test::rewrite_archive(s.path, s.dir / "misaligned.cask", [](tc_test::Crafted& c) {
+    auto& buf = c.manifest;
+    const fb::Leaf* leaf = fb::GetManifest(buf.data())->leaves()->Get(0);
+    const auto* shape = leaf->shape();
+    REQUIRE(shape != nullptr);
+    // The field: the table starts with a signed offset back to its vtable,
+    // whose entry at VT_SHAPE is the field's offset inside the table.
+    auto* base = reinterpret_cast<const std::byte*>(buf.data());
+    size_t table = reinterpret_cast<const uint8_t*>(leaf) - buf.data();
+    size_t vtable = table - static_cast<int32_t>(format::get_u32(base + table));
+    size_t field = table + format::get_u16(base + vtable + fb::Leaf::VT_SHAPE);
+    size_t old_vec = reinterpret_cast<const uint8_t*>(shape) - buf.data();
+    size_t bytes = 4 + 8 * shape->size();
+    std::vector<uint8_t> copy(buf.begin() + old_vec, buf.begin() + old_vec + bytes);
+    while (buf.size() % 8 != 0) buf.push_back(0);
+    size_t new_vec = buf.size();  // length prefix at 0 mod 8, so the int64s start at 4 mod 8
+    buf.insert(buf.end(), copy.begin(), copy.end());
+    format::put_u32(reinterpret_cast<std::byte*>(buf.data()) + field, static_cast<uint32_t>(new_vec - field));
+  });
+  auto e = tc_test::expect_error(ErrorCode::kCorruption, [&] { Archive::open(s.dir / "misaligned.cask"); });
+  INFO(std::string(e.what()));
+  CHECK(e.message().find("8-byte aligned") != std::string::npos);
 }
