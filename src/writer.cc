@@ -483,7 +483,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
                 static_cast<unsigned>(rd()));
   std::filesystem::path tmp = path;
   tmp += suffix;
-  const std::string tmp_file = tmp.string();
+  const std::string tmp_file = tmp.string();  // errors name `file`, never the temporary
 
   // Upper bound of the file: data (LZ4 worst case), per-blob page rounding,
   // manifest twice (B-tree copy-on-write), B-tree pages and slack.
@@ -514,15 +514,15 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
   SaveStats stats;
   try {
     lmdb::Env env;
-    env.create(tmp_file);
-    lmdb::check(mdb_env_set_maxdbs(env.get(), 2), tmp_file, "mdb_env_set_maxdbs");
-    lmdb::check(mdb_env_set_mapsize(env.get(), map_size), tmp_file, "mdb_env_set_mapsize");
+    env.create(file);
+    lmdb::check(mdb_env_set_maxdbs(env.get(), 2), file, "mdb_env_set_maxdbs");
+    lmdb::check(mdb_env_set_mapsize(env.get(), map_size), file, "mdb_env_set_mapsize");
     int rc = mdb_env_open(env.get(), tmp_file.c_str(),
                           MDB_NOSUBDIR | MDB_NOLOCK | MDB_WRITEMAP | MDB_NOSYNC | MDB_NOMETASYNC,
                           0644);
     if (rc != 0) {
       if (rc == ENOENT) throw Error(ErrorCode::kNotFound, file, "", "directory does not exist");
-      lmdb::fail(rc, tmp_file, "mdb_env_open");
+      lmdb::fail(rc, file, "mdb_env_open");
     }
     MDB_envinfo info;
     mdb_env_info(env.get(), &info);
@@ -530,17 +530,17 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     mdb_env_stat(env.get(), &st);
     psize = st.ms_psize;
     int fd;
-    lmdb::check(mdb_env_get_fd(env.get(), &fd), tmp_file, "mdb_env_get_fd");
+    lmdb::check(mdb_env_get_fd(env.get(), &fd), file, "mdb_env_get_fd");
     // Reserve the space now: a full disk is ENOSPC here, never a SIGBUS later.
     if (int err = posix_fallocate(fd, 0, static_cast<off_t>(map_size)); err != 0) {
       errno = err;
       io_error(file, "reserving " + std::to_string(map_size) + " bytes for the temporary file");
     }
 
-    lmdb::Txn txn(env.get(), 0, tmp_file);
+    lmdb::Txn txn(env.get(), 0, file);
     MDB_dbi meta_dbi, blob_dbi;
-    lmdb::check(mdb_dbi_open(txn.get(), format::kMetaDb, MDB_CREATE, &meta_dbi), tmp_file, "mdb_dbi_open(meta)");
-    lmdb::check(mdb_dbi_open(txn.get(), format::kBlobDb, MDB_CREATE, &blob_dbi), tmp_file, "mdb_dbi_open(blobs)");
+    lmdb::check(mdb_dbi_open(txn.get(), format::kMetaDb, MDB_CREATE, &meta_dbi), file, "mdb_dbi_open(meta)");
+    lmdb::check(mdb_dbi_open(txn.get(), format::kBlobDb, MDB_CREATE, &blob_dbi), file, "mdb_dbi_open(blobs)");
 
     BlobWriter blobs(txn.get(), blob_dbi, psize, fd, file);
     Writer w{file, leaves, opt, resolve_threads(opt.threads), blobs, {}, {}, 0, total};
@@ -558,10 +558,10 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     h.manifest_checksum = format::xxh3(std::as_bytes(std::span(manifest)), 0);
     std::byte header[format::kHeaderSize];
     format::encode_header(h, header);
-    put_meta(txn.get(), meta_dbi, format::kManifestKey, std::as_bytes(std::span(manifest)), tmp_file);
-    put_meta(txn.get(), meta_dbi, format::kHeaderKey, header, tmp_file);
-    txn.commit(tmp_file);
-    if (opt.durable) lmdb::check(mdb_env_sync(env.get(), 1), tmp_file, "mdb_env_sync");
+    put_meta(txn.get(), meta_dbi, format::kManifestKey, std::as_bytes(std::span(manifest)), file);
+    put_meta(txn.get(), meta_dbi, format::kHeaderKey, header, file);
+    txn.commit(file);
+    if (opt.durable) lmdb::check(mdb_env_sync(env.get(), 1), file, "mdb_env_sync");
     mdb_env_info(env.get(), &info);
     uint64_t used = (static_cast<uint64_t>(info.me_last_pgno) + 1) * psize;
     env.close();
