@@ -24,7 +24,11 @@ DbRecord decode_db_record(const std::byte* p) {
 }
 
 void fail(int rc, const std::string& file, const std::string& what, ErrorCode code) {
-  if (rc == MDB_MAP_FULL || rc == ENOSPC) code = ErrorCode::kIo;
+  // The OS refusing (no memory for the map, I/O error, no descriptors...) is
+  // never damage in the file, whatever the caller expected.
+  if (rc == MDB_MAP_FULL || rc == ENOSPC || rc == ENOMEM || rc == EIO || rc == EACCES ||
+      rc == EAGAIN || rc == EMFILE || rc == ENFILE)
+    code = ErrorCode::kIo;
   throw Error(code, file, "", what + ": " + mdb_strerror(rc));
 }
 

@@ -47,7 +47,16 @@ void parallel_for(size_t n, unsigned threads, Fn&& fn) {
   };
   std::vector<std::thread> pool;
   pool.reserve(threads - 1);
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  for (unsigned t = 1; t < threads; ++t) {
+    // A thread that cannot start (std::system_error on EAGAIN, std::bad_alloc)
+    // must not escape here: the vector would destroy joinable threads, which is
+    // std::terminate. Run on the threads that did start instead.
+    try {
+      pool.emplace_back(work);
+    } catch (...) {
+      break;
+    }
+  }
   work();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);

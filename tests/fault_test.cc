@@ -402,10 +402,9 @@ TEST_CASE("fault: a failing allocation (std::bad_alloc) at any point, two saving
   new_fail_sweep(2);
 }
 
-// PENDING (docs/robustness.md "Known gaps"): see the RLIMIT_AS four-thread
-// test below; a std::thread whose state cannot be allocated terminates.
-TEST_CASE("fault: a failing allocation (std::bad_alloc) at any point, four saving threads" *
-          doctest::skip()) {
+// A std::thread whose state cannot be allocated must not terminate the
+// process (parallel_for runs on the threads that did start).
+TEST_CASE("fault: a failing allocation (std::bad_alloc) at any point, four saving threads") {
   new_fail_sweep(4);
 }
 
@@ -695,20 +694,16 @@ void oom_sweep(unsigned threads) {
 
 TEST_CASE("fault: out of memory (RLIMIT_AS) fails cleanly, one saving thread") { oom_sweep(1); }
 
-// PENDING (docs/robustness.md "Known gaps"): with more than one worker thread
-// to start, a refused thread (std::system_error, std::bad_alloc) escapes
-// parallel_for while an earlier one is joinable: std::terminate. Fixed by
-// letting parallel_for run on the threads that did start; remove the skip
-// with that fix (or run with --no-skip).
-TEST_CASE("fault: out of memory (RLIMIT_AS) fails cleanly, four saving threads" * doctest::skip()) {
+// With more than one worker thread to start, a refused thread
+// (std::system_error, std::bad_alloc) must not escape parallel_for while an
+// earlier one is joinable (std::terminate): it runs on the threads that started.
+TEST_CASE("fault: out of memory (RLIMIT_AS) fails cleanly, four saving threads") {
   oom_sweep(4);
 }
 
-// PENDING (docs/robustness.md "Known gaps"): LMDB's ENOMEM from mapping a
-// valid archive is reported as kCorruption (lmdb::fail keeps the caller's
-// code for OS errors other than ENOSPC). It must be kIo: the file is fine.
-TEST_CASE("fault: Archive::open under an address-space limit fails with kIo, never kCorruption" *
-          doctest::skip()) {
+// LMDB's ENOMEM from mapping a valid archive is the OS refusing, not damage:
+// kIo, never kCorruption.
+TEST_CASE("fault: Archive::open under an address-space limit fails with kIo, never kCorruption") {
   const int scale = 4;
   TempDir dir;
   const fs::path path = dir / "o.cask";

@@ -4,7 +4,10 @@
 // treecask::Error: a code (what went wrong, stable across releases), the file
 // it concerns, the key path of the leaf where there is one, and a message that
 // says what was expected. Success is free: functions that can fail throw, and
-// functions that return have succeeded.
+// functions that return have succeeded. The one exception is running out of
+// memory: std::bad_alloc propagates as it is (Python: MemoryError), after the
+// operation has cleaned up (a failed save leaves no temporary file and the
+// previous archive intact).
 #pragma once
 
 #include <stdexcept>
