@@ -229,10 +229,17 @@ struct Writer {
       add_to_pack(li);
     } else if (lo.codec == Codec::kNone) {
       write_raw(li);
-    } else {
-      write_lz4(li);
+    } else if (!write_lz4(li, auto_mode(li) && len <= format::kLz4PartBytes)) {
+      // Auto mode and the whole leaf saved < 10%: keep it raw (zero-copy).
+      lo.codec = Codec::kNone;
+      for (auto& c : lo.chunks) c = ChunkOut{};
+      write_raw(li);
     }
     report(len);
+  }
+
+  bool auto_mode(size_t li) const {
+    return leaves[li].compression.value_or(opt.compression) == Compression::kAuto;
   }
 
   void report(uint64_t len) {
@@ -305,7 +312,10 @@ struct Writer {
 
   // LZ4 leaf: parts of <= 64 MiB raw, compressed in parallel into a bounded
   // staging buffer, then copied into one blob.
-  void write_lz4(size_t li) {
+  // Returns false without writing anything when `undo_if_poor` and LZ4 saves
+  // less than kAutoMinSaving of the (single-part) leaf: the samples that
+  // chose LZ4 were not representative.
+  bool write_lz4(size_t li, bool undo_if_poor) {
     LeafOut& lo = out[li];
     uint64_t per_part = std::max<uint64_t>(1, format::kLz4PartBytes / opt.chunk_size);
     uint64_t slot = lz4_bound(opt.chunk_size);
@@ -329,6 +339,9 @@ struct Writer {
         lo.chunks[ci].offset = payload;
         payload += lo.chunks[ci].stored;
       }
+      if (undo_if_poor && static_cast<double>(payload) >
+                              (1.0 - format::kAutoMinSaving) * static_cast<double>(leaves[li].data.size()))
+        return false;
       uint32_t id;
       std::byte* dst = blobs.reserve(payload, &id);
       parallel_for(last - first, threads, [&](size_t k) {
@@ -340,6 +353,7 @@ struct Writer {
         blobs.copy(dst + c.offset, from, c.stored);
       });
     }
+    return true;
   }
 };
 
