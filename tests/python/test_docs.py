@@ -13,4 +13,10 @@ BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S) if DOC.exists
 def test_doc_example_runs(code, tmp_path, monkeypatch):
     pytest.importorskip("jax")
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, str(DOC), "exec"), {"__name__": "__doc_example__"})
+    namespace = {"__name__": "__doc_example__"}
+    try:
+        exec(compile(code, str(DOC), "exec"), namespace)
+    finally:
+        # Functions defined by the example hold the namespace (a cycle): clear
+        # it so the archives it opened are released before interpreter exit.
+        namespace.clear()
