@@ -1048,9 +1048,15 @@ def versions() -> Dict[str, str]:
         except metadata.PackageNotFoundError:
             out[p] = "not installed"
     try:
+        import glob
+
         import treecask
 
         out["treecask C++ library"] = treecask.library_version()
+        so = glob.glob(os.path.join(os.path.dirname(treecask.__file__), "_core*"))
+        if so:
+            built = datetime.datetime.fromtimestamp(os.path.getmtime(so[0]), datetime.timezone.utc)
+            out["treecask package built"] = built.strftime("%Y-%m-%d %H:%M UTC")
     except Exception:
         pass
     return out
@@ -1133,7 +1139,7 @@ def render(results, core_text: Optional[str], args) -> str:
     W = results["workloads"]
     core = parse_core(core_text) if core_text else {}
     L: List[str] = []
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = results.get("started") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     L.append("## treecask against its peers (`bench/peers.py`)")
     L.append("")
     L.append(f"Run {now}: `{results['command']}` — LLM tree {args.gib:g} GiB, {args.reps} repetitions, "
@@ -1377,10 +1383,11 @@ def main() -> None:
     if args.from_json:
         results = json.loads(args.from_json.read_text())
     else:
-        cmd = "python bench/peers.py " + " ".join(sys.argv[1:])
+        cmd = os.environ.get("TREECASK_BENCH_COMMAND") or "python bench/peers.py " + " ".join(sys.argv[1:])
+        started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         vers = versions()
         results = collect(args)
-        results.update(command=cmd, machine=machine_info(), versions=vers,
+        results.update(command=cmd, started=started, machine=machine_info(), versions=vers,
                        args=dict(gib=args.gib, reps=args.reps))
         method = None
         for wres in results["workloads"].values():

@@ -29,6 +29,7 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
 
+ARGS="$*"
 GIB=1
 PASS=()
 while (( $# )); do
@@ -58,4 +59,4 @@ echo "== C++ core: $CORE $SCRATCH --gib $GIB"
 "$CORE" "$SCRATCH" --gib "$GIB" | tee "$core_out"
 
 echo "== peers: $PYTHON bench/peers.py ${PASS[*]} --out $OUT"
-"$PYTHON" bench/peers.py "${PASS[@]}" --dir "$SCRATCH/treecask-peers" --core "$core_out" --out "$OUT"
+TREECASK_BENCH_COMMAND="bash scripts/bench.sh${ARGS:+ $ARGS}" "$PYTHON" bench/peers.py "${PASS[@]}" --dir "$SCRATCH/treecask-peers" --core "$core_out" --out "$OUT"
