@@ -63,7 +63,6 @@ inline constexpr uint64_t kMaxManifestBytes = 256ull << 20;
 inline constexpr uint64_t kMaxLeaves = 1ull << 24;
 inline constexpr uint64_t kMaxNodes = 1ull << 26;
 inline constexpr uint64_t kMaxBlobValue = 1ull << 31;      // bytes of one LMDB value
-inline constexpr uint64_t kMaxLeafBytes = 1ull << 62;
 inline constexpr uint64_t kMinChunkSize = 4096;
 inline constexpr uint64_t kMaxChunkSize = 64ull << 20;
 inline constexpr uint64_t kMaxChunksPerLeaf = 1ull << 32;

@@ -43,13 +43,7 @@ struct LeafOut {
   throw Error(ErrorCode::kIo, file, "", what + ": " + std::strerror(errno));
 }
 
-uint64_t lz4_bound(uint64_t n) { return codec::lz4_bound(n); }
-
-// Compresses `src` into `dst` (capacity lz4_bound). Returns the stored size
-// and sets *raw when LZ4 cannot shrink the chunk (then nothing is written).
-uint64_t compress_chunk(std::span<const std::byte> src, std::byte* dst, bool* raw) {
-  return codec::lz4_compress(src, dst, raw);
-}
+using codec::lz4_bound;
 
 // Auto mode: LZ4 only if it saves at least 10% on up to three 64 KiB samples.
 bool lz4_pays(std::span<const std::byte> data) {
@@ -62,7 +56,7 @@ bool lz4_pays(std::span<const std::byte> data) {
   for (int s = 0; s < samples; ++s) {
     auto piece = data.subspan(samples == 1 ? 0 : starts[s], std::min(kSample, n));
     bool is_raw;
-    packed += compress_chunk(piece, tmp.data(), &is_raw);
+    packed += codec::lz4_compress(piece, tmp.data(), &is_raw);
     raw += piece.size();
   }
   return static_cast<double>(packed) <= (1.0 - format::kAutoMinSaving) * static_cast<double>(raw);
@@ -262,7 +256,7 @@ struct Writer {
       if (lo.codec == Codec::kLZ4) {
         pack.bytes.resize(c.offset + lz4_bound(src.size()));
         bool raw;
-        c.stored = compress_chunk(src, pack.bytes.data() + c.offset, &raw);
+        c.stored = codec::lz4_compress(src, pack.bytes.data() + c.offset, &raw);
         if (raw) {
           c.flags = format::kChunkStoredRaw;
           std::memcpy(pack.bytes.data() + c.offset, src.data(), src.size());
@@ -329,7 +323,7 @@ struct Writer {
         std::byte* dst = staging.data() + k * slot;
         ChunkOut& c = lo.chunks[ci];
         bool raw;
-        c.stored = compress_chunk(src, dst, &raw);
+        c.stored = codec::lz4_compress(src, dst, &raw);
         if (raw) c.flags = format::kChunkStoredRaw;
         c.checksum = format::xxh3(raw ? src : std::span<const std::byte>(dst, c.stored),
                                   format::chunk_seed(li, ci));
@@ -475,8 +469,6 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
                   "data has " + std::to_string(in.data.size()) + " bytes, but " +
                       std::string(dtype_name(m.dtype)) + " with this shape needs " +
                       std::to_string(want));
-    if (in.data.size() > format::kMaxLeafBytes)
-      throw Error(ErrorCode::kInvalidArgument, file, paths[i], "leaf larger than 2^62 bytes");
     if (in.data.size() / opt.chunk_size >= format::kMaxChunksPerLeaf)
       throw Error(ErrorCode::kInvalidArgument, file, paths[i], "more than 2^32 chunks; raise chunk_size");
     total += in.data.size();

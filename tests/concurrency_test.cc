@@ -27,10 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
+using tc_robust::env_int;
 
 constexpr int kScale = 1;  // ~0.9 MiB of leaves per version
 

@@ -35,10 +35,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
+using tc_robust::env_int;
 
 // What a child reports through shared memory: how far its save got.
 struct Shared {
