@@ -209,11 +209,9 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
     open_fail(ErrorCode::kCorruption, file,
               "manifest is " + std::to_string(man.size()) + " bytes, header says " +
                   std::to_string(h.manifest_length));
-  if (format::xxh3(man, 0) != h.manifest_checksum)
-    open_fail(ErrorCode::kChecksumMismatch, file, "manifest does not match its XXH3 checksum");
 
-  // 4. Manifest: FlatBuffers verifier and every semantic invariant.
-  impl->manifest = parse_manifest(man, file, /*borrow=*/true);
+  // 4. Manifest: checksum, FlatBuffers verifier and every semantic invariant.
+  impl->manifest = parse_manifest(man, file, /*borrow=*/true, h.manifest_checksum);
   const Manifest& m = *impl->manifest;
   if (m.root->format_major() != h.major)
     open_fail(ErrorCode::kCorruption, file, "manifest and header disagree on the format major version");

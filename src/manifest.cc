@@ -1,8 +1,11 @@
 #include "manifest.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <thread>
 #include <unordered_set>
 
 #include "codec.h"
@@ -34,27 +37,82 @@ std::string_view sv(const flatbuffers::String* s) { return s ? s->string_view() 
 // FlatBuffer in place without allocating. Both go through the templates below,
 // so a rule is written once.
 
-struct DefNodes {  // TreeDef
-  const TreeDef& d;
-  size_t size() const { return d.size(); }
-  uint8_t kind(size_t i) const { return static_cast<uint8_t>(d[i].kind); }
-  uint32_t arity(size_t i) const { return d[i].arity; }
-  std::string_view type_name(size_t i) const { return d[i].type_name; }
-  size_t num_keys(size_t i) const { return d[i].keys.size(); }
-  std::string_view key(size_t i, size_t c) const { return d[i].keys[c]; }
+// A node, read once: kind, arity, type name and number of keys.
+struct NodeInfo {
+  uint8_t kind;
+  uint32_t arity;
+  std::string_view type_name;
+  size_t num_keys;
 };
 
-struct FbNodes {  // the manifest's nodes
-  const flatbuffers::Vector<flatbuffers::Offset<fb::Node>>& v;
-  const fb::Node* n(size_t i) const { return v.Get(static_cast<flatbuffers::uoffset_t>(i)); }
-  size_t size() const { return v.size(); }
-  uint8_t kind(size_t i) const { return static_cast<uint8_t>(n(i)->kind()); }
-  uint32_t arity(size_t i) const { return n(i)->arity(); }
-  std::string_view type_name(size_t i) const { return sv(n(i)->type_name()); }
-  size_t num_keys(size_t i) const { return n(i)->keys() ? n(i)->keys()->size() : 0; }
-  std::string_view key(size_t i, size_t c) const {
-    return sv(n(i)->keys()->Get(static_cast<flatbuffers::uoffset_t>(c)));
+// SPEC.md "Treedef" rules that concern one node on its own: a known kind; a
+// leaf or None has no children and no keys; a dict, named tuple or dataclass
+// has one valid key per child (distinct, when `distinct` is given); a list or
+// tuple has no keys; a valid type name. Returns what is wrong, or "".
+template <class KeyAt>
+std::string node_problem(const NodeInfo& node, KeyAt&& key_at, std::unordered_set<std::string_view>* distinct) {
+  const auto kind = static_cast<NodeKind>(node.kind);
+  switch (kind) {
+    case NodeKind::kLeaf:
+    case NodeKind::kNone:
+      if (node.arity != 0 || node.num_keys != 0) return "a leaf or None node has no children";
+      break;
+    case NodeKind::kDict:
+    case NodeKind::kNamedTuple:
+    case NodeKind::kDataclass:
+      if (node.num_keys != node.arity)
+        return "has " + std::to_string(node.num_keys) + " keys for " + std::to_string(node.arity) + " children";
+      if (distinct) distinct->clear();
+      for (size_t c = 0; c < node.num_keys; ++c) {
+        std::string_view k = key_at(c);
+        if (auto why = check_string(k, format::kMaxKeyBytes, false); !why.empty())
+          return "key '" + std::string(k) + "' " + why;
+        if (distinct && !distinct->insert(k).second) return "duplicate key '" + std::string(k) + "'";
+      }
+      break;
+    case NodeKind::kList:
+    case NodeKind::kTuple:
+      if (node.num_keys != 0) return "a list or tuple node has no keys";
+      break;
+    default:
+      return "unknown node kind " + std::to_string(static_cast<int>(kind));
   }
+  if (!node.type_name.empty())
+    if (auto why = check_string(node.type_name, format::kMaxKeyBytes, true); !why.empty()) return "type name " + why;
+  return {};
+}
+
+struct DefNodes {  // TreeDef, checked node by node as the walk reaches it
+  const TreeDef& d;
+  mutable std::unordered_set<std::string_view> distinct;
+  size_t size() const { return d.size(); }
+  NodeInfo info(size_t i) const {
+    return {static_cast<uint8_t>(d[i].kind), d[i].arity, d[i].type_name, d[i].keys.size()};
+  }
+  std::string_view key(size_t i, size_t c) const { return d[i].keys[c]; }
+  std::string problem(size_t i, const NodeInfo& node) const {
+    return node_problem(node, [&](size_t c) { return key(i, c); }, &distinct);
+  }
+};
+
+// The manifest's nodes as the walk needs them, read from the FlatBuffer once
+// (in parse_manifest's parallel pass, which also ran node_problem on each).
+struct CompactNode {
+  const FbStrings* keys;
+  uint32_t arity;
+  uint8_t kind;
+};
+
+struct FbNodes {
+  const std::vector<CompactNode>& v;
+  size_t bad_node;            // the first node with a problem, or SIZE_MAX
+  const std::string& bad_why;  // its problem
+  size_t size() const { return v.size(); }
+  NodeInfo info(size_t i) const { return {v[i].kind, v[i].arity, {}, v[i].keys ? v[i].keys->size() : 0u}; }
+  std::string_view key(size_t i, size_t c) const {
+    return sv(v[i].keys->Get(static_cast<flatbuffers::uoffset_t>(c)));
+  }
+  std::string problem(size_t i, const NodeInfo&) const { return i == bad_node ? bad_why : std::string(); }
 };
 
 void append_escaped(std::string& out, std::string_view component) {
@@ -70,63 +128,35 @@ void append_escaped(std::string& out, std::string_view component) {
 // Walks a treedef in pre-order, checking its structure, and calls
 // on_leaf(leaf_index, key_path) for each leaf. `path` is one reused buffer.
 template <class Nodes, class OnLeaf>
-void walk_treedef(const Nodes& nodes, ErrorCode code, const std::string& file, bool distinct_keys,
-                  OnLeaf&& on_leaf) {
+void walk_treedef(const Nodes& nodes, ErrorCode code, const std::string& file, OnLeaf&& on_leaf) {
   if (nodes.size() == 0) throw Error(code, file, "", "treedef has no nodes (expected at least a root)");
   if (nodes.size() > format::kMaxNodes) throw Error(code, file, "", "treedef has more than 2^26 nodes");
   struct Frame {
     size_t node;
     uint32_t next;
+    uint32_t arity;
+    bool indexed;  // list or tuple: children are named by their index
     size_t path_len;
   };
   std::vector<Frame> stack;
   std::string path;
   size_t leaves = 0;
-  std::unordered_set<std::string_view> keys;
   for (size_t i = 0;;) {
     if (i >= nodes.size()) throw Error(code, file, path, "treedef ends before the tree is complete");
     const size_t idx = i++;
     auto bad = [&](const std::string& what) {
       throw Error(code, file, path, "treedef node " + std::to_string(idx) + ": " + what);
     };
-    const auto kind = static_cast<NodeKind>(nodes.kind(idx));
-    const uint32_t arity = nodes.arity(idx);
-    const size_t num_keys = nodes.num_keys(idx);
-    switch (kind) {
-      case NodeKind::kLeaf:
-      case NodeKind::kNone:
-        if (arity != 0 || num_keys != 0) bad("a leaf or None node has no children");
-        if (kind == NodeKind::kLeaf) {
-          if (path.size() > format::kMaxKeyPathBytes) bad("key path longer than 65536 bytes");
-          on_leaf(leaves++, path);
-        }
-        break;
-      case NodeKind::kDict:
-      case NodeKind::kNamedTuple:
-      case NodeKind::kDataclass:
-        if (num_keys != arity)
-          bad("has " + std::to_string(num_keys) + " keys for " + std::to_string(arity) + " children");
-        if (distinct_keys) keys.clear();
-        for (size_t c = 0; c < num_keys; ++c) {
-          std::string_view k = nodes.key(idx, c);
-          if (auto why = check_string(k, format::kMaxKeyBytes, false); !why.empty())
-            bad("key '" + std::string(k) + "' " + why);
-          if (distinct_keys && !keys.insert(k).second) bad("duplicate key '" + std::string(k) + "'");
-        }
-        break;
-      case NodeKind::kList:
-      case NodeKind::kTuple:
-        if (num_keys != 0) bad("a list or tuple node has no keys");
-        break;
-      default:
-        bad("unknown node kind " + std::to_string(static_cast<int>(kind)));
-    }
-    if (auto why = check_string(nodes.type_name(idx), format::kMaxKeyBytes, true); !why.empty())
-      bad("type name " + why);
-    if (kind != NodeKind::kLeaf && kind != NodeKind::kNone) {
+    const NodeInfo node = nodes.info(idx);
+    if (auto why = nodes.problem(idx, node); !why.empty()) bad(why);
+    const auto kind = static_cast<NodeKind>(node.kind);
+    if (kind == NodeKind::kLeaf) {
+      if (path.size() > format::kMaxKeyPathBytes) bad("key path longer than 65536 bytes");
+      on_leaf(leaves++, path);
+    } else if (kind != NodeKind::kNone) {
       if (stack.size() >= format::kMaxDepth) bad("tree deeper than 64 levels");
-      if (arity > nodes.size()) bad("arity larger than the treedef");
-      stack.push_back(Frame{idx, 0, path.size()});
+      if (node.arity > nodes.size()) bad("arity larger than the treedef");
+      stack.push_back(Frame{idx, 0, node.arity, kind == NodeKind::kList || kind == NodeKind::kTuple, path.size()});
     }
     // Descend into the next child, or climb out of finished containers.
     for (;;) {
@@ -138,14 +168,13 @@ void walk_treedef(const Nodes& nodes, ErrorCode code, const std::string& file, b
       }
       Frame& f = stack.back();
       path.resize(f.path_len);
-      const auto pk = static_cast<NodeKind>(nodes.kind(f.node));
-      if (f.next == nodes.arity(f.node)) {
+      if (f.next == f.arity) {
         stack.pop_back();
         continue;
       }
       uint32_t c = f.next++;
       if (stack.size() > 1) path += '/';
-      if (pk == NodeKind::kList || pk == NodeKind::kTuple)
+      if (f.indexed)
         path += std::to_string(c);
       else
         append_escaped(path, nodes.key(f.node, c));
@@ -316,8 +345,7 @@ uint64_t hash_path(std::string_view p) { return format::xxh3(std::as_bytes(std::
 std::vector<std::string> leaf_key_paths(const TreeDef& def, ErrorCode code, const std::string& file) {
   std::vector<std::string> paths;
   std::unordered_set<std::string_view> seen;
-  walk_treedef(DefNodes{def}, code, file, /*distinct_keys=*/true,
-               [&](size_t, const std::string& p) { paths.push_back(p); });
+  walk_treedef(DefNodes{def, {}}, code, file, [&](size_t, const std::string& p) { paths.push_back(p); });
   for (const auto& p : paths)
     if (!seen.insert(p).second) throw Error(code, file, p, "duplicate key path");
   return paths;
@@ -371,12 +399,410 @@ const TreeDef& Manifest::treedef() const {
   return treedef_cache;
 }
 
-std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const std::string& file,
-                                         bool borrow) {
-  auto corrupt = [&](std::string_view key, const std::string& what) {
-    return Error(ErrorCode::kCorruption, file, std::string(key), what);
+namespace {
+
+flatbuffers::Verifier::Options verifier_options() {
+  flatbuffers::Verifier::Options opts;
+  opts.max_depth = 16;         // the schema nests at most 5 tables deep
+  opts.max_tables = 1u << 27;  // bounded by the 256 MiB manifest anyway
+  opts.check_alignment = true;
+  return opts;
+}
+
+// The Manifest table verified as fb::Manifest::Verify does, except that the
+// tables inside `nodes` and `leaves` are left to the parallel pass of
+// parse_manifest, which verifies each one (fb::Node::Verify, fb::Leaf::Verify)
+// right before checking it. Together the two accept exactly what
+// fb::VerifyManifestBuffer accepts (the manifest fuzzer asserts it). A field
+// added to Manifest in schema/treecask.fbs must be added here.
+class ShallowManifest : private flatbuffers::Table {
+ public:
+  bool Verify(flatbuffers::Verifier& v) const {
+    using M = fb::Manifest;
+    const M* m = reinterpret_cast<const M*>(this);
+    return VerifyTableStart(v) && VerifyField<uint16_t>(v, M::VT_FORMAT_MAJOR, 2) &&
+           VerifyField<uint16_t>(v, M::VT_FORMAT_MINOR, 2) && VerifyOffset(v, M::VT_LIBRARY_VERSION) &&
+           v.VerifyString(m->library_version()) && VerifyField<int64_t>(v, M::VT_CREATED_UNIX_NS, 8) &&
+           VerifyOffset(v, M::VT_METADATA) && v.VerifyVector(m->metadata()) &&
+           v.VerifyVectorOfTables(m->metadata()) && VerifyOffset(v, M::VT_NODES) && v.VerifyVector(m->nodes()) &&
+           VerifyOffset(v, M::VT_LEAVES) && v.VerifyVector(m->leaves()) && VerifyOffset(v, M::VT_BLOBS) &&
+           v.VerifyVector(m->blobs()) && v.VerifyVectorOfTables(m->blobs()) && v.EndTable();
+  }
+};
+static_assert(fb::Manifest::VT_BLOBS == 18, "Manifest gained or lost a field: update ShallowManifest");
+
+// SPEC.md "Reader checks" 26-34 for one leaf whose table passed the verifier.
+// Fills `r` (key_path already set). Throws Error(kCorruption) naming the leaf.
+void check_leaf_record(LeafRecord& r, const std::vector<uint64_t>& blob_payload, const std::string& file) {
+  const fb::Leaf* leaf = r.fb;
+  auto bad = [&](const std::string& what) { return Error(ErrorCode::kCorruption, file, std::string(r.key_path), what); };
+  if (!elements_aligned(leaf->shape()) || !elements_aligned(leaf->chunks()) ||
+      (leaf->sharding() && !elements_aligned(leaf->sharding()->mesh_axis_sizes())))
+    throw bad("a vector of 8-byte elements is not 8-byte aligned");
+  check_leaf(FbLeaf{*leaf}, ErrorCode::kCorruption, file, r.key_path);
+  r.dtype = static_cast<DType>(leaf->dtype());
+  uint64_t expect;
+  try {
+    expect = byte_length_for(r.dtype, span_of(leaf->shape()));
+  } catch (const Error& e) {
+    throw bad(e.message());
+  }
+  r.byte_length = leaf->byte_length();
+  if (r.byte_length != expect)
+    throw bad("byte length " + std::to_string(r.byte_length) + " does not match " +
+              std::string(dtype_name(r.dtype)) + " x shape (" + std::to_string(expect) + " bytes)");
+  uint8_t codec = static_cast<uint8_t>(leaf->codec());
+  if (codec > 1) throw bad("unknown codec " + std::to_string(codec));
+  r.codec = static_cast<Codec>(codec);
+  r.chunk_size = leaf->chunk_size();
+  r.chunks = leaf->chunks();
+  uint64_t n_chunks = r.chunks ? r.chunks->size() : 0;
+  if (r.byte_length == 0) {
+    if (n_chunks != 0) throw bad("an empty leaf has chunks");
+  } else {
+    if (r.chunk_size < format::kMinChunkSize || r.chunk_size > format::kMaxChunkSize || r.chunk_size % 64 != 0)
+      throw bad("chunk size " + std::to_string(r.chunk_size) + " is not a multiple of 64 in [4096, 64 MiB]");
+    uint64_t want = (r.byte_length + r.chunk_size - 1) / r.chunk_size;
+    if (n_chunks != want) throw bad("has " + std::to_string(n_chunks) + " chunks, expected " + std::to_string(want));
+  }
+  uint32_t prev_blob = UINT32_MAX;
+  uint64_t prev_end = 0;
+  for (uint64_t ci = 0; ci < n_chunks; ++ci) {
+    const fb::Chunk* c = r.chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
+    uint64_t raw = std::min(r.chunk_size, r.byte_length - ci * r.chunk_size);
+    auto chunk_bad = [&](const std::string& what) { return bad("chunk " + std::to_string(ci) + ": " + what); };
+    if (c->blob() >= blob_payload.size()) throw chunk_bad("names a blob that does not exist");
+    if (c->flags() & ~format::kChunkFlagsMask) throw chunk_bad("reserved flag bits are set");
+    bool stored_raw = r.codec == Codec::kNone || (c->flags() & format::kChunkStoredRaw);
+    if (r.codec == Codec::kNone && c->flags() != 0) throw chunk_bad("flags set on a raw leaf");
+    if (stored_raw) {
+      if (c->stored_size() != raw)
+        throw chunk_bad("stored size " + std::to_string(c->stored_size()) + " != raw size " + std::to_string(raw));
+    } else if (c->stored_size() == 0 || c->stored_size() > codec::lz4_bound(raw)) {
+      throw chunk_bad("LZ4 stored size " + std::to_string(c->stored_size()) + " out of range");
+    }
+    uint64_t payload = blob_payload[c->blob()];
+    if (c->offset() > payload || c->stored_size() > payload - c->offset())
+      throw chunk_bad("extends past the end of blob " + std::to_string(c->blob()));
+    if (c->blob() != prev_blob) {
+      if (c->offset() % format::kAlignment != 0) throw chunk_bad("a part does not start 64-byte aligned");
+      ++r.num_parts;
+    } else if (r.codec == Codec::kNone && c->offset() != prev_end) {
+      throw chunk_bad("raw chunks of one part are not contiguous");
+    }
+    prev_blob = c->blob();
+    prev_end = c->offset() + c->stored_size();
+    r.stored_bytes += c->stored_size();
+  }
+}
+
+// SPEC.md "Coverage" (check 35): chunks tile each blob with no overlap; gaps
+// are padding < 64 bytes. Extents are bucketed by blob (counting sort); a
+// bucket is sorted only if the writer did not already emit it in order.
+// REQUIRES: every leaf passed check_leaf_record.
+void check_coverage(const Manifest& m, const std::string& file) {
+  auto corrupt = [&](const std::string& what) { return Error(ErrorCode::kCorruption, file, "", what); };
+  const size_t n_blobs = m.blob_payload.size();
+  std::vector<uint32_t> start(n_blobs + 1, 0);
+  for (const auto& r : m.leaves)
+    for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) ++start[r.chunks->Get(ci)->blob() + 1];
+  for (size_t b = 1; b <= n_blobs; ++b) start[b] += start[b - 1];
+  struct Extent {
+    uint64_t begin, end;
   };
-  if (bytes.size() > format::kMaxManifestBytes) throw corrupt("", "manifest larger than 256 MiB");
+  std::vector<Extent> extents(start.back());
+  {
+    std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+    for (const auto& r : m.leaves)
+      for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
+        const fb::Chunk* c = r.chunks->Get(ci);
+        extents[fill[c->blob()]++] = {c->offset(), c->offset() + c->stored_size()};
+      }
+  }
+  for (uint32_t b = 0; b < n_blobs; ++b) {
+    auto first = extents.begin() + start[b], last = extents.begin() + start[b + 1];
+    auto by_begin = [](const Extent& x, const Extent& y) { return x.begin < y.begin; };
+    if (!std::is_sorted(first, last, by_begin)) std::sort(first, last, by_begin);
+    if (first == last && m.blob_payload[b] != 0) throw corrupt("blob " + std::to_string(b) + " holds no chunk");
+    uint64_t pos = 0;
+    for (auto x = first; x != last; ++x) {
+      if (x->begin < pos) throw corrupt("chunks overlap in blob " + std::to_string(b));
+      if (x->begin - pos >= format::kAlignment)
+        throw corrupt("blob " + std::to_string(b) + " has a hole of " + std::to_string(x->begin - pos) + " bytes");
+      pos = x->end;
+    }
+    if (m.blob_payload[b] - pos >= format::kAlignment)
+      throw corrupt("blob " + std::to_string(b) + " has unreferenced bytes at its end");
+  }
+}
+
+// The key-path index (open addressing over XXH3 of the stored key path).
+// Throws Error(kCorruption) on a duplicate key path.
+void build_index(Manifest& m, const std::string& file) {
+  size_t cap = 16;
+  while (cap < 2 * m.leaves.size()) cap <<= 1;
+  m.slots.assign(cap, 0);
+  const size_t mask = cap - 1;
+  for (size_t li = 0; li < m.leaves.size(); ++li) {
+    std::string_view key = m.leaves[li].key_path;
+    for (size_t s = hash_path(key) & mask;; s = (s + 1) & mask) {
+      if (m.slots[s] == 0) {
+        m.slots[s] = static_cast<uint32_t>(li + 1);
+        break;
+      }
+      if (m.leaves[m.slots[s] - 1].key_path == key)
+        throw Error(ErrorCode::kCorruption, file, std::string(key), "duplicate key path");
+    }
+  }
+}
+
+constexpr size_t kBlockTables = 256;  // tables per unit of work in the parallel pass
+
+const char* const kVerifierFailed = "manifest fails the FlatBuffers verifier (or lacks identifier TCMF)";
+
+// One parse_manifest call. The work is shared by the calling thread and, for
+// large manifests, one worker thread started first thing, so that its
+// start-up overlaps the manifest checksum. Findings are reported in the
+// order of SPEC.md "Reader checks" whichever thread makes them: checksum
+// (17), verifier (19), treedef and key paths (20-21, 25), the first leaf in
+// index order (26-34), duplicate key paths (T10), coverage (35).
+class Parser {
+ public:
+  Parser(Manifest& m, const std::string& file, std::optional<uint64_t> checksum)
+      : m_(m), file_(file), checksum_(checksum) {}
+
+  void run(bool parallel) {
+    if (!parallel) {
+      check_checksum();
+      setup();
+      stage_.store(kPass1, std::memory_order_release);
+      pass1();
+      finish_pass1();
+      walk();
+      index_and_coverage();
+    } else {
+      std::jthread worker;
+      try {
+        worker = std::jthread([this] { work(); });
+      } catch (...) {  // no thread to be had (EAGAIN): run alone
+        check_checksum();
+      }
+      try {
+        setup();
+        stage_.store(kPass1, std::memory_order_release);
+        pass1();
+        finish_pass1();
+        walk();
+      } catch (...) {
+        int expect = kSetup;
+        stage_.compare_exchange_strong(expect, kAbandoned);
+        if (worker.joinable()) worker.join();
+        rethrow_checksum_error();  // a damaged manifest is a checksum mismatch first
+        throw;
+      }
+      if (worker.joinable()) worker.join();
+      rethrow_checksum_error();
+      if (!worker_ran_) index_and_coverage();
+    }
+    for (const auto& e : block_error_)
+      if (e) std::rethrow_exception(e);
+    if (index_error_) std::rethrow_exception(index_error_);
+    if (coverage_error_) std::rethrow_exception(coverage_error_);
+  }
+
+ private:
+  enum Stage : int { kSetup, kPass1, kAbandoned };
+
+  Error corrupt(std::string_view key, const std::string& what) const {
+    return Error(ErrorCode::kCorruption, file_, std::string(key), what);
+  }
+
+  // The worker: checksum, then its share of pass 1, then the key-path index
+  // and coverage while the calling thread walks the treedef.
+  void work() {
+    try {
+      if (checksum_) checksum_ok_ = format::xxh3(std::as_bytes(std::span(m_.data, m_.size)), 0) == *checksum_;
+    } catch (...) {
+    }
+    int stage;
+    while ((stage = stage_.load(std::memory_order_acquire)) == kSetup) std::this_thread::yield();
+    if (stage == kAbandoned) return;
+    pass1();
+    worker_ran_ = true;
+    index_and_coverage();
+  }
+
+  void check_checksum() {
+    if (checksum_) checksum_ok_ = format::xxh3(std::as_bytes(std::span(m_.data, m_.size)), 0) == *checksum_;
+    rethrow_checksum_error();
+  }
+  void rethrow_checksum_error() const {
+    if (!checksum_ok_)
+      throw Error(ErrorCode::kChecksumMismatch, file_, "", "manifest does not match its XXH3 checksum");
+  }
+
+  // Root table, archive-level fields, and the work list of pass 1.
+  void setup() {
+    flatbuffers::Verifier verifier(m_.data, m_.size, verifier_options());
+    if (!verifier.VerifyBuffer<ShallowManifest>(fb::ManifestIdentifier())) throw corrupt("", kVerifierFailed);
+    const fb::Manifest* root = fb::GetManifest(m_.data);
+    m_.root = root;
+    m_.metadata = key_values(root->metadata());
+    check_metadata_entries(m_.metadata, ErrorCode::kCorruption, file_);
+    m_.library_version = std::string(sv(root->library_version()));
+    if (auto why = check_string(m_.library_version, format::kMaxKeyBytes, true); !why.empty())
+      throw corrupt("", "library version " + why);
+    if (const auto* blobs = root->blobs()) {
+      m_.blob_payload.reserve(blobs->size());
+      for (const auto* b : *blobs) {
+        if (b->payload_length() > format::kMaxBlobValue - format::kBlobHeaderSize)
+          throw corrupt("", "blob payload length exceeds the 2 GiB value limit");
+        m_.blob_payload.push_back(b->payload_length());
+      }
+    }
+    nodes_ = root->nodes();
+    if (!nodes_) throw corrupt("", "manifest has no treedef nodes");
+    leaves_ = root->leaves();
+    n_nodes_ = nodes_->size();
+    n_leaves_ = leaves_ ? leaves_->size() : 0;
+    if (n_nodes_ == 0) throw corrupt("", "treedef has no nodes (expected at least a root)");
+    if (n_nodes_ > format::kMaxNodes) throw corrupt("", "treedef has more than 2^26 nodes");
+    if (n_leaves_ > format::kMaxLeaves) throw corrupt("", "more than 2^24 leaves");
+    m_.leaves.resize(n_leaves_);
+    compact_.resize(n_nodes_);
+    node_blocks_ = (n_nodes_ + kBlockTables - 1) / kBlockTables;
+    n_blocks_ = node_blocks_ + (n_leaves_ + kBlockTables - 1) / kBlockTables;
+    block_error_.resize(n_blocks_);
+    block_fatal_.resize(n_blocks_);
+    node_error_.resize(node_blocks_);
+  }
+
+  // Pass 1, in blocks taken by both threads: verify every node table and
+  // check it on its own; verify every leaf table and check the leaf. Returns
+  // when every block is done. Never throws.
+  void pass1() {
+    for (size_t b; (b = next_block_.fetch_add(1, std::memory_order_relaxed)) < n_blocks_;) {
+      bool ok = false;
+      try {
+        ok = b < node_blocks_ ? node_block(b) : leaf_block(b);
+      } catch (...) {  // not a finding about the file (std::bad_alloc): rethrown as is
+        block_fatal_[b] = std::current_exception();
+      }
+      if (!ok) tables_ok_.store(false, std::memory_order_relaxed);
+      blocks_done_.fetch_add(1, std::memory_order_release);
+    }
+    while (blocks_done_.load(std::memory_order_acquire) != n_blocks_) std::this_thread::yield();
+  }
+
+  bool node_block(size_t b) {
+    flatbuffers::Verifier verifier(m_.data, m_.size, verifier_options());
+    for (size_t i = b * kBlockTables, e = std::min(n_nodes_, i + kBlockTables); i < e; ++i) {
+      const fb::Node* node = nodes_->Get(static_cast<flatbuffers::uoffset_t>(i));
+      if (!verifier.VerifyTable(node)) return false;
+      const FbStrings* keys = node->keys();
+      compact_[i] = {keys, node->arity(), static_cast<uint8_t>(node->kind())};
+      if (!node_error_[b].second.empty()) continue;
+      NodeInfo info{compact_[i].kind, compact_[i].arity, sv(node->type_name()), keys ? keys->size() : 0u};
+      auto key_at = [&](size_t c) { return sv(keys->Get(static_cast<flatbuffers::uoffset_t>(c))); };
+      if (std::string why = node_problem(info, key_at, nullptr); !why.empty()) node_error_[b] = {i, std::move(why)};
+    }
+    return true;
+  }
+
+  bool leaf_block(size_t b) {
+    flatbuffers::Verifier verifier(m_.data, m_.size, verifier_options());
+    const size_t first = (b - node_blocks_) * kBlockTables;
+    for (size_t li = first, e = std::min(n_leaves_, first + kBlockTables); li < e; ++li) {
+      const fb::Leaf* leaf = leaves_->Get(static_cast<flatbuffers::uoffset_t>(li));
+      if (!verifier.VerifyTable(leaf)) return false;
+      LeafRecord& r = m_.leaves[li];
+      r.fb = leaf;
+      r.key_path = sv(leaf->key_path());
+      if (block_error_[b]) continue;  // verify the rest; one leaf error per block is kept
+      try {
+        check_leaf_record(r, m_.blob_payload, file_);
+      } catch (const Error&) {
+        block_error_[b] = std::current_exception();
+      }
+    }
+    return true;
+  }
+
+  void finish_pass1() {
+    if (tables_ok_.load(std::memory_order_relaxed)) return;
+    for (const auto& e : block_fatal_)
+      if (e) std::rethrow_exception(e);
+    throw corrupt("", kVerifierFailed);
+  }
+
+  // The treedef, and every leaf's key path against the one stored.
+  void walk() {
+    size_t bad_node = SIZE_MAX;
+    std::string bad_why;
+    for (auto& [i, why] : node_error_)
+      if (!why.empty()) {
+        bad_node = i;
+        bad_why = std::move(why);
+        break;
+      }
+    size_t walked = 0;
+    walk_treedef(FbNodes{compact_, bad_node, bad_why}, ErrorCode::kCorruption, file_,
+                 [&](size_t li, const std::string& path) {
+      if (li >= n_leaves_)
+        throw corrupt(path, "the treedef has more leaves than the manifest's " + std::to_string(n_leaves_));
+      std::string_view stored = m_.leaves[li].key_path;
+      if (stored != path)
+        throw corrupt(path, "leaf " + std::to_string(li) + " has key path '" + std::string(stored) +
+                                "' but the treedef gives '" + path + "'");
+      walked = li + 1;
+    });
+    if (walked != n_leaves_)
+      throw corrupt("", "manifest has " + std::to_string(n_leaves_) + " leaves but the treedef has " +
+                            std::to_string(walked));
+  }
+
+  // Needs every table verified; coverage also needs every leaf checked.
+  void index_and_coverage() {
+    if (!tables_ok_.load(std::memory_order_relaxed)) return;
+    try {  // on the worker, nothing may escape (std::terminate)
+      build_index(m_, file_);
+    } catch (...) {
+      index_error_ = std::current_exception();
+      return;
+    }
+    for (const auto& e : block_error_)
+      if (e) return;
+    try {
+      check_coverage(m_, file_);
+    } catch (...) {
+      coverage_error_ = std::current_exception();
+    }
+  }
+
+  Manifest& m_;
+  const std::string& file_;
+  const std::optional<uint64_t> checksum_;
+  bool checksum_ok_ = true;
+  bool worker_ran_ = false;
+  std::atomic<int> stage_{kSetup};
+  const flatbuffers::Vector<flatbuffers::Offset<fb::Node>>* nodes_ = nullptr;
+  const flatbuffers::Vector<flatbuffers::Offset<fb::Leaf>>* leaves_ = nullptr;
+  size_t n_nodes_ = 0, n_leaves_ = 0, node_blocks_ = 0, n_blocks_ = 0;
+  std::vector<CompactNode> compact_;
+  std::vector<std::exception_ptr> block_error_;  // the block's first leaf error
+  std::vector<std::exception_ptr> block_fatal_;  // what stopped a block that is not a finding
+  std::vector<std::pair<size_t, std::string>> node_error_;  // the block's first node problem
+  std::atomic<size_t> next_block_{0}, blocks_done_{0};
+  std::atomic<bool> tables_ok_{true};
+  std::exception_ptr index_error_, coverage_error_;
+};
+
+}  // namespace
+
+std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const std::string& file, bool borrow,
+                                         std::optional<uint64_t> checksum, size_t parallel_from) {
+  if (bytes.size() > format::kMaxManifestBytes)
+    throw Error(ErrorCode::kCorruption, file, "", "manifest larger than 256 MiB");
   auto m = std::make_unique<Manifest>();
   m->size = bytes.size();
   if (borrow && reinterpret_cast<uintptr_t>(bytes.data()) % 8 == 0) {
@@ -388,171 +814,7 @@ std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const
     std::memcpy(m->buffer.get(), bytes.data(), bytes.size());
     m->data = m->buffer.get();
   }
-
-  flatbuffers::Verifier::Options opts;
-  opts.max_depth = 16;         // the schema nests at most 5 tables deep
-  opts.max_tables = 1u << 27;  // bounded by the 256 MiB manifest anyway
-  opts.check_alignment = true;
-  flatbuffers::Verifier verifier(m->data, m->size, opts);
-  if (!fb::VerifyManifestBuffer(verifier))
-    throw corrupt("", "manifest fails the FlatBuffers verifier (or lacks identifier TCMF)");
-  const fb::Manifest* root = fb::GetManifest(m->data);
-  m->root = root;
-
-  // Archive-level fields.
-  m->metadata = key_values(root->metadata());
-  check_metadata_entries(m->metadata, ErrorCode::kCorruption, file);
-  m->library_version = std::string(sv(root->library_version()));
-  if (auto why = check_string(m->library_version, format::kMaxKeyBytes, true); !why.empty())
-    throw corrupt("", "library version " + why);
-
-  // Blobs.
-  if (const auto* blobs = root->blobs()) {
-    m->blob_payload.reserve(blobs->size());
-    for (const auto* b : *blobs) {
-      if (b->payload_length() > format::kMaxBlobValue - format::kBlobHeaderSize)
-        throw corrupt("", "blob payload length exceeds the 2 GiB value limit");
-      m->blob_payload.push_back(b->payload_length());
-    }
-  }
-
-  // Leaves: count first, so the index can be sized.
-  const auto* nodes = root->nodes();
-  if (!nodes) throw corrupt("", "manifest has no treedef nodes");
-  const auto* leaves = root->leaves();
-  size_t n_leaves = leaves ? leaves->size() : 0;
-  if (n_leaves > format::kMaxLeaves) throw corrupt("", "more than 2^24 leaves");
-  m->leaves.resize(n_leaves);
-  size_t cap = 16;
-  while (cap < 2 * n_leaves) cap <<= 1;
-  m->slots.assign(cap, 0);
-  std::vector<uint32_t> blob_chunks(m->blob_payload.size() + 1, 0);
-
-  // Treedef: structure, and every leaf's key path against the one stored.
-  walk_treedef(FbNodes{*nodes}, ErrorCode::kCorruption, file, /*distinct_keys=*/false,
-               [&](size_t li, const std::string& path) {
-    if (li >= n_leaves)
-      throw corrupt(path, "the treedef has more leaves than the manifest's " + std::to_string(n_leaves));
-    const fb::Leaf* leaf = leaves->Get(static_cast<flatbuffers::uoffset_t>(li));
-    std::string_view stored = sv(leaf->key_path());
-    if (stored != path)
-      throw corrupt(path, "leaf " + std::to_string(li) + " has key path '" + std::string(stored) +
-                              "' but the treedef gives '" + path + "'");
-    LeafRecord& r = m->leaves[li];
-    r.fb = leaf;
-    r.key_path = stored;
-    size_t mask = m->slots.size() - 1;
-    for (size_t s = hash_path(stored) & mask;; s = (s + 1) & mask) {
-      if (m->slots[s] == 0) {
-        m->slots[s] = static_cast<uint32_t>(li + 1);
-        break;
-      }
-      if (m->leaves[m->slots[s] - 1].key_path == stored) throw corrupt(path, "duplicate key path");
-    }
-  });
-  for (size_t li = 0; li < n_leaves; ++li)
-    if (!m->leaves[li].fb)
-      throw corrupt("", "manifest has " + std::to_string(n_leaves) + " leaves but the treedef has " +
-                            std::to_string(li));
-
-  // Each leaf: description, then its chunks.
-  for (size_t li = 0; li < n_leaves; ++li) {
-    LeafRecord& r = m->leaves[li];
-    const fb::Leaf* leaf = r.fb;
-    auto bad = [&](const std::string& what) { return corrupt(r.key_path, what); };
-    if (!elements_aligned(leaf->shape()) || !elements_aligned(leaf->chunks()) ||
-        (leaf->sharding() && !elements_aligned(leaf->sharding()->mesh_axis_sizes())))
-      throw bad("a vector of 8-byte elements is not 8-byte aligned");
-    check_leaf(FbLeaf{*leaf}, ErrorCode::kCorruption, file, r.key_path);
-    r.dtype = static_cast<DType>(leaf->dtype());
-    uint64_t expect;
-    try {
-      expect = byte_length_for(r.dtype, span_of(leaf->shape()));
-    } catch (const Error& e) {
-      throw bad(e.message());
-    }
-    r.byte_length = leaf->byte_length();
-    if (r.byte_length != expect)
-      throw bad("byte length " + std::to_string(r.byte_length) + " does not match " +
-                std::string(dtype_name(r.dtype)) + " x shape (" + std::to_string(expect) + " bytes)");
-    uint8_t codec = static_cast<uint8_t>(leaf->codec());
-    if (codec > 1) throw bad("unknown codec " + std::to_string(codec));
-    r.codec = static_cast<Codec>(codec);
-    r.chunk_size = leaf->chunk_size();
-    r.chunks = leaf->chunks();
-    uint64_t n_chunks = r.chunks ? r.chunks->size() : 0;
-    if (r.byte_length == 0) {
-      if (n_chunks != 0) throw bad("an empty leaf has chunks");
-    } else {
-      if (r.chunk_size < format::kMinChunkSize || r.chunk_size > format::kMaxChunkSize || r.chunk_size % 64 != 0)
-        throw bad("chunk size " + std::to_string(r.chunk_size) + " is not a multiple of 64 in [4096, 64 MiB]");
-      uint64_t want = (r.byte_length + r.chunk_size - 1) / r.chunk_size;
-      if (n_chunks != want)
-        throw bad("has " + std::to_string(n_chunks) + " chunks, expected " + std::to_string(want));
-    }
-    uint32_t prev_blob = UINT32_MAX;
-    uint64_t prev_end = 0;
-    for (uint64_t ci = 0; ci < n_chunks; ++ci) {
-      const fb::Chunk* c = r.chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
-      uint64_t raw = std::min(r.chunk_size, r.byte_length - ci * r.chunk_size);
-      auto chunk_bad = [&](const std::string& what) { return bad("chunk " + std::to_string(ci) + ": " + what); };
-      if (c->blob() >= m->blob_payload.size()) throw chunk_bad("names a blob that does not exist");
-      if (c->flags() & ~format::kChunkFlagsMask) throw chunk_bad("reserved flag bits are set");
-      bool stored_raw = r.codec == Codec::kNone || (c->flags() & format::kChunkStoredRaw);
-      if (r.codec == Codec::kNone && c->flags() != 0) throw chunk_bad("flags set on a raw leaf");
-      if (stored_raw) {
-        if (c->stored_size() != raw)
-          throw chunk_bad("stored size " + std::to_string(c->stored_size()) + " != raw size " + std::to_string(raw));
-      } else if (c->stored_size() == 0 || c->stored_size() > codec::lz4_bound(raw)) {
-        throw chunk_bad("LZ4 stored size " + std::to_string(c->stored_size()) + " out of range");
-      }
-      uint64_t payload = m->blob_payload[c->blob()];
-      if (c->offset() > payload || c->stored_size() > payload - c->offset())
-        throw chunk_bad("extends past the end of blob " + std::to_string(c->blob()));
-      if (c->blob() != prev_blob) {
-        if (c->offset() % format::kAlignment != 0) throw chunk_bad("a part does not start 64-byte aligned");
-        ++r.num_parts;
-      } else if (r.codec == Codec::kNone && c->offset() != prev_end) {
-        throw chunk_bad("raw chunks of one part are not contiguous");
-      }
-      prev_blob = c->blob();
-      prev_end = c->offset() + c->stored_size();
-      r.stored_bytes += c->stored_size();
-      ++blob_chunks[c->blob() + 1];
-    }
-  }
-
-  // Coverage: chunks tile each blob with no overlap; gaps are padding < 64
-  // bytes. Extents are bucketed by blob (counting sort); a bucket is sorted
-  // only if the writer did not already emit it in order.
-  for (size_t b = 1; b < blob_chunks.size(); ++b) blob_chunks[b] += blob_chunks[b - 1];
-  struct Extent {
-    uint64_t begin, end;
-  };
-  std::vector<Extent> extents(blob_chunks.back());
-  {
-    std::vector<uint32_t> fill(blob_chunks.begin(), blob_chunks.end() - 1);
-    for (const auto& r : m->leaves)
-      for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
-        const fb::Chunk* c = r.chunks->Get(ci);
-        extents[fill[c->blob()]++] = {c->offset(), c->offset() + c->stored_size()};
-      }
-  }
-  for (uint32_t b = 0; b < m->blob_payload.size(); ++b) {
-    auto first = extents.begin() + blob_chunks[b], last = extents.begin() + blob_chunks[b + 1];
-    auto by_begin = [](const Extent& x, const Extent& y) { return x.begin < y.begin; };
-    if (!std::is_sorted(first, last, by_begin)) std::sort(first, last, by_begin);
-    if (first == last && m->blob_payload[b] != 0) throw corrupt("", "blob " + std::to_string(b) + " holds no chunk");
-    uint64_t pos = 0;
-    for (auto x = first; x != last; ++x) {
-      if (x->begin < pos) throw corrupt("", "chunks overlap in blob " + std::to_string(b));
-      if (x->begin - pos >= format::kAlignment)
-        throw corrupt("", "blob " + std::to_string(b) + " has a hole of " + std::to_string(x->begin - pos) + " bytes");
-      pos = x->end;
-    }
-    if (m->blob_payload[b] - pos >= format::kAlignment)
-      throw corrupt("", "blob " + std::to_string(b) + " has unreferenced bytes at its end");
-  }
+  Parser(*m, file, checksum).run(m->size >= parallel_from);
   return m;
 }
 

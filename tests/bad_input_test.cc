@@ -234,3 +234,99 @@ TEST_CASE("save rejects bad input before writing anything") {
     t.save(dir / "no-such-dir" / "x.cask");
   });
 }
+
+// Large manifests are checked by two threads (src/manifest.cc), small ones by
+// one; both must report the same finding, in SPEC.md "Reader checks" order.
+TEST_CASE("manifest findings are the same whether one or two threads check them") {
+  for (int n : {24, 12000}) {
+    CAPTURE(n);
+    TempDir dir;
+    FlatTree t;
+    char key[16];
+    for (int i = 0; i < n; ++i) {
+      std::snprintf(key, sizeof key, "k%05d", i);
+      t.add_random(key, DType::kFloat32, {16}, i);
+    }
+    auto good = dir / "good.cask";
+    t.save(good);
+    const int a = n / 3, b = 2 * n / 3;
+    auto leaf = [](tc_test::Crafted& c, int i) {
+      return fb::GetMutableManifest(c.manifest.data())->mutable_leaves()->GetMutableObject(i);
+    };
+    // The characters of a FlatBuffers string, to edit in place.
+    auto chars = [](const flatbuffers::String* s) { return const_cast<char*>(s->c_str()); };
+    auto root_key = [&](tc_test::Crafted& c, int i) {
+      return chars(fb::GetManifest(c.manifest.data())->nodes()->Get(0)->keys()->Get(i));
+    };
+    auto open_bad = [&](const char* name, const std::function<void(tc_test::Crafted&)>& edit) {
+      tc_test::rewrite_archive(good, dir / name, edit);
+      try {
+        Archive::open(dir / name);
+      } catch (const Error& e) {
+        return e;
+      }
+      FAIL("opened a damaged archive: " << name);
+      return Error(ErrorCode::kIo, "", "", "");
+    };
+    {
+      Archive ok = Archive::open(good);
+      REQUIRE(ok.size() == size_t(n));
+    }
+
+    // A damaged manifest is a checksum mismatch before anything else.
+    auto e = open_bad("sum.cask", [&](tc_test::Crafted& c) {
+      leaf(c, b)->mutate_byte_length(4);
+      c.fix_checksum = false;
+    });
+    CHECK(e.code() == ErrorCode::kChecksumMismatch);
+
+    // One bad leaf is named; of two, the first in index order.
+    e = open_bad("len.cask", [&](tc_test::Crafted& c) { leaf(c, b)->mutate_byte_length(4); });
+    CHECK(e.code() == ErrorCode::kCorruption);
+    CHECK(e.key_path() == t.keys[b]);
+    e = open_bad("len2.cask", [&](tc_test::Crafted& c) {
+      leaf(c, b)->mutate_byte_length(4);
+      leaf(c, a)->mutate_byte_length(4);
+    });
+    CHECK(e.key_path() == t.keys[a]);
+
+    // A table the FlatBuffers verifier rejects outranks a leaf error before it.
+    e = open_bad("table.cask", [&](tc_test::Crafted& c) {
+      leaf(c, a)->mutate_byte_length(4);
+      int32_t far = 0x7ffffff0;  // the table's offset to its vtable
+      std::memcpy(reinterpret_cast<uint8_t*>(leaf(c, b)), &far, 4);
+    });
+    CHECK(e.code() == ErrorCode::kCorruption);
+    CHECK(std::string(e.what()).find("FlatBuffers verifier") != std::string::npos);
+
+    // A treedef key that disagrees with the leaf's stored key path.
+    e = open_bad("path.cask", [&](tc_test::Crafted& c) { root_key(c, a)[0] = 'j'; });
+    CHECK(e.code() == ErrorCode::kCorruption);
+    CHECK(e.key_path() == "j" + t.keys[a].substr(1));
+    CHECK(std::string(e.what()).find("but the treedef gives") != std::string::npos);
+
+    // A treedef defect outranks a leaf error.
+    e = open_bad("arity.cask", [&](tc_test::Crafted& c) {
+      leaf(c, a)->mutate_byte_length(4);
+      fb::GetMutableManifest(c.manifest.data())->mutable_nodes()->GetMutableObject(0)->mutate_arity(n - 1);
+    });
+    CHECK(std::string(e.what()).find("treedef node 0:") != std::string::npos);
+
+    // Two leaves with one key path: treedef and stored paths agree, the index refuses.
+    e = open_bad("dup.cask", [&](tc_test::Crafted& c) {
+      std::memcpy(root_key(c, b), t.keys[b - 1].data(), t.keys[b].size());
+      std::memcpy(chars(leaf(c, b)->key_path()), t.keys[b - 1].data(), t.keys[b].size());
+    });
+    CHECK(e.code() == ErrorCode::kCorruption);
+    CHECK(e.key_path() == t.keys[b - 1]);
+    CHECK(std::string(e.what()).find("duplicate key path") != std::string::npos);
+
+    // Two leaves' chunks on the same bytes: coverage.
+    e = open_bad("overlap.cask", [&](tc_test::Crafted& c) {
+      uint64_t off = leaf(c, b - 1)->chunks()->Get(0)->offset();
+      const_cast<fb::Chunk*>(leaf(c, b)->chunks()->Get(0))->mutate_offset(off);
+    });
+    CHECK(e.code() == ErrorCode::kCorruption);
+    CHECK(std::string(e.what()).find("overlap") != std::string::npos);
+  }
+}
