@@ -1,5 +1,6 @@
 #include "format.h"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t, for Xxh3Stream
 #include <xxhash.h>
 
 namespace treecask::format {
@@ -45,23 +46,51 @@ std::string decode_blob_header(const std::byte (&in)[kBlobHeaderSize], uint64_t 
   return {};
 }
 
-#if defined(__x86_64__) && defined(TREECASK_HAVE_AVX2_TU)
-uint64_t xxh3_avx2(const void* data, size_t size, uint64_t seed);  // xxh3_avx2.cc
+static_assert(sizeof(XXH3_state_t) <= 576 && alignof(XXH3_state_t) <= 64, "Xxh3Stream::state_ too small");
+
 namespace {
-using Xxh3Fn = uint64_t (*)(const void*, size_t, uint64_t);
+void xxh3_generic_reset(void* state, uint64_t seed) {
+  XXH3_64bits_reset_withSeed(static_cast<XXH3_state_t*>(state), seed);
+}
+void xxh3_generic_update(void* state, const void* data, size_t size) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state), data, size);
+}
+uint64_t xxh3_generic_digest(const void* state) {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state));
+}
 uint64_t xxh3_generic(const void* data, size_t size, uint64_t seed) {
   return XXH3_64bits_withSeed(data, size, seed);
 }
-const Xxh3Fn kXxh3 = __builtin_cpu_supports("avx2") ? xxh3_avx2 : xxh3_generic;
+struct Xxh3Impl {
+  uint64_t (*oneshot)(const void*, size_t, uint64_t);
+  void (*reset)(void*, uint64_t);
+  void (*update)(void*, const void*, size_t);
+  uint64_t (*digest)(const void*);
+};
 }  // namespace
-uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed) {
-  return kXxh3(bytes.data(), bytes.size(), seed);
-}
+
+#if defined(__x86_64__) && defined(TREECASK_HAVE_AVX2_TU)
+uint64_t xxh3_avx2(const void* data, size_t size, uint64_t seed);  // xxh3_avx2.cc
+void xxh3_avx2_reset(void* state, uint64_t seed);
+void xxh3_avx2_update(void* state, const void* data, size_t size);
+uint64_t xxh3_avx2_digest(const void* state);
+namespace {
+const Xxh3Impl kXxh3 = __builtin_cpu_supports("avx2")
+                           ? Xxh3Impl{xxh3_avx2, xxh3_avx2_reset, xxh3_avx2_update, xxh3_avx2_digest}
+                           : Xxh3Impl{xxh3_generic, xxh3_generic_reset, xxh3_generic_update, xxh3_generic_digest};
+}  // namespace
 #else
-uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed) {
-  return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed);
-}
+namespace {
+const Xxh3Impl kXxh3{xxh3_generic, xxh3_generic_reset, xxh3_generic_update, xxh3_generic_digest};
+}  // namespace
 #endif
+
+uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed) {
+  return kXxh3.oneshot(bytes.data(), bytes.size(), seed);
+}
+Xxh3Stream::Xxh3Stream(uint64_t seed) { kXxh3.reset(state_, seed); }
+void Xxh3Stream::update(std::span<const std::byte> bytes) { kXxh3.update(state_, bytes.data(), bytes.size()); }
+uint64_t Xxh3Stream::digest() const { return kXxh3.digest(state_); }
 
 bool valid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());

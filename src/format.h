@@ -116,6 +116,21 @@ std::string decode_blob_header(const std::byte (&in)[kBlobHeaderSize], uint64_t 
 
 uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed);
 
+// XXH3-64 of bytes given in pieces: the digest equals xxh3() of their
+// concatenation. Lets a reader hash each piece of a chunk while it is still
+// in cache, right after copying it.
+class Xxh3Stream {
+ public:
+  explicit Xxh3Stream(uint64_t seed);
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void update(std::span<const std::byte> bytes);
+  uint64_t digest() const;
+
+ private:
+  alignas(64) unsigned char state_[576];  // an XXH3_state_t (size checked in format.cc)
+};
+
 // True if `s` is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
 bool valid_utf8(std::string_view s);
 

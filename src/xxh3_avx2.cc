@@ -14,5 +14,14 @@ namespace treecask::format {
 uint64_t xxh3_avx2(const void* data, size_t size, uint64_t seed) {
   return XXH3_64bits_withSeed(data, size, seed);
 }
+void xxh3_avx2_reset(void* state, uint64_t seed) {
+  XXH3_64bits_reset_withSeed(static_cast<XXH3_state_t*>(state), seed);
+}
+void xxh3_avx2_update(void* state, const void* data, size_t size) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state), data, size);
+}
+uint64_t xxh3_avx2_digest(const void* state) {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state));
+}
 }  // namespace treecask::format
 #endif

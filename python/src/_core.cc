@@ -6,11 +6,17 @@
 // parses the file itself (docs/design.md "Layers").
 //
 // Conventions:
-//   * a treedef is a list of (kind, arity, type_name, keys) tuples in pre-order;
-//   * leaf metadata is a dict (see leaf_info_to_dict / meta_from_dict);
-//   * leaf bytes cross as 1-d uint8 arrays; the Python side views them with
-//     the real dtype. Zero-copy views are read-only and own a heap copy of the
-//     Archive, so the mapping outlives the Python Archive object;
+//   * a treedef is a list of (kind, arity, type_name, keys) tuples in pre-order
+//     (keys: a tuple of str; the save side takes any sequence);
+//   * one leaf's description is a dict (leaf_info_to_dict); the bulk paths
+//     (save, Archive.leaf_columns) move columns instead: one list per field,
+//     one entry per leaf, so that 10,000 small leaves cost no dict apiece;
+//   * leaf bytes cross by the buffer protocol: save takes any C-contiguous
+//     buffer (a NumPy array of the leaf's own dtype, or its uint8 bytes) and
+//     read / read_many write into any writable C-contiguous buffer of exactly
+//     the leaf's byte length. Zero-copy views are 1-d uint8 arrays the Python
+//     side views with the real dtype; they are read-only and own a heap copy
+//     of the Archive, so the mapping outlives the Python Archive object;
 //   * every treecask::Error becomes the treecask.errors class of its code
 //     (built by treecask.errors._from_core), keeping .file / .key_path.
 #include <nanobind/nanobind.h>
@@ -37,8 +43,6 @@ using namespace nb::literals;
 
 namespace {
 
-using ByteArrayIn = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using ByteArrayOut = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using ByteView = nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>, nb::c_contig>;
 
 // ---- errors -------------------------------------------------------------------
@@ -70,16 +74,98 @@ void translate_error(const std::exception_ptr& p, void*) {
 
 // ---- conversions --------------------------------------------------------------
 
-nb::list treedef_to_python(const treecask::TreeDef& def) {
+// Nodes [begin, end) of `def` as a list of (kind, arity, type_name, keys)
+// tuples. Leaf and None nodes without a type name share one tuple each.
+nb::list treedef_to_python(const treecask::TreeDef& def, size_t begin, size_t end) {
   nb::list out;
-  for (const treecask::TreeNode& n : def) {
+  nb::object leaf, none;
+  for (size_t i = begin; i < end; ++i) {
+    const treecask::TreeNode& n = def[i];
+    bool plain = n.arity == 0 && n.keys.empty() && n.type_name.empty();
+    if (plain && n.kind == treecask::NodeKind::kLeaf) {
+      if (!leaf.is_valid()) leaf = nb::make_tuple(0, 0, nb::str(""), nb::tuple());
+      out.append(leaf);
+      continue;
+    }
+    if (plain && n.kind == treecask::NodeKind::kNone) {
+      if (!none.is_valid()) none = nb::make_tuple(1, 0, nb::str(""), nb::tuple());
+      out.append(none);
+      continue;
+    }
     nb::list keys;
     for (const std::string& k : n.keys) keys.append(nb::str(k.data(), k.size()));
     out.append(nb::make_tuple(static_cast<int>(n.kind), n.arity,
-                              nb::str(n.type_name.data(), n.type_name.size()), keys));
+                              nb::str(n.type_name.data(), n.type_name.size()), nb::tuple(keys)));
   }
   return out;
 }
+
+nb::list treedef_to_python(const treecask::TreeDef& def) { return treedef_to_python(def, 0, def.size()); }
+
+// Position just past the subtree of the node at `pos` of a pre-order treedef;
+// adds the leaves it holds to `leaves`. The archive checked the arities when
+// it opened, the bound check only keeps a bad treedef from reading past it.
+size_t skip_subtree(const treecask::TreeDef& def, size_t pos, size_t& leaves) {
+  uint64_t pending = 1;
+  while (pending > 0 && pos < def.size()) {
+    const treecask::TreeNode& n = def[pos++];
+    --pending;
+    pending += n.arity;
+    if (n.kind == treecask::NodeKind::kLeaf) ++leaves;
+  }
+  return pos;
+}
+
+// Node position and first leaf index of the node at `components` (unescaped
+// key path components: dict keys, field names, decimal sequence indices; the
+// first child of that name), or nullopt when there is none.
+std::optional<std::pair<size_t, size_t>> find_subtree(const treecask::TreeDef& def,
+                                                      const std::vector<std::string>& components) {
+  if (def.empty()) return std::nullopt;
+  size_t pos = 0, leaf = 0;
+  for (const std::string& c : components) {
+    const treecask::TreeNode& n = def[pos];
+    using K = treecask::NodeKind;
+    if (n.kind == K::kLeaf || n.kind == K::kNone) return std::nullopt;
+    bool named = n.kind == K::kDict || n.kind == K::kNamedTuple || n.kind == K::kDataclass;
+    size_t child = n.arity;
+    for (size_t j = 0; j < n.arity; ++j) {
+      if (named ? (j < n.keys.size() && n.keys[j] == c) : std::to_string(j) == c) {
+        child = j;
+        break;
+      }
+    }
+    if (child == n.arity) return std::nullopt;
+    ++pos;
+    for (size_t j = 0; j < child; ++j) pos = skip_subtree(def, pos, leaf);
+    if (pos >= def.size()) return std::nullopt;
+  }
+  return std::make_pair(pos, leaf);
+}
+
+// A held Py_buffer, released (with the GIL held) when it goes out of scope.
+class Buffer {
+ public:
+  Buffer(nb::handle obj, bool writable) {
+    // Without PyBUF_ND the exporter must hand out one C-contiguous block
+    // (NumPy raises for any other layout), whatever the element type.
+    if (PyObject_GetBuffer(obj.ptr(), &view_, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0)
+      throw nb::python_error();
+    held_ = true;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept : view_(o.view_), held_(o.held_) { o.held_ = false; }
+  ~Buffer() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  std::byte* data() const { return static_cast<std::byte*>(view_.buf); }
+  size_t size() const { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+};
 
 treecask::TreeDef treedef_from_python(nb::handle nodes) {
   treecask::TreeDef def;
@@ -147,32 +233,18 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   return d;
 }
 
-// meta: dict with key_path, value_kind, dtype, shape, logical_axes, sharding, metadata.
-treecask::LeafMeta meta_from_dict(nb::dict d) {
-  treecask::LeafMeta m;
-  m.key_path = nb::cast<std::string>(d["key_path"]);
-  m.value_kind = static_cast<treecask::ValueKind>(nb::cast<int>(d["value_kind"]));
-  std::string dtype = nb::cast<std::string>(d["dtype"]);
+treecask::DType dtype_of(nb::handle name, const std::string& key_path) {
+  std::string dtype = nb::cast<std::string>(name);
   std::optional<treecask::DType> dt = treecask::dtype_from_name(dtype);
   if (!dt)
-    throw treecask::Error(treecask::ErrorCode::kInvalidArgument, "", m.key_path,
+    throw treecask::Error(treecask::ErrorCode::kInvalidArgument, "", key_path,
                           "unsupported dtype '" + dtype + "'");
-  m.dtype = *dt;
-  m.shape = nb::cast<std::vector<int64_t>>(d["shape"]);
-  if (d.contains("logical_axes"))
-    m.logical_axes = nb::cast<std::vector<std::string>>(d["logical_axes"]);
-  if (d.contains("sharding")) m.sharding = sharding_from_python(d["sharding"]);
-  if (d.contains("metadata")) m.metadata = key_values_from_python(d["metadata"]);
-  return m;
+  return *dt;
 }
 
 treecask::Verify to_verify(std::optional<bool> v) {
   if (!v) return treecask::Verify::kDefault;
   return *v ? treecask::Verify::kYes : treecask::Verify::kNo;
-}
-
-std::span<std::byte> out_span(ByteArrayOut& out) {
-  return {reinterpret_cast<std::byte*>(out.data()), out.shape(0)};
 }
 
 // A read-only uint8 view of `s` that keeps a copy of `a` (and so the map) alive.
@@ -211,28 +283,43 @@ NB_MODULE(_core, m) {
   m.def("join_key_path", &treecask::join_key_path);
   m.def("split_key_path", [](const std::string& p) { return treecask::split_key_path(p); });
 
-  // save(path, treedef, leaves, compression, chunk_size, threads, overwrite, durable, metadata)
-  // leaves: list of (meta dict, uint8 array, compression int or None).
+  // save(path, treedef, key_paths, value_kinds, dtypes, shapes, datas, extras, compression,
+  //      chunk_size, threads, overwrite, durable, metadata, max_part_bytes)
+  // One entry per leaf in each column: key_paths (str), value_kinds (int), dtypes (dtype
+  // name), shapes (sequence of int), datas (a C-contiguous buffer holding the leaf's bytes:
+  // an array of its dtype or its uint8 bytes). extras maps a leaf's position to
+  // (logical_axes, sharding, metadata key-value pairs) for the leaves that have any.
   m.def(
       "save",
-      [](const std::string& path, nb::list nodes, nb::list leaves, int compression,
+      [](const std::string& path, nb::list nodes, nb::list key_paths, nb::list value_kinds,
+         nb::list dtypes, nb::list shapes, nb::list datas, nb::dict extras, int compression,
          std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite, bool durable,
          nb::handle metadata, std::optional<uint64_t> max_part_bytes) {
         treecask::TreeDef def = treedef_from_python(nodes);
-        std::vector<ByteArrayIn> keep;  // holds every buffer for the whole call
+        size_t n = key_paths.size();
+        if (value_kinds.size() != n || dtypes.size() != n || shapes.size() != n || datas.size() != n)
+          throw nb::value_error("save: one entry per leaf in every column");
+        std::vector<Buffer> keep;  // holds every buffer for the whole call (reserved: never moved)
         std::vector<treecask::LeafInput> inputs;
-        keep.reserve(leaves.size());
-        inputs.reserve(leaves.size());
-        for (nb::handle item : leaves) {
-          nb::tuple t = nb::cast<nb::tuple>(item);
-          treecask::LeafInput in;
-          in.meta = meta_from_dict(nb::cast<nb::dict>(t[0]));
-          keep.push_back(nb::cast<ByteArrayIn>(t[1]));
-          const ByteArrayIn& arr = keep.back();
-          in.data = {reinterpret_cast<const std::byte*>(arr.data()), arr.shape(0)};
-          if (!t[2].is_none())
-            in.compression = static_cast<treecask::Compression>(nb::cast<int>(t[2]));
-          inputs.push_back(std::move(in));
+        keep.reserve(n);
+        inputs.resize(n);
+        for (size_t i = 0; i < n; ++i) {
+          treecask::LeafMeta& m = inputs[i].meta;
+          m.key_path = nb::cast<std::string>(key_paths[i]);
+          m.value_kind = static_cast<treecask::ValueKind>(nb::cast<int>(value_kinds[i]));
+          m.dtype = dtype_of(dtypes[i], m.key_path);
+          m.shape = nb::cast<std::vector<int64_t>>(shapes[i]);
+          keep.emplace_back(datas[i], false);
+          inputs[i].data = {keep.back().data(), keep.back().size()};
+        }
+        for (auto [k, v] : extras) {
+          size_t i = nb::cast<size_t>(k);
+          if (i >= n) throw nb::index_error("save: extras names no leaf");
+          nb::tuple t = nb::cast<nb::tuple>(v);
+          treecask::LeafMeta& m = inputs[i].meta;
+          m.logical_axes = nb::cast<std::vector<std::string>>(t[0]);
+          m.sharding = sharding_from_python(t[1]);
+          m.metadata = key_values_from_python(t[2]);
         }
         treecask::SaveOptions opt;
         opt.compression = static_cast<treecask::Compression>(compression);
@@ -260,7 +347,8 @@ NB_MODULE(_core, m) {
         d["num_blobs"] = st.num_blobs;
         return d;
       },
-      "path"_a, "treedef"_a, "leaves"_a, "compression"_a = 0, "chunk_size"_a = nb::none(),
+      "path"_a, "treedef"_a, "key_paths"_a, "value_kinds"_a, "dtypes"_a, "shapes"_a, "datas"_a,
+      "extras"_a, "compression"_a = 0, "chunk_size"_a = nb::none(),
       "threads"_a = 0, "overwrite"_a = false, "durable"_a = true, "metadata"_a = nb::none(),
       "max_part_bytes"_a = nb::none());
 
@@ -332,38 +420,83 @@ NB_MODULE(_core, m) {
           },
           "index"_a, "verify"_a = nb::none())
       .def(
+          "leaf_columns",
+          [](const treecask::Archive& a, size_t first, size_t count) {
+            if (first > a.size() || count > a.size() - first)
+              throw nb::index_error("leaf index out of range");
+            std::vector<nb::object> names(256);  // one str per dtype, shared by its leaves
+            nb::list dtypes, shapes;
+            std::string kinds(count, '\0'), has_metadata(count, '\0');
+            for (size_t k = 0; k < count; ++k) {
+              treecask::LeafInfo li = a.leaf(first + k);
+              nb::object& name = names[static_cast<uint8_t>(li.dtype)];
+              if (!name.is_valid()) {
+                std::string_view dn = treecask::dtype_name(li.dtype);
+                name = nb::str(dn.data(), dn.size());
+              }
+              dtypes.append(name);
+              shapes.append(nb::tuple(nb::cast(li.shape)));
+              kinds[k] = static_cast<char>(li.value_kind);
+              has_metadata[k] = li.metadata.empty() ? 0 : 1;
+            }
+            return nb::make_tuple(dtypes, shapes, nb::bytes(kinds.data(), kinds.size()),
+                                  nb::bytes(has_metadata.data(), has_metadata.size()));
+          },
+          "first"_a, "count"_a,
+          "Leaves [first, first + count) as columns: (dtype names, shapes as tuples, value kinds "
+          "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata).")
+      .def(
+          "subtree_nodes",
+          [](const treecask::Archive& a, const std::vector<std::string>& components) -> nb::object {
+            const treecask::TreeDef& def = a.treedef();
+            std::optional<std::pair<size_t, size_t>> at = find_subtree(def, components);
+            if (!at) return nb::none();
+            size_t leaves = 0;
+            size_t end = skip_subtree(def, at->first, leaves);
+            return nb::make_tuple(at->second, leaves, treedef_to_python(def, at->first, end));
+          },
+          "components"_a,
+          "The subtree at `components` (unescaped key path components; the first child of that "
+          "name at each level): (index of its first leaf, number of leaves, its treedef nodes in "
+          "pre-order), or None. Costs the nodes before it in C++ and its own nodes in Python.")
+      .def(
           "read",
-          [](const treecask::Archive& a, size_t i, ByteArrayOut out, std::optional<bool> verify) {
+          [](const treecask::Archive& a, size_t i, nb::handle out, std::optional<bool> verify) {
             if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            Buffer buf(out, true);
             nb::gil_scoped_release release;
-            a.read(i, out_span(out), to_verify(verify));
+            a.read(i, {buf.data(), buf.size()}, to_verify(verify));
           },
           "index"_a, "out"_a, "verify"_a = nb::none())
       .def(
           "read_many",
-          [](const treecask::Archive& a, const std::vector<size_t>& indices, std::vector<ByteArrayOut> outs,
+          [](const treecask::Archive& a, const std::vector<size_t>& indices, nb::list outs,
              std::optional<bool> verify) {
             if (indices.size() != outs.size()) throw nb::value_error("one output per index");
+            std::vector<Buffer> bufs;  // reserved: never moved once held
             std::vector<std::span<std::byte>> spans;
+            bufs.reserve(outs.size());
             spans.reserve(outs.size());
-            for (size_t k = 0; k < outs.size(); ++k) {
+            for (size_t k = 0; k < indices.size(); ++k) {
               if (indices[k] >= a.size()) throw nb::index_error("leaf index out of range");
-              spans.push_back(out_span(outs[k]));
+              bufs.emplace_back(outs[k], true);
+              spans.emplace_back(bufs.back().data(), bufs.back().size());
             }
             nb::gil_scoped_release release;
             a.read_many(indices, spans, to_verify(verify));
           },
           "indices"_a, "outs"_a, "verify"_a = nb::none(),
           "Copies many leaves at once (Archive::read_many): all chunks shared among all cores, "
-          "pread() from the page cache, checksummed in the same pass. outs[k] must be a 1-D uint8 "
-          "array of exactly leaf indices[k]'s byte length.")
+          "pread() from the page cache, checksummed in the same pass. outs[k] must be a writable "
+          "C-contiguous buffer (e.g. a NumPy array) of exactly leaf indices[k]'s byte length.")
       .def(
           "read_rows",
-          [](const treecask::Archive& a, size_t i, int64_t begin, int64_t end, ByteArrayOut out,
+          [](const treecask::Archive& a, size_t i, int64_t begin, int64_t end, nb::handle out,
              std::optional<bool> verify) {
             if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            Buffer buf(out, true);
             nb::gil_scoped_release release;
-            a.read_rows(i, begin, end, out_span(out), to_verify(verify));
+            a.read_rows(i, begin, end, {buf.data(), buf.size()}, to_verify(verify));
           },
           "index"_a, "row_begin"_a, "row_end"_a, "out"_a, "verify"_a = nb::none())
       .def("verify", [](const treecask::Archive& a) {

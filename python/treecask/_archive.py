@@ -348,7 +348,7 @@ class Archive:
                 continue
             arr = np.empty(tuple(d["shape"]), _dtypes.to_numpy(d["dtype"]))
             todo.append(int(i))
-            outs.append(arr.reshape(-1).view(np.uint8))
+            outs.append(arr)
             arrays[int(i)] = arr
         if todo:
             self._c().read_many(todo, outs, None)
@@ -364,7 +364,7 @@ class Archive:
             self._c().read(i, buf, verify)
             return _dtypes.unpack_nibbles(buf, name, shape)
         out = np.empty(shape, _dtypes.to_numpy(name))
-        self._c().read(i, out.reshape(-1).view(np.uint8), verify)
+        self._c().read(i, out, verify)
         return out
 
     def _read_rows(self, i: int, d: Dict[str, Any], start: int, stop: int) -> np.ndarray:
@@ -381,7 +381,7 @@ class Archive:
             self._c().read_rows(i, start, stop, buf)
             return _dtypes.unpack_nibbles(buf, name, (rows,) + shape[1:])
         out = np.empty((rows,) + shape[1:], _dtypes.to_numpy(name))
-        self._c().read_rows(i, start, stop, out.reshape(-1).view(np.uint8))
+        self._c().read_rows(i, start, stop, out)
         return out
 
     def _value(self, i: int) -> Any:
@@ -502,16 +502,12 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
             raise InvalidArgumentError("archive metadata must map str to str", file=p)
         md.append((k, v))
     try:
-        root = T.build(tree, strict=True)
-        nodes, leaves = T.to_treedef(root)
-        inputs = []
-        for key_path, leaf in leaves:
-            meta, data = _codec.encode(key_path, leaf.obj, leaf.extras)
-            inputs.append((meta, data, None))
+        nodes, key_paths, objs, extras = T.to_treedef(tree)
+        kinds, dtypes, shapes, datas, more = _codec.encode_all(key_paths, objs, extras)
     except Error as e:
         raise _with_file(e, p) from None
-    st = _core.save(p, nodes, inputs, _COMPRESSION[compression], chunk_size, int(threads),
-                    bool(overwrite), bool(durable), md, max_part_bytes)
+    st = _core.save(p, nodes, key_paths, kinds, dtypes, shapes, datas, more, _COMPRESSION[compression],
+                    chunk_size, int(threads), bool(overwrite), bool(durable), md, max_part_bytes)
     return SaveStats(**{k: int(v) for k, v in st.items()})
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -83,6 +83,38 @@ def encode(key_path: str, x: Any, extras: Optional[Extras]) -> Tuple[Dict[str, A
         "metadata": sorted(metadata.items()),
     }
     return meta, data
+
+
+def encode_all(key_paths: List[str], objs: List[Any], extras: List[Optional[Extras]]):
+    """The leaf columns _core.save takes: (value kinds, dtype names, shapes,
+    data buffers, {leaf position: (logical axes, sharding, metadata)} for the
+    leaves that have any). Each leaf is encoded as encode() does; a plain
+    NumPy array (C-contiguous, native byte order, not int4/uint4, no box
+    metadata) is passed as it is, its buffer being its bytes."""
+    kinds: List[int] = []
+    names: List[str] = []
+    shapes: List[Any] = []
+    datas: List[Any] = []
+    more: Dict[int, Tuple[Any, Any, Any]] = {}
+    plain = _dtypes.PLAIN_NAMES
+    ndarray = np.ndarray
+    for i, (kp, x, ex) in enumerate(zip(key_paths, objs, extras)):
+        if type(x) is ndarray and ex is None:
+            name = plain.get(x.dtype)
+            if name is not None and x.flags.c_contiguous:
+                kinds.append(ARRAY)
+                names.append(name)
+                shapes.append(x.shape)
+                datas.append(x)
+                continue
+        meta, data = encode(kp, x, ex)
+        kinds.append(meta["value_kind"])
+        names.append(meta["dtype"])
+        shapes.append(meta["shape"])
+        datas.append(data)
+        if meta["logical_axes"] or meta["sharding"] is not None or meta["metadata"]:
+            more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"])
+    return kinds, names, shapes, datas, more
 
 
 def _sharding(extras: Optional[Extras], arr: Any, rank: int):

@@ -35,6 +35,9 @@ _NAME_TO_DTYPE: Dict[str, np.dtype] = {
 _DTYPE_TO_NAME: Dict[np.dtype, str] = {v: k for k, v in _NAME_TO_DTYPE.items()}
 
 PACKED = frozenset({"int4", "uint4"})
+# Native-byte-order dtypes whose array memory is their file bytes (all but the packed ones).
+PLAIN_NAMES: Dict[np.dtype, str] = {k: v for k, v in _DTYPE_TO_NAME.items() if v not in PACKED}
+PLAIN_DTYPES: Dict[str, np.dtype] = {v: k for k, v in PLAIN_NAMES.items()}
 
 
 def to_numpy(name: str) -> np.dtype:

@@ -240,31 +240,79 @@ def box_components(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tu
     yield from rec(node, path, ())
 
 
-def to_treedef(root: PNode) -> Tuple[list, List[Tuple[str, PNode]]]:
-    """(treedef nodes in pre-order, [(key path, data leaf PNode)]). Static
-    leaves become None nodes."""
+def to_treedef(tree: Any) -> Tuple[list, List[str], List[Any], List[Optional[_boxes.Extras]]]:
+    """What saving `tree` writes, as columns: (treedef nodes in pre-order, and
+    per data leaf in pre-order: its key path, its object, its merged box
+    Extras or None). Static leaves (callables) become None nodes. Raises
+    InvalidArgumentError naming the key path of a leaf that cannot be saved.
+
+    The same as walking ``build(tree, strict=True)``, without a PNode for the
+    plain nodes: dicts, lists, tuples, None, arrays and Python scalars of
+    exactly those types are handled here (they are never boxes); any other
+    object is handed to ``build`` with its key path.
+    """
     nodes: list = []
-    leaves: List[Tuple[str, PNode]] = []
+    key_paths: List[str] = []
+    objs: List[Any] = []
+    extras: List[Optional[_boxes.Extras]] = []
+    leaf_types = _PLAIN_LEAF_TYPES
 
-    def rec(n: PNode, comps: Tuple[str, ...]):
-        if n.kind == LEAF:
-            if n.leaf_kind == STATIC:
-                nodes.append((NONE, 0, "", []))
-            else:
-                nodes.append((LEAF, 0, "", []))
-                leaves.append((join_path(comps), n))
+    def rec(obj: Any, path: Tuple[str, ...], kp: str):
+        t = type(obj)
+        if t in leaf_types:
+            nodes.append(_LEAF_NODE)
+            key_paths.append(kp)
+            objs.append(obj)
+            extras.append(None)
             return
-        if n.kind == NONE:
-            nodes.append((NONE, 0, "", []))
+        sep = kp + "/" if path else ""
+        if t is dict:
+            keys = _sorted_keys(obj)
+            names = [str(k) for k in keys]
+            nodes.append((DICT, len(keys), "", names))
+            for k, name in zip(keys, names):
+                rec(obj[k], path + (name,), sep + escape_key(name))
             return
-        keys = list(n.keys) if n.kind in (DICT, NAMEDTUPLE, DATACLASS) else []
-        nodes.append((n.kind, len(n.children), n.type_name, keys))
-        names = keys if keys or n.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(n.children))]
-        for name, c in zip(names, n.children):
-            rec(c, comps + (name,))
+        if t is list or t is tuple:
+            nodes.append((LIST if t is list else TUPLE, len(obj), "", []))
+            for i, c in enumerate(obj):
+                name = str(i)
+                rec(c, path + (name,), sep + name)
+            return
+        if obj is None:
+            nodes.append(_NONE_NODE)
+            return
+        _emit(build(obj, path=path, strict=True), path, nodes, key_paths, objs, extras)
 
-    rec(root, ())
-    return nodes, leaves
+    rec(tree, (), "")
+    return nodes, key_paths, objs, extras
+
+
+_LEAF_NODE = (LEAF, 0, "", [])
+_NONE_NODE = (NONE, 0, "", [])
+_PLAIN_LEAF_TYPES = frozenset({np.ndarray, bool, int, float, complex, str})
+
+
+def _emit(n: PNode, comps: Tuple[str, ...], nodes: list, key_paths: List[str], objs: List[Any],
+          extras: List[Optional[_boxes.Extras]]) -> None:
+    """Appends the treedef nodes and data leaves of PNode `n` at `comps` (see to_treedef)."""
+    if n.kind == LEAF:
+        if n.leaf_kind == STATIC:
+            nodes.append(_NONE_NODE)
+        else:
+            nodes.append(_LEAF_NODE)
+            key_paths.append(join_path(comps))
+            objs.append(n.obj)
+            extras.append(n.extras)
+        return
+    if n.kind == NONE:
+        nodes.append(_NONE_NODE)
+        return
+    keys = list(n.keys) if n.kind in (DICT, NAMEDTUPLE, DATACLASS) else []
+    nodes.append((n.kind, len(n.children), n.type_name, keys))
+    names = keys if keys or n.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(n.children))]
+    for name, c in zip(names, n.children):
+        _emit(c, comps + (name,), nodes, key_paths, objs, extras)
 
 
 def rebuild(node: PNode, leaf_value: Callable[[Tuple[str, ...], PNode], Any],
