@@ -186,7 +186,6 @@ class Archive:
         self._path = os.fspath(path)
         self._core: Optional[_core.Archive] = None
         self._raw_infos: Optional[List[Dict[str, Any]]] = None
-        self._tnodes: Optional[T.TNode] = None
         self._treedef_raw = None
         self._core = _core.Archive.open(self._path, verify_checksums, validate_structure)
 
@@ -253,10 +252,20 @@ class Archive:
             TreeNode(T.KIND_NAMES[k], int(a), tn, tuple(keys)) for k, a, tn, keys in self._raw_treedef()
         )
 
-    def _root(self) -> Optional[T.TNode]:
-        if self._tnodes is None:
-            self._tnodes = T.index_treedef(self._raw_treedef())
-        return self._tnodes
+    def _subtree(self, comps: Sequence[str]) -> Optional[Tuple[int, int, list]]:
+        """(first leaf index, number of leaves, raw treedef nodes) of the
+        subtree at key path components `comps`, or None. The C++ side walks to
+        it; only its own nodes become Python objects."""
+        return self._c().subtree_nodes(list(comps))
+
+    def _start(self, comps: Tuple[str, ...]) -> Optional[T.TNode]:
+        """The TNode tree of the subtree at `comps` (paths and leaf indices as
+        in the whole tree), or None."""
+        sub = self._subtree(comps)
+        if sub is None:
+            return None
+        first, _, nodes = sub
+        return T.index_treedef(nodes, path=comps, first_leaf=first)
 
     def _infos(self) -> "_LeafInfos":
         if self._raw_infos is None:
@@ -336,10 +345,39 @@ class Archive:
         return _load(self, like, subtree=subtree, shardings=shardings, missing=missing, extra=extra)
 
     # -- internals --
+    def _values(self, first: int, count: int) -> List[Any]:
+        """``[self._value(i) for i in range(first, first + count)]``, with every
+        array read by one bulk call (all cores, pread + checksum in one pass)
+        and no per-leaf dict: the leaf descriptions come as columns."""
+        c = self._c()
+        names, shapes, kinds, has_metadata = c.leaf_columns(first, count)
+        plain = _dtypes.PLAIN_DTYPES
+        empty = np.empty
+        arrays: List[Any] = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
+        if not _dtypes.PACKED.isdisjoint(names):  # int4 / uint4 leaves: unpacked one by one below
+            todo = [(first + k, x) for k, x in enumerate(arrays) if x is not None]
+            c.read_many([i for i, _ in todo], [x for _, x in todo], None)
+            for k, x in enumerate(arrays):
+                if x is None:
+                    arrays[k] = self._read_array(first + k, self._infos()[first + k])
+        else:
+            c.read_many(list(range(first, first + count)), arrays, None)
+        if kinds.count(_codec.ARRAY) != count or has_metadata.count(0) != count:
+            for k in range(count):
+                kind = kinds[k]
+                if has_metadata[k]:
+                    impl = self._infos()[first + k]["metadata"].get(J.KEY_IMPL_META)
+                    if impl is not None and kind == _codec.ARRAY:
+                        arrays[k] = J.wrap_key(arrays[k], impl)
+                        continue
+                if kind != _codec.ARRAY:
+                    arrays[k] = _codec.kind_value(kind, arrays[k])
+        return arrays
+
     def _prefetch(self, indices) -> None:
         """Reads the plain arrays among `indices` in one bulk call (all cores,
         pread + checksum in one pass) for the _read_array calls that follow in
-        this thread; see _load."""
+        this thread; see _load_like."""
         infos = self._infos()
         todo, outs, arrays = [], [], {}
         for i in indices:
@@ -546,7 +584,9 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         other leaf (functions, static fields) is taken from ``like``. Leaves
         ``like`` lacks are not read (Orbax partial restore).
       subtree: key path prefix (e.g. ``"params/encoder"``): restore only that
-        part, reading only its bytes; ``like`` then describes that part.
+        part, reading only its bytes; ``like`` then describes that part. The
+        cost is opening the file plus that part: the C++ core walks the
+        treedef to it, and only its nodes and leaves reach Python.
       shardings: place arrays onto jax shardings, each device reading only the
         rows it holds: one ``jax.sharding.Sharding`` for every array, a pytree
         of shardings (or None) with the result's structure (a subtree may stand
@@ -580,15 +620,25 @@ def _load(a: Archive, like: Any, *, subtree: Optional[str], shardings: Any, miss
     if extra not in ("ignore", "error"):
         raise InvalidArgumentError(f"extra must be 'ignore' or 'error', got {extra!r}", file=file)
     prefix = tuple(T.split_path(subtree)) if subtree else ()
-    root = a._root()
-    start = T.find_node(root, prefix)
+
+    def not_found():
+        return KeyNotFoundError(f"no subtree '{subtree}' in the archive", file=file, key_path=subtree or "")
+
+    if like is None and shardings is None:  # the common case: only the subtree's nodes and leaves
+        sub = a._subtree(prefix)
+        if sub is None:
+            raise not_found()
+        first, count, nodes = sub
+        try:
+            return _assemble(a, nodes, first, a._values(first, count), prefix)
+        except Error as e:
+            raise _with_file(e, file) from None
+    start = a._start(prefix)
     if start is None:
-        raise KeyNotFoundError(f"no subtree '{subtree}' in the archive", file=file, key_path=subtree or "")
+        raise not_found()
     resolver = _sharding_resolver(shardings, a)
     try:
         if like is None:
-            if shardings is None:  # bulk-read every array of the subtree at once
-                a._prefetch(range(start.first_leaf, start.first_leaf + start.num_leaves))
             return _load_plain(a, start, resolver)
         return _load_like(a, start, prefix, like, resolver, missing, extra, bulk=shardings is None)
     except Error as e:
@@ -634,6 +684,65 @@ def _sharding_resolver(shardings: Any, a: Archive) -> Callable[[Tuple[str, ...],
     return resolve
 
 
+def _assemble(a: Archive, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], first: int,
+              values: List[Any], base: Tuple[str, ...]) -> Any:
+    """The tree of the pre-order treedef `nodes` (the subtree at components
+    `base` whose first leaf is leaf `first`) with leaf k taken from
+    values[k]: what _load_plain builds, without a TNode per node."""
+    pos = 0
+    li = 0
+
+    def rec(path: Tuple[str, ...]) -> Any:
+        nonlocal pos, li
+        kind, arity, type_name, keys = nodes[pos]
+        pos += 1
+        if kind == T.LEAF:
+            li += 1
+            return values[li - 1]
+        if kind == T.NONE:
+            return None
+        named = kind in (T.DICT, T.NAMEDTUPLE, T.DATACLASS)
+        leaf0 = li
+        children = []
+        for j in range(arity):
+            child_kind = nodes[pos][0]
+            if child_kind == T.LEAF:
+                children.append(values[li])
+                li += 1
+                pos += 1
+            elif child_kind == T.NONE:
+                children.append(None)
+                pos += 1
+            else:
+                children.append(rec(path + (keys[j] if named else str(j),)))
+        if kind == T.LIST:
+            return children
+        if kind == T.TUPLE:
+            return tuple(children)
+        fields = dict(zip(keys, children))
+        if kind == T.DATACLASS and li > leaf0:
+            return _rebuild_box(a, type_name, fields, first + leaf0, path)
+        return fields
+
+    return rec(base)
+
+
+def _rebuild_box(a: Archive, type_name: str, fields: Dict[str, Any], first_leaf: int,
+                 path: Tuple[str, ...]) -> Any:
+    """A known box of `type_name` rebuilt from its fields and its first leaf's
+    description; the fields as a dict when the type is not known (or, with a
+    warning, when rebuilding fails)."""
+    k = _boxes.known(type_name)
+    if k is not None:
+        box, cls = k
+        try:
+            return box.rebuild(cls, fields, a._infos()[first_leaf])
+        except Exception as e:  # e.g. an incompatible library version
+            warnings.warn(f"treecask: could not rebuild {type_name} at "
+                          f"'{T.join_path(path)}' ({e}); returning its fields as a dict")
+    return fields
+
+
 def _load_plain(a: Archive, start: T.TNode, resolver) -> Any:
     base = len(start.path)
 
@@ -654,14 +763,7 @@ def _load_plain(a: Archive, start: T.TNode, resolver) -> Any:
             return tuple(children)
         fields = dict(zip(n.keys, children))
         if n.kind == T.DATACLASS and n.num_leaves >= 1:
-            k = _boxes.known(n.type_name)
-            if k is not None:
-                box, cls = k
-                try:
-                    return box.rebuild(cls, fields, a._infos()[n.first_leaf])
-                except Exception as e:  # e.g. an incompatible library version
-                    warnings.warn(f"treecask: could not rebuild {n.type_name} at "
-                                  f"'{T.join_path(n.path)}' ({e}); returning its fields as a dict")
+            return _rebuild_box(a, n.type_name, fields, n.first_leaf, n.path)
         return fields
 
     return rec(start)

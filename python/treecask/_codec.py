@@ -142,7 +142,11 @@ def _sharding(extras: Optional[Extras], arr: Any, rank: int):
 def to_value(info: Dict[str, Any], arr: np.ndarray) -> Any:
     """The Python value of a leaf from its array (as read): scalars and strings
     for the scalar value kinds, the array itself otherwise."""
-    kind = info["value_kind"]
+    return kind_value(info["value_kind"], arr)
+
+
+def kind_value(kind: int, arr: np.ndarray) -> Any:
+    """to_value() for a leaf of value kind `kind`."""
     if kind == STR:
         return bytes(np.asarray(arr, np.uint8)).decode("utf-8")
     if kind == INT:

@@ -345,12 +345,16 @@ class TNode:
     children: List["TNode"] = field(default_factory=list)
 
 
-def index_treedef(raw: Sequence[Tuple[int, int, str, List[str]]]) -> Optional[TNode]:
-    """The TNode tree of a pre-order treedef (None for an empty treedef)."""
+def index_treedef(raw: Sequence[Tuple[int, int, str, Sequence[str]]], path: Tuple[str, ...] = (),
+                  first_leaf: int = 0) -> Optional[TNode]:
+    """The TNode tree of a pre-order treedef (None for an empty treedef): the
+    whole tree's, or that of the subtree at components `path` whose first
+    leaf is leaf `first_leaf` (the TNodes then carry whole-tree paths and leaf
+    indices; ``index`` counts from the subtree's root)."""
     if not raw:
         return None
     pos = 0
-    leaf = 0
+    leaf = first_leaf
 
     def rec(path):
         nonlocal pos, leaf
@@ -367,7 +371,7 @@ def index_treedef(raw: Sequence[Tuple[int, int, str, List[str]]]) -> Optional[TN
         node.num_leaves = leaf - node.first_leaf
         return node
 
-    return rec(())
+    return rec(tuple(path))
 
 
 def find_node(root: Optional[TNode], comps: Sequence[str]) -> Optional[TNode]:
