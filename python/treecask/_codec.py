@@ -91,27 +91,20 @@ def encode_all(key_paths: List[str], objs: List[Any], extras: List[Optional[Extr
     leaves that have any). Each leaf is encoded as encode() does; a plain
     NumPy array (C-contiguous, native byte order, not int4/uint4, no box
     metadata) is passed as it is, its buffer being its bytes."""
-    kinds: List[int] = []
-    names: List[str] = []
-    shapes: List[Any] = []
-    datas: List[Any] = []
-    more: Dict[int, Tuple[Any, Any, Any]] = {}
     plain = _dtypes.PLAIN_NAMES
     ndarray = np.ndarray
-    for i, (kp, x, ex) in enumerate(zip(key_paths, objs, extras)):
-        if type(x) is ndarray and ex is None:
-            name = plain.get(x.dtype)
-            if name is not None and x.flags.c_contiguous:
-                kinds.append(ARRAY)
-                names.append(name)
-                shapes.append(x.shape)
-                datas.append(x)
-                continue
-        meta, data = encode(kp, x, ex)
-        kinds.append(meta["value_kind"])
-        names.append(meta["dtype"])
-        shapes.append(meta["shape"])
-        datas.append(data)
+    # First guess: every leaf a plain array (whole-column passes are cheaper
+    # than one loop doing everything); then encode() the others.
+    names: List[Any] = [plain.get(x.dtype) if type(x) is ndarray else None for x in objs]
+    kinds: List[int] = [ARRAY] * len(objs)
+    shapes: List[Any] = [x.shape if n is not None else None for x, n in zip(objs, names)]
+    datas: List[Any] = list(objs)
+    more: Dict[int, Tuple[Any, Any, Any]] = {}
+    for i, (x, name, ex) in enumerate(zip(objs, names, extras)):
+        if name is not None and ex is None and x.flags.c_contiguous:
+            continue
+        meta, datas[i] = encode(key_paths[i], x, ex)
+        kinds[i], names[i], shapes[i] = meta["value_kind"], meta["dtype"], meta["shape"]
         if meta["logical_axes"] or meta["sharding"] is not None or meta["metadata"]:
             more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"])
     return kinds, names, shapes, datas, more

@@ -257,32 +257,45 @@ def to_treedef(tree: Any) -> Tuple[list, List[str], List[Any], List[Optional[_bo
     extras: List[Optional[_boxes.Extras]] = []
     leaf_types = _PLAIN_LEAF_TYPES
 
+    def leaf(obj: Any, kp: str):
+        nodes.append(_LEAF_NODE)
+        key_paths.append(kp)
+        objs.append(obj)
+        extras.append(None)
+
     def rec(obj: Any, path: Tuple[str, ...], kp: str):
+        # A plain leaf child is appended in place (no call, no path tuple): a
+        # tree of many small leaves spends most of its time here.
         t = type(obj)
-        if t in leaf_types:
-            nodes.append(_LEAF_NODE)
-            key_paths.append(kp)
-            objs.append(obj)
-            extras.append(None)
-            return
         sep = kp + "/" if path else ""
         if t is dict:
             keys = _sorted_keys(obj)
             names = [str(k) for k in keys]
             nodes.append((DICT, len(keys), "", names))
             for k, name in zip(keys, names):
-                rec(obj[k], path + (name,), sep + escape_key(name))
-            return
-        if t is list or t is tuple:
+                c = obj[k]
+                ckp = sep + (escape_key(name) if "~" in name or "/" in name else name)
+                if type(c) in leaf_types:
+                    nodes.append(_LEAF_NODE)
+                    key_paths.append(ckp)
+                    objs.append(c)
+                    extras.append(None)
+                else:
+                    rec(c, path + (name,), ckp)
+        elif t is list or t is tuple:
             nodes.append((LIST if t is list else TUPLE, len(obj), "", []))
             for i, c in enumerate(obj):
                 name = str(i)
-                rec(c, path + (name,), sep + name)
-            return
-        if obj is None:
+                if type(c) in leaf_types:
+                    leaf(c, sep + name)
+                else:
+                    rec(c, path + (name,), sep + name)
+        elif t in leaf_types:
+            leaf(obj, kp)
+        elif obj is None:
             nodes.append(_NONE_NODE)
-            return
-        _emit(build(obj, path=path, strict=True), path, nodes, key_paths, objs, extras)
+        else:
+            _emit(build(obj, path=path, strict=True), path, nodes, key_paths, objs, extras)
 
     rec(tree, (), "")
     return nodes, key_paths, objs, extras
