@@ -1,8 +1,12 @@
 """Ad-hoc timing of the "10,000 small leaves" workload of bench/peers.py in one
 process: treecask.save / treecask.load / treecask.load(subtree=one leaf)
-against safetensors.numpy save_file / load_file, interleaved, medians.
+against safetensors.numpy save_file / load_file / safe_open + get_tensor,
+interleaved, medians.
 
-    python bench/small_leaves.py [--runs 7] [--dir /tmp]
+    python bench/small_leaves.py [--runs 7] [--dir /tmp] [--workload llm --gib 1]
+
+--workload picks another tree of bench/peers.py (e.g. the LLM-shaped one, with
+its one-leaf key).
 
 Both sides are timed as bench/peers.py times them: treecask.save(compression=
 "none", durable=True); safetensors save_file of the flattened dict plus an
@@ -31,13 +35,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--workload", default="small", choices=sorted(peers.WORKLOADS))
+    ap.add_argument("--gib", type=float, default=1.0, help="size of the llm / sparse trees")
     args = ap.parse_args()
+    from safetensors import safe_open
     from safetensors.numpy import load_file, save_file
 
-    tree = peers.build_small()
+    tree = peers.build(args.workload, args.gib)
     tc = os.path.join(args.dir, "small_leaves.cask")
     st = os.path.join(args.dir, "small_leaves.safetensors")
-    key = "blocks/block_057/p_31"
+    key = peers.leaf_key(args.workload, args.gib)
 
     def tc_save():
         treecask.save(tc, tree, compression="none", overwrite=True)
@@ -59,12 +66,19 @@ def main() -> None:
         with treecask.open(tc) as a:
             return a.read(key)
 
+    def st_one():
+        with safe_open(st, "np") as f:
+            return f.get_tensor(key)
+
     cases = [("treecask.save", tc_save), ("safetensors save_file", st_save),
              ("treecask.load", tc_load), ("safetensors load_file", st_load),
-             ("treecask.load(subtree=one leaf)", tc_one), ("treecask.open().read(key)", tc_open_read)]
+             ("treecask.load(subtree=one leaf)", tc_one), ("treecask.open().read(key)", tc_open_read),
+             ("safetensors safe_open+get_tensor", st_one)]
     tc_save(), st_save()
-    back = tc_load()
-    assert np.array_equal(back["blocks"]["block_057"]["p_31"], tree["blocks"]["block_057"]["p_31"])
+    want = peers.flatten(tree)[key]
+    assert np.array_equal(peers.flatten(tc_load())[key], want) and np.array_equal(tc_one(), want)
+    assert np.array_equal(st_one(), want)
+    print(f"{args.workload}: {len(peers.flatten(tree))} leaves, one leaf {key!r}")
     times = {name: [] for name, _ in cases}
     for _ in range(args.runs):
         for name, fn in cases:
