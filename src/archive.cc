@@ -58,8 +58,10 @@ struct Archive::Impl {
       throw Error(ErrorCode::kChecksumMismatch, file, key(li),
                   "chunk " + std::to_string(ci) + " does not match its XXH3 checksum");
   }
+  // True when the chunk's stored bytes are its raw bytes: a None leaf, or a
+  // chunk stored raw in an LZ4 leaf without a filter.
   bool chunk_is_raw(const LeafRecord& r, const fb::Chunk* c) const {
-    return r.codec == Codec::kNone || (c->flags() & format::kChunkStoredRaw);
+    return r.codec == Codec::kNone || ((c->flags() & format::kChunkStoredRaw) && r.shuffle_bytes == 0);
   }
   // Copies mapped bytes to `out` with pread() from the same inode: a bulk copy
   // out of the page cache costs no page faults on a fresh mapping (the mapped
@@ -98,10 +100,17 @@ struct Archive::Impl {
       return;
     }
     if (verify) check_chunk(li, ci);
-    if (!codec::lz4_decode(src, {out, raw}))
+    // A byte-shuffled chunk is decoded into a scratch buffer, then unshuffled
+    // into `out` (SPEC.md "Filters").
+    std::unique_ptr<std::byte[]> shuffled(r.shuffle_bytes ? new std::byte[raw] : nullptr);
+    std::byte* dst = shuffled ? shuffled.get() : out;
+    if (c->flags() & format::kChunkStoredRaw)
+      std::memcpy(dst, src.data(), raw);  // stored raw (after the filter)
+    else if (!codec::lz4_decode(src, {dst, raw}))
       throw Error(ErrorCode::kCorruption, file, key(li),
                   "chunk " + std::to_string(ci) + " does not decode to its declared " +
                       std::to_string(raw) + " bytes");
+    if (shuffled) codec::unshuffle({dst, raw}, out, r.shuffle_bytes);
   }
 };
 
@@ -283,6 +292,7 @@ LeafInfo Archive::leaf(size_t index) const {
   info.byte_length = r.byte_length;
   info.stored_bytes = r.stored_bytes;
   info.codec = r.codec;
+  info.filter = r.filter;
   info.chunk_size = r.chunk_size;
   info.num_chunks = r.num_chunks();
   info.num_parts = r.num_parts;

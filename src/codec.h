@@ -1,6 +1,6 @@
-// LZ4 block coding of one chunk (SPEC.md "Codecs"), shared by the writer, the
-// reader and the manifest checks so that every caller uses the same
-// bounds-checked calls.
+// LZ4 block coding of one chunk (SPEC.md "Codecs") and the byte-shuffle
+// filter (SPEC.md "Filters"), shared by the writer, the reader and the
+// manifest checks so that every caller uses the same bounds-checked calls.
 #pragma once
 
 #include <lz4.h>
@@ -44,6 +44,43 @@ inline bool lz4_decode(std::span<const std::byte> src, std::span<std::byte> dst)
                               reinterpret_cast<char*>(dst.data()), static_cast<int>(src.size()),
                               static_cast<int>(dst.size()));
   return n >= 0 && static_cast<size_t>(n) == dst.size();
+}
+
+namespace detail {
+template <unsigned E, bool Forward>
+void transpose(const std::byte* in, std::byte* out, size_t n) {
+  // Forward: out[j * n + i] = in[i * E + j]; else the inverse. E is a
+  // compile-time constant, so the inner loop unrolls into E stores.
+  for (size_t i = 0; i < n; ++i)
+    for (unsigned j = 0; j < E; ++j) {
+      if constexpr (Forward)
+        out[j * n + i] = in[i * E + j];
+      else
+        out[i * E + j] = in[j * n + i];
+    }
+}
+template <bool Forward>
+inline void transpose(std::span<const std::byte> in, std::byte* out, unsigned elem_bytes) {
+  size_t n = in.size() / elem_bytes;
+  switch (elem_bytes) {
+    case 2: return transpose<2, Forward>(in.data(), out, n);
+    case 4: return transpose<4, Forward>(in.data(), out, n);
+    case 8: return transpose<8, Forward>(in.data(), out, n);
+    case 16: return transpose<16, Forward>(in.data(), out, n);
+  }
+}
+}  // namespace detail
+
+// Byte shuffle of one chunk's raw bytes (SPEC.md "Filters"): with n =
+// in.size() / elem_bytes elements, out[j * n + i] = in[i * elem_bytes + j].
+// REQUIRES: elem_bytes in {2, 4, 8, 16}; in.size() a multiple of it; `out`
+// holds in.size() bytes and does not overlap `in`.
+inline void shuffle(std::span<const std::byte> in, std::byte* out, unsigned elem_bytes) {
+  detail::transpose<true>(in, out, elem_bytes);
+}
+// The inverse: out[i * elem_bytes + j] = in[j * n + i]. Same requirements.
+inline void unshuffle(std::span<const std::byte> in, std::byte* out, unsigned elem_bytes) {
+  detail::transpose<false>(in, out, elem_bytes);
 }
 
 }  // namespace treecask::codec

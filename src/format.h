@@ -18,8 +18,13 @@ static_assert(std::endian::native == std::endian::little, "treecask format v1 ne
 static_assert(sizeof(void*) == 8, "treecask format v1 needs a 64-bit host");
 
 // ---- Versioning (SPEC.md "Versioning") ----
-inline constexpr uint16_t kMajor = 1;
+// kMajor is the highest major this library reads and writes. A writer writes
+// the lowest version that holds the archive: 1.0 unless a leaf has a filter
+// (2.0), so that 1.x readers keep reading every archive they can.
+inline constexpr uint16_t kMajor = 2;
 inline constexpr uint16_t kMinor = 0;
+inline constexpr uint16_t kFilterMajor = 2;  // the first major with Leaf.filter
+inline constexpr uint16_t kBaseMajor = 1;
 
 // ---- LMDB layout (SPEC.md "Databases") ----
 inline constexpr const char* kMetaDb = "treecask.meta";

@@ -433,7 +433,8 @@ static_assert(fb::Manifest::VT_BLOBS == 18, "Manifest gained or lost a field: up
 
 // SPEC.md "Reader checks" 26-34 for one leaf whose table passed the verifier.
 // Fills `r` (key_path already set). Throws Error(kCorruption) naming the leaf.
-void check_leaf_record(LeafRecord& r, const std::vector<uint64_t>& blob_payload, const std::string& file) {
+void check_leaf_record(LeafRecord& r, const std::vector<uint64_t>& blob_payload, uint16_t major,
+                       const std::string& file) {
   const fb::Leaf* leaf = r.fb;
   auto bad = [&](const std::string& what) { return Error(ErrorCode::kCorruption, file, std::string(r.key_path), what); };
   if (!elements_aligned(leaf->shape()) || !elements_aligned(leaf->chunks()) ||
@@ -454,6 +455,17 @@ void check_leaf_record(LeafRecord& r, const std::vector<uint64_t>& blob_payload,
   uint8_t codec = static_cast<uint8_t>(leaf->codec());
   if (codec > 1) throw bad("unknown codec " + std::to_string(codec));
   r.codec = static_cast<Codec>(codec);
+  uint8_t filter = static_cast<uint8_t>(leaf->filter());
+  if (filter > 1) throw bad("unknown filter " + std::to_string(filter));
+  r.filter = static_cast<Filter>(filter);
+  if (r.filter == Filter::kByteShuffle) {
+    if (major < format::kFilterMajor)
+      throw bad("has a filter, which format " + std::to_string(major) + ".x does not have (2.0 does)");
+    if (r.codec != Codec::kLZ4) throw bad("byte shuffle is only defined before LZ4");
+    r.shuffle_bytes = static_cast<uint8_t>(shuffle_element_bytes(r.dtype));
+    if (r.shuffle_bytes == 0)
+      throw bad("byte shuffle of " + std::string(dtype_name(r.dtype)) + " (needs 2, 4, 8 or 16 bytes per element)");
+  }
   r.chunk_size = leaf->chunk_size();
   r.chunks = leaf->chunks();
   uint64_t n_chunks = r.chunks ? r.chunks->size() : 0;
@@ -720,7 +732,7 @@ class Parser {
       r.key_path = sv(leaf->key_path());
       if (block_error_[b]) continue;  // verify the rest; one leaf error per block is kept
       try {
-        check_leaf_record(r, m_.blob_payload, file_);
+        check_leaf_record(r, m_.blob_payload, m_.root->format_major(), file_);
       } catch (const Error&) {
         block_error_[b] = std::current_exception();
       }

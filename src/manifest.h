@@ -41,6 +41,8 @@ struct LeafRecord {
   uint64_t stored_bytes = 0;
   uint32_t num_parts = 0;
   Codec codec = Codec::kNone;
+  Filter filter = Filter::kNone;
+  uint8_t shuffle_bytes = 0;  // element size a byte-shuffled leaf is shuffled by; else 0
   DType dtype = DType::kUInt8;
   const flatbuffers::Vector<const fb::Chunk*>* chunks = nullptr;
   uint32_t num_chunks() const { return chunks ? chunks->size() : 0; }

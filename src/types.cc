@@ -80,6 +80,19 @@ std::string_view codec_name(Codec codec) noexcept {
   return "invalid";
 }
 
+std::string_view filter_name(Filter filter) noexcept {
+  switch (filter) {
+    case Filter::kNone: return "none";
+    case Filter::kByteShuffle: return "shuffle";
+  }
+  return "invalid";
+}
+
+unsigned shuffle_element_bytes(DType dtype) noexcept {
+  int bits = dtype_bits(dtype);
+  return bits >= 16 && bits % 8 == 0 ? static_cast<unsigned>(bits / 8) : 0u;
+}
+
 TreeDef flat_dict_treedef(const std::vector<std::string>& keys) {
   TreeDef def;
   def.reserve(keys.size() + 1);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "codec.h"
@@ -36,8 +37,26 @@ struct ChunkOut {
 
 struct LeafOut {
   Codec codec = Codec::kNone;
+  uint8_t shuffle_bytes = 0;  // byte shuffle by this element size before LZ4; 0 = no filter
   std::vector<ChunkOut> chunks;
 };
+
+// Format version of an archive: the lowest that holds it (SPEC.md "Versioning").
+uint16_t format_major_of(const std::vector<LeafOut>& out) {
+  for (const auto& lo : out)
+    if (lo.shuffle_bytes) return format::kFilterMajor;
+  return format::kBaseMajor;
+}
+
+// The bytes LZ4 sees for one chunk: `src` itself, or its byte shuffle in
+// `scratch` (SPEC.md "Filters").
+std::span<const std::byte> filtered(std::span<const std::byte> src, unsigned shuffle_bytes,
+                                    std::unique_ptr<std::byte[]>& scratch) {
+  if (!shuffle_bytes) return src;
+  scratch.reset(new std::byte[src.size()]);
+  codec::shuffle(src, scratch.get(), shuffle_bytes);
+  return {scratch.get(), src.size()};
+}
 
 [[noreturn]] void io_error(const std::string& file, const std::string& what) {
   throw Error(ErrorCode::kIo, file, "", what + ": " + std::strerror(errno));
@@ -45,16 +64,19 @@ struct LeafOut {
 
 using codec::lz4_bound;
 
-// Auto mode: LZ4 only if it saves at least 10% on up to three 64 KiB samples.
-bool lz4_pays(std::span<const std::byte> data) {
+// Auto mode: LZ4 only if it saves at least 10% on up to three 64 KiB samples
+// (byte-shuffled first when the leaf will be).
+bool lz4_pays(std::span<const std::byte> data, unsigned shuffle_bytes) {
   constexpr uint64_t kSample = 64 << 10;
   std::vector<std::byte> tmp(lz4_bound(kSample));
+  std::unique_ptr<std::byte[]> scratch;
   uint64_t raw = 0, packed = 0;
   uint64_t n = data.size();
-  uint64_t starts[3] = {0, n / 2, n > kSample ? n - kSample : 0};
+  uint64_t mid = shuffle_bytes ? n / 2 - n / 2 % shuffle_bytes : n / 2;  // on an element boundary
+  uint64_t starts[3] = {0, mid, n > kSample ? n - kSample : 0};
   int samples = n <= 3 * kSample ? 1 : 3;
   for (int s = 0; s < samples; ++s) {
-    auto piece = data.subspan(samples == 1 ? 0 : starts[s], std::min(kSample, n));
+    auto piece = filtered(data.subspan(samples == 1 ? 0 : starts[s], std::min(kSample, n)), shuffle_bytes, scratch);
     bool is_raw;
     packed += codec::lz4_compress(piece, tmp.data(), &is_raw);
     raw += piece.size();
@@ -206,16 +228,23 @@ struct Writer {
     return d.subspan(off, std::min<uint64_t>(opt.chunk_size, d.size() - off));
   }
 
-  Codec choose_codec(size_t li) const {
+  // Codec and filter of leaf `li`: SaveOptions::shuffle applies to LZ4 leaves
+  // whose dtype has 2, 4, 8 or 16 bytes per element.
+  void choose_codec(size_t li, LeafOut& lo) const {
     Compression c = leaves[li].compression.value_or(opt.compression);
-    if (c == Compression::kNone || leaves[li].data.empty()) return Codec::kNone;
-    if (c == Compression::kLZ4) return Codec::kLZ4;
-    return lz4_pays(leaves[li].data) ? Codec::kLZ4 : Codec::kNone;
+    lo.codec = Codec::kNone;
+    lo.shuffle_bytes = 0;
+    if (c == Compression::kNone || leaves[li].data.empty()) return;
+    unsigned shuffle = opt.shuffle ? shuffle_element_bytes(leaves[li].meta.dtype) : 0;
+    if (c == Compression::kLZ4 || lz4_pays(leaves[li].data, shuffle)) {
+      lo.codec = Codec::kLZ4;
+      lo.shuffle_bytes = static_cast<uint8_t>(shuffle);
+    }
   }
 
   void add(size_t li) {
     LeafOut& lo = out[li];
-    lo.codec = choose_codec(li);
+    choose_codec(li, lo);
     uint64_t len = leaves[li].data.size();
     lo.chunks.resize(chunk_count(len));
     if (len == 0) return;
@@ -226,6 +255,7 @@ struct Writer {
     } else if (!write_lz4(li, auto_mode(li) && len <= format::kLz4PartBytes)) {
       // Auto mode and the whole leaf saved < 10%: keep it raw (zero-copy).
       lo.codec = Codec::kNone;
+      lo.shuffle_bytes = 0;
       for (auto& c : lo.chunks) c = ChunkOut{};
       write_raw(li);
     }
@@ -249,11 +279,13 @@ struct Writer {
     if (!pack.members.empty() && need > format::kPackBlobBytes) flush_pack();
     pack.bytes.resize(align_up(pack.bytes.size(), format::kAlignment));
     pack.members.emplace_back(li, 0);
+    std::unique_ptr<std::byte[]> scratch;
     for (uint64_t ci = 0; ci < lo.chunks.size(); ++ci) {
       auto src = chunk_src(li, ci);
       ChunkOut& c = lo.chunks[ci];
       c.offset = pack.bytes.size();
       if (lo.codec == Codec::kLZ4) {
+        src = filtered(src, lo.shuffle_bytes, scratch);
         pack.bytes.resize(c.offset + lz4_bound(src.size()));
         bool raw;
         c.stored = codec::lz4_compress(src, pack.bytes.data() + c.offset, &raw);
@@ -319,12 +351,17 @@ struct Writer {
       staging.resize((last - first) * slot);
       parallel_for(last - first, threads, [&](size_t k) {
         uint64_t ci = first + k;
-        auto src = chunk_src(li, ci);
+        std::unique_ptr<std::byte[]> scratch;
+        auto src = filtered(chunk_src(li, ci), lo.shuffle_bytes, scratch);
         std::byte* dst = staging.data() + k * slot;
         ChunkOut& c = lo.chunks[ci];
         bool raw;
         c.stored = codec::lz4_compress(src, dst, &raw);
-        if (raw) c.flags = format::kChunkStoredRaw;
+        if (raw) {
+          c.flags = format::kChunkStoredRaw;
+          // Stored raw after a filter: the filtered bytes go into the slot.
+          if (lo.shuffle_bytes) std::memcpy(dst, src.data(), src.size());
+        }
         c.checksum = format::xxh3(raw ? src : std::span<const std::byte>(dst, c.stored),
                                   format::chunk_seed(li, ci));
       });
@@ -342,8 +379,9 @@ struct Writer {
         uint64_t ci = first + k;
         ChunkOut& c = lo.chunks[ci];
         c.blob = id;
-        const std::byte* from = (c.flags & format::kChunkStoredRaw) ? chunk_src(li, ci).data()
-                                                                   : staging.data() + k * slot;
+        const std::byte* from = (c.flags & format::kChunkStoredRaw) && !lo.shuffle_bytes
+                                    ? chunk_src(li, ci).data()
+                                    : staging.data() + k * slot;
         blobs.copy(dst + c.offset, from, c.stored);
       });
     }
@@ -408,6 +446,7 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
     if (!axes.IsNull()) leaf.add_logical_axes(axes);
     if (!sh.IsNull()) leaf.add_sharding(sh);
     if (!md.IsNull()) leaf.add_metadata(md);
+    if (out[i].shuffle_bytes) leaf.add_filter(fb::Filter::ByteShuffle);
     lv.push_back(leaf.Finish());
   }
   std::vector<flatbuffers::Offset<fb::Blob>> bv;
@@ -415,7 +454,7 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
   auto created = std::chrono::duration_cast<std::chrono::nanoseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
-  auto root = fb::CreateManifest(b, format::kMajor, format::kMinor,
+  auto root = fb::CreateManifest(b, format_major_of(out), format::kMinor,
                                  b.CreateString(library_version()), created,
                                  build_kv(b, opt.metadata), b.CreateVector(nodes),
                                  b.CreateVector(lv), b.CreateVector(bv));
@@ -560,6 +599,8 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
                   "the manifest would be " + std::to_string(manifest.size()) +
                       " bytes, over the 256 MiB limit (SPEC.md \"Limits\"): raise chunk_size");
     format::Header h;
+    h.major = format_major_of(w.out);
+    h.minor = format::kMinor;
     h.manifest_length = manifest.size();
     h.manifest_checksum = format::xxh3(std::as_bytes(std::span(manifest)), 0);
     std::byte header[format::kHeaderSize];

@@ -55,9 +55,15 @@ TEST_CASE("format versions: a newer major is refused, a newer minor is read") {
   TempDir dir;
   FlatTree t;
   auto good = sample(dir, t);
-  tc_test::rewrite_archive(good, dir / "v2.cask", [](tc_test::Crafted& c) { c.header.major = 2; });
-  auto e = tc_test::expect_error(ErrorCode::kUnsupportedVersion, [&] { Archive::open(dir / "v2.cask"); });
-  CHECK(std::string(e.what()).find("2.0") != std::string::npos);
+  {
+    Archive a = Archive::open(good);  // no filter: written as 1.0, for 1.x readers
+    CHECK(a.format_major() == 1);
+    CHECK(a.format_minor() == 0);
+  }
+  tc_test::rewrite_archive(good, dir / "v3.cask", [](tc_test::Crafted& c) { c.header.major = 3; });
+  auto e = tc_test::expect_error(ErrorCode::kUnsupportedVersion, [&] { Archive::open(dir / "v3.cask"); });
+  CHECK(std::string(e.what()).find("3.0") != std::string::npos);
+  CHECK(std::string(e.what()).find("(2.x)") != std::string::npos);
   tc_test::rewrite_archive(good, dir / "v1_7.cask", [](tc_test::Crafted& c) { c.header.minor = 7; });
   Archive a = Archive::open(dir / "v1_7.cask");
   CHECK(a.format_minor() == 7);
@@ -329,4 +335,62 @@ TEST_CASE("manifest findings are the same whether one or two threads check them"
     CHECK(e.code() == ErrorCode::kCorruption);
     CHECK(std::string(e.what()).find("overlap") != std::string::npos);
   }
+}
+
+TEST_CASE("a filter the file's version or leaf cannot have is corruption") {
+  TempDir dir;
+  FlatTree t;
+  t.add("w", DType::kFloat32, {4096}, tc_test::compressible_bytes(16384, 1));
+  t.add("b", DType::kUInt8, {4096}, tc_test::compressible_bytes(4096, 2));
+  t.add("r", DType::kFloat32, {4096}, tc_test::compressible_bytes(16384, 3));
+  t.leaves[2].compression = Compression::kNone;
+  SaveOptions opt;
+  opt.compression = Compression::kLZ4;
+  opt.shuffle = true;
+  auto good = dir / "good.cask";
+  t.save(good, opt);
+  {
+    Archive a = Archive::open(good);
+    REQUIRE(a.format_major() == 2);
+    REQUIRE(a.leaf(0).filter == Filter::kByteShuffle);
+    REQUIRE(a.leaf(1).filter == Filter::kNone);  // 1-byte elements
+    REQUIRE(a.leaf(2).codec == Codec::kNone);
+  }
+  auto leaf = [](tc_test::Crafted& c, int i) {
+    return fb::GetMutableManifest(c.manifest.data())->mutable_leaves()->GetMutableObject(i);
+  };
+  struct Case {
+    const char* name;
+    std::function<void(tc_test::Crafted&)> edit;
+    const char* key;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"v1.cask",
+       [](tc_test::Crafted& c) {
+         c.header.major = 1;
+         fb::GetMutableManifest(c.manifest.data())->mutate_format_major(1);
+       },
+       "w", "format 1.x does not have"},
+      {"unknown.cask", [&](tc_test::Crafted& c) { leaf(c, 0)->mutate_filter(fb::Filter(7)); }, "w", "unknown filter 7"},
+  };
+  for (const auto& k : cases) {
+    CAPTURE(k.name);
+    tc_test::rewrite_archive(good, dir / k.name, k.edit);
+    auto e = tc_test::expect_error(ErrorCode::kCorruption, [&] { Archive::open(dir / k.name); });
+    CHECK(e.key_path() == k.key);
+    CHECK(std::string(e.what()).find(k.says) != std::string::npos);
+  }
+  // A filter on a 1-byte dtype (same byte length), or on a raw leaf.
+  tc_test::rewrite_archive(good, dir / "u8.cask", [&](tc_test::Crafted& c) {
+    leaf(c, 0)->mutate_dtype(fb::DType::UInt8);
+    leaf(c, 0)->mutable_shape()->Mutate(0, 16384);
+  });
+  auto e = tc_test::expect_error(ErrorCode::kCorruption, [&] { Archive::open(dir / "u8.cask"); });
+  CHECK(e.key_path() == "w");
+  CHECK(std::string(e.what()).find("byte shuffle of uint8") != std::string::npos);
+  tc_test::rewrite_archive(good, dir / "none.cask", [&](tc_test::Crafted& c) { leaf(c, 0)->mutate_codec(fb::Codec::None); });
+  e = tc_test::expect_error(ErrorCode::kCorruption, [&] { Archive::open(dir / "none.cask"); });
+  CHECK(e.key_path() == "w");
+  CHECK(std::string(e.what()).find("only defined before LZ4") != std::string::npos);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,12 +22,43 @@ inline uint8_t byte_at(uint32_t leaf, uint64_t i) {
 // Compressible bytes: runs of small values.
 inline uint8_t run_byte(uint32_t leaf, uint64_t i) { return uint8_t((i / 61 + leaf) % 7); }
 
+// Smooth numbers (format 2.0 vectors): element k is (k % 997) * 0.25 in the
+// leaf's dtype (float32, float64, complex128 with imaginary part 0, bfloat16
+// as the top half of the float32), or k % 97 for int64. Exact in IEEE
+// arithmetic, so every machine computes the same bytes.
+inline void smooth_bytes(treecask::DType d, std::vector<std::byte>& out) {
+  using treecask::DType;
+  auto put = [&](uint64_t at, const void* p, size_t n) { std::memcpy(out.data() + at, p, n); };
+  for (uint64_t k = 0, at = 0; at < out.size(); ++k) {
+    float f = float(k % 997) * 0.25f;
+    double g = double(k % 997) * 0.25;
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    uint16_t top = uint16_t(bits >> 16);
+    int64_t n = int64_t(k % 97);
+    double c[2] = {g, 0.0};
+    switch (d) {
+      case DType::kFloat32: put(at, &f, 4), at += 4; break;
+      case DType::kBFloat16: put(at, &top, 2), at += 2; break;
+      case DType::kFloat64: put(at, &g, 8), at += 8; break;
+      case DType::kInt64: put(at, &n, 8), at += 8; break;
+      case DType::kComplex128: put(at, c, 16), at += 16; break;
+      default: out[at] = std::byte(k % 5), at += 1; break;
+    }
+  }
+}
+
 struct Leaf {
   treecask::LeafMeta meta;
   bool compressible = false;
+  bool smooth = false;
   std::vector<std::byte> bytes() const {
     uint64_t n = treecask::byte_length_for(meta.dtype, meta.shape);
     std::vector<std::byte> out(n);
+    if (smooth) {
+      smooth_bytes(meta.dtype, out);
+      return out;
+    }
     uint32_t id = 0;
     for (char c : meta.key_path) id = id * 31 + uint8_t(c);
     for (uint64_t i = 0; i < n; ++i) out[i] = std::byte(compressible ? run_byte(id, i) : byte_at(id, i));
@@ -42,6 +74,7 @@ struct Leaf {
 
 struct Vector {
   std::string file;
+  uint16_t major = 1;  // format version it is written in (minor 0)
   treecask::TreeDef treedef;
   std::vector<Leaf> leaves;  // key_path filled in: the path the treedef gives
   treecask::SaveOptions options;
@@ -171,6 +204,39 @@ inline Vector parts_vector() {
   return v;
 }
 
-inline std::vector<Vector> all_vectors() { return {tree_vector(), lz4_vector(), parts_vector()}; }
+// v2.0 "shuffle": the byte-shuffle filter (SaveOptions::shuffle) before LZ4
+// over 4 KiB chunks, on 2-, 4-, 8- and 16-byte elements; a leaf of random
+// float32 whose chunks are stored raw after the shuffle (flag bit 0: the
+// stored bytes are the shuffled bytes); a packed (small) shuffled leaf; and
+// a uint8 LZ4 leaf, which has no filter (1-byte elements).
+inline Vector shuffle_vector() {
+  using namespace treecask;
+  Vector v;
+  v.file = "v2_0_shuffle.cask";
+  v.major = 2;
+  v.options.compression = Compression::kLZ4;
+  v.options.shuffle = true;
+  v.options.chunk_size = 4096;
+  v.treedef = flat_dict_treedef({"bf16", "f32", "f64", "c128", "i64", "noise", "u8"});
+  auto leaf = [](const char* key, DType d, std::vector<int64_t> shape, bool smooth) {
+    Leaf l;
+    l.meta.key_path = key;
+    l.meta.dtype = d;
+    l.meta.shape = std::move(shape);
+    l.smooth = smooth;
+    l.compressible = !smooth;
+    return l;
+  };
+  v.leaves = {leaf("bf16", DType::kBFloat16, {300, 64}, true), leaf("f32", DType::kFloat32, {20000}, true),
+              leaf("f64", DType::kFloat64, {2500}, true),     leaf("c128", DType::kComplex128, {40}, true),
+              leaf("i64", DType::kInt64, {3, 700}, true),     leaf("noise", DType::kFloat32, {17000}, false),
+              leaf("u8", DType::kUInt8, {9000}, false)};
+  v.leaves[5].compressible = false;  // random bytes: every chunk stored raw
+  return v;
+}
+
+inline std::vector<Vector> all_vectors() {
+  return {tree_vector(), lz4_vector(), parts_vector(), shuffle_vector()};
+}
 
 }  // namespace golden

@@ -1,8 +1,9 @@
-// Writes the golden vectors of format/vectors/ (run once per format version by
-// hand: `build/format/vectors/treecask_make_vectors format/vectors`). Never
-// rerun for an existing version: committed vectors are the compatibility
-// promise (SPEC.md "Versioning").
+// Writes the golden vectors of one format version into format/vectors/ (run
+// once per format version, by hand: `build/format/vectors/treecask_make_vectors
+// format/vectors 2`). Never rerun for an existing version: committed vectors
+// are the compatibility promise (SPEC.md "Versioning").
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,12 +23,14 @@ static void spit(const fs::path& p, const std::vector<char>& b) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s OUTPUT_DIR MAJOR   (writes the vectors of format MAJOR.0)\n", argv[0]);
     return 2;
   }
   fs::path out = argv[1];
+  const int major = std::atoi(argv[2]);
   for (const auto& v : golden::all_vectors()) {
+    if (v.major != major) continue;
     std::vector<std::vector<std::byte>> data;
     std::vector<treecask::LeafInput> in;
     for (const auto& l : v.leaves) data.push_back(l.bytes());
@@ -38,6 +41,15 @@ int main(int argc, char** argv) {
     treecask::save(out / v.file, v.treedef, in, opt);
     std::printf("wrote %s\n", (out / v.file).c_str());
   }
+  if (major == 2) {
+    auto b = slurp(out / "v2_0_shuffle.cask");  // header record major version 2 -> 3
+    auto at = std::search(b.begin(), b.end(), "TREECASK", "TREECASK" + 8);
+    at[8] = 3;
+    spit(out / "bad_major_3.cask", b);
+    std::puts("wrote bad_major_3.cask");
+    return 0;
+  }
+  if (major != 1) return 0;
   // Inputs that must fail, derived from the tree vector by patching bytes.
   auto tree = slurp(out / "v1_0_tree.cask");
   {

@@ -36,6 +36,7 @@ struct LeafInfo : LeafMeta {
   uint64_t byte_length = 0;    // raw bytes
   uint64_t stored_bytes = 0;   // bytes in the file (compressed where LZ4)
   Codec codec = Codec::kNone;
+  Filter filter = Filter::kNone;  // applied to each chunk before its codec (format 2.0)
   uint64_t chunk_size = 0;     // raw bytes per chunk
   uint32_t num_chunks = 0;
   uint32_t num_parts = 0;      // zero-copy pieces of a raw leaf (SPEC.md "Large leaves")

@@ -9,10 +9,13 @@
 
 namespace treecask {
 
-// Library version, e.g. "0.1.0" (independent of the format version).
+// Library version, e.g. "0.2.0" (independent of the format version).
 TREECASK_API const char* library_version() noexcept;
-// Highest format version this library writes and reads (SPEC.md "Versioning").
-inline constexpr uint16_t kFormatMajor = 1;
+// Highest format version this library reads and writes (SPEC.md
+// "Versioning"). It reads every x.y with x <= kFormatMajor. It writes the
+// lowest version that holds the archive: 1.0, or 2.0 when a leaf has a filter
+// (SaveOptions::shuffle), so that 1.x readers keep reading the rest.
+inline constexpr uint16_t kFormatMajor = 2;
 inline constexpr uint16_t kFormatMinor = 0;
 
 }  // namespace treecask

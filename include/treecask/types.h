@@ -64,6 +64,20 @@ enum class Codec : uint8_t {
 };
 TREECASK_API std::string_view codec_name(Codec codec) noexcept;
 
+// A transform of each chunk's raw bytes applied before its codec (SPEC.md
+// "Filters"; format 2.0). Byte shuffle splits the bytes of each element into
+// planes (all first bytes, then all second bytes, ...), as Blosc's shuffle
+// does: the exponent bytes of float weights then sit together and LZ4 finds
+// runs in them. Only with LZ4, on dtypes of 2, 4, 8 or 16 bytes per element.
+enum class Filter : uint8_t {
+  kNone = 0,
+  kByteShuffle = 1,
+};
+TREECASK_API std::string_view filter_name(Filter filter) noexcept;  // "none", "shuffle"
+// Bytes per element a byte shuffle of `dtype` works on: 2, 4, 8 or 16; 0 for
+// the dtypes it cannot apply to (bool, int8, uint8, float8, int4/uint4).
+TREECASK_API unsigned shuffle_element_bytes(DType dtype) noexcept;
+
 // What a leaf was in the program that saved it. Python scalars are stored as
 // 0-d arrays (int -> int64, float -> float64, bool -> bool) and str as a 1-d
 // uint8 array of its UTF-8 bytes, so that a reader can give them back as the

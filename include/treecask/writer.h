@@ -32,6 +32,13 @@ struct LeafInput {
 
 struct SaveOptions {
   Compression compression = Compression::kAuto;
+  // Byte-shuffle (SPEC.md "Filters") each chunk of every LZ4-coded leaf whose
+  // dtype has 2, 4, 8 or 16 bytes per element before compressing it, as Blosc
+  // does: bf16/fp32 weights then compress where plain LZ4 gains ~nothing.
+  // Opt-in because an archive with a filter is format 2.0, which 1.x readers
+  // refuse (kUnsupportedVersion); without one, save() writes format 1.0.
+  // With kAuto the probe compresses shuffled samples.
+  bool shuffle = false;
   // Raw bytes per chunk, the unit of checksums, compression and partial reads.
   // A multiple of 64 in [4096, 64 MiB] (SPEC.md "Limits").
   uint64_t chunk_size = uint64_t{1} << 20;

@@ -42,7 +42,7 @@ from .errors import (
     VersionError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 #: Highest archive format version this build writes and reads.
 FORMAT_VERSION = (_core.FORMAT_MAJOR, _core.FORMAT_MINOR)
 

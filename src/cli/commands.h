@@ -50,6 +50,7 @@ struct ImportOptions {
   std::string format = "auto";       // auto | safetensors | npz
   std::string compression = "auto";  // auto | none | lz4
   uint64_t chunk_size = 0;           // 0: the library default
+  bool shuffle = false;              // SaveOptions::shuffle
   bool overwrite = false;
 };
 int run_import(const ImportOptions& options);

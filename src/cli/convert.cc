@@ -111,6 +111,7 @@ int run_import(const ImportOptions& options) {
 
   SaveOptions save_options;
   save_options.compression = compression;
+  save_options.shuffle = options.shuffle;
   if (options.chunk_size != 0) save_options.chunk_size = options.chunk_size;
   save_options.overwrite = options.overwrite;
   save_options.metadata = imported.metadata;

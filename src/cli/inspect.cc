@@ -37,6 +37,13 @@ Json key_values_json(const KeyValues& kvs) {
   return out;
 }
 
+// The codec column of `ls`: the codec, preceded by the filter when there is one.
+std::string codec_label(const LeafInfo& info) {
+  std::string label(codec_name(info.codec));
+  if (info.filter != Filter::kNone) label += "+" + std::string(filter_name(info.filter));
+  return label;
+}
+
 Json leaf_json(const LeafInfo& info) {
   Json j = Json::object();
   j["index"] = info.index;
@@ -60,6 +67,7 @@ Json leaf_json(const LeafInfo& info) {
     j["sharding"] = nullptr;
   }
   j["metadata"] = key_values_json(info.metadata);
+  j["filter"] = filter_name(info.filter);  // appended in 0.2 (format 2.0)
   return j;
 }
 
@@ -207,7 +215,7 @@ int run_ls(const std::string& file, const std::optional<std::string>& prefix, bo
   for (const LeafInfo& info : leaves) {
     Row r{{display_key(info.key_path), std::string(dtype_name(info.dtype)),
            format_shape(info.shape), std::to_string(info.byte_length),
-           std::to_string(info.stored_bytes), std::string(codec_name(info.codec))},
+           std::to_string(info.stored_bytes), codec_label(info)},
           leaf_extras(info)};
     for (int c = 0; c < 6; ++c) width[c] = std::max(width[c], r.cells[c].size());
     rows.push_back(std::move(r));

@@ -133,6 +133,9 @@ int run(int argc, char** argv) {
   import_cmd->add_option("--chunk-size", import_options.chunk_size,
                      "bytes per chunk, a multiple of 64 in [4096, 67108864]; "
                      "default 1048576");
+  import_cmd->add_flag("--shuffle", import_options.shuffle,
+                       "byte-shuffle LZ4-coded leaves of 2/4/8/16-byte dtypes before compressing "
+                       "(bf16/fp32 weights compress; writes format 2.0, which 1.x readers refuse)");
   import_cmd->add_flag("--overwrite", import_options.overwrite, "replace OUTPUT if it exists");
   import_cmd->footer(
       "safetensors: memory-mapped and validated as the reference implementation does (header\n"

@@ -194,6 +194,31 @@ def test_large_lz4_leaf_exports_in_row_batches(d):
     assert np.array_equal(np.load(f"{d}/big.npy"), a)
 
 
+def test_import_shuffle(d):
+    """--shuffle: bf16 weights with a repeated high byte compress; 2.0; exact export."""
+    import ml_dtypes
+    rng = np.random.default_rng(5)
+    bf = (rng.standard_normal((512, 256)) * 0.02).astype(ml_dtypes.bfloat16)
+    arrays = {"w": bf, "ids": np.arange(4096, dtype=np.int64), "mask": np.ones(999, np.uint8)}
+    src = f"{d}/w.safetensors"
+    save_file(arrays, src)
+    expect(tc("import", src, f"{d}/plain.cask", "--compression", "lz4"), OK)
+    expect(tc("import", src, f"{d}/shuf.cask", "--compression", "lz4", "--shuffle"), OK)
+    plain = {l["key_path"]: l for l in ls_json(f"{d}/plain.cask")}
+    shuf = {l["key_path"]: l for l in ls_json(f"{d}/shuf.cask")}
+    assert shuf["w"]["filter"] == "shuffle" and shuf["ids"]["filter"] == "shuffle", shuf
+    assert shuf["mask"]["filter"] == "none", shuf  # 1-byte elements: no filter
+    assert plain["w"]["filter"] == "none"
+    assert shuf["w"]["stored_bytes"] < 0.9 * plain["w"]["stored_bytes"], (shuf["w"], plain["w"])
+    text = expect(tc("ls", f"{d}/shuf.cask", "w"), OK).out.split()
+    assert text[-1] == "lz4+shuffle", text
+    assert json.loads(expect(tc("info", f"{d}/shuf.cask", "--json"), OK).out)["format_version"] == "2.0"
+    assert json.loads(expect(tc("info", f"{d}/plain.cask", "--json"), OK).out)["format_version"] == "1.0"
+    expect(tc("verify", f"{d}/shuf.cask"), OK)
+    expect(tc("export", f"{d}/shuf.cask", f"{d}/back.safetensors"), OK)
+    assert same_file(src, f"{d}/back.safetensors")
+
+
 # ---- npz ------------------------------------------------------------------------
 
 def test_npz_import(d):
@@ -317,12 +342,12 @@ def test_ls_and_info(d):
     cask, arrays = make_archive(d, compression="auto")
     leaves = ls_json(cask)
     fields = ["index", "key_path", "kind", "dtype", "shape", "bytes", "stored_bytes", "codec",
-              "chunk_size", "num_chunks", "logical_axes", "sharding", "metadata"]
+              "chunk_size", "num_chunks", "logical_axes", "sharding", "metadata", "filter"]
     for i, (leaf, key) in enumerate(zip(leaves, arrays)):
         assert list(leaf) == fields, list(leaf)
         assert leaf["index"] == i and leaf["key_path"] == key and leaf["kind"] == "array"
         assert leaf["codec"] in ("none", "lz4") and leaf["sharding"] is None
-        assert leaf["logical_axes"] == [] and leaf["metadata"] == {}
+        assert leaf["logical_axes"] == [] and leaf["metadata"] == {} and leaf["filter"] == "none"
     assert leaves[0]["dtype"] == "float32" and leaves[0]["shape"] == [16, 8]
     assert leaves[0]["bytes"] == 512
     text = expect(tc("ls", cask), OK).out.splitlines()
@@ -387,7 +412,7 @@ def test_usage_and_missing_files(d):
     for cmd in ("info", "ls", "verify", "get", "import", "export"):
         r = expect(tc(cmd, "--help"), OK, out_contains="Exit status")
         assert cmd in r.out
-    expect(tc("--version"), OK, out_contains="format 1.0")
+    expect(tc("--version"), OK, out_contains="format 2.0")
     missing = f"{d}/missing.cask"
     for args in (("info", missing), ("ls", missing), ("verify", missing),
                  ("get", missing, "w", "-o", f"{d}/w.npy"), ("export", missing, f"{d}/o.st"),
