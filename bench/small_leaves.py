@@ -11,7 +11,9 @@ its one-leaf key).
 Both sides are timed as bench/peers.py times them: treecask.save(compression=
 "none", durable=True); safetensors save_file of the flattened dict plus an
 fsync of the file and its directory; loads to a nested dict (safetensors:
-load_file + unflatten). Not a test: the numbers depend on the machine's load.
+load_file + unflatten). Before each timed call it touches and frees twice the
+data size of memory (peers.prewarm). Not a test: the numbers depend on the
+machine's load.
 """
 
 from __future__ import annotations
@@ -79,9 +81,11 @@ def main() -> None:
     assert np.array_equal(peers.flatten(tc_load())[key], want) and np.array_equal(tc_one(), want)
     assert np.array_equal(st_one(), want)
     print(f"{args.workload}: {len(peers.flatten(tree))} leaves, one leaf {key!r}")
+    nbytes = sum(np.asarray(x).nbytes for x in peers.flatten(tree).values())
     times = {name: [] for name, _ in cases}
     for _ in range(args.runs):
         for name, fn in cases:
+            peers.prewarm(2 * nbytes)  # as bench/peers.py does: fresh memory is guest-held
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
