@@ -227,6 +227,7 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   d["byte_length"] = li.byte_length;
   d["stored_bytes"] = li.stored_bytes;
   d["codec"] = std::string(treecask::codec_name(li.codec));
+  d["filter"] = std::string(treecask::filter_name(li.filter));
   d["chunk_size"] = li.chunk_size;
   d["num_chunks"] = li.num_chunks;
   d["num_parts"] = li.num_parts;
@@ -284,7 +285,7 @@ NB_MODULE(_core, m) {
   m.def("split_key_path", [](const std::string& p) { return treecask::split_key_path(p); });
 
   // save(path, treedef, key_paths, value_kinds, dtypes, shapes, datas, extras, compression,
-  //      chunk_size, threads, overwrite, durable, metadata, max_part_bytes)
+  //      chunk_size, threads, overwrite, durable, metadata, max_part_bytes, shuffle)
   // One entry per leaf in each column: key_paths (str), value_kinds (int), dtypes (dtype
   // name), shapes (sequence of int), datas (a C-contiguous buffer holding the leaf's bytes:
   // an array of its dtype or its uint8 bytes). extras maps a leaf's position to
@@ -294,7 +295,7 @@ NB_MODULE(_core, m) {
       [](const std::string& path, nb::list nodes, nb::list key_paths, nb::list value_kinds,
          nb::list dtypes, nb::list shapes, nb::list datas, nb::dict extras, int compression,
          std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite, bool durable,
-         nb::handle metadata, std::optional<uint64_t> max_part_bytes) {
+         nb::handle metadata, std::optional<uint64_t> max_part_bytes, bool shuffle) {
         treecask::TreeDef def = treedef_from_python(nodes);
         size_t n = key_paths.size();
         if (value_kinds.size() != n || dtypes.size() != n || shapes.size() != n || datas.size() != n)
@@ -333,6 +334,7 @@ NB_MODULE(_core, m) {
         opt.threads = threads;
         opt.overwrite = overwrite;
         opt.durable = durable;
+        opt.shuffle = shuffle;
         opt.metadata = key_values_from_python(metadata);
         treecask::SaveStats st;
         {
@@ -350,7 +352,7 @@ NB_MODULE(_core, m) {
       "path"_a, "treedef"_a, "key_paths"_a, "value_kinds"_a, "dtypes"_a, "shapes"_a, "datas"_a,
       "extras"_a, "compression"_a = 0, "chunk_size"_a = nb::none(),
       "threads"_a = 0, "overwrite"_a = false, "durable"_a = true, "metadata"_a = nb::none(),
-      "max_part_bytes"_a = nb::none());
+      "max_part_bytes"_a = nb::none(), "shuffle"_a = false);
 
   nb::class_<treecask::Archive>(m, "Archive")
       .def_static(

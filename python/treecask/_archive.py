@@ -70,7 +70,9 @@ class LeafInfo:
     ``shape`` the array shape (for a ``str`` leaf: its UTF-8 byte count),
     ``value_kind`` what the saving program had ("array", "int", "float",
     "bool", "str"), ``codec`` "none" (zero-copy readable) or "lz4",
-    ``byte_length`` raw bytes, ``stored_bytes`` bytes in the file.
+    ``filter`` "none" or "shuffle" (bytes shuffled before LZ4; format 2.0,
+    SPEC.md "Filters"), ``byte_length`` raw bytes, ``stored_bytes`` bytes in
+    the file.
     """
 
     key_path: str
@@ -80,6 +82,7 @@ class LeafInfo:
     shape: Tuple[int, ...]
     value_kind: str
     codec: str
+    filter: str
     byte_length: int
     stored_bytes: int
     chunk_size: int
@@ -108,6 +111,7 @@ def _leaf_info(d: Dict[str, Any]) -> LeafInfo:
         shape=tuple(int(s) for s in d["shape"]),
         value_kind=_codec.VALUE_KIND_NAMES[d["value_kind"]],
         codec=d["codec"],
+        filter=d["filter"],
         byte_length=int(d["byte_length"]),
         stored_bytes=int(d["stored_bytes"]),
         chunk_size=int(d["chunk_size"]),
@@ -493,7 +497,8 @@ _prefetched = threading.local()
 
 def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = None,
          compression: str = "auto", overwrite: bool = False, chunk_size: Optional[int] = None,
-         threads: int = 0, durable: bool = True, max_part_bytes: Optional[int] = None) -> SaveStats:
+         threads: int = 0, durable: bool = True, max_part_bytes: Optional[int] = None,
+         shuffle: bool = False) -> SaveStats:
     """Saves a pytree as one archive file, atomically.
 
     Args:
@@ -519,6 +524,12 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
       max_part_bytes: advanced: the largest zero-copy piece of a raw leaf (a
         multiple of chunk_size, at most 1 GiB, the default); larger leaves are
         stored in several parts and read by copy.
+      shuffle: byte-shuffle each chunk of the LZ4-coded leaves whose dtype has
+        2, 4, 8 or 16 bytes per element before compressing it (Blosc's
+        shuffle; SPEC.md "Filters"): bf16/fp32 weights, which plain LZ4 barely
+        shrinks, then compress. Use with ``compression="lz4"`` (or "auto",
+        whose probe then tries shuffled samples). The file is format 2.0, which
+        treecask 0.1 refuses (VersionError); without it, format 1.0.
 
     Returns:
       SaveStats (file size, raw and stored bytes, leaf and blob counts).
@@ -545,7 +556,8 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
     except Error as e:
         raise _with_file(e, p) from None
     st = _core.save(p, nodes, key_paths, kinds, dtypes, shapes, datas, more, _COMPRESSION[compression],
-                    chunk_size, int(threads), bool(overwrite), bool(durable), md, max_part_bytes)
+                    chunk_size, int(threads), bool(overwrite), bool(durable), md, max_part_bytes,
+                    bool(shuffle))
     return SaveStats(**{k: int(v) for k, v in st.items()})
 
 

@@ -117,7 +117,9 @@ def test_archive_metadata_and_facts(cask):
     assert stats.num_leaves == 1 and stats.raw_bytes == 16 and stats.file_bytes == os.path.getsize(cask)
     with treecask.open(cask) as a:
         assert a.metadata == {"step": "10", "run": "x"}
-        assert a.format_version == treecask.FORMAT_VERSION
+        # No filter: written as 1.0 so that 1.x readers read it; FORMAT_VERSION is
+        # the newest this library reads and writes.
+        assert a.format_version == (1, 0) and treecask.FORMAT_VERSION == (2, 0)
         assert a.library_version == treecask.library_version()
         assert a.file_size == os.path.getsize(cask) and len(a) == 1 and list(a) == ["w"]
         assert a.created_unix_ns > 0
@@ -405,3 +407,23 @@ def test_dict_and_list_subclasses(cask):
     back = treecask.load(cask, like=tree)
     assert type(back["cfg"]) is Config and type(back["layers"]) is Layers
     assert type(back["od"]) is collections.OrderedDict and list(back["od"]) == ["z", "a"]
+
+
+def test_shuffle_compresses_float_weights_and_writes_format_2(tmp_path):
+    rng = np.random.default_rng(0)
+    tree = {"w": (rng.standard_normal((256, 512)) * 0.02).astype(ml_dtypes.bfloat16),
+            "v": rng.standard_normal(40000).astype(np.float32),
+            "mask": np.ones(5000, np.uint8), "step": 7}
+    plain, shuf = tmp_path / "plain.cask", tmp_path / "shuf.cask"
+    treecask.save(plain, tree, compression="lz4", durable=False)
+    treecask.save(shuf, tree, compression="lz4", shuffle=True, durable=False)
+    with treecask.open(plain) as a, treecask.open(shuf) as b:
+        assert a.format_version == (1, 0) and b.format_version == (2, 0)
+        assert [b.info(k).filter for k in ("w", "v", "mask")] == ["shuffle", "shuffle", "none"]
+        assert a.info("w").filter == "none"
+        # bf16 weights: LZ4 alone finds little; shuffled, the sign/exponent plane compresses.
+        assert b.info("w").stored_bytes < 0.85 * a.info("w").stored_bytes
+        assert np.array_equal(b["w"].view(np.uint16), tree["w"].view(np.uint16))
+    assert trees_equal(treecask.load(shuf), treecask.load(plain))
+    back = treecask.load(shuf, subtree="v")
+    assert np.array_equal(back, tree["v"])
