@@ -18,7 +18,7 @@ Workloads
           weights, sorted ids, untouched moments) where compression pays
 
 Contenders
-  treecask (compression="none": raw, and the default "auto"), safetensors.numpy
+  treecask (compression="none": raw, the default "auto", and "lz4" with shuffle=True), safetensors.numpy
   (save_file / load_file / safe_open+get_tensor), np.savez / np.load (npz),
   Orbax StandardCheckpointer (jax.Array leaves; save + wait_until_finished,
   restore onto ShapeDtypeStructs; one leaf via PyTreeCheckpointer partial
@@ -487,15 +487,20 @@ class Treecask(Contender):
     ext = ".cask"
     modules = ("treecask",)
 
-    def __init__(self, compression: str):
+    def __init__(self, compression: str, shuffle: bool = False):
         self.compression = compression
-        self.name = "treecask" if compression == "none" else f"treecask-{compression}"
-        self.label = ("treecask (raw)" if compression == "none" else f"treecask ({compression})")
+        self.shuffle = shuffle
+        if shuffle:
+            self.name, self.label = f"treecask-{compression}-shuffle", f"treecask ({compression}+shuffle)"
+        else:
+            self.name = "treecask" if compression == "none" else f"treecask-{compression}"
+            self.label = ("treecask (raw)" if compression == "none" else f"treecask ({compression})")
 
     def save(self, tree, path):
         import treecask
 
-        treecask.save(path, tree, compression=self.compression, overwrite=True)  # durable=True: fsyncs
+        treecask.save(path, tree, compression=self.compression, shuffle=self.shuffle,
+                      overwrite=True)  # durable=True: fsyncs
 
     def load(self, path, tmpl):
         import treecask
@@ -698,7 +703,8 @@ class Flax(Contender):
 
 
 CONTENDERS: Dict[str, Contender] = {c.name: c for c in [
-    Treecask("none"), Treecask("auto"), Safetensors(), Npz(), Orbax(), Equinox(), Flax()]}
+    Treecask("none"), Treecask("auto"), Treecask("lz4", shuffle=True), Safetensors(), Npz(), Orbax(),
+    Equinox(), Flax()]}
 
 # ======================================================================================
 # Child: one measurement
@@ -1174,7 +1180,7 @@ def render(results, core_text: Optional[str], args) -> str:
              "nothing to a readable tensor (treecask `open(p)[key]`: a zero-copy view whose checksums are "
              "verified; the peers as for one leaf). Both are medians of repeated calls within each child "
              "(whole-file readers run once). treecask (raw) is "
-             "`save(compression=\"none\")`; treecask (auto) is the default `save()`. \"×\" columns: how "
+             "`save(compression=\"none\")`; treecask (auto) is the default `save()`; treecask (lz4+shuffle) is `save(compression=\"lz4\", shuffle=True)` (format 2.0). \"×\" columns: how "
              "many times faster treecask (raw) is (the other's time ÷ treecask's).")
     L.append("")
 
