@@ -241,12 +241,20 @@ int main(int argc, char** argv) {
                {16 + i % 64}, false, i);
     many.bind();
     treecask::save(path, many.treedef(), many.inputs, none);
-    double open = median_seconds(51, [&] {
+    auto open_first = [&] {
       treecask::Archive a = treecask::Archive::open(path);
       auto v = a.view(a.index_of("blocks.57.p31"), treecask::Verify::kYes);
       if (v.empty()) std::abort();
-    });
-    std::printf("\nopen + manifest + first tensor at 10,000 leaves: %.3f ms (target < 1 ms)\n", open * 1e3);
+    };
+    // Right after the save, then in steady state (after 500 more opens): on
+    // this VM the first figure is regularly higher, for reasons outside
+    // treecask's code (it varies with what else ran; both are reported).
+    double first = median_seconds(51, open_first);
+    for (int i = 0; i < 500; ++i) open_first();
+    double steady = median_seconds(201, open_first);
+    std::printf("\nopen + manifest + first tensor at 10,000 leaves: %.3f ms right after the save (median of 51), "
+                "%.3f ms in steady state (median of 201 after 500 more) (target < 1 ms)\n",
+                first * 1e3, steady * 1e3);
     treecask::OpenOptions trusted;
     double open_nocheck = median_seconds(51, [&] { treecask::Archive::open(path, trusted); });
     (void)open_nocheck;
