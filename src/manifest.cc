@@ -730,6 +730,19 @@ class Parser {
     flatbuffers::Verifier verifier(m_.data, m_.size, verifier_options());
     for (size_t i = b * kBlockTables, e = std::min(n_nodes_, i + kBlockTables); i < e; ++i) {
       const fb::Node* node = nodes_->Get(static_cast<flatbuffers::uoffset_t>(i));
+      // A leaf's node has every field at its default, so the writer stores
+      // it as a table whose vtable lists no field: verifying the table and
+      // vtable bounds is then all there is to verify (what Node::Verify does
+      // for absent fields is nothing).
+      const auto* table = reinterpret_cast<const uint8_t*>(node);
+      if (!verifier.VerifyTableStart(table)) return false;
+      const uint8_t* vtable = table - flatbuffers::ReadScalar<flatbuffers::soffset_t>(table);
+      const bool empty = flatbuffers::ReadScalar<flatbuffers::voffset_t>(vtable) <= 2 * sizeof(flatbuffers::voffset_t);
+      verifier.EndTable();
+      if (empty) {
+        compact_[i] = {nullptr, 0, static_cast<uint8_t>(NodeKind::kLeaf)};
+        continue;
+      }
       if (!verifier.VerifyTable(node)) return false;
       const FbStrings* keys = node->keys();
       compact_[i] = {keys, node->arity(), static_cast<uint8_t>(node->kind())};
