@@ -52,11 +52,15 @@ struct Archive::Impl {
   std::span<const std::byte> stored(const fb::Chunk* c) const {
     return {blob_data[c->blob()] + c->offset(), c->stored_size()};
   }
-  void check_chunk(size_t li, uint64_t ci) const {
-    const fb::Chunk* c = rec(li).chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
-    if (format::xxh3(stored(c), format::chunk_seed(li, ci)) != c->checksum())
+  // Throws kChecksumMismatch unless `digest` is chunk `ci`'s stored checksum.
+  void expect_checksum(size_t li, uint64_t ci, const fb::Chunk* c, uint64_t digest) const {
+    if (digest != c->checksum())
       throw Error(ErrorCode::kChecksumMismatch, file, key(li),
                   "chunk " + std::to_string(ci) + " does not match its XXH3 checksum");
+  }
+  void check_chunk(size_t li, uint64_t ci) const {
+    const fb::Chunk* c = rec(li).chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
+    expect_checksum(li, ci, c, format::xxh3(stored(c), format::chunk_seed(li, ci)));
   }
   // True when the chunk's stored bytes are its raw bytes: a None leaf, or a
   // chunk stored raw in an LZ4 leaf without a filter.
@@ -94,10 +98,7 @@ struct Archive::Impl {
         copy_out(src.subspan(at, n), out + at);
         hash.update({out + at, n});
       }
-      if (hash.digest() != c->checksum())
-        throw Error(ErrorCode::kChecksumMismatch, file, key(li),
-                    "chunk " + std::to_string(ci) + " does not match its XXH3 checksum");
-      return;
+      return expect_checksum(li, ci, c, hash.digest());
     }
     // The stored bytes are copied out with pread() first, as raw chunks are:
     // a full load then maps no page of the file, so resident memory grows by
@@ -105,20 +106,22 @@ struct Archive::Impl {
     std::unique_ptr<std::byte[]> stored_copy(new std::byte[src.size()]);
     copy_out(src, stored_copy.get());
     std::span<const std::byte> in(stored_copy.get(), src.size());
-    if (verify && format::xxh3(in, format::chunk_seed(li, ci)) != c->checksum())
-      throw Error(ErrorCode::kChecksumMismatch, file, key(li),
-                  "chunk " + std::to_string(ci) + " does not match its XXH3 checksum");
-    // A byte-shuffled chunk is decoded into a scratch buffer, then unshuffled
-    // into `out` (SPEC.md "Filters").
-    std::unique_ptr<std::byte[]> shuffled(r.shuffle_bytes ? new std::byte[raw] : nullptr);
-    std::byte* dst = shuffled ? shuffled.get() : out;
-    if (c->flags() & format::kChunkStoredRaw)
-      std::memcpy(dst, in.data(), raw);  // stored raw (after the filter)
-    else if (!codec::lz4_decode(in, {dst, raw}))
-      throw Error(ErrorCode::kCorruption, file, key(li),
-                  "chunk " + std::to_string(ci) + " does not decode to its declared " +
-                      std::to_string(raw) + " bytes");
-    if (shuffled) codec::unshuffle({dst, raw}, out, r.shuffle_bytes);
+    if (verify) expect_checksum(li, ci, c, format::xxh3(in, format::chunk_seed(li, ci)));
+    // An LZ4 block is decoded (into a scratch buffer when byte-shuffled); a
+    // chunk here with flag bit 0 holds the shuffled bytes themselves. A
+    // shuffled chunk is then unshuffled into `out` (SPEC.md "Filters").
+    std::unique_ptr<std::byte[]> decoded;
+    std::span<const std::byte> filtered = in;
+    if (!(c->flags() & format::kChunkStoredRaw)) {
+      if (r.shuffle_bytes) decoded.reset(new std::byte[raw]);
+      std::byte* dst = decoded ? decoded.get() : out;
+      if (!codec::lz4_decode(in, {dst, raw}))
+        throw Error(ErrorCode::kCorruption, file, key(li),
+                    "chunk " + std::to_string(ci) + " does not decode to its declared " +
+                        std::to_string(raw) + " bytes");
+      filtered = {dst, raw};
+    }
+    if (r.shuffle_bytes) codec::unshuffle(filtered, out, r.shuffle_bytes);
   }
 };
 

@@ -414,7 +414,7 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
                                     const std::vector<std::string>& paths,
                                     const std::vector<LeafOut>& out,
                                     const std::vector<uint64_t>& payloads,
-                                    const SaveOptions& opt) {
+                                    uint16_t major, const SaveOptions& opt) {
   flatbuffers::FlatBufferBuilder b(1024 + leaves.size() * 256);
   std::vector<flatbuffers::Offset<fb::Node>> nodes;
   nodes.reserve(def.size());
@@ -467,7 +467,7 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
   auto created = std::chrono::duration_cast<std::chrono::nanoseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
-  auto root = fb::CreateManifest(b, format_major_of(out), format::kMinor,
+  auto root = fb::CreateManifest(b, major, format::kMinor,
                                  b.CreateString(library_version()), created,
                                  build_kv(b, opt.metadata), b.CreateVector(nodes),
                                  b.CreateVector(lv), b.CreateVector(bv));
@@ -606,13 +606,14 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     for (size_t i = 0; i < leaves.size(); ++i) w.add(i);
     w.flush_pack();
 
-    std::vector<uint8_t> manifest = build_manifest(treedef, leaves, paths, w.out, blobs.payloads(), opt);
+    const uint16_t major = format_major_of(w.out);  // header and manifest say the same
+    std::vector<uint8_t> manifest = build_manifest(treedef, leaves, paths, w.out, blobs.payloads(), major, opt);
     if (manifest.size() > format::kMaxManifestBytes)
       throw Error(ErrorCode::kInvalidArgument, file, "",
                   "the manifest would be " + std::to_string(manifest.size()) +
                       " bytes, over the 256 MiB limit (SPEC.md \"Limits\"): raise chunk_size");
     format::Header h;
-    h.major = format_major_of(w.out);
+    h.major = major;
     h.minor = format::kMinor;
     h.manifest_length = manifest.size();
     h.manifest_checksum = format::xxh3(std::as_bytes(std::span(manifest)), 0);
