@@ -68,6 +68,19 @@ struct ChildRun {
   bool killed() const { return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL; }
 };
 
+// Reads the child's end of `fd` until EOF, closes it, and reaps `pid`.
+// Returns what the child wrote; *status is its wait status.
+std::string drain_and_reap(int fd, pid_t pid, int* status) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  *status = 0;
+  if (waitpid(pid, status, 0) != pid) *status = -1;
+  return out;
+}
+
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("signal ") + strsignal(WTERMSIG(status));
@@ -113,11 +126,8 @@ ChildRun run_child(const std::vector<std::string>& args) {
   posix_spawn_file_actions_destroy(&fa);
   ::close(pipefd[1]);
   REQUIRE(rc == 0);
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) run.out.append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  REQUIRE(waitpid(run.pid, &run.status, 0) == run.pid);
+  run.out = drain_and_reap(pipefd[0], run.pid, &run.status);
+  REQUIRE(run.status != -1);
   std::istringstream in(run.out);
   std::string line;
   while (std::getline(in, line)) {
@@ -510,13 +520,8 @@ TEST_CASE("fault: disk full on a small tmpfs") {
     send(report);
   }
   ::close(pipefd[1]);
-  std::string report;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) report.append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  int status;
+  std::string report = drain_and_reap(pipefd[0], pid, &status);
   REQUIRE_MESSAGE(WIFEXITED(status), describe_status(status));  // no SIGBUS
   if (report.rfind("SKIP", 0) == 0) {
     MESSAGE("tmpfs disk-full test skipped: " << report);
@@ -626,13 +631,8 @@ int save_under_limit(const fs::path& path, const tc_robust::VTree& t, long headr
     _exit(code);
   }
   ::close(pipefd[1]);
-  char buf[512];
-  ssize_t n;
-  what->clear();
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) what->append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  int status;
+  *what = drain_and_reap(pipefd[0], pid, &status);
   if (!WIFEXITED(status)) return 200 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   return WEXITSTATUS(status);
 }
@@ -738,13 +738,8 @@ TEST_CASE("fault: Archive::open under an address-space limit fails with kIo, nev
       _exit(0);
     }
     ::close(pipefd[1]);
-    std::string msg;
-    char buf[1024];
-    ssize_t n;
-    while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
-    ::close(pipefd[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    int status;
+    std::string msg = drain_and_reap(pipefd[0], pid, &status);
     INFO("headroom " << (headroom >> 10) << " KiB: " << msg);
     CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), describe_status(status));
     CHECK((msg == "ok" || msg == "bad_alloc" || msg.rfind("Error 9 ", 0) == 0));  // kIo

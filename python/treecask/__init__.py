@@ -43,7 +43,8 @@ from .errors import (
 )
 
 __version__ = "0.2.0"
-#: Highest archive format version this build writes and reads.
+#: Highest archive format version this build writes and reads (it writes 1.0
+#: unless ``save(shuffle=True)`` shuffled a leaf: format/SPEC.md "Versioning").
 FORMAT_VERSION = (_core.FORMAT_MAJOR, _core.FORMAT_MINOR)
 
 
