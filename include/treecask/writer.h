@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <optional>
 #include <span>
 
@@ -84,5 +85,38 @@ struct SaveStats {
 TREECASK_API SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
                             std::span<const LeafInput> leaves,
                             const SaveOptions& options = {});
+
+// ---- asynchronous save --------------------------------------------------------
+//
+// Starts save(path, treedef, leaves, options) on a background thread and
+// returns its future; SaveStats or the Error comes from future.get().
+//
+// Leaf bytes: for every leaf i with borrowed[i] == false (every leaf when
+// `borrowed` is empty, the default) the bytes are copied into one fresh
+// 64-byte-aligned buffer before save_async returns (a snapshot, on
+// options.threads threads), so the caller may modify or free its memory as
+// soon as the call returns; the buffer is freed when the save ends, before the
+// future becomes ready. For a leaf with borrowed[i] == true nothing is copied:
+// the caller keeps leaves[i].data alive and unchanged until the future is
+// ready. Peak extra memory is the sum of the copied leaves' byte lengths plus
+// what save() itself uses.
+//
+// What is copied into the returned task: `path`, `treedef`, each LeafInput's
+// metadata and `options` (options.progress is called from the background
+// thread). Errors: every Error save() would throw (kInvalidArgument,
+// kAlreadyExists, kIo...) is delivered by future.get(); save_async itself
+// throws only Error(kInvalidArgument) when borrowed is neither empty nor of
+// leaves.size() entries, std::bad_alloc when the snapshot cannot be
+// allocated, and std::system_error when no thread can be started.
+//
+// The future is a std::async one: destroying it (or letting it go out of
+// scope) without get() waits for the save to finish, so no save outlives the
+// future that owns it. Thread-safety: as save(); concurrent save_async calls
+// to different paths are independent.
+TREECASK_API std::future<SaveStats> save_async(const std::filesystem::path& path,
+                                               const TreeDef& treedef,
+                                               std::span<const LeafInput> leaves,
+                                               const SaveOptions& options = {},
+                                               std::span<const bool> borrowed = {});
 
 }  // namespace treecask
