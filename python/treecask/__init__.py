@@ -26,6 +26,8 @@ from ._archive import (
     open,
     save,
 )
+# CheckpointManager (python/treecask/_manager.py, issue 9)
+from ._manager import CheckpointManager
 from .errors import (
     AlreadyExistsError,
     ChecksumError,
@@ -63,6 +65,7 @@ __all__ = [
     "load",
     "open",
     "library_version",
+    "CheckpointManager",
     "FORMAT_VERSION",
     "Error",
     "NotFoundError",
