@@ -355,8 +355,8 @@ def test_sigkill_at_random_moments_never_lists_a_partial_step(tmp_path):
             step += 1
     """)
     d = tmp_path / "ckpt"
-    rng = random.Random(1234)
-    kills = 120 if os.environ.get("TREECASK_SOAK") is None else int(os.environ["TREECASK_SOAK"])
+    rng = random.Random(int(os.environ.get("TREECASK_SOAK_SEED", "1234")))
+    kills = int(os.environ.get("TREECASK_SOAK", "120"))  # scripts/manager_soak.sh runs thousands
     mid_save = 0
     checked = set()
     for _ in range(kills):
