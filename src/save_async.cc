@@ -7,6 +7,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -19,32 +20,87 @@ namespace {
 constexpr uint64_t kAlign = 64;           // each copied leaf starts 64-byte aligned
 constexpr uint64_t kCopyPiece = 8 << 20;  // bytes per unit of parallel copying
 
-// One anonymous mapping holding the snapshot; unmapped when the save ends.
-// A mapping rather than operator new so that the memory goes back to the OS at
-// once (glibc would keep a large heap block for reuse) and can ask for
-// transparent huge pages: a 1 GiB snapshot then takes ~512 page faults, not
-// ~262,000, which is most of the cost of copying into fresh memory.
+// An anonymous mapping of `bytes` (transparent huge pages requested), or
+// throws std::bad_alloc. A mapping rather than operator new so that the memory
+// goes back to the OS at once (glibc would keep a large heap block) and can
+// use huge pages: a 1 GiB snapshot then takes ~512 page faults, not ~262,000,
+// which is most of the cost of copying into fresh memory.
+std::byte* map_bytes(uint64_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  if (bytes >= (uint64_t{2} << 20)) ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only
+#endif
+  return static_cast<std::byte*>(p);
+}
+
+}  // namespace
+
+// The pool's state, shared with the snapshots taken from it.
+struct SnapshotPool::Impl {
+  mutable std::mutex mu;
+  std::byte* data = nullptr;  // the idle buffer, or null
+  uint64_t size = 0;
+  ~Impl() {
+    if (data) ::munmap(data, size);
+  }
+};
+
+SnapshotPool::SnapshotPool() : impl_(std::make_shared<Impl>()) {}
+SnapshotPool::~SnapshotPool() = default;
+
+uint64_t SnapshotPool::held_bytes() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->data ? impl_->size : 0;
+}
+
+void SnapshotPool::clear() {
+  std::lock_guard lock(impl_->mu);
+  if (impl_->data) ::munmap(impl_->data, impl_->size);
+  impl_->data = nullptr;
+  impl_->size = 0;
+}
+
+namespace {
+
+// The snapshot buffer of one save: mapped for it, or taken from a pool and
+// given back to it when released.
 class Snapshot {
  public:
-  explicit Snapshot(uint64_t bytes) : size_(bytes) {
+  Snapshot(uint64_t bytes, std::shared_ptr<SnapshotPool::Impl> pool) : pool_(std::move(pool)) {
     if (bytes == 0) return;
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    if (bytes >= (uint64_t{2} << 20)) ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only
-#endif
-    data_ = static_cast<std::byte*>(p);
+    if (pool_) {
+      std::lock_guard lock(pool_->mu);
+      if (pool_->data && pool_->size >= bytes) {
+        data_ = std::exchange(pool_->data, nullptr);
+        size_ = std::exchange(pool_->size, 0);
+        return;
+      }
+      if (pool_->data) ::munmap(pool_->data, pool_->size);  // too small: replaced below
+      pool_->data = nullptr;
+      pool_->size = 0;
+    }
+    size_ = bytes;
+    data_ = map_bytes(bytes);
   }
   Snapshot(const Snapshot&) = delete;
   Snapshot& operator=(const Snapshot&) = delete;
-  ~Snapshot() { release(); }
-  void release() {
-    if (data_) ::munmap(data_, size_);
-    data_ = nullptr;
+  ~Snapshot() {
+    if (!data_) return;
+    if (pool_) {
+      std::lock_guard lock(pool_->mu);
+      if (!pool_->data) {  // back to the pool, which keeps one buffer
+        pool_->data = data_;
+        pool_->size = size_;
+        return;
+      }
+    }
+    ::munmap(data_, size_);
   }
   std::byte* data() const { return data_; }
 
  private:
+  std::shared_ptr<SnapshotPool::Impl> pool_;
   std::byte* data_ = nullptr;
   uint64_t size_ = 0;
 };
@@ -82,7 +138,7 @@ struct Task {
 
 std::future<SaveStats> save_async(const std::filesystem::path& path, const TreeDef& treedef,
                                   std::span<const LeafInput> leaves, const SaveOptions& options,
-                                  std::span<const bool> borrowed) {
+                                  std::span<const bool> borrowed, SnapshotPool* pool) {
   if (!borrowed.empty() && borrowed.size() != leaves.size())
     throw Error(ErrorCode::kInvalidArgument, path.string(), "",
                 "borrowed has " + std::to_string(borrowed.size()) + " entries for " +
@@ -101,7 +157,7 @@ std::future<SaveStats> save_async(const std::filesystem::path& path, const TreeD
     offset[i] = total;
     total += (leaves[i].data.size() + kAlign - 1) / kAlign * kAlign;
   }
-  task->snapshot = std::make_unique<Snapshot>(total);
+  task->snapshot = std::make_unique<Snapshot>(total, pool ? pool->impl_ : nullptr);
   std::vector<Piece> pieces;
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (!borrowed.empty() && borrowed[i]) continue;

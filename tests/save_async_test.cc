@@ -110,3 +110,31 @@ TEST_CASE("a dropped save_async future waits for the save") {
   CHECK(std::filesystem::exists(path));
   CHECK(Archive::open(path).verify().empty());
 }
+
+TEST_CASE("a SnapshotPool keeps one snapshot buffer between saves and reuses it") {
+  TempDir dir;
+  SnapshotPool pool;
+  CHECK(pool.held_bytes() == 0);
+  FlatTree t = make_tree(21);
+  const uint64_t need = (uint64_t{20} << 20) + 64 + 300032;  // the copied leaves, 64-aligned
+  for (int step = 0; step < 3; ++step) {
+    for (auto& d : t.data) std::fill(d.begin(), d.end(), std::byte(step + 1));
+    std::vector<std::vector<std::byte>> want = t.data;
+    auto in = t.inputs();
+    auto path = dir / ("p" + std::to_string(step) + ".cask");
+    auto done = save_async(path, t.treedef(), in, {}, {}, &pool);
+    CHECK(pool.held_bytes() == 0);  // in use by the save
+    for (auto& d : t.data) std::fill(d.begin(), d.end(), std::byte{0xEE});
+    done.get();
+    CHECK(pool.held_bytes() >= need);  // given back, not unmapped
+    check_archive(path, want);         // the reused buffer held this step's bytes only
+  }
+  FlatTree bigger = make_tree(22);
+  bigger.add_random("more", DType::kUInt8, {4 << 20}, 23);
+  auto in = bigger.inputs();
+  save_async(dir / "bigger.cask", bigger.treedef(), in, {}, {}, &pool).get();  // replaces the buffer
+  CHECK(pool.held_bytes() >= need + (4 << 20));
+  check_archive(dir / "bigger.cask", bigger.data);
+  pool.clear();
+  CHECK(pool.held_bytes() == 0);
+}

@@ -417,20 +417,26 @@ NB_MODULE(_core, m) {
   // returns (treecask::save_async's snapshot, on `threads` threads, GIL released), so the
   // caller may then mutate or free them. A borrowed leaf's buffer is held by the
   // PendingSave until the save ends: pass only memory nobody will write (e.g. a host copy
-  // of an accelerator array).
+  // of an accelerator array). pool: an optional SnapshotPool the snapshot buffer comes
+  // from and returns to (treecask::SnapshotPool; its memory outlives the object while a save uses it).
   nb::class_<PendingSave>(m, "PendingSave")
       .def("done", &PendingSave::done,
            "True once the save has ended (successfully or not); never blocks.")
       .def("wait", &PendingSave::wait,
            "Blocks (GIL released) until the save ends; returns save()'s stats dict or raises "
            "its treecask error. May be called again: the same result.");
+  nb::class_<treecask::SnapshotPool>(m, "SnapshotPool")
+      .def(nb::init<>())
+      .def_prop_ro("held_bytes", &treecask::SnapshotPool::held_bytes,
+                   "Bytes of the idle snapshot buffer the pool holds now (0: none).")
+      .def("clear", &treecask::SnapshotPool::clear, "Frees the idle buffer now.");
   m.def(
       "save_async",
       [](const std::string& path, nb::list nodes, nb::list key_paths, nb::list value_kinds,
          nb::list dtypes, nb::list shapes, nb::list datas, nb::dict extras, int compression,
          std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite, bool durable,
          nb::handle metadata, std::optional<uint64_t> max_part_bytes, bool shuffle,
-         std::vector<bool> borrowed) {
+         std::vector<bool> borrowed, treecask::SnapshotPool* pool) {
         SaveCall call = parse_save_call(nodes, key_paths, value_kinds, dtypes, shapes, datas, extras,
                                         compression, chunk_size, threads, overwrite, durable,
                                         metadata, max_part_bytes, shuffle);
@@ -441,7 +447,7 @@ NB_MODULE(_core, m) {
         {
           nb::gil_scoped_release release;
           pending->future = treecask::save_async(path, call.def, call.inputs, call.opt,
-                                                 std::span<const bool>(flags.get(), borrowed.size()));
+                                                 std::span<const bool>(flags.get(), borrowed.size()), pool);
         }
         for (size_t i = 0; i < borrowed.size(); ++i)  // the copied ones are released on return
           if (borrowed[i]) pending->borrowed.push_back(std::move(call.buffers[i]));
@@ -450,7 +456,7 @@ NB_MODULE(_core, m) {
       nb::rv_policy::take_ownership,
       "path"_a, "treedef"_a, "key_paths"_a, "value_kinds"_a, "dtypes"_a, "shapes"_a, "datas"_a,
       "extras"_a, "compression"_a, "chunk_size"_a, "threads"_a, "overwrite"_a, "durable"_a,
-      "metadata"_a, "max_part_bytes"_a, "shuffle"_a, "borrowed"_a);
+      "metadata"_a, "max_part_bytes"_a, "shuffle"_a, "borrowed"_a, "pool"_a.none() = nb::none());
 
   nb::class_<treecask::Archive>(m, "Archive")
       .def_static(

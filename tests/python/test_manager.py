@@ -212,22 +212,28 @@ def test_retention_deletes_a_directory_step_and_sweeps_dead_temporaries(tmp_path
 # ---- async isolation ------------------------------------------------------------------
 
 
-def test_async_save_holds_the_values_of_the_call_despite_in_place_writes(tmp_path):
+@pytest.mark.parametrize("keep", [False, True], ids=["fresh_snapshot", "kept_snapshot"])
+def test_async_save_holds_the_values_of_the_call_despite_in_place_writes(tmp_path, keep):
     big = np.arange(4 << 20, dtype=np.float32)  # 16 MiB
     small = np.arange(10, dtype=np.int64)
     nested = {"big": big, "small": small, "view": big[::2]}  # a non-contiguous view too
     want = {k: np.array(v) for k, v in nested.items()}
-    with CheckpointManager(tmp_path) as m:
-        for step in range(3):
-            m.save(step, nested)
-            big[:] = -1.0 - step  # right after save returns, while the write runs
-            small += 100
-            want_next = {"big": big.copy(), "small": small.copy(), "view": big[::2].copy()}
-            m.wait_until_finished()
-            back = m.restore(step)
-            for k in want:
-                np.testing.assert_array_equal(back[k], want[k], err_msg=f"step {step} leaf {k}")
-            want = want_next
+    m = CheckpointManager(tmp_path, keep_snapshot_memory=keep)
+    for step in range(3):
+        m.save(step, nested)
+        big[:] = -1.0 - step  # right after save returns, while the write runs
+        small += 100
+        want_next = {"big": big.copy(), "small": small.copy(), "view": big[::2].copy()}
+        m.wait_until_finished()
+        back = m.restore(step)
+        for k in want:
+            np.testing.assert_array_equal(back[k], want[k], err_msg=f"step {step} leaf {k}")
+        want = want_next
+        if keep:  # the buffer (both 16 MiB and 8 MiB leaves) waits for the next save
+            assert m._pool.held_bytes >= (16 << 20) + (8 << 20)
+    m.close()
+    if keep:
+        assert m._pool.held_bytes == 0  # close() frees it
 
 
 def test_async_save_survives_donation_to_the_next_jitted_step(tmp_path):
