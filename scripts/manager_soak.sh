@@ -18,5 +18,5 @@ KILLS="${1:-${KILLS:-2000}}"
 SEED="${SEED:-$(date +%s)}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 echo "manager soak: $KILLS kills, seed $SEED, TMPDIR=${TMPDIR:-/tmp}"
-TREECASK_SOAK="$KILLS" TREECASK_SOAK_SEED="$SEED" "$PYTHON" -m pytest -q -p no:cacheprovider \
+TREECASK_SOAK="$KILLS" TREECASK_SOAK_SEED="$SEED" "$PYTHON" -m pytest -q \
   "tests/python/test_manager.py::test_sigkill_at_random_moments_never_lists_a_partial_step"

@@ -11,6 +11,9 @@ NNX sharding, Penzai axis names) kept next to the tensors.
     enc = treecask.load("ckpt.cask", subtree="params/encoder")      # reads only that part
     with treecask.open("ckpt.cask") as a:
         w = a["params/encoder/w"]                                   # zero-copy view
+    with treecask.CheckpointManager("ckpts", max_to_keep=3) as mngr:  # a training loop
+        mngr.save(step, state, metrics={"loss": loss})              # async, snapshot first
+        state = mngr.restore(like=abstract_state)                   # the latest step
 
 See docs/python.md.
 """
