@@ -123,7 +123,6 @@ TEST_CASE("a SnapshotPool keeps one snapshot buffer between saves and reuses it"
     auto in = t.inputs();
     auto path = dir / ("p" + std::to_string(step) + ".cask");
     auto done = save_async(path, t.treedef(), in, {}, {}, &pool);
-    CHECK(pool.held_bytes() == 0);  // in use by the save
     for (auto& d : t.data) std::fill(d.begin(), d.end(), std::byte{0xEE});
     done.get();
     CHECK(pool.held_bytes() >= need);  // given back, not unmapped

@@ -348,6 +348,21 @@ def test_a_save_in_flight_at_interpreter_exit_is_finished(tmp_path):
     assert _tmp_entries(tmp_path) == []
 
 
+def test_a_save_failing_at_interpreter_exit_is_reported_on_stderr(small_tmpfs):
+    code = _CHILD_PRELUDE + textwrap.dedent("""
+        m = treecask.CheckpointManager(sys.argv[1])
+        m.save(0, tree(0))
+        m.wait_until_finished()
+        m.save(1, {"big": np.ones(2 << 20, np.float32)})  # too big for the tmpfs
+        # the script ends: nobody waits for step 1 or asks for its error
+    """)
+    d = small_tmpfs / "ckpt"
+    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    assert "failed and was never reported" in r.stderr and "step_00000001.cask" in r.stderr, r.stderr
+    assert CheckpointManager(d).all_steps() == [0] and _tmp_entries(d) == []
+
+
 def test_sigkill_at_random_moments_never_lists_a_partial_step(tmp_path):
     """120 child processes each resume from the latest step and save in a loop
     (async, durable=False, max_to_keep=3) until SIGKILLed at a random moment;
