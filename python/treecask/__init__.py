@@ -42,6 +42,9 @@ from .errors import (
     VersionError,
 )
 
+# ---- interop: Orbax import (helper "interop") ----
+from ._orbax import OrbaxImport, import_orbax
+
 __version__ = "0.2.0"
 #: Highest archive format version this build writes and reads (it writes 1.0
 #: unless ``save(shuffle=True)`` shuffled a leaf: format/SPEC.md "Versioning").
@@ -77,4 +80,7 @@ __all__ = [
     "AlreadyExistsError",
     "UnsupportedError",
     "StructureError",
+    # interop
+    "OrbaxImport",
+    "import_orbax",
 ]
