@@ -227,7 +227,15 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
     }
     metadata.emplace_back(std::string(kHfShardMetadataKey), compact(per));
   }
-  if (index_metadata) metadata.emplace_back(std::string(kHfIndexMetadataKey), compact(*index_metadata));
+  // total_size is recomputed by an export; the rest is kept when there is any,
+  // so that a checkpoint with {"total_size": N} alone imports with its shards'
+  // metadata only (and exports to one file byte-identical to the unsharded one).
+  if (index_metadata) {
+    index_metadata->erase("total_size");
+    if (!index_metadata->empty()) {
+      metadata.emplace_back(std::string(kHfIndexMetadataKey), compact(*index_metadata));
+    }
+  }
   for (const auto& [k, v] : metadata) {
     (void)v;
     if (std::count_if(metadata.begin(), metadata.end(), [&](const auto& kv) { return kv.first == k; }) > 1) {

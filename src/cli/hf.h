@@ -22,7 +22,9 @@ namespace treecask::cli {
 
 // Archive metadata keys written by a sharded import and read back by a
 // sharded export (docs/cli.md "Hugging Face sharded checkpoints").
-// The index's "metadata" object, as compact JSON in the index's key order.
+// The index's "metadata" object without "total_size" (which an export
+// recomputes), as compact JSON in the index's key order; absent when nothing
+// else is there.
 inline constexpr std::string_view kHfIndexMetadataKey = "treecask.hf.index_metadata";
 // Only when the shards' __metadata__ differ: {"<shard file>": {..} | null, ...} as JSON.
 inline constexpr std::string_view kHfShardMetadataKey = "treecask.hf.shard_metadata";
@@ -54,7 +56,7 @@ struct SafetensorsImport {
 //    directory), in file name order, each's tensors in file order; names as in
 //    the index. Archive metadata: the shards' common __metadata__ (when all
 //    shards carry the same one), else kHfShardMetadataKey; and the index's
-//    "metadata" object under kHfIndexMetadataKey;
+//    "metadata" object, less "total_size", under kHfIndexMetadataKey;
 //  - a directory: its `model.safetensors.index.json`, else its only
 //    `*.safetensors.index.json`, else `model.safetensors`, else its only
 //    `*.safetensors` file.
