@@ -278,3 +278,29 @@ def test_without_orbax_installed(standard_ckpt, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "pip install orbax-checkpoint" in json.loads(p.stdout)
     assert not (tmp_path / "a.cask").exists()
+
+
+def test_same_tree_as_orbax_restore(tmp_path):
+    # Optax state (a tuple of named tuples), None, an empty dict, a tuple: the
+    # archive loads to the same tree Orbax's own target-less restore gives.
+    import optax
+
+    params = {"w": jnp.arange(6.0).reshape(3, 2), "b": jnp.ones(2, jnp.bfloat16)}
+    tree = {"params": params, "opt": optax.adam(1e-3).init(params), "none": None, "empty": {},
+            "tup": (jnp.ones(2), 3)}
+    src = tmp_path / "ck"
+    with ocp.StandardCheckpointer() as ck:
+        ck.save(src, tree)
+        ck.wait_until_finished()
+        ref = ck.restore(src)
+    treecask.import_orbax(src, tmp_path / "a.cask")
+    got = treecask.load(tmp_path / "a.cask")
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(ref)
+    for (p, x), (q, y) in zip(jax.tree_util.tree_flatten_with_path(ref)[0],
+                              jax.tree_util.tree_flatten_with_path(got)[0]):
+        assert p == q
+        if isinstance(x, (int, float)):
+            assert type(y) is type(x) and x == y, p
+        else:
+            x = np.asarray(x)
+            assert y.dtype == x.dtype and y.shape == x.shape and bits(y).tobytes() == bits(x).tobytes(), p
