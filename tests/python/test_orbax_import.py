@@ -304,3 +304,59 @@ def test_same_tree_as_orbax_restore(tmp_path):
         else:
             x = np.asarray(x)
             assert y.dtype == x.dtype and y.shape == x.shape and bits(y).tobytes() == bits(x).tobytes(), p
+
+
+_TWO_PROCESS_SAVE = r"""
+import os, sys
+pid, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid)
+import numpy as np, orbax.checkpoint as ocp
+from jax.sharding import NamedSharding, PartitionSpec as P
+mesh = jax.make_mesh((4, 2), ("x", "y"))  # 8 devices, 4 in each process
+g = np.arange(16 * 6, dtype=np.float32).reshape(16, 6)
+w = jax.make_array_from_callback(g.shape, NamedSharding(mesh, P("x", "y")), lambda i: g[i])
+r = jax.make_array_from_callback((5,), NamedSharding(mesh, P()), lambda i: np.arange(5, dtype=np.int32)[i])
+with ocp.StandardCheckpointer() as ck:
+    ck.save(out, {"w": w, "r": r, "step": 3})
+    ck.wait_until_finished()
+jax.distributed.shutdown()
+"""
+
+
+def test_checkpoint_saved_by_two_processes(tmp_path):
+    # Orbax's multi-process layout (one OCDBT database per process, merged):
+    # two jax.distributed processes with 4 CPU devices each save one tree.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "save.py"
+    script.write_text(_TWO_PROCESS_SAVE)
+    src = tmp_path / "ck"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    procs = [subprocess.Popen([sys.executable, str(script), str(i), str(port), str(src)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert (src / "ocdbt.process_0").is_dir() and (src / "ocdbt.process_1").is_dir()
+
+    r = treecask.import_orbax(src, tmp_path / "a.cask")
+    assert r.num_leaves == 3 and r.num_sharded == 2
+    with treecask.open(tmp_path / "a.cask") as a:
+        np.testing.assert_array_equal(a["w"], np.arange(96, dtype=np.float32).reshape(16, 6))
+        np.testing.assert_array_equal(a["r"], np.arange(5, dtype=np.int32))
+        assert a.info("step").value_kind == "int" and a["step"][()] == 3
+        s = a.info("w").sharding
+        assert (s.mesh_axis_names, s.mesh_axis_sizes, s.spec) == (("x", "y"), (4, 2), (("x",), ("y",)))
+        assert a.info("r").sharding.spec == ()
