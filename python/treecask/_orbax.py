@@ -71,7 +71,7 @@ def _require_orbax():
     except ImportError as e:
         raise UnsupportedError(
             f"treecask.import_orbax needs the orbax-checkpoint package ({e}); "
-            "install it with: pip install orbax-checkpoint") from None
+            "install it with: pip install orbax-checkpoint (or treecask[orbax])") from None
     return ocp
 
 

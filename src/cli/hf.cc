@@ -108,8 +108,14 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
     return Error(ErrorCode::kInvalidArgument, file, key, why);
   };
   OJson index;
+  const std::string text = read_text(index_path);
+  if (text.size() > kSafetensorsMaxHeader) {  // untrusted input: the same cap as a header
+    throw invalid(index_path, "", "safetensors index is " + std::to_string(text.size()) +
+                                      " bytes, over the limit of " +
+                                      std::to_string(kSafetensorsMaxHeader));
+  }
   try {
-    index = OJson::parse(read_text(index_path));
+    index = OJson::parse(text);
   } catch (const OJson::exception& e) {
     throw invalid(index_path, "", std::string("safetensors index is not valid JSON: ") + e.what());
   }

@@ -60,8 +60,9 @@ struct SafetensorsImport {
 //  - a directory: its `model.safetensors.index.json`, else its only
 //    `*.safetensors.index.json`, else `model.safetensors`, else its only
 //    `*.safetensors` file.
-// Each shard is validated as parse_safetensors() does; the index must be a JSON
-// object whose "weight_map" maps names to plain file names in its directory.
+// Each shard is validated as parse_safetensors() does; the index (at most
+// kSafetensorsMaxHeader bytes) must be a JSON object whose "weight_map" maps
+// names to plain file names in its directory.
 // Throws Error(kNotFound) for a missing input or a shard the index names that
 // does not exist (naming that shard); Error(kInvalidArgument) naming the file
 // for a malformed index or shard, a tensor found in two shards, a tensor in a
