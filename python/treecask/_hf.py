@@ -120,7 +120,8 @@ def export_safetensors(src: PathLike, dst: PathLike, *, max_shard_size: Union[in
     being split (a larger tensor gets a shard of its own). Metadata kept by
     ``import_safetensors`` is written back, so importing ``dst`` again gives
     the same archive content. Every file is written under a temporary name;
-    the shards are renamed into place first, the index last.
+    an existing index is removed first (with ``overwrite``), then the shards
+    are renamed into place, the index last.
 
     Raises:
       AlreadyExistsError: a file to write exists and ``overwrite`` is False

@@ -1,6 +1,10 @@
 #include "cli/hf.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cctype>
@@ -508,6 +512,13 @@ ShardedExport export_safetensors_sharded(const std::string& file, const std::str
   }
   OutputFile index_out(out.index, overwrite);
   index_out.write(text);
+  // An index left from an earlier export goes first: while the shards are
+  // renamed there is no index, so no reader can pair an old index with a mix
+  // of old and new shards (the import of a directory without one refuses).
+  if (overwrite && ::unlink(out.index.c_str()) != 0 && errno != ENOENT) {
+    throw Error(ErrorCode::kIo, out.index, "", std::string("cannot remove the old index: ") +
+                                                   std::strerror(errno));
+  }
   for (auto& o : outputs) o->commit();
   index_out.commit();
   out.num_tensors = items.size();

@@ -97,10 +97,11 @@ struct ShardedExport {
 // files written, each shard's own); the index's metadata is kHfIndexMetadataKey
 // (when present) with "total_size" set to the bytes written.
 //
-// Commit: every file is written under a temporary name and fsynced; then the
-// shards are renamed into place, then the index, so a reader that starts from
-// the index sees a complete set. Files from an earlier export with other shard
-// names are left alone.
+// Commit: every file is written under a temporary name and fsynced; then an
+// existing index is removed (with overwrite), the shards are renamed into
+// place, and the index last, so a reader that starts from an index never sees
+// one paired with a partial or mixed set of shards. Files from an earlier
+// export with other shard names are left alone.
 // Throws Error(kAlreadyExists) naming the first file that exists when
 // !overwrite (nothing is written); Error(kUnsupported) naming the leaf for a
 // leaf safetensors cannot hold; Error(kInvalidArgument) for max_shard_size 0;

@@ -394,3 +394,24 @@ def test_real_model_sharded_round_trip(tmp_path):
         r = subprocess.run([CLI, "export", b, one], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert one.read_bytes() == MODEL.read_bytes()
+
+
+def test_interrupted_overwrite_leaves_no_index(tmp_path):
+    # The commit order: a rename that fails half-way through overwriting an
+    # export leaves no index (the old one is removed first), so the directory
+    # is refused rather than read as a mix of old and new shards.
+    a = tmp_path / "a.cask"
+    make_archive(a)
+    out = tmp_path / "out"
+    r = treecask.export_safetensors(a, out, max_shard_size=300)
+    second = pathlib.Path(r.shards[1])
+    second.unlink()
+    second.mkdir()  # a non-empty directory: renaming the new shard onto it fails
+    (second / "keep").write_text("x")
+    with pytest.raises(treecask.IoError) as e:
+        treecask.export_safetensors(a, out, max_shard_size=300, overwrite=True)
+    assert e.value.file == str(second)
+    assert not (out / "model.safetensors.index.json").exists()
+    assert not [p.name for p in out.iterdir() if ".tmp." in p.name]  # temporaries removed
+    with pytest.raises(treecask.InvalidArgumentError, match="no index"):
+        treecask.import_safetensors(out, tmp_path / "b.cask")
