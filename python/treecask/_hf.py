@@ -60,10 +60,10 @@ def parse_size(size: Union[int, str]) -> int:
 
         raise InvalidArgumentError(f"max_shard_size must be an int or a str, got {type(size).__name__}")
     if isinstance(size, int):
-        if size < 1:
+        if not 1 <= size < 2**63:
             from .errors import InvalidArgumentError
 
-            raise InvalidArgumentError(f"max_shard_size must be at least 1 byte, got {size}")
+            raise InvalidArgumentError(f"max_shard_size must be in [1, 2**63) bytes, got {size}")
         return size
     return int(_core.parse_size(size))
 

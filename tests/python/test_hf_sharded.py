@@ -325,7 +325,7 @@ def test_parse_size(text, value):
     assert treecask._hf.parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "GB", "5XB", "0", "0KB", "-5GB", "5 GB", 0, 1.5])
+@pytest.mark.parametrize("text", ["", "GB", "5XB", "0", "0KB", "-5GB", "5 GB", "1.2.3GB", "99999PB", 0, -1, 2**64, 1.5, True])
 def test_parse_size_refused(text):
     with pytest.raises(treecask.InvalidArgumentError):
         treecask._hf.parse_size(text)
