@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "treecask/treecask.h"
+#include "cli/hf.h"  // treecask_interop (src/cli)
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -357,6 +358,67 @@ struct PendingSave {
   }
 };
 
+// ---- interop: Hugging Face safetensors layouts (src/cli/hf.h) ------------------
+//
+// treecask.import_safetensors / export_safetensors call the same C++ code as
+// `treecask import` / `treecask export --max-shard-size` (the treecask_interop
+// library), so the file format logic exists once.
+void register_interop(nb::module_& m) {
+  // import_safetensors(src, dst, compression, chunk_size, threads, shuffle, overwrite, durable)
+  // -> {"kind", "index", "files", "stats": {...}}
+  m.def(
+      "import_safetensors",
+      [](const std::string& src, const std::string& dst, int compression,
+         std::optional<uint64_t> chunk_size, unsigned threads, bool shuffle, bool overwrite,
+         bool durable) {
+        treecask::SaveOptions opt;
+        opt.compression = static_cast<treecask::Compression>(compression);
+        if (chunk_size) opt.chunk_size = *chunk_size;
+        opt.threads = threads;
+        opt.shuffle = shuffle;
+        opt.overwrite = overwrite;
+        opt.durable = durable;
+        treecask::cli::SafetensorsImport r;
+        {
+          nb::gil_scoped_release release;
+          r = treecask::cli::import_safetensors(src, dst, opt);
+        }
+        nb::dict stats;
+        stats["file_bytes"] = r.stats.file_bytes;
+        stats["raw_bytes"] = r.stats.raw_bytes;
+        stats["stored_bytes"] = r.stats.stored_bytes;
+        stats["num_leaves"] = r.stats.num_leaves;
+        stats["num_blobs"] = r.stats.num_blobs;
+        nb::dict d;
+        d["kind"] = r.kind;
+        d["index"] = r.index;
+        d["files"] = r.files;
+        d["stats"] = stats;
+        return d;
+      },
+      "src"_a, "dst"_a, "compression"_a = 0, "chunk_size"_a = nb::none(), "threads"_a = 0,
+      "shuffle"_a = false, "overwrite"_a = false, "durable"_a = true);
+  // export_safetensors(src, dst_dir, max_shard_size, overwrite)
+  // -> {"index", "shards", "num_tensors", "total_size"}
+  m.def(
+      "export_safetensors",
+      [](const std::string& src, const std::string& dst, uint64_t max_shard_size, bool overwrite) {
+        treecask::cli::ShardedExport r;
+        {
+          nb::gil_scoped_release release;
+          r = treecask::cli::export_safetensors_sharded(src, dst, max_shard_size, overwrite);
+        }
+        nb::dict d;
+        d["index"] = r.index;
+        d["shards"] = r.shards;
+        d["num_tensors"] = r.num_tensors;
+        d["total_size"] = r.total_size;
+        return d;
+      },
+      "src"_a, "dst"_a, "max_shard_size"_a, "overwrite"_a = false);
+  m.def("parse_size", [](const std::string& text) { return treecask::cli::parse_size(text); });
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -615,4 +677,6 @@ NB_MODULE(_core, m) {
         for (const treecask::Error& e : errors) out.append(error_to_python(e));
         return out;
       });
+
+  register_interop(m);  // interop block above
 }

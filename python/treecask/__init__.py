@@ -47,6 +47,12 @@ from .errors import (
     VersionError,
 )
 
+# ---- interop: Orbax import (helper "interop") ----
+from ._orbax import OrbaxImport, import_orbax
+
+# ---- interop: Hugging Face safetensors layouts (helper "interop") ----
+from ._hf import SafetensorsExport, SafetensorsImport, export_safetensors, import_safetensors
+
 __version__ = "0.2.0"
 #: Highest archive format version this build writes and reads (it writes 1.0
 #: unless ``save(shuffle=True)`` shuffled a leaf: format/SPEC.md "Versioning").
@@ -83,4 +89,11 @@ __all__ = [
     "AlreadyExistsError",
     "UnsupportedError",
     "StructureError",
+    # interop
+    "OrbaxImport",
+    "import_orbax",
+    "SafetensorsImport",
+    "SafetensorsExport",
+    "import_safetensors",
+    "export_safetensors",
 ]

@@ -498,7 +498,7 @@ _prefetched = threading.local()
 def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = None,
          compression: str = "auto", overwrite: bool = False, chunk_size: Optional[int] = None,
          threads: int = 0, durable: bool = True, max_part_bytes: Optional[int] = None,
-         shuffle: bool = False) -> SaveStats:
+         shuffle: bool = False, _leaf_extras: Optional[Mapping[str, Any]] = None) -> SaveStats:
     """Saves a pytree as one archive file, atomically.
 
     Args:
@@ -552,6 +552,8 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
         md.append((k, v))
     try:
         nodes, key_paths, objs, extras = T.to_treedef(tree)
+        if _leaf_extras:  # private (treecask.import_orbax): {key path: _boxes.Extras}
+            extras = [_leaf_extras.get(kp, ex) for kp, ex in zip(key_paths, extras)]
         kinds, dtypes, shapes, datas, more = _codec.encode_all(key_paths, objs, extras)
     except Error as e:
         raise _with_file(e, p) from None

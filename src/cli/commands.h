@@ -59,7 +59,16 @@ struct ExportOptions {
   std::string file;
   std::string output;
   bool overwrite = false;
+  // Set: write the Hugging Face sharded layout into directory `output`
+  // (run_export_hf); the Hub's size syntax, hf.h parse_size().
+  std::optional<std::string> max_shard_size;
 };
 int run_export(const ExportOptions& options);
+
+// Hugging Face layouts (src/cli/hf.h). is_hf_input: `input` is a directory or
+// a *.safetensors.index.json, which run_import hands to run_import_hf.
+bool is_hf_input(const std::string& input);
+int run_import_hf(const ImportOptions& options);
+int run_export_hf(const ExportOptions& options);
 
 }  // namespace treecask::cli

@@ -2,10 +2,12 @@
 #include <algorithm>
 #include <cctype>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/hf.h"
 #include "cli/npz.h"
 #include "cli/safetensors.h"
 #include "cli/util.h"
@@ -96,6 +98,7 @@ bool is_flat_dict(const TreeDef& def) {
 
 int run_import(const ImportOptions& options) {
   const Compression compression = parse_compression(options.compression);
+  if (options.format != "npz" && is_hf_input(options.input)) return run_import_hf(options);
   MappedFile input = MappedFile::open(options.input);
   const std::string format = detect_format(options, input.bytes());
 
@@ -130,6 +133,7 @@ int run_import(const ImportOptions& options) {
 }
 
 int run_export(const ExportOptions& options) {
+  if (options.max_shard_size) return run_export_hf(options);
   Archive archive = Archive::open(options.file);
   const bool flat = is_flat_dict(archive.treedef());
   std::vector<SafetensorsTensor> tensors;
@@ -200,6 +204,56 @@ int run_export(const ExportOptions& options) {
   std::cout << "wrote " << options.output << ": " << tensors.size()
             << (tensors.size() == 1 ? " tensor, " : " tensors, ") << offset
             << " data bytes, " << out.bytes_written() << " file bytes\n";
+  return kExitOk;
+}
+
+// ---- Hugging Face layouts (hf.h): a directory or *.safetensors.index.json in,
+// a sharded directory out.
+
+bool is_hf_input(const std::string& input) {
+  std::error_code ec;
+  return std::filesystem::is_directory(input, ec) ||
+         (input.size() >= 23 && input.compare(input.size() - 23, 23, ".safetensors.index.json") == 0);
+}
+
+int run_import_hf(const ImportOptions& options) {
+  SaveOptions save_options;
+  save_options.compression = parse_compression(options.compression);
+  save_options.shuffle = options.shuffle;
+  if (options.chunk_size != 0) save_options.chunk_size = options.chunk_size;
+  save_options.overwrite = options.overwrite;
+  std::optional<Progress> progress;
+  save_options.progress = [&](uint64_t done, uint64_t total) {
+    if (!progress) progress.emplace("import", total);
+    progress->update(done);
+  };
+  const SafetensorsImport r = import_safetensors(options.input, options.output, save_options);
+  if (progress) progress->finish();
+  const SaveStats& stats = r.stats;
+  std::cout << "wrote " << options.output << " from " << r.kind;
+  if (!r.index.empty()) {
+    std::cout << " (" << r.index << ", " << r.files.size()
+              << (r.files.size() == 1 ? " shard)" : " shards)");
+  }
+  std::cout << ": " << stats.num_leaves << (stats.num_leaves == 1 ? " leaf, " : " leaves, ")
+            << stats.raw_bytes << " raw bytes, " << stats.stored_bytes << " stored bytes, "
+            << stats.file_bytes << " file bytes\n";
+  return kExitOk;
+}
+
+int run_export_hf(const ExportOptions& options) {
+  const uint64_t max = parse_size(*options.max_shard_size);
+  std::optional<Progress> progress;
+  const ShardedExport r = export_safetensors_sharded(
+      options.file, options.output, max, options.overwrite, [&](uint64_t done, uint64_t total) {
+        if (!progress) progress.emplace("export", total);
+        progress->update(done);
+      });
+  if (progress) progress->finish();
+  std::cout << "wrote " << options.output << ": " << r.shards.size()
+            << (r.shards.size() == 1 ? " shard, " : " shards, ") << r.num_tensors
+            << (r.num_tensors == 1 ? " tensor, " : " tensors, ") << r.total_size
+            << " data bytes (max shard size " << max << " bytes), index " << r.index << "\n";
   return kExitOk;
 }
 

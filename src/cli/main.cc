@@ -118,9 +118,12 @@ int run(int argc, char** argv) {
   // ---- import
   ImportOptions import_options;
   CLI::App* import_cmd = app.add_subcommand(
-      "import", "Convert a .safetensors or .npz file into an archive (a flat dict, "
-                "tensors in file order)");
-  import_cmd->add_option("INPUT", import_options.input, ".safetensors or .npz file")->required();
+      "import", "Convert a .safetensors or .npz file, or a Hugging Face sharded checkpoint "
+              "(directory or *.safetensors.index.json), into an archive (a flat dict, tensors "
+              "in file order)");
+  import_cmd->add_option("INPUT", import_options.input,
+                         ".safetensors or .npz file, *.safetensors.index.json, or a directory")
+      ->required();
   import_cmd->add_option("OUTPUT", import_options.output, "archive to write")->required();
   import_cmd->add_option("--format", import_options.format,
                      "input format; auto: by extension, else a zip is .npz")
@@ -140,17 +143,30 @@ int run(int argc, char** argv) {
   import_cmd->footer(
       "safetensors: memory-mapped and validated as the reference implementation does (header\n"
       "<= 100000000 bytes; tensors tile the data exactly: no overlap, no hole); __metadata__\n"
-      "becomes the archive metadata unchanged. npz: member NAME.npy becomes leaf NAME. Prints\n"
-      "\"wrote OUTPUT from <format>: <n> leaves, <raw> raw bytes, <stored> stored bytes,\n"
-      "<file> file bytes\".\n"
-      "Exit status: 0 ok; 2 INPUT missing; 7 malformed INPUT or bad option value;\n"
+      "becomes the archive metadata unchanged. npz: member NAME.npy becomes leaf NAME.\n"
+      "Sharded (Hugging Face): an index or a directory (its model.safetensors.index.json, else\n"
+      "its only index, else model.safetensors); every shard's tensors, names as in the index;\n"
+      "the shards' __metadata__ and the index's \"metadata\" kept (treecask.hf.* keys). Refused,\n"
+      "naming the file: a missing shard (2), a tensor in two shards or in another shard than\n"
+      "the index says, a shard tensor missing from the index (7). Prints\n"
+      "\"wrote OUTPUT from <format>[ (<index>, <k> shards)]: <n> leaves, <raw> raw bytes,\n"
+      "<stored> stored bytes, <file> file bytes\".\n"
+      "Exit status: 0 ok; 2 INPUT or a shard missing; 7 malformed INPUT or bad option value;\n"
       "9 OUTPUT exists; 10 dtype treecask lacks (F4, F6_*, F8_E8M0); 8 I/O error.\n");
 
   // ---- export
   ExportOptions export_options;
-  CLI::App* export_cmd = app.add_subcommand("export", "Write an archive as a .safetensors file");
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Write an archive as a .safetensors file, or as a Hugging Face sharded "
+                "checkpoint directory (--max-shard-size)");
   export_cmd->add_option("FILE", export_options.file, "archive file")->required();
-  export_cmd->add_option("OUTPUT", export_options.output, ".safetensors file to write")->required();
+  export_cmd->add_option("OUTPUT", export_options.output,
+                         ".safetensors file to write; with --max-shard-size, a directory")
+      ->required();
+  export_cmd->add_option("--max-shard-size", export_options.max_shard_size,
+                         "write OUTPUT/model-00001-of-000NN.safetensors shards of at most SIZE "
+                         "data bytes each and OUTPUT/model.safetensors.index.json; SIZE as "
+                         "transformers takes it: bytes, 5GB, 100KB, 500MB (10^3n), 1GiB (2^10n)");
   export_cmd->add_flag("--overwrite", export_options.overwrite, "replace OUTPUT if it exists");
   export_cmd->footer(
       "Tensors in leaf order, named by the dict key in a flat dict archive, else by key path;\n"
@@ -158,6 +174,10 @@ int run(int argc, char** argv) {
       "spaces to a multiple of 8 bytes, as the reference writer makes it: an imported\n"
       "safetensors file exports byte-for-byte identical. Prints\n"
       "\"wrote OUTPUT: <n> tensors, <data> data bytes, <file> file bytes\".\n"
+      "--max-shard-size: tensors packed greedily in leaf order, never split (a larger tensor\n"
+      "gets its own shard); every file written under a temporary name, the index renamed last;\n"
+      "an imported sharded checkpoint's metadata is written back. Prints \"wrote OUTPUT:\n"
+      "<k> shards, <n> tensors, <data> data bytes (max shard size <bytes> bytes), index <path>\".\n"
       "Exit status: 0 ok; 10 a leaf safetensors cannot hold (complex128, int4, uint4, Python\n"
       "scalar/str leaves); 5 checksum mismatch; 9 OUTPUT exists; 2, 3, 8 as for info.\n");
 

@@ -1,0 +1,119 @@
+"""``python -m treecask``: the Python package's own commands.
+
+The C++ ``treecask`` tool (docs/cli.md) inspects, verifies, imports and
+exports archives; the commands here need Python libraries the C++ tool cannot
+use. Exit statuses are the C++ tool's (docs/cli.md "Exit codes"): 0 success,
+1 usage error, 2 not found, 3 not an archive, 4 unsupported version,
+5 corruption / checksum mismatch, 6 key not found, 7 invalid argument,
+8 I/O error, 9 output exists, 10 unsupported (e.g. orbax-checkpoint missing),
+11 internal error. Errors go to stderr as "treecask: <error>".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from . import errors
+
+# treecask.errors class -> exit status (src/cli/commands.h ExitStatus).
+_EXIT = (
+    (errors.NotFoundError, 2),
+    (errors.NotAnArchiveError, 3),
+    (errors.VersionError, 4),
+    (errors.CorruptionError, 5),  # ChecksumError too
+    (errors.KeyNotFoundError, 6),
+    (errors.InvalidArgumentError, 7),
+    (errors.ShapeError, 7),
+    (errors.StructureError, 7),
+    (errors.IoError, 8),
+    (errors.AlreadyExistsError, 9),
+    (errors.UnsupportedError, 10),
+)
+EXIT_USAGE = 1
+EXIT_INTERNAL = 11
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors exit 1, as the C++ tool's do
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"treecask: usage: {message}\n")
+
+
+def _key_value(text: str):
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    return k, v
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m treecask",
+                description="treecask commands that need Python libraries (docs/python.md).",
+                epilog=__doc__.split("\n\n", 2)[1].replace("\n", " "))
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    o = sub.add_parser(
+        "import-orbax", help="convert an Orbax checkpoint directory into one archive",
+        description=(
+            "Convert an Orbax checkpoint into one treecask archive (treecask.import_orbax). "
+            "SRC is a directory written by ocp.StandardCheckpointer / PyTreeCheckpointer, a "
+            "CheckpointManager step directory (its PyTree items are found from "
+            "_CHECKPOINT_METADATA: one item is written at the archive root, several as a dict "
+            "keyed by item name) or a CheckpointManager root (the highest step). Every array is "
+            "restored on the host with Orbax's own metadata (no target tree, no device needed); "
+            "key paths, dtypes and values are kept, and a NamedSharding's mesh axes and "
+            "PartitionSpec become the leaf's sharding info. Needs orbax-checkpoint."),
+        epilog=("Prints 'wrote DST from CHECKPOINT [step N] items NAMES: <n> leaves (<k> sharded), "
+                "<raw> raw bytes, <stored> stored bytes, <file> file bytes' (sizes in bytes). "
+                "Exit status: 0 ok; 1 usage; 2 SRC, item or step missing; 7 SRC not an Orbax "
+                "checkpoint; 9 DST exists (no --overwrite); 10 orbax-checkpoint not installed or "
+                "a non-PyTree item."))
+    o.add_argument("src", metavar="SRC", help="Orbax checkpoint directory")
+    o.add_argument("dst", metavar="DST", help="archive file to write")
+    o.add_argument("--item", help="import only this CheckpointManager item (default: all PyTree items)")
+    o.add_argument("--step", type=int, help="with a CheckpointManager root: this step (default: the highest)")
+    o.add_argument("--compression", choices=("auto", "none", "lz4"), default="auto",
+                   help="auto: LZ4 where it saves >= 10%% (default); none: raw, zero-copy; lz4: always")
+    o.add_argument("--chunk-size", type=int, default=None,
+                   help="bytes per chunk, a multiple of 64 in [4096, 67108864] (default 1048576)")
+    o.add_argument("--shuffle", action="store_true",
+                   help="byte-shuffle LZ4-coded leaves of 2/4/8/16-byte dtypes (writes format 2.0)")
+    o.add_argument("--metadata", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="add an archive metadata key-value (repeatable)")
+    o.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    return p
+
+
+def _import_orbax(a: argparse.Namespace) -> int:
+    from ._orbax import import_orbax
+
+    r = import_orbax(a.src, a.dst, item=a.item, step=a.step, metadata=dict(a.metadata),
+                     compression=a.compression, chunk_size=a.chunk_size, shuffle=a.shuffle,
+                     overwrite=a.overwrite)
+    step = f" step {r.step}" if r.step is not None else ""
+    names = ",".join(n or "(root)" for n, _ in r.items)
+    skipped = f" (skipped non-PyTree items: {','.join(r.skipped)})" if r.skipped else ""
+    print(f"wrote {a.dst} from {r.checkpoint}{step} items {names}{skipped}: {r.num_leaves} leaves "
+          f"({r.num_sharded} sharded), {r.stats.raw_bytes} raw bytes, {r.stats.stored_bytes} "
+          f"stored bytes, {r.stats.file_bytes} file bytes")
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Runs one command; returns its exit status (see the module docstring)."""
+    a = _parser().parse_args(argv)
+    try:
+        if a.command == "import-orbax":
+            return _import_orbax(a)
+    except errors.Error as e:
+        print(f"treecask: {e}", file=sys.stderr)
+        for cls, status in _EXIT:
+            if isinstance(e, cls):
+                return status
+        return EXIT_INTERNAL
+    return EXIT_USAGE  # unreachable: the subcommand is required
+
+
+if __name__ == "__main__":
+    sys.exit(main())

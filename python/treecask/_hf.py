@@ -1,0 +1,136 @@
+"""treecask.import_safetensors / export_safetensors: Hugging Face safetensors
+layouts (one file, or the Hub's sharded directory) <-> one archive.
+
+Thin layers over the C++ code the ``treecask`` tool runs (src/cli/hf.h, linked
+into the extension as the treecask_interop library): the parsing, validation
+and writing happen there, once, for both.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional, Tuple, Union
+
+from . import _core
+from ._archive import SaveStats
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_COMPRESSION = {"auto": 0, "none": 1, "lz4": 2}
+
+#: Archive metadata key holding a sharded checkpoint's index "metadata" (JSON).
+HF_INDEX_METADATA = "treecask.hf.index_metadata"
+#: Archive metadata key holding each shard's __metadata__ (JSON) when the shards differ.
+HF_SHARD_METADATA = "treecask.hf.shard_metadata"
+
+
+@dataclass(frozen=True)
+class SafetensorsImport:
+    """What ``import_safetensors`` read: ``kind`` "safetensors" (one file) or
+    "sharded safetensors", ``index`` the index file ("" for one file),
+    ``files`` the .safetensors files in leaf order, ``stats`` the archive written."""
+
+    kind: str
+    index: str
+    files: Tuple[str, ...]
+    stats: SaveStats
+
+
+@dataclass(frozen=True)
+class SafetensorsExport:
+    """What ``export_safetensors`` wrote: the ``index`` path, the ``shards``
+    paths in order, the tensor count and ``total_size`` (tensor data bytes,
+    the index's ``metadata.total_size``)."""
+
+    index: str
+    shards: Tuple[str, ...]
+    num_tensors: int
+    total_size: int
+
+
+def parse_size(size: Union[int, str]) -> int:
+    """Bytes for a Hub size: an int is bytes; a str as transformers'
+    ``convert_file_size_to_int`` reads it ("5GB", "100KB", "500MB" decimal,
+    "1GiB" binary, units case-insensitive, "5Gb" in bits; fractions such as
+    "1.5GB" allowed as huggingface_hub allows them). Raises
+    InvalidArgumentError for anything else or a size under one byte."""
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"max_shard_size must be an int or a str, got {type(size).__name__}")
+    if isinstance(size, int):
+        if not 1 <= size < 2**63:
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"max_shard_size must be in [1, 2**63) bytes, got {size}")
+        return size
+    return int(_core.parse_size(size))
+
+
+def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto",
+                       chunk_size: Optional[int] = None, threads: int = 0, shuffle: bool = False,
+                       overwrite: bool = False, durable: bool = True) -> SafetensorsImport:
+    """Writes every tensor of a safetensors checkpoint into one archive (a flat
+    dict keyed by tensor name), as ``treecask import SRC DST`` does.
+
+    ``src`` is a ``.safetensors`` file (its ``__metadata__`` becomes the
+    archive metadata), a ``*.safetensors.index.json`` (every shard it names,
+    shards in file name order, tensors in file order; the shards' common
+    ``__metadata__`` becomes the archive metadata, or ``HF_SHARD_METADATA``
+    when they differ, and the index's ``metadata`` object is kept as JSON under
+    ``HF_INDEX_METADATA``), or a directory (its
+    ``model.safetensors.index.json``, else its only index, else
+    ``model.safetensors``, else its only ``.safetensors`` file). Every file is
+    validated as the safetensors reference implementation does.
+
+    The other arguments are ``treecask.save``'s. Returns SafetensorsImport.
+
+    Raises:
+      NotFoundError: ``src``, or a shard the index names, does not exist
+        (``.file`` names it).
+      InvalidArgumentError: a malformed index or shard; a tensor found in two
+        shards, in a shard other than the index says, or absent from the
+        index; an index entry no shard holds (``.file`` names the file,
+        ``.key_path`` the tensor).
+      UnsupportedError: a safetensors dtype treecask lacks (F4, F6_*, F8_E8M0).
+      AlreadyExistsError: ``dst`` exists and ``overwrite`` is False.
+    """
+    if compression not in _COMPRESSION:
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}",
+                                   file=os.fspath(dst))
+    r = _core.import_safetensors(os.fspath(src), os.fspath(dst), _COMPRESSION[compression], chunk_size,
+                                 int(threads), bool(shuffle), bool(overwrite), bool(durable))
+    return SafetensorsImport(kind=r["kind"], index=r["index"], files=tuple(r["files"]),
+                             stats=SaveStats(**{k: int(v) for k, v in r["stats"].items()}))
+
+
+def export_safetensors(src: PathLike, dst: PathLike, *, max_shard_size: Union[int, str] = "5GB",
+                       overwrite: bool = False) -> SafetensorsExport:
+    """Writes the archive ``src`` into directory ``dst`` in the Hugging Face
+    Hub layout that ``transformers`` and ``safetensors`` read, as
+    ``treecask export SRC DST --max-shard-size SIZE`` does:
+    ``model-00001-of-000NN.safetensors`` shards of at most ``max_shard_size``
+    tensor data bytes (see ``parse_size``; default "5GB", transformers'
+    default) and ``model.safetensors.index.json`` with ``metadata.total_size``
+    and ``weight_map``. Tensors are named by the dict keys of a flat dict
+    archive, else by key path, and packed greedily in leaf order without
+    being split (a larger tensor gets a shard of its own). Metadata kept by
+    ``import_safetensors`` is written back, so importing ``dst`` again gives
+    the same archive content. Every file is written under a temporary name;
+    an existing index is removed first (with ``overwrite``), then the shards
+    are renamed into place, the index last.
+
+    Raises:
+      AlreadyExistsError: a file to write exists and ``overwrite`` is False
+        (nothing is written).
+      UnsupportedError: a leaf safetensors cannot hold (complex128, int4,
+        uint4, Python scalar or str leaves), naming it.
+      InvalidArgumentError: a bad ``max_shard_size``.
+      What ``treecask.open`` and reading raise for ``src``; IoError.
+    """
+    r = _core.export_safetensors(os.fspath(src), os.fspath(dst), parse_size(max_shard_size), bool(overwrite))
+    return SafetensorsExport(index=r["index"], shards=tuple(r["shards"]), num_tensors=int(r["num_tensors"]),
+                             total_size=int(r["total_size"]))

@@ -1,0 +1,332 @@
+"""treecask.import_orbax: an Orbax checkpoint directory -> one treecask archive.
+
+Orbax (orbax-checkpoint) is an optional dependency: it is imported only when
+``import_orbax`` is called. The checkpoint is read through Orbax's own public
+API (``PyTreeCheckpointer.metadata`` then ``restore`` with
+``RestoreArgs(restore_type=np.ndarray)``), so every layout Orbax can read
+(OCDBT or per-array TensorStore, written by one process or many, sharded or
+not) imports the same way; nothing is written under the source directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from . import _archive
+from . import _jaxutil as J
+from . import _tree as T
+from ._archive import SaveStats
+from ._boxes import Extras
+from .errors import InvalidArgumentError, NotFoundError, UnsupportedError
+
+PathLike = _archive.PathLike
+
+# Archive metadata keys written by import_orbax (docs/python.md "Migrating from
+# Orbax checkpoints").
+META_ITEMS = "orbax.items"                   # comma-separated item names ("" for a bare item directory)
+META_STEP = "orbax.step"                     # decimal step number, when read from a step directory
+META_CUSTOM = "orbax.custom_metadata"        # JSON of _CHECKPOINT_METADATA's custom_metadata, when not empty
+
+# Orbax file names (orbax-checkpoint 0.5 .. 0.12 layouts).
+_ITEM_MARKERS = ("_METADATA", "manifest.ocdbt", "checkpoint")  # a PyTree item directory holds one
+_STEP_METADATA = "_CHECKPOINT_METADATA"                        # a step's (or item's) JSON metadata
+_PYTREE_HANDLERS = ("StandardCheckpointHandler", "PyTreeCheckpointHandler")
+_STEP_NAME = re.compile(r"^(?:.*_)?(\d+)$")                    # "12", "step_12" (Orbax step_prefix)
+
+
+@dataclass(frozen=True)
+class OrbaxImport:
+    """What ``import_orbax`` read and wrote.
+
+    ``checkpoint`` is the directory that was read (a step directory when a
+    CheckpointManager root was given), ``step`` its step number (None for a
+    bare StandardCheckpointer directory), ``items`` the (name, directory) of
+    each PyTree item imported (name "" for a bare item directory), ``skipped``
+    the names of the step's items that are not PyTrees (e.g. JSON items), not
+    imported. ``num_leaves`` counts the leaves written, ``num_sharded`` those
+    that carry a NamedSharding's mesh and PartitionSpec. ``stats`` is what
+    ``treecask.save`` returned.
+    """
+
+    checkpoint: str
+    step: Optional[int]
+    items: Tuple[Tuple[str, str], ...]
+    skipped: Tuple[str, ...]
+    num_leaves: int
+    num_sharded: int
+    stats: SaveStats
+
+
+def _require_orbax():
+    try:
+        import orbax.checkpoint as ocp  # noqa: F401
+    except ImportError as e:
+        raise UnsupportedError(
+            f"treecask.import_orbax needs the orbax-checkpoint package ({e}); "
+            "install it with: pip install orbax-checkpoint (or treecask[orbax])") from None
+    return ocp
+
+
+def _is_item_dir(d: str) -> bool:
+    return os.path.isdir(d) and any(os.path.exists(os.path.join(d, m)) for m in _ITEM_MARKERS)
+
+
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(path, "rb") as f:
+            out = json.loads(f.read())
+        return out if isinstance(out, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _step_items(step_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
+    """([(name, dir)] of the PyTree items, [names of the other items]) of a step directory.
+
+    The item names and handlers come from the step's _CHECKPOINT_METADATA
+    ("item_handlers": {name: handler class}) when Orbax wrote one, else every
+    subdirectory that looks like a PyTree item counts."""
+    meta = _read_json(os.path.join(step_dir, _STEP_METADATA)) or {}
+    handlers = meta.get("item_handlers")
+    items: List[Tuple[str, str]] = []
+    other: List[str] = []
+    if isinstance(handlers, dict):
+        for name in sorted(handlers):
+            d = os.path.join(step_dir, name)
+            h = str(handlers[name] or "")
+            if any(p in h for p in _PYTREE_HANDLERS) and _is_item_dir(d):
+                items.append((name, d))
+            else:
+                other.append(name)
+        return items, other
+    for name in sorted(os.listdir(step_dir)):
+        d = os.path.join(step_dir, name)
+        if _is_item_dir(d):
+            items.append((name, d))
+    return items, other
+
+
+def _latest_step(root: str, step: Optional[int]) -> Optional[Tuple[int, str]]:
+    """(step, directory) of `step` (or the highest step) among the step directories
+    of a CheckpointManager root; None when `root` holds no step directory. Orbax's
+    temporary directories ("<step>.orbax-checkpoint-tmp-<n>") are not steps."""
+    found: Dict[int, str] = {}
+    for name in os.listdir(root):
+        m = _STEP_NAME.match(name)
+        d = os.path.join(root, name)
+        if m and os.path.isdir(d) and _step_items(d)[0]:
+            found.setdefault(int(m.group(1)), d)
+    if not found:
+        return None
+    if step is None:
+        s = max(found)
+        return s, found[s]
+    if step not in found:
+        raise NotFoundError(f"no step {step} here; steps found: {sorted(found)}", file=root)
+    return step, found[step]
+
+
+def _resolve(src: str, item: Optional[str], step: Optional[int]):
+    """(checkpoint dir, step, [(item name, item dir)], [skipped item names])."""
+    if not os.path.exists(src):
+        raise NotFoundError("no such Orbax checkpoint directory", file=src)
+    if not os.path.isdir(src):
+        raise InvalidArgumentError(
+            "not a directory: an Orbax checkpoint is a directory (StandardCheckpointer "
+            "directory, CheckpointManager step or root)", file=src)
+    if _is_item_dir(src):
+        if item is not None:
+            raise InvalidArgumentError(
+                f"item={item!r} given, but this directory is itself one PyTree item", file=src)
+        return src, None, [("", src)], []
+    step_no: Optional[int] = None
+    step_dir = src
+    items, other = _step_items(src)
+    if not items and not other:
+        latest = _latest_step(src, step)
+        if latest is None:
+            raise InvalidArgumentError(
+                "not an Orbax checkpoint: no _METADATA / manifest.ocdbt (a StandardCheckpointer "
+                "directory), no item subdirectory (a CheckpointManager step) and no step "
+                "subdirectory (a CheckpointManager root)", file=src)
+        step_no, step_dir = latest
+        items, other = _step_items(step_dir)
+    else:
+        if step is not None:
+            raise InvalidArgumentError(f"step={step} given, but this is already a step directory",
+                                       file=src)
+        m = _STEP_NAME.match(os.path.basename(os.path.normpath(src)))
+        step_no = int(m.group(1)) if m else None
+    if item is not None:
+        chosen = [(n, d) for n, d in items if n == item]
+        if not chosen:
+            if item in other:
+                raise UnsupportedError(
+                    f"item {item!r} was not written by StandardCheckpointHandler or "
+                    "PyTreeCheckpointHandler; only PyTree items can be imported", file=step_dir)
+            raise NotFoundError(
+                f"no item {item!r}; PyTree items here: {[n for n, _ in items]}", file=step_dir)
+        return step_dir, step_no, chosen, [n for n, _ in items if n != item] + other
+    if not items:
+        raise UnsupportedError(
+            f"the step holds no PyTree item (items: {other}); only StandardCheckpointHandler / "
+            "PyTreeCheckpointHandler items can be imported", file=step_dir)
+    return step_dir, step_no, items, other
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    # Orbax logs a warning for every item directory read without a step's
+    # _CHECKPOINT_METADATA beside it; the import reports what it read itself.
+    log = logging.getLogger("absl")
+    old = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(old)
+
+
+def _metadata_tree(ocp, d: str):
+    md = ocp.PyTreeCheckpointer().metadata(d)
+    md = getattr(md, "item_metadata", md)  # 0.11+: StepMetadata(item_metadata=TreeMetadata)
+    return getattr(md, "tree", md)
+
+
+def _is_value_metadata(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "sharding")
+
+
+def _sharding_extras(sharding: Any, rank: int) -> Optional[Extras]:
+    """Extras(mesh, spec) from Orbax's NamedShardingMetadata (mesh ``shape``,
+    ``axis_names``, ``partition_spec``); None for other shardings (a single
+    device) and for specs treecask does not model (UNCONSTRAINED)."""
+    if sharding is None or not hasattr(sharding, "axis_names") or not hasattr(sharding, "partition_spec"):
+        return None
+    names = [str(n) for n in sharding.axis_names]
+    sizes = [int(s) for s in np.asarray(sharding.shape).reshape(-1)]
+    spec = J.spec_to_lists(tuple(sharding.partition_spec))
+    if spec is None or len(names) != len(sizes) or len(spec) > max(rank, 0):
+        return None
+    if any(a not in names for dim in spec for a in dim):
+        return None
+    return Extras(spec=spec, mesh=(names, sizes))
+
+
+def _restore_item(ocp, d: str, prefix: Tuple[str, ...]):
+    """(tree of NumPy arrays / Python scalars, {key path: Extras})."""
+    import jax
+
+    with _quiet_absl():
+        md = _metadata_tree(ocp, d)
+        flat, _ = jax.tree_util.tree_flatten_with_path(md, is_leaf=_is_value_metadata)
+        extras: Dict[str, Extras] = {}
+        for path, m in flat:
+            if not _is_value_metadata(m):
+                continue
+            comps = prefix + tuple(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))
+                                   for k in path)
+            ex = _sharding_extras(getattr(m, "sharding", None), len(tuple(m.shape)))
+            if ex is not None:
+                extras[T.join_path(comps)] = ex
+
+        def restore_args(m):
+            # Python scalars come back as Python scalars (restore_type None),
+            # every array as a host NumPy array: no device, no target needed.
+            if type(m).__name__ == "ScalarMetadata":
+                return ocp.RestoreArgs()
+            return ocp.RestoreArgs(restore_type=np.ndarray)
+
+        args = jax.tree_util.tree_map(restore_args, md, is_leaf=_is_value_metadata)
+        with ocp.PyTreeCheckpointer() as ck:
+            tree = ck.restore(d, args=ocp.args.PyTreeRestore(restore_args=args))
+    return tree, extras
+
+
+def import_orbax(src: PathLike, dst: PathLike, *, item: Optional[str] = None,
+                 step: Optional[int] = None, metadata: Optional[Mapping[str, str]] = None,
+                 **save_options: Any) -> OrbaxImport:
+    """Converts an Orbax checkpoint into one treecask archive.
+
+    ``src`` may be:
+
+    * a directory written by ``ocp.StandardCheckpointer().save(src, tree)`` or
+      ``PyTreeCheckpointer`` (it holds ``_METADATA``): imported as it is;
+    * a ``CheckpointManager`` step directory (``<root>/<step>``): its PyTree
+      items (``default``, or the names given to ``Composite``) are found from
+      the step's ``_CHECKPOINT_METADATA``. One item is written at the root of
+      the archive; several are written as a dict keyed by item name. ``item``
+      picks one. Items of other handlers (JSON...) are skipped and listed in
+      ``OrbaxImport.skipped``;
+    * a ``CheckpointManager`` root: the highest step (or ``step``) is read.
+
+    Every leaf is restored on the host as a NumPy array (or, for leaves Orbax
+    saved as Python scalars, the same Python int/float), with Orbax's own
+    metadata as the restore arguments: no target tree and no device are
+    needed, and a checkpoint saved sharded over any mesh by any number of
+    processes is assembled whole. Key paths are Orbax's (dict keys, list
+    indices joined by "/"; Orbax stores tuples as lists and named tuples as
+    dicts, so they come back as such), dtypes and values are unchanged
+    (bfloat16, int4, float8... included). Each array saved with a
+    ``NamedSharding`` keeps its mesh axis names and sizes and PartitionSpec as
+    the leaf's ``ShardingInfo`` (``LeafInfo.sharding``), so
+    ``treecask.load(dst, shardings=lambda kp, info: info.sharding.to_jax())``
+    places it again. The source is only read (Orbax restore opens it
+    read-only); nothing is created under it.
+
+    Archive metadata records the origin: ``orbax.items`` (comma-separated item
+    names, "" for a bare directory), ``orbax.step`` and ``orbax.custom_metadata``
+    (JSON, when the step has any), then ``metadata`` (which wins on a clash).
+
+    Args:
+      src: the Orbax checkpoint directory (see above).
+      dst: the archive to write (atomically, as ``treecask.save`` does).
+      item: the one CheckpointManager item to import (default: all PyTree items).
+      step: with a CheckpointManager root, the step to import (default: the highest).
+      metadata: extra archive-level ``str -> str`` key-values.
+      **save_options: passed to ``treecask.save`` (``compression``,
+        ``overwrite``, ``chunk_size``, ``shuffle``, ``threads``, ``durable``...).
+
+    Returns:
+      OrbaxImport: the directory, step and items read, leaf counts and SaveStats.
+
+    Raises:
+      UnsupportedError: orbax-checkpoint is not installed, or the chosen item
+        is not a PyTree item.
+      NotFoundError: ``src`` does not exist, or has no such ``item`` / ``step``.
+      InvalidArgumentError: ``src`` is not a directory or not an Orbax
+        checkpoint (the message names the path and what was looked for).
+      Orbax's own exceptions for a damaged checkpoint (Orbax has no checksums),
+      and what ``treecask.save`` raises (e.g. AlreadyExistsError).
+    """
+    s = os.path.abspath(os.fspath(src))
+    d = os.fspath(dst)
+    checkpoint, step_no, items, skipped = _resolve(s, item, step)
+    ocp = _require_orbax()
+
+    if len(items) == 1:
+        tree, extras = _restore_item(ocp, items[0][1], ())
+    else:
+        tree, extras = {}, {}
+        for name, idir in items:
+            tree[name], ex = _restore_item(ocp, idir, (name,))
+            extras.update(ex)
+
+    md: Dict[str, str] = {META_ITEMS: ",".join(n for n, _ in items)}
+    if step_no is not None:
+        md[META_STEP] = str(step_no)
+    custom = (_read_json(os.path.join(checkpoint, _STEP_METADATA)) or {}).get("custom_metadata")
+    if custom:
+        md[META_CUSTOM] = json.dumps(custom, sort_keys=True)
+    md.update(metadata or {})
+    stats = _archive.save(d, tree, metadata=md, _leaf_extras=extras, **save_options)
+    return OrbaxImport(checkpoint=checkpoint, step=step_no, items=tuple(items), skipped=tuple(skipped),
+                       num_leaves=stats.num_leaves, num_sharded=len(extras), stats=stats)
