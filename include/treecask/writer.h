@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <future>
+#include <memory>
 #include <optional>
 #include <span>
 
@@ -84,5 +86,69 @@ struct SaveStats {
 TREECASK_API SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
                             std::span<const LeafInput> leaves,
                             const SaveOptions& options = {});
+
+// ---- asynchronous save --------------------------------------------------------
+//
+// Starts save(path, treedef, leaves, options) on a background thread and
+// returns its future; SaveStats or the Error comes from future.get().
+//
+// Leaf bytes: for every leaf i with borrowed[i] == false (every leaf when
+// `borrowed` is empty, the default) the bytes are copied into one fresh
+// 64-byte-aligned buffer before save_async returns (a snapshot, on
+// options.threads threads), so the caller may modify or free its memory as
+// soon as the call returns; the buffer is freed when the save ends, before the
+// future becomes ready. For a leaf with borrowed[i] == true nothing is copied:
+// the caller keeps leaves[i].data alive and unchanged until the future is
+// ready. Peak extra memory is the sum of the copied leaves' byte lengths plus
+// what save() itself uses. With `pool` the snapshot buffer comes from and goes
+// back to the pool (SnapshotPool below) instead of the OS.
+//
+// What is copied into the returned task: `path`, `treedef`, each LeafInput's
+// metadata and `options` (options.progress is called from the background
+// thread). Errors: every Error save() would throw (kInvalidArgument,
+// kAlreadyExists, kIo...) is delivered by future.get(); save_async itself
+// throws only Error(kInvalidArgument) when borrowed is neither empty nor of
+// leaves.size() entries, std::bad_alloc when the snapshot cannot be
+// allocated, and std::system_error when no thread can be started.
+//
+// The future is a std::async one: destroying it (or letting it go out of
+// scope) without get() waits for the save to finish, so no save outlives the
+// future that owns it. Thread-safety: as save(); concurrent save_async calls
+// to different paths are independent.
+class SnapshotPool;
+
+TREECASK_API std::future<SaveStats> save_async(const std::filesystem::path& path,
+                                               const TreeDef& treedef,
+                                               std::span<const LeafInput> leaves,
+                                               const SaveOptions& options = {},
+                                               std::span<const bool> borrowed = {},
+                                               SnapshotPool* pool = nullptr);
+
+// Snapshot memory kept between save_async calls. Copying into memory that is
+// already mapped and faulted in is several times faster than into fresh
+// memory (no page fault per page), so a loop that saves every N steps blocks
+// less. With a pool, save_async takes its snapshot buffer from the pool when
+// the buffer held there is large enough (else frees it and maps a new one),
+// and the buffer goes back to the pool instead of to the OS when the save ends.
+// The pool holds at most one buffer: between saves, as much memory as the
+// largest snapshot (held_bytes()). Pass the same pool to consecutive saves.
+// Thread-safe; a pool destroyed while a save uses its buffer frees that
+// buffer when the save ends.
+class TREECASK_API SnapshotPool {
+ public:
+  SnapshotPool();
+  ~SnapshotPool();
+  SnapshotPool(const SnapshotPool&) = delete;
+  SnapshotPool& operator=(const SnapshotPool&) = delete;
+  uint64_t held_bytes() const;  // bytes of the idle buffer the pool holds now (0: none)
+  void clear();                 // frees the idle buffer now
+
+  struct Impl;  // private
+ private:
+  std::shared_ptr<Impl> impl_;
+  friend std::future<SaveStats> save_async(const std::filesystem::path&, const TreeDef&,
+                                           std::span<const LeafInput>, const SaveOptions&,
+                                           std::span<const bool>, SnapshotPool*);
+};
 
 }  // namespace treecask

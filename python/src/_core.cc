@@ -28,10 +28,14 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <future>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -258,6 +262,102 @@ nb::object make_view(const treecask::Archive& a, std::span<const std::byte> s) {
   return nb::cast(ByteView(data, {s.size()}, owner));
 }
 
+// ---- save arguments (save and save_async) ----------------------------------------
+
+// The columns of one save call, parsed: the treedef, one LeafInput per leaf
+// whose data points into the Python buffer held in `buffers` (same index), and
+// the options. Destroy it with the GIL held (Buffer releases Py_buffers).
+struct SaveCall {
+  treecask::TreeDef def;
+  std::vector<Buffer> buffers;
+  std::vector<treecask::LeafInput> inputs;
+  treecask::SaveOptions opt;
+};
+
+SaveCall parse_save_call(nb::list nodes, nb::list key_paths, nb::list value_kinds, nb::list dtypes,
+                         nb::list shapes, nb::list datas, nb::dict extras, int compression,
+                         std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite,
+                         bool durable, nb::handle metadata, std::optional<uint64_t> max_part_bytes,
+                         bool shuffle) {
+  SaveCall call;
+  call.def = treedef_from_python(nodes);
+  size_t n = key_paths.size();
+  if (value_kinds.size() != n || dtypes.size() != n || shapes.size() != n || datas.size() != n)
+    throw nb::value_error("save: one entry per leaf in every column");
+  call.buffers.reserve(n);
+  call.inputs.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    treecask::LeafMeta& m = call.inputs[i].meta;
+    m.key_path = nb::cast<std::string>(key_paths[i]);
+    m.value_kind = static_cast<treecask::ValueKind>(nb::cast<int>(value_kinds[i]));
+    m.dtype = dtype_of(dtypes[i], m.key_path);
+    m.shape = nb::cast<std::vector<int64_t>>(shapes[i]);
+    call.buffers.emplace_back(datas[i], false);
+    call.inputs[i].data = {call.buffers.back().data(), call.buffers.back().size()};
+  }
+  for (auto [k, v] : extras) {
+    size_t i = nb::cast<size_t>(k);
+    if (i >= n) throw nb::index_error("save: extras names no leaf");
+    nb::tuple t = nb::cast<nb::tuple>(v);
+    treecask::LeafMeta& m = call.inputs[i].meta;
+    m.logical_axes = nb::cast<std::vector<std::string>>(t[0]);
+    m.sharding = sharding_from_python(t[1]);
+    m.metadata = key_values_from_python(t[2]);
+  }
+  treecask::SaveOptions& opt = call.opt;
+  opt.compression = static_cast<treecask::Compression>(compression);
+  if (chunk_size) {
+    opt.chunk_size = *chunk_size;
+    // Keep the default part size a whole number of chunks.
+    if (*chunk_size > 0 && !max_part_bytes)
+      opt.max_part_bytes = std::max<uint64_t>(opt.max_part_bytes / *chunk_size, 1) * *chunk_size;
+  }
+  if (max_part_bytes) opt.max_part_bytes = *max_part_bytes;
+  opt.threads = threads;
+  opt.overwrite = overwrite;
+  opt.durable = durable;
+  opt.shuffle = shuffle;
+  opt.metadata = key_values_from_python(metadata);
+  return call;
+}
+
+nb::dict save_stats_to_python(const treecask::SaveStats& st) {
+  nb::dict d;
+  d["file_bytes"] = st.file_bytes;
+  d["raw_bytes"] = st.raw_bytes;
+  d["stored_bytes"] = st.stored_bytes;
+  d["num_leaves"] = st.num_leaves;
+  d["num_blobs"] = st.num_blobs;
+  return d;
+}
+
+// A save running on treecask::save_async's thread, as seen from Python.
+// Members are destroyed in reverse order: the future first (its destructor
+// waits for the save), then the borrowed buffers the save was reading.
+struct PendingSave {
+  std::vector<Buffer> borrowed;
+  std::future<treecask::SaveStats> future;
+  std::optional<treecask::SaveStats> stats;
+  std::exception_ptr error;
+
+  bool done() const {
+    return !future.valid() || future.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+  nb::dict wait() {
+    if (future.valid()) {
+      nb::gil_scoped_release release;
+      try {
+        stats = future.get();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    borrowed.clear();  // the save no longer reads them (GIL held again)
+    if (error) std::rethrow_exception(error);
+    return save_stats_to_python(*stats);
+  }
+};
+
 // ---- interop: Hugging Face safetensors layouts (src/cli/hf.h) ------------------
 //
 // treecask.import_safetensors / export_safetensors call the same C++ code as
@@ -358,63 +458,67 @@ NB_MODULE(_core, m) {
          nb::list dtypes, nb::list shapes, nb::list datas, nb::dict extras, int compression,
          std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite, bool durable,
          nb::handle metadata, std::optional<uint64_t> max_part_bytes, bool shuffle) {
-        treecask::TreeDef def = treedef_from_python(nodes);
-        size_t n = key_paths.size();
-        if (value_kinds.size() != n || dtypes.size() != n || shapes.size() != n || datas.size() != n)
-          throw nb::value_error("save: one entry per leaf in every column");
-        std::vector<Buffer> keep;  // holds every buffer for the whole call (reserved: never moved)
-        std::vector<treecask::LeafInput> inputs;
-        keep.reserve(n);
-        inputs.resize(n);
-        for (size_t i = 0; i < n; ++i) {
-          treecask::LeafMeta& m = inputs[i].meta;
-          m.key_path = nb::cast<std::string>(key_paths[i]);
-          m.value_kind = static_cast<treecask::ValueKind>(nb::cast<int>(value_kinds[i]));
-          m.dtype = dtype_of(dtypes[i], m.key_path);
-          m.shape = nb::cast<std::vector<int64_t>>(shapes[i]);
-          keep.emplace_back(datas[i], false);
-          inputs[i].data = {keep.back().data(), keep.back().size()};
-        }
-        for (auto [k, v] : extras) {
-          size_t i = nb::cast<size_t>(k);
-          if (i >= n) throw nb::index_error("save: extras names no leaf");
-          nb::tuple t = nb::cast<nb::tuple>(v);
-          treecask::LeafMeta& m = inputs[i].meta;
-          m.logical_axes = nb::cast<std::vector<std::string>>(t[0]);
-          m.sharding = sharding_from_python(t[1]);
-          m.metadata = key_values_from_python(t[2]);
-        }
-        treecask::SaveOptions opt;
-        opt.compression = static_cast<treecask::Compression>(compression);
-        if (chunk_size) {
-          opt.chunk_size = *chunk_size;
-          // Keep the default part size a whole number of chunks.
-          if (*chunk_size > 0 && !max_part_bytes)
-            opt.max_part_bytes = std::max<uint64_t>(opt.max_part_bytes / *chunk_size, 1) * *chunk_size;
-        }
-        if (max_part_bytes) opt.max_part_bytes = *max_part_bytes;
-        opt.threads = threads;
-        opt.overwrite = overwrite;
-        opt.durable = durable;
-        opt.shuffle = shuffle;
-        opt.metadata = key_values_from_python(metadata);
+        SaveCall call = parse_save_call(nodes, key_paths, value_kinds, dtypes, shapes, datas, extras,
+                                        compression, chunk_size, threads, overwrite, durable,
+                                        metadata, max_part_bytes, shuffle);
         treecask::SaveStats st;
         {
           nb::gil_scoped_release release;
-          st = treecask::save(path, def, inputs, opt);
+          st = treecask::save(path, call.def, call.inputs, call.opt);
         }
-        nb::dict d;
-        d["file_bytes"] = st.file_bytes;
-        d["raw_bytes"] = st.raw_bytes;
-        d["stored_bytes"] = st.stored_bytes;
-        d["num_leaves"] = st.num_leaves;
-        d["num_blobs"] = st.num_blobs;
-        return d;
+        return save_stats_to_python(st);
       },
       "path"_a, "treedef"_a, "key_paths"_a, "value_kinds"_a, "dtypes"_a, "shapes"_a, "datas"_a,
       "extras"_a, "compression"_a = 0, "chunk_size"_a = nb::none(),
       "threads"_a = 0, "overwrite"_a = false, "durable"_a = true, "metadata"_a = nb::none(),
       "max_part_bytes"_a = nb::none(), "shuffle"_a = false);
+
+  // ---- save_async (CheckpointManager, python/treecask/_manager.py) ----
+  // save_async(<the arguments of save>, borrowed) -> PendingSave. borrowed: one bool per
+  // leaf; the bytes of the other leaves are copied into one fresh buffer before the call
+  // returns (treecask::save_async's snapshot, on `threads` threads, GIL released), so the
+  // caller may then mutate or free them. A borrowed leaf's buffer is held by the
+  // PendingSave until the save ends: pass only memory nobody will write (e.g. a host copy
+  // of an accelerator array). pool: an optional SnapshotPool the snapshot buffer comes
+  // from and returns to (treecask::SnapshotPool; its memory outlives the object while a save uses it).
+  nb::class_<PendingSave>(m, "PendingSave")
+      .def("done", &PendingSave::done,
+           "True once the save has ended (successfully or not); never blocks.")
+      .def("wait", &PendingSave::wait,
+           "Blocks (GIL released) until the save ends; returns save()'s stats dict or raises "
+           "its treecask error. May be called again: the same result.");
+  nb::class_<treecask::SnapshotPool>(m, "SnapshotPool")
+      .def(nb::init<>())
+      .def_prop_ro("held_bytes", &treecask::SnapshotPool::held_bytes,
+                   "Bytes of the idle snapshot buffer the pool holds now (0: none).")
+      .def("clear", &treecask::SnapshotPool::clear, "Frees the idle buffer now.");
+  m.def(
+      "save_async",
+      [](const std::string& path, nb::list nodes, nb::list key_paths, nb::list value_kinds,
+         nb::list dtypes, nb::list shapes, nb::list datas, nb::dict extras, int compression,
+         std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite, bool durable,
+         nb::handle metadata, std::optional<uint64_t> max_part_bytes, bool shuffle,
+         std::vector<bool> borrowed, treecask::SnapshotPool* pool) {
+        SaveCall call = parse_save_call(nodes, key_paths, value_kinds, dtypes, shapes, datas, extras,
+                                        compression, chunk_size, threads, overwrite, durable,
+                                        metadata, max_part_bytes, shuffle);
+        if (borrowed.size() != call.inputs.size()) throw nb::value_error("save_async: one borrowed flag per leaf");
+        std::unique_ptr<bool[]> flags(new bool[borrowed.size() + 1]);
+        std::copy(borrowed.begin(), borrowed.end(), flags.get());
+        auto pending = std::make_unique<PendingSave>();
+        {
+          nb::gil_scoped_release release;
+          pending->future = treecask::save_async(path, call.def, call.inputs, call.opt,
+                                                 std::span<const bool>(flags.get(), borrowed.size()), pool);
+        }
+        for (size_t i = 0; i < borrowed.size(); ++i)  // the copied ones are released on return
+          if (borrowed[i]) pending->borrowed.push_back(std::move(call.buffers[i]));
+        return pending.release();
+      },
+      nb::rv_policy::take_ownership,
+      "path"_a, "treedef"_a, "key_paths"_a, "value_kinds"_a, "dtypes"_a, "shapes"_a, "datas"_a,
+      "extras"_a, "compression"_a, "chunk_size"_a, "threads"_a, "overwrite"_a, "durable"_a,
+      "metadata"_a, "max_part_bytes"_a, "shuffle"_a, "borrowed"_a, "pool"_a.none() = nb::none());
 
   nb::class_<treecask::Archive>(m, "Archive")
       .def_static(

@@ -11,6 +11,9 @@ NNX sharding, Penzai axis names) kept next to the tensors.
     enc = treecask.load("ckpt.cask", subtree="params/encoder")      # reads only that part
     with treecask.open("ckpt.cask") as a:
         w = a["params/encoder/w"]                                   # zero-copy view
+    with treecask.CheckpointManager("ckpts", max_to_keep=3) as mngr:  # a training loop
+        mngr.save(step, state, metrics={"loss": loss})              # async, snapshot first
+        state = mngr.restore(like=abstract_state)                   # the latest step
 
 See docs/python.md.
 """
@@ -26,6 +29,8 @@ from ._archive import (
     open,
     save,
 )
+# CheckpointManager (python/treecask/_manager.py, issue 9)
+from ._manager import CheckpointManager
 from .errors import (
     AlreadyExistsError,
     ChecksumError,
@@ -69,6 +74,7 @@ __all__ = [
     "load",
     "open",
     "library_version",
+    "CheckpointManager",
     "FORMAT_VERSION",
     "Error",
     "NotFoundError",

@@ -1,0 +1,623 @@
+"""CheckpointManager: a directory of step archives for a training loop.
+
+One archive per step, ``<directory>/step_<step>.cask`` (format/SPEC.md
+"Checkpoint directories"); the step number and the step's metrics live inside
+the step's own archive (archive metadata ``treecask.step``, ``treecask.metrics``),
+so the directory listing is the only record of which steps exist: there is no
+index file that could disagree with it. A step appears by the atomic rename of
+``treecask.save`` (SPEC.md "Atomic commit"), so any process listing the
+directory sees only complete steps.
+
+Asynchronous save (the default): :meth:`CheckpointManager.save` flattens the
+tree and copies every leaf's bytes into one fresh host buffer (the snapshot,
+``treecask::save_async`` in the C++ core, GIL released, all cores), then
+returns; encoding, writing, fsync, rename and retention run in the background.
+At most one save is in flight.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import numbers
+import operator
+import os
+import pathlib
+import re
+import shutil
+import sys
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+from . import _codec, _core
+from . import _jaxutil as J
+from . import _tree as T
+from ._archive import _COMPRESSION, _with_file, load, save
+from ._archive import open as open_archive
+from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Archive metadata keys the manager writes into every step (SPEC.md "Checkpoint directories").
+STEP_KEY = "treecask.step"
+METRICS_KEY = "treecask.metrics"
+
+_STEP_RE = re.compile(r"step_([0-9]+)\.cask")
+# Temporaries of a step: the C++ writer's "<name>.tmp.<pid>.<hex8>" (SPEC.md
+# "Atomic commit") and a step directory being deleted, "<name>.tmp.<pid>.deleting".
+_TMP_RE = re.compile(r"step_[0-9]+\.cask\.tmp\.([0-9]+)\..*")
+_SAVE_OPTIONS = frozenset({"compression", "shuffle", "durable", "chunk_size", "metadata", "threads",
+                           "max_part_bytes"})
+
+
+def step_name(step: int) -> str:
+    """The entry name of a step: ``step_`` + the step zero-padded to at least 8 digits + ``.cask``."""
+    return f"step_{step:08d}.cask"
+
+
+def list_steps(directory: PathLike) -> Dict[int, str]:
+    """``{step: entry name}`` of the complete steps in ``directory``: the entries
+    named ``step_<decimal digits>.cask`` (any number of digits; a file, or a
+    directory for a multi-process step). Temporary files are never listed.
+    A missing directory has no steps."""
+    out: Dict[int, str] = {}
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return out
+    for name in entries:
+        m = _STEP_RE.fullmatch(name)
+        if m is None:
+            continue
+        step = int(m.group(1))
+        # Two spellings of one step (step_5.cask, step_00000005.cask): the canonical one wins.
+        if step not in out or name == step_name(step):
+            out[step] = name
+    return out
+
+
+def _jax_processes() -> Tuple[int, int]:
+    """(process index, process count) of a multi-process jax job, (0, 1) when
+    jax is not imported: the manager never imports jax itself."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return 0, 1
+    try:
+        return int(jax.process_index()), int(jax.process_count())
+    except Exception:  # jax half-imported or without a backend
+        return 0, 1
+
+
+def _may_delete() -> bool:
+    """Whether this process deletes old steps and stale temporaries: in a
+    multi-process jax job only process 0 does (as Orbax's primary host)."""
+    return _jax_processes()[0] == 0
+
+
+def _remove_entry(path: str) -> None:
+    """Removes a step (a file, or a directory: renamed to a temporary name
+    first, so that it disappears from listings at once and a crash midway
+    leaves only a temporary the next sweep removes). Already gone: no error."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            doomed = f"{path}.tmp.{os.getpid()}.deleting"
+            os.rename(path, doomed)
+            shutil.rmtree(doomed)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_temporaries(directory: PathLike) -> List[str]:
+    """Removes the temporaries of crashed saves of any step in ``directory``
+    (``step_<n>.cask.tmp.<pid>.<anything>`` whose process ``<pid>`` no longer
+    exists: the rule of SPEC.md "Atomic commit", applied to every step rather
+    than one path). Returns the names removed. Single-host rule: in a
+    multi-process job the manager does not call it (a pid means nothing on
+    another host)."""
+    removed = []
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in entries:
+        m = _TMP_RE.fullmatch(name)
+        if m is None or _pid_alive(int(m.group(1))):
+            continue
+        p = os.path.join(directory, name)
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _json_default(x: Any) -> Any:
+    if hasattr(x, "item") and getattr(x, "shape", None) == ():
+        return x.item()  # NumPy / jax scalars
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON-serialisable")
+
+
+def _metrics_json(metrics: Any, file: str) -> str:
+    try:
+        return json.dumps(metrics, default=_json_default, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"metrics must be JSON-serialisable: {e}", file=file) from None
+
+
+def _is_accelerator_array(x: Any) -> bool:
+    """A jax.Array none of whose devices is the host: np.asarray(x) is then a
+    fresh host copy (not a view of memory the caller can change or donate)."""
+    if not J.is_jax_array(x):
+        return False
+    try:
+        return all(d.platform != "cpu" for d in x.devices())
+    except Exception:
+        return False
+
+
+def _save_async(path: str, tree: Any, *, metadata: Mapping[str, str], pool: Any = None,
+                compression: str = "auto",
+                chunk_size: Optional[int] = None, threads: int = 0, durable: bool = True,
+                max_part_bytes: Optional[int] = None, shuffle: bool = False):
+    """treecask.save(path, tree, ...) on the core's background thread: returns
+    a ``_core.PendingSave`` once every leaf's bytes are in the snapshot (or,
+    for accelerator arrays, in the fresh host copy ``np.asarray`` made)."""
+    if compression not in _COMPRESSION:
+        raise InvalidArgumentError(
+            f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}", file=path)
+    md = list(metadata.items())
+    try:
+        nodes, key_paths, objs, extras = T.to_treedef(tree)
+        for x in objs:  # start every device-to-host transfer before waiting on the first
+            if _is_accelerator_array(x):
+                x.copy_to_host_async()
+        kinds, dtypes, shapes, datas, more = _codec.encode_all(key_paths, objs, extras)
+    except Error as e:
+        raise _with_file(e, path) from None
+    # Accelerator arrays: np.asarray already copied them to fresh host memory that
+    # nothing writes; borrow it (no second copy). Everything else -- NumPy arrays,
+    # jax arrays on the CPU, whose np.asarray is a view of the device buffer -- is
+    # copied, so in-place writes and donation after save() cannot reach the checkpoint.
+    borrowed = [_is_accelerator_array(x) for x in objs]
+    return _core.save_async(path, nodes, key_paths, kinds, dtypes, shapes, datas, more,
+                            _COMPRESSION[compression], chunk_size, int(threads), False, bool(durable),
+                            md, max_part_bytes, bool(shuffle), borrowed, pool)
+
+
+class _Job:
+    """One save in flight: its step, its metrics (as stored) and its outcome."""
+
+    def __init__(self, step: int, path: str, metrics: Optional[Any]):
+        self.step = step
+        self.path = path
+        self.metrics = metrics
+        self.done = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+
+
+_LIVE: "weakref.WeakSet[CheckpointManager]" = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_at_exit() -> None:
+    """Interpreter exit: the worker threads are not daemons, so Python has
+    already joined them (every save in flight finished); report any background
+    error nobody collected, so that it is never lost silently."""
+    for m in list(_LIVE):
+        try:
+            m._join()
+            err = m._take_error()
+        except Exception as e:  # pragma: no cover - defensive
+            err = e
+        if err is not None:
+            print(f"treecask: a checkpoint save in {m.directory} failed and was never "
+                  f"reported: {err}", file=sys.stderr)
+
+
+class CheckpointManager:
+    """Saves, lists, retains and restores the steps of a training run in one directory.
+
+    Args:
+      directory: the directory of step archives (created if missing).
+      max_to_keep: how many steps retention keeps (>= 1), or None (default): keep all.
+        Without ``best_fn`` the newest ``max_to_keep``; with it the ``max_to_keep``
+        best by ``best_fn`` plus always the newest (so a preempted job can resume).
+        Steps saved without metrics are never deleted by the best-N rule (Orbax's
+        ``keep_checkpoints_without_metrics=True``).
+      keep_period: steps with ``step % keep_period == 0`` are never deleted.
+      best_fn: ``metrics -> float``, the score of a step (``metrics`` as saved,
+        after a JSON round trip).
+      best_mode: "max" (default: a higher score is better) or "min".
+      save_interval_steps: :meth:`save` writes only steps that are a multiple of
+        it (unless ``force``); default 1.
+      async_save: default True: :meth:`save` returns once the tree's bytes are
+        copied into a host snapshot; the write, fsync, rename and retention run
+        on a background thread. In a multi-process jax job saves are synchronous
+        (``treecask.save``'s collective protocol) whatever this says.
+      keep_snapshot_memory: default False. True keeps the snapshot buffer
+        between asynchronous saves (``treecask::SnapshotPool``) instead of
+        returning it to the OS: the copy then goes into memory that is already
+        faulted in (2-3x faster than into fresh memory here), at the price
+        of holding about one checkpoint's bytes of host memory from the first
+        save until :meth:`close`.
+      **save_options: passed to :func:`treecask.save` for every step:
+        ``compression``, ``shuffle``, ``durable``, ``chunk_size``, ``threads``,
+        ``max_part_bytes``, ``metadata`` (the keys ``treecask.step`` and
+        ``treecask.metrics`` are the manager's).
+
+    Retention runs after a new step is durable and only then; in a
+    multi-process jax job (``jax.process_count() > 1``) only process 0 deletes.
+
+    Raises:
+      InvalidArgumentError: a bad option (the message names it).
+    """
+
+    def __init__(self, directory: PathLike, *, max_to_keep: Optional[int] = None,
+                 keep_period: Optional[int] = None, best_fn: Optional[Callable[[Any], float]] = None,
+                 best_mode: str = "max", save_interval_steps: int = 1, async_save: bool = True,
+                 keep_snapshot_memory: bool = False, **save_options: Any):
+        self.directory = pathlib.Path(os.fspath(directory))
+        d = str(self.directory)
+        for name, v in (("max_to_keep", max_to_keep), ("keep_period", keep_period)):
+            if v is not None and (not _is_int(v) or v < 1):
+                raise InvalidArgumentError(f"{name} must be None or an int >= 1, got {v!r}", file=d)
+        if not _is_int(save_interval_steps) or save_interval_steps < 1:
+            raise InvalidArgumentError(f"save_interval_steps must be an int >= 1, got {save_interval_steps!r}",
+                                       file=d)
+        if best_mode not in ("max", "min"):
+            raise InvalidArgumentError(f"best_mode must be 'max' or 'min', got {best_mode!r}", file=d)
+        if best_fn is not None and not callable(best_fn):
+            raise InvalidArgumentError("best_fn must be callable", file=d)
+        unknown = sorted(set(save_options) - _SAVE_OPTIONS)
+        if unknown:
+            why = ("a step is never overwritten" if unknown == ["overwrite"]
+                   else f"the save options are {sorted(_SAVE_OPTIONS)}")
+            raise InvalidArgumentError(f"unknown save option(s) {unknown}: {why}", file=d)
+        md = dict(save_options.pop("metadata", None) or {})
+        for k, v in md.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise InvalidArgumentError("archive metadata must map str to str", file=d)
+            if k in (STEP_KEY, METRICS_KEY):
+                raise InvalidArgumentError(f"metadata key '{k}' is reserved for the manager", file=d)
+        self.max_to_keep = max_to_keep
+        self.keep_period = keep_period
+        self.best_fn = best_fn
+        self.best_mode = best_mode
+        self.save_interval_steps = int(save_interval_steps)
+        self.async_save = bool(async_save)
+        self._pool = _core.SnapshotPool() if keep_snapshot_memory else None
+        self._metadata = md
+        self._save_options = save_options
+        self._lock = threading.Lock()
+        self._job: Optional[_Job] = None
+        self._error: Optional[BaseException] = None
+        self._closed = False
+        # entry name -> ((inode, mtime_ns), metrics): step archives are immutable,
+        # a step deleted and written again gets a new inode.
+        self._metrics_cache: Dict[str, Tuple[Tuple[int, int], Any]] = {}
+        os.makedirs(self.directory, exist_ok=True)
+        _LIVE.add(self)
+
+    # ---- context manager ----
+    def __enter__(self) -> "CheckpointManager":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()  # a save error raised here chains the body's exception, if any
+
+    def __repr__(self) -> str:
+        return f"<treecask.CheckpointManager {str(self.directory)!r}>"
+
+    # ---- naming ----
+    def path(self, step: int) -> pathlib.Path:
+        """The path of ``step``: its existing entry if the directory has one
+        (whatever its digit count), else ``<directory>/step_<step:08d>.cask``.
+        Treat it as opaque: a file today, a directory for a multi-process step."""
+        step = _check_step(step, str(self.directory))
+        name = list_steps(self.directory).get(step, step_name(step))
+        return self.directory / name
+
+    def should_save(self, step: int) -> bool:
+        """Whether :meth:`save` writes ``step``: it is a multiple of
+        ``save_interval_steps``. Never blocks, never lists the directory."""
+        return _check_step(step, str(self.directory)) % self.save_interval_steps == 0
+
+    # ---- listing (the directory is the source of truth) ----
+    def all_steps(self) -> List[int]:
+        """Steps in the directory, ascending. A step being saved asynchronously
+        appears once it is durable (call :meth:`wait_until_finished` first to
+        include it)."""
+        return sorted(list_steps(self.directory))
+
+    def latest_step(self) -> Optional[int]:
+        """The highest step in the directory, or None."""
+        steps = list_steps(self.directory)
+        return max(steps) if steps else None
+
+    def metrics(self, step: int) -> Optional[Any]:
+        """The metrics saved with ``step`` (JSON-decoded), or None if it was
+        saved without. Raises NotFoundError when the step does not exist."""
+        step = _check_step(step, str(self.directory))
+        name = list_steps(self.directory).get(step)
+        if name is None:
+            raise NotFoundError(f"no step {step} in the directory", file=str(self.directory / step_name(step)))
+        return self._metrics_of(name)
+
+    def best_step(self) -> Optional[int]:
+        """With ``best_fn``: the step with the best score among those saved with
+        metrics (ties: the newest), or None. Without: the latest step (Orbax)."""
+        steps = list_steps(self.directory)
+        if self.best_fn is None:
+            return max(steps) if steps else None
+        scored = []
+        for s, name in steps.items():
+            try:
+                m = self._metrics_of(name)
+            except NotFoundError:  # deleted meanwhile by another process
+                continue
+            if m is not None:
+                scored.append((self._score(m), s))
+        ranked = self._rank(scored)
+        return ranked[-1] if ranked else None
+
+    # ---- save ----
+    def save(self, step: int, tree: Any, *, metrics: Optional[Any] = None, force: bool = False) -> bool:
+        """Saves ``tree`` as step ``step``.
+
+        Returns False, writing nothing, when the step is not due
+        (:meth:`should_save`) and ``force`` is False; True once the step is
+        saved (synchronous) or snapshotted (asynchronous: the checkpoint holds
+        the values of this moment whatever the caller then does to its NumPy
+        arrays or jax buffers, donation included). A save still in flight is
+        waited for first, so at most one snapshot exists at a time.
+
+        Args:
+          step: a non-negative int.
+          tree: any pytree ``treecask.save`` takes.
+          metrics: optional JSON-serialisable value (dict of floats...; NumPy
+            and jax scalars are converted) stored in the step's archive, read by
+            :meth:`metrics` and ``best_fn``.
+          force: save even when the step is not due.
+
+        Raises:
+          the error of the previous asynchronous save (IoError for a full
+            disk...), which is then cleared: this step is not saved;
+          AlreadyExistsError: the step exists (the message names the file);
+          InvalidArgumentError: a bad step, metrics or tree (as treecask.save);
+          IoError: synchronous saves, as treecask.save.
+        """
+        self._check_open()
+        d = str(self.directory)
+        step = _check_step(step, d)
+        if not force and not self.should_save(step):
+            return False
+        self._join()
+        err = self._take_error()
+        if err is not None:
+            raise err
+        existing = list_steps(self.directory).get(step)
+        if existing is not None:
+            raise AlreadyExistsError(f"step {step} already exists (a step is never overwritten)",
+                                     file=str(self.directory / existing))
+        path = str(self.directory / step_name(step))
+        md = dict(self._metadata)
+        md[STEP_KEY] = str(step)
+        stored_metrics = None
+        if metrics is not None:
+            md[METRICS_KEY] = _metrics_json(metrics, path)
+            stored_metrics = json.loads(md[METRICS_KEY])
+        job = _Job(step, path, stored_metrics)
+        _, nproc = _jax_processes()
+        if not self.async_save or nproc > 1:
+            if nproc == 1:
+                sweep_temporaries(self.directory)
+            save(path, tree, metadata=md, **self._save_options)
+            self._remember(job)
+            self._retain(step)
+            return True
+        pending = _save_async(path, tree, metadata=md, pool=self._pool, **self._save_options)
+        job.thread = threading.Thread(target=self._finish, args=(job, pending),
+                                      name=f"treecask-save-step-{step}", daemon=False)
+        with self._lock:
+            self._job = job
+        job.thread.start()
+        return True
+
+    def _finish(self, job: _Job, pending) -> None:
+        """The background half of an asynchronous save (worker thread)."""
+        try:
+            if _may_delete() and _jax_processes()[1] == 1:
+                sweep_temporaries(self.directory)
+            pending.wait()
+            del pending
+            self._remember(job)
+            self._retain(job.step)
+        except BaseException as e:  # kept for the next save / wait / close
+            with self._lock:
+                self._error = e
+        finally:
+            job.done.set()
+
+    def _remember(self, job: _Job) -> None:
+        """Caches the metrics of the step just written (no need to reopen it)."""
+        name = os.path.basename(job.path)
+        try:
+            st = os.stat(job.path)
+        except FileNotFoundError:
+            return
+        self._metrics_cache[name] = ((st.st_ino, st.st_mtime_ns), job.metrics)
+
+    # ---- retention ----
+    def _score(self, metrics: Any) -> float:
+        v = float(self.best_fn(metrics))
+        if math.isnan(v):  # NaN is the worst score
+            return -math.inf if self.best_mode == "max" else math.inf
+        return v
+
+    def _rank(self, scored: List[Tuple[float, int]]) -> List[int]:
+        """Steps from worst to best; among equal scores the newer is better."""
+        if self.best_mode == "max":
+            return [s for _, s in sorted(scored)]
+        return [s for _, s in sorted(scored, key=lambda t: (-t[0], t[1]))]
+
+    def steps_to_delete(self, steps: Optional[List[int]] = None) -> List[int]:
+        """The steps retention would delete now (ascending), from ``steps`` or
+        the directory's: all but the kept ones, where kept = the newest
+        ``max_to_keep`` (without ``best_fn``) or the ``max_to_keep`` best and
+        the newest and every step without metrics (with ``best_fn``), plus every
+        multiple of ``keep_period``. None when ``max_to_keep`` is None."""
+        if steps is None:
+            listing = list_steps(self.directory)
+            steps = sorted(listing)
+        else:
+            listing = None
+            steps = sorted(steps)
+        if self.max_to_keep is None or not steps:
+            return []
+        keep = {steps[-1]}
+        if self.best_fn is None:
+            keep.update(steps[-self.max_to_keep:])
+        else:
+            scored = []
+            for s in steps:
+                name = (listing or {}).get(s, step_name(s))
+                try:
+                    m = self._metrics_of(name)
+                except NotFoundError:
+                    continue
+                if m is None:
+                    keep.add(s)
+                else:
+                    scored.append((self._score(m), s))
+            keep.update(self._rank(scored)[-self.max_to_keep:])
+        if self.keep_period is not None:
+            keep.update(s for s in steps if s % self.keep_period == 0)
+        return [s for s in steps if s not in keep]
+
+    def _retain(self, new_step: int) -> None:
+        if self.max_to_keep is None or not _may_delete():
+            return
+        listing = list_steps(self.directory)
+        for s in self.steps_to_delete(sorted(listing)):
+            if s == new_step:
+                continue
+            _remove_entry(str(self.directory / listing[s]))
+            self._metrics_cache.pop(listing[s], None)
+
+    def _metrics_of(self, name: str) -> Optional[Any]:
+        p = str(self.directory / name)
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            raise NotFoundError("the step no longer exists", file=p) from None
+        key = (st.st_ino, st.st_mtime_ns)
+        hit = self._metrics_cache.get(name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        with open_archive(p) as a:
+            raw = a.metadata.get(METRICS_KEY)
+        m = json.loads(raw) if raw is not None else None
+        self._metrics_cache[name] = (key, m)
+        return m
+
+    # ---- restore ----
+    def restore(self, step: Optional[int] = None, like: Any = None, **load_options: Any) -> Any:
+        """Restores a step (default: the latest) with :func:`treecask.load`.
+
+        ``like`` and every ``load`` option (``subtree``, ``shardings``,
+        ``missing``, ``extra``) pass through. A save of this manager still in
+        flight is waited for first (its error, if any, stays for the next
+        save / wait / close). With ``step=None``, a latest step deleted by
+        another process's retention between listing and opening is skipped
+        for the new latest.
+
+        Raises:
+          NotFoundError: no step at all, or no step ``step`` (names the file);
+          everything :func:`treecask.load` raises.
+        """
+        self._join()
+        if step is not None:
+            return load(self.path(step), like, **load_options)
+        for _ in range(8):
+            latest = self.latest_step()
+            if latest is None:
+                break
+            try:
+                return load(self.path(latest), like, **load_options)
+            except NotFoundError:
+                continue  # removed meanwhile by retention in another process
+        raise NotFoundError("the directory holds no checkpoint step", file=str(self.directory))
+
+    # ---- lifetime ----
+    def _join(self) -> None:
+        job = self._job
+        if job is not None and job.thread is not None and job.thread is not threading.current_thread():
+            job.thread.join()
+
+    def _take_error(self) -> Optional[BaseException]:
+        with self._lock:
+            err, self._error = self._error, None
+        return err
+
+    def wait_until_finished(self) -> None:
+        """Blocks until the save in flight (if any) is durable and retention has
+        run. Raises that save's error (IoError for a full disk...), once."""
+        self._join()
+        err = self._take_error()
+        if err is not None:
+            raise err
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidArgumentError("the checkpoint manager is closed", file=str(self.directory))
+
+    def close(self) -> None:
+        """Waits for the save in flight, then closes: later saves raise
+        InvalidArgumentError (listing and restore keep working) and the kept
+        snapshot memory is freed. Raises the pending background error, if any.
+        Idempotent."""
+        self._closed = True
+        try:
+            self.wait_until_finished()
+        finally:
+            if self._pool is not None:
+                self._pool.clear()
+
+
+def _is_int(x: Any) -> bool:
+    """A Python, NumPy or 0-d jax integer (not a bool)."""
+    if isinstance(x, bool) or getattr(x, "dtype", None) == bool:
+        return False
+    if isinstance(x, numbers.Integral):
+        return True
+    try:
+        operator.index(x)  # a 0-d integer jax / NumPy array, e.g. TrainState.step
+    except TypeError:
+        return False
+    return True
+
+
+def _check_step(step: Any, file: str) -> int:
+    if not _is_int(step) or operator.index(step) < 0:
+        raise InvalidArgumentError(f"a step is an int >= 0, got {step!r}", file=file)
+    return operator.index(step)
