@@ -1,10 +1,7 @@
 // save(): plan, write blobs straight into a pre-allocated LMDB map, write the
 // manifest, commit, truncate, fsync, rename (SPEC.md "Atomic commit").
-#include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,13 +9,13 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <random>
 
 #include "codec.h"
 #include "format.h"
 #include "lmdb_env.h"
 #include "manifest.h"
 #include "parallel.h"
+#include "treecask/commit.h"
 #include "treecask/treecask.h"
 
 namespace treecask {
@@ -82,61 +79,6 @@ bool lz4_pays(std::span<const std::byte> data, unsigned shuffle_bytes) {
     raw += piece.size();
   }
   return static_cast<double>(packed) <= (1.0 - format::kAutoMinSaving) * static_cast<double>(raw);
-}
-
-// Removes "<name>.tmp.<pid>.<hex>" files left by saves whose process is gone.
-void remove_stale_temps(const std::filesystem::path& path) {
-  std::filesystem::path dir = path.parent_path().empty() ? "." : path.parent_path();
-  std::string prefix = path.filename().string() + ".tmp.";
-  DIR* d = opendir(dir.c_str());
-  if (!d) return;
-  while (dirent* ent = readdir(d)) {
-    std::string_view name = ent->d_name;
-    if (name.substr(0, prefix.size()) != prefix) continue;
-    std::string rest(name.substr(prefix.size()));
-    char* end = nullptr;
-    long pid = std::strtol(rest.c_str(), &end, 10);
-    if (end == rest.c_str() || *end != '.' || pid <= 0) continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // still running
-    ::unlink((dir / std::string(name)).c_str());
-  }
-  closedir(d);
-}
-
-void fsync_path(const std::filesystem::path& p, bool directory, const std::string& file) {
-  int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDWR) | O_CLOEXEC);
-  if (fd < 0) io_error(file, "open for fsync");
-  int rc = ::fsync(fd);
-  int saved = errno;
-  ::close(fd);
-  errno = saved;
-  if (rc != 0) io_error(file, "fsync");
-}
-
-// Renames the finished temporary onto `path`. Without overwrite the rename
-// itself refuses an existing file (renameat2 RENAME_NOREPLACE, or link() where
-// the file system lacks it), so a file created meanwhile is never replaced.
-void publish(const std::filesystem::path& tmp, const std::filesystem::path& path, bool overwrite,
-             const std::string& file) {
-  if (overwrite) {
-    if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(file, "rename into place");
-    return;
-  }
-  if (::syscall(SYS_renameat2, AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0)
-    return;
-  if (errno == EINVAL || errno == ENOSYS) {
-    if (::link(tmp.c_str(), path.c_str()) == 0) {
-      ::unlink(tmp.c_str());
-      return;
-    }
-    if (errno == EPERM || errno == ENOTSUP) {  // no hard links either: best effort
-      if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(file, "rename into place");
-      return;
-    }
-  }
-  if (errno == EEXIST)
-    throw Error(ErrorCode::kAlreadyExists, file, "", "file appeared while saving (pass overwrite to replace it)");
-  io_error(file, "rename into place");
 }
 
 class BlobWriter {
@@ -532,15 +474,10 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !opt.overwrite)
     throw Error(ErrorCode::kAlreadyExists, file, "", "file exists (save with overwrite to replace it)");
-  remove_stale_temps(path);
+  remove_stale_temporaries(path);
 
   // ---- the temporary file ----
-  std::random_device rd;
-  char suffix[64];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%08x", static_cast<long>(getpid()),
-                static_cast<unsigned>(rd()));
-  std::filesystem::path tmp = path;
-  tmp += suffix;
+  const std::filesystem::path tmp = temporary_path(path);
   const std::string tmp_file = tmp.string();  // errors name `file`, never the temporary
 
   // Upper bound of the file: data (LZ4 worst case), per-blob page rounding,
@@ -627,9 +564,8 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     uint64_t used = (static_cast<uint64_t>(info.me_last_pgno) + 1) * psize;
     env.close();
     if (::truncate(tmp.c_str(), static_cast<off_t>(used)) != 0) io_error(file, "truncate");
-    if (opt.durable) fsync_path(tmp, false, file);
-    publish(tmp, path, opt.overwrite, file);
-    if (opt.durable) fsync_path(path.parent_path().empty() ? "." : path.parent_path(), true, file);
+    if (opt.durable) sync_path(tmp, file);
+    publish(tmp, path, opt.overwrite, opt.durable, file);
 
     stats.file_bytes = used;
     stats.num_leaves = static_cast<uint32_t>(leaves.size());

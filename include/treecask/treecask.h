@@ -5,6 +5,7 @@
 #include "treecask/archive.h"
 #include "treecask/error.h"
 #include "treecask/types.h"
+#include "treecask/commit.h"
 #include "treecask/writer.h"
 
 namespace treecask {

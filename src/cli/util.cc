@@ -91,12 +91,13 @@ MappedFile::~MappedFile() {
 OutputFile::OutputFile(const std::filesystem::path& path, bool overwrite)
     : path_(path.string()), overwrite_(overwrite) {
   struct stat st {};
-  if (!overwrite_ && ::stat(path_.c_str(), &st) == 0) {
+  if (!overwrite_ && ::stat(path_.c_str(), &st) == 0) {  // fail early; publish() decides
     throw Error(ErrorCode::kAlreadyExists, path_, "",
                 "file exists (pass --overwrite to replace it)");
   }
-  tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  remove_stale_temporaries(path);
+  tmp_path_ = temporary_path(path).string();
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) throw_io(path_, "cannot create " + tmp_path_, errno);
 }
 
@@ -127,20 +128,8 @@ void OutputFile::commit() {
     throw_io(path_, "cannot close", errno);
   }
   fd_ = -1;
-  struct stat st {};
-  if (!overwrite_ && ::stat(path_.c_str(), &st) == 0) {
-    throw Error(ErrorCode::kAlreadyExists, path_, "",
-                "file appeared while writing (pass --overwrite to replace it)");
-  }
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) throw_io(path_, "cannot rename", errno);
+  publish(tmp_path_, path_, overwrite_, /*durable=*/true, path_);
   committed_ = true;
-  std::filesystem::path dir = std::filesystem::path(path_).parent_path();
-  if (dir.empty()) dir = ".";
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // best effort: some file systems refuse fsync on directories
-    ::close(dfd);
-  }
 }
 
 // ---- Progress -----------------------------------------------------------------

@@ -40,8 +40,10 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// An output file written to "<path>.tmp.<pid>" in the same directory and renamed
-// onto `path` by commit() after fsync, so `path` is either untouched or complete.
+// An output file written to treecask::temporary_path(path) in the same directory
+// and published onto `path` by commit() after fsync (treecask::publish: the
+// commit path save() uses, SPEC.md "Atomic commit"), so `path` is either
+// untouched or complete.
 // Destroying an uncommitted OutputFile removes the temporary file.
 class OutputFile {
  public:
@@ -58,7 +60,9 @@ class OutputFile {
     write(std::as_bytes(std::span<const char>(text.data(), text.size())));
   }
   uint64_t bytes_written() const noexcept { return written_; }
-  // fsyncs, renames onto the final path and fsyncs the directory. Throws Error(kIo).
+  // fsyncs, renames onto the final path (refusing one that appeared meanwhile
+  // unless overwrite: Error(kAlreadyExists)) and fsyncs the directory.
+  // Throws Error(kIo), also when the directory cannot be fsynced.
   void commit();
 
  private:

@@ -1,0 +1,130 @@
+// Atomic commit of a finished file or directory (SPEC.md "Atomic commit").
+#include "treecask/commit.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace treecask {
+
+namespace {
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+[[noreturn]] void io_error(const std::string& file, const std::string& what, int err) {
+  throw Error(ErrorCode::kIo, file, "", what + ": " + std::strerror(err));
+}
+
+int renameat2(const std::filesystem::path& from, const std::filesystem::path& to, unsigned flags) {
+  return static_cast<int>(::syscall(SYS_renameat2, AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags));
+}
+
+std::filesystem::path parent_of(const std::filesystem::path& path) {
+  return path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+}
+
+}  // namespace
+
+std::filesystem::path temporary_path(const std::filesystem::path& path) {
+  std::random_device rd;
+  char suffix[64];
+  std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%08x", static_cast<long>(::getpid()),
+                static_cast<unsigned>(rd()));
+  std::filesystem::path tmp = path;
+  tmp += suffix;
+  return tmp;
+}
+
+void remove_stale_temporaries(const std::filesystem::path& path) {
+  const std::filesystem::path dir = parent_of(path);
+  const std::string prefix = path.filename().string() + ".tmp.";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::filesystem::path> stale;
+  while (dirent* ent = ::readdir(d)) {
+    std::string_view name = ent->d_name;
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    std::string rest(name.substr(prefix.size()));
+    char* end = nullptr;
+    long pid = std::strtol(rest.c_str(), &end, 10);
+    if (end == rest.c_str() || *end != '.' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // still running
+    stale.push_back(dir / std::string(name));
+  }
+  ::closedir(d);
+  for (const auto& p : stale) {  // best effort, see the header
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      std::error_code ec;
+      std::filesystem::remove_all(p, ec);
+    } else {
+      ::unlink(p.c_str());
+    }
+  }
+}
+
+void sync_path(const std::filesystem::path& p, const std::string& file) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io_error(file, "open " + p.string() + " for fsync", errno);
+  int rc = ::fsync(fd);
+  int saved = errno;
+  ::close(fd);
+  if (rc != 0) io_error(file, "fsync " + p.string(), saved);
+}
+
+void publish(const std::filesystem::path& tmp, const std::filesystem::path& path, bool overwrite,
+             bool durable, const std::string& file) {
+  struct stat st {};
+  if (::lstat(tmp.c_str(), &st) != 0) io_error(file, "stat " + tmp.string(), errno);
+  const bool directory = S_ISDIR(st.st_mode);
+  if (overwrite && !directory) {
+    if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(file, "rename into place", errno);
+  } else if (renameat2(tmp, path, RENAME_NOREPLACE) == 0) {
+    // published
+  } else if (errno == EEXIST || errno == ENOTEMPTY) {
+    if (!overwrite)
+      throw Error(ErrorCode::kAlreadyExists, file, "",
+                  "already exists (pass overwrite to replace it); nothing was replaced");
+    // A directory: rename(2) cannot replace a non-empty one, so swap the
+    // two, then drop the old one, which now lives at `tmp`.
+    if (renameat2(tmp, path, RENAME_EXCHANGE) != 0) io_error(file, "exchange into place", errno);
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+    if (ec) io_error(file, "remove the replaced directory " + tmp.string(), ec.value());
+  } else if ((errno == EINVAL || errno == ENOSYS) && !directory) {
+    // A file system without renameat2 flags: link() refuses an existing name too.
+    if (::link(tmp.c_str(), path.c_str()) == 0) {
+      ::unlink(tmp.c_str());
+    } else if (errno == EEXIST) {
+      throw Error(ErrorCode::kAlreadyExists, file, "",
+                  "already exists (pass overwrite to replace it); nothing was replaced");
+    } else if (errno == EPERM || errno == ENOTSUP) {
+      // no hard links either: a plain rename, best effort
+      if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(file, "rename into place", errno);
+    } else {
+      io_error(file, "link into place", errno);
+    }
+  } else {
+    io_error(file, "rename into place", errno);
+  }
+  if (durable) sync_path(parent_of(path), file);
+}
+
+}  // namespace treecask
