@@ -678,8 +678,8 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         part, reading only its bytes; ``like`` then describes that part. The
         cost is opening the file plus that part: the C++ core walks the
         treedef to it, and only its nodes and leaves reach Python.
-      shardings: place arrays onto jax shardings, each device reading only the
-        rows it holds: one ``jax.sharding.Sharding`` for every array, a pytree
+      shardings: place arrays onto jax shardings, each device's N-d box read
+        straight into its own buffer, each chunk once (Archive._place): one ``jax.sharding.Sharding`` for every array, a pytree
         of shardings (or None) with the result's structure (a subtree may stand
         for everything under it), or a callable ``(key_path, LeafInfo) ->
         Sharding | None``. Overrides ``like``'s own shardings.
