@@ -77,6 +77,7 @@ CHILD = textwrap.dedent(
         tree = {"params": {"w": global_array(W, NamedSharding(m, P("x", "y"))),
                            "rep": global_array(REP, NamedSharding(m, P()))},
                 "step": 7, "host": HOST}
+        treecask.save(root + "/arrays", {"w": tree["params"]["w"], "rep": tree["params"]["rep"]})
         st = treecask.save(root + "/ckpt", tree, metadata={"run": "mp"})
         assert st.num_leaves == 4 and st.raw_bytes == W.nbytes + REP.nbytes + 8 + HOST.nbytes, st
         try:
@@ -190,6 +191,34 @@ def test_two_process_save_restores_on_other_topologies(tmp_path):
     np.testing.assert_array_equal(plain["params"]["w"], W)
     np.testing.assert_array_equal(plain["params"]["rep"], REP)
     assert plain["step"] == 8
+
+    # The CLI reads the directory: ls shows global shapes, verify checks every
+    # shard file, export assembles whole tensors.
+    cli = os.environ.get("TREECASK_CLI")
+    if cli:
+        ls = subprocess.run([cli, "ls", str(ckpt)], capture_output=True, text=True, check=True).stdout
+        assert "params/w" in ls and "[8,8]" in ls and "shards:8" in ls and "shards:1" in ls, ls
+        ver = subprocess.run([cli, "verify", str(ckpt)], capture_output=True, text=True)
+        assert ver.returncode == 0 and "OK: 4 leaves in 2 shard files" in ver.stdout, ver
+        out = tmp_path / "arrays.safetensors"
+        subprocess.run([cli, "export", str(tmp_path / "arrays"), str(out)], capture_output=True, check=True)
+        from safetensors.numpy import load_file
+
+        got = load_file(str(out))
+        np.testing.assert_array_equal(got["w"], W)
+        np.testing.assert_array_equal(got["rep"], REP)
+        # Damage one shard file's bytes: verify names the file and the leaf.
+        p1 = ckpt / "process_1.cask"
+        blob = bytearray(p1.read_bytes())
+        at = blob.find(W[6:8, 4:8].tobytes())
+        assert at > 0
+        blob[at] ^= 0xFF
+        damaged = tmp_path / "damaged"
+        damaged.mkdir()
+        for f in os.listdir(ckpt):
+            (damaged / f).write_bytes(blob if f == "process_1.cask" else (ckpt / f).read_bytes())
+        ver = subprocess.run([cli, "verify", str(damaged)], capture_output=True, text=True)
+        assert ver.returncode == 5 and "process_1.cask" in ver.stdout and "params~1w@6:8,4:8" in ver.stdout, ver
 
     # Other topologies: 1 process x 8 devices on (2, 4) with P(None, "y");
     # 4 processes x 2 devices on (8, 1).
