@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "codec.h"
@@ -13,6 +14,7 @@
 #include "lmdb_env.h"
 #include "manifest.h"
 #include "parallel.h"
+#include "slice.h"
 #include "treecask/treecask.h"
 
 namespace treecask {
@@ -91,9 +93,26 @@ struct Archive::Impl {
     }
     if (done < src.size()) std::memcpy(out + done, src.data() + done, src.size() - done);
   }
+  // Reusable per-thread buffers for decode_chunk and the partial reads; each
+  // grows to the largest size asked and is freed with the Scratch.
+  struct Scratch {
+    struct Buf {
+      std::unique_ptr<std::byte[]> p;
+      size_t cap = 0;
+      std::byte* get(size_t n) {
+        if (cap < n) {
+          p.reset(new std::byte[n]);
+          cap = n;
+        }
+        return p.get();
+      }
+    };
+    Buf chunk, stored, shuffled;
+  };
   // Writes the raw bytes of chunk `ci` to `out` (raw_size bytes), checking the
-  // checksum of exactly the bytes delivered when `verify`.
-  void decode_chunk(size_t li, uint64_t ci, std::byte* out, bool verify) const {
+  // checksum of exactly the bytes delivered when `verify`. Temporary buffers
+  // come from `scratch` when given, else are allocated for the call.
+  void decode_chunk(size_t li, uint64_t ci, std::byte* out, bool verify, Scratch* scratch = nullptr) const {
     const LeafRecord& r = rec(li);
     const fb::Chunk* c = r.chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
     auto src = stored(c);
@@ -113,9 +132,11 @@ struct Archive::Impl {
     // The stored bytes are copied out with pread() first, as raw chunks are:
     // a full load then maps no page of the file, so resident memory grows by
     // the output alone, and the bytes hashed are the bytes decoded.
-    std::unique_ptr<std::byte[]> stored_copy(new std::byte[src.size()]);
-    copy_out(src, stored_copy.get());
-    std::span<const std::byte> in(stored_copy.get(), src.size());
+    std::unique_ptr<std::byte[]> stored_copy;
+    std::byte* stored_at = scratch ? scratch->stored.get(src.size())
+                                   : (stored_copy.reset(new std::byte[src.size()]), stored_copy.get());
+    copy_out(src, stored_at);
+    std::span<const std::byte> in(stored_at, src.size());
     if (verify) expect_checksum(li, ci, c, format::xxh3(in, format::chunk_seed(li, ci)));
     // An LZ4 block is decoded (into a scratch buffer when byte-shuffled); a
     // chunk here with flag bit 0 holds the shuffled bytes themselves. A
@@ -123,8 +144,13 @@ struct Archive::Impl {
     std::unique_ptr<std::byte[]> decoded;
     std::span<const std::byte> filtered = in;
     if (!(c->flags() & format::kChunkStoredRaw)) {
-      if (r.shuffle_bytes) decoded.reset(new std::byte[raw]);
-      std::byte* dst = decoded ? decoded.get() : out;
+      std::byte* dst = out;
+      if (r.shuffle_bytes && scratch) {
+        dst = scratch->shuffled.get(raw);
+      } else if (r.shuffle_bytes) {
+        decoded.reset(new std::byte[raw]);
+        dst = decoded.get();
+      }
       if (!codec::lz4_decode(in, {dst, raw}))
         throw Error(ErrorCode::kCorruption, file, key(li),
                     "chunk " + std::to_string(ci) + " does not decode to its declared " +
@@ -133,7 +159,168 @@ struct Archive::Impl {
     }
     if (r.shuffle_bytes) codec::unshuffle(filtered, out, r.shuffle_bytes);
   }
+
+  Error arg_error(size_t li, const std::string& what) const {
+    return Error(ErrorCode::kInvalidArgument, file, key(li), what);
+  }
+
+  // The plan of one read_slice box of leaf `li`, after checking it.
+  slice::Plan slice_plan(size_t li, const Archive::SliceRequest& q) const;
+
+  // Runs `plans` (boxes of leaf `li`; units are nibbles when they unpack):
+  // every chunk that some plan needs is decoded once, by one thread, and its
+  // pieces copied to every plan. See Archive::read_slices for `threads`.
+  void run_plans(size_t li, std::span<const slice::Plan> plans, bool verify, unsigned threads) const {
+    const LeafRecord& r = rec(li);
+    uint64_t upb = 1;  // source units per byte
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const slice::Plan& p : plans) {
+      if (p.empty()) continue;
+      upb = p.unpack ? 2 : 1;
+      lo = std::min(lo, p.base);
+      hi = std::max(hi, p.end);
+    }
+    if (lo >= hi) return;
+    const uint64_t cs = r.chunk_size * upb;  // units per chunk
+    const uint64_t c0 = lo / cs, c1 = (hi - 1) / cs;
+    const uint64_t nchunks = c1 - c0 + 1;
+    unsigned nthreads = threads ? threads
+                                : (nchunks * r.chunk_size >= (uint64_t{8} << 20) ? resolve_threads(0) : 1);
+    nthreads = static_cast<unsigned>(std::min<uint64_t>(nthreads, nchunks));
+    std::atomic<uint64_t> next{0};
+    std::atomic<bool> failed{false};
+    parallel_for(nthreads, nthreads, [&](size_t) {
+      Scratch scratch;
+      for (;;) {
+        uint64_t k = next.fetch_add(1, std::memory_order_relaxed);
+        if (k >= nchunks || failed.load(std::memory_order_relaxed)) return;
+        try {
+          chunk_to_plans(li, c0 + k, plans, upb, verify, scratch);
+        } catch (...) {
+          failed = true;
+          throw;
+        }
+      }
+    });
+  }
+
+  void chunk_to_plans(size_t li, uint64_t ci, std::span<const slice::Plan> plans, uint64_t upb,
+                      bool verify, Scratch& scratch) const {
+    const LeafRecord& r = rec(li);
+    const uint64_t raw = raw_size(r, ci);
+    const uint64_t cb = ci * r.chunk_size * upb, ce = cb + raw * upb;
+    // Which plans need this chunk; when exactly one does, through one run
+    // covering the whole chunk, the chunk is decoded straight into place.
+    size_t hits = 0;
+    const slice::Plan* only = nullptr;
+    slice::Cursor at;
+    for (const slice::Plan& p : plans) {
+      if (p.empty() || ce <= p.base || cb >= p.end) continue;
+      slice::Cursor c = slice::first_run_after(p, cb);
+      if (c.done || c.src >= ce) continue;
+      if (++hits == 1) {
+        only = &p;
+        at = std::move(c);
+      }
+    }
+    if (hits == 0) return;
+    if (hits == 1 && !only->unpack && at.src <= cb && at.src + only->run() >= ce)
+      return decode_chunk(li, ci, only->origin + at.dst + static_cast<int64_t>(cb - at.src), verify, &scratch);
+    std::byte* data = scratch.chunk.get(raw);
+    decode_chunk(li, ci, data, verify, &scratch);
+    for (const slice::Plan& p : plans) {
+      if (!p.unpack) {
+        slice::for_each_piece(p, cb, ce, [&](uint64_t src, int64_t dst, uint64_t a, uint64_t b) {
+          std::memcpy(p.origin + dst + static_cast<int64_t>(a), data + (src + a - cb), b - a);
+        });
+        continue;
+      }
+      const int64_t step = p.d.back();
+      slice::for_each_piece(p, cb, ce, [&](uint64_t src, int64_t dst, uint64_t a, uint64_t b) {
+        std::byte* o = p.origin + dst + static_cast<int64_t>(a) * step;
+        for (uint64_t u = src + a - cb, e = src + b - cb; u < e; ++u, o += step) {
+          uint8_t v = static_cast<uint8_t>(data[u >> 1]);
+          *o = static_cast<std::byte>((u & 1) ? (v >> 4) : (v & 0x0F));
+        }
+      });
+    }
+  }
 };
+
+slice::Plan Archive::Impl::slice_plan(size_t li, const Archive::SliceRequest& q) const {
+  const LeafRecord& r = rec(li);
+  const auto* fshape = r.fb->shape();
+  const size_t rank = fshape ? fshape->size() : 0;
+  auto dim = [](size_t d) { return "dimension " + std::to_string(d) + ": "; };
+  if (q.start.size() != rank || q.stop.size() != rank)
+    throw arg_error(li, "slice has " + std::to_string(q.start.size()) + " start and " +
+                            std::to_string(q.stop.size()) + " stop indices, the leaf has rank " +
+                            std::to_string(rank));
+  if (!q.out_byte_strides.empty() && q.out_byte_strides.size() != rank)
+    throw arg_error(li, "out_byte_strides has " + std::to_string(q.out_byte_strides.size()) +
+                            " entries, the leaf has rank " + std::to_string(rank));
+  std::vector<uint64_t> shape(rank), n(rank);
+  uint64_t count = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t ext = fshape->Get(static_cast<flatbuffers::uoffset_t>(d));
+    if (q.start[d] < 0 || q.start[d] > q.stop[d] || q.stop[d] > ext)
+      throw arg_error(li, dim(d) + "slice [" + std::to_string(q.start[d]) + ", " +
+                              std::to_string(q.stop[d]) + ") is outside [0, " + std::to_string(ext) + "]");
+    shape[d] = static_cast<uint64_t>(ext);
+    n[d] = static_cast<uint64_t>(q.stop[d] - q.start[d]);
+    count *= n[d];  // <= the leaf's element count, checked at open
+  }
+  const bool packed = dtype_bits(r.dtype) < 8;
+  const uint64_t elem = packed ? 1 : static_cast<uint64_t>(dtype_bits(r.dtype)) / 8;  // out bytes
+  // Destination strides, their span and where element 0 lies in it.
+  std::vector<int64_t> dst(rank);
+  __int128 o_min = 0, o_max = 0;
+  if (q.out_byte_strides.empty()) {
+    int64_t st = static_cast<int64_t>(elem);
+    for (size_t d = rank; d-- > 0;) {
+      dst[d] = st;
+      st *= static_cast<int64_t>(n[d]);
+    }
+    if (q.out.size() != count * elem)
+      throw Error(ErrorCode::kShapeMismatch, file, key(li),
+                  "output buffer has " + std::to_string(q.out.size()) + " bytes, the slice needs " +
+                      std::to_string(count * elem));
+  } else {
+    for (size_t d = 0; d < rank; ++d) {
+      dst[d] = q.out_byte_strides[d];
+      if (dst[d] == 0 && n[d] > 1)
+        throw arg_error(li, dim(d) + "a destination stride of 0 would write " + std::to_string(n[d]) +
+                                " elements to one place");
+      if (n[d] == 0) continue;
+      __int128 span = static_cast<__int128>(n[d] - 1) * dst[d];
+      (span < 0 ? o_min : o_max) += span;
+    }
+    __int128 need = count == 0 ? 0 : o_max - o_min + elem;
+    if (need > static_cast<__int128>(q.out.size()))
+      throw Error(ErrorCode::kShapeMismatch, file, key(li),
+                  "output buffer has " + std::to_string(q.out.size()) +
+                      " bytes, the strides address " + std::to_string(static_cast<uint64_t>(need)));
+  }
+  slice::Plan p;
+  if (count == 0) return p;
+  // Source strides in units (bytes, or nibbles when unpacking int4/uint4).
+  uint64_t unit_elem = packed ? 1 : elem;
+  std::vector<uint64_t> src(rank);
+  uint64_t st = unit_elem;
+  for (size_t d = rank; d-- > 0;) {
+    src[d] = st;
+    st *= shape[d];
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    p.base += static_cast<uint64_t>(q.start[d]) * src[d];
+    slice::push_dim(p, n[d], src[d], dst[d]);
+  }
+  slice::push_dim(p, unit_elem, 1, 1);  // the bytes of one element (one nibble when unpacking)
+  slice::canonicalize(p);
+  p.origin = q.out.data() - static_cast<int64_t>(o_min);
+  p.unpack = packed;
+  return p;
+}
 
 namespace {
 // LMDB does not say where its map starts (me_mapaddr is only set with
@@ -442,26 +629,40 @@ void Archive::read_rows(size_t index, int64_t row_begin, int64_t row_end, std::s
   if (out.size() != b1 - b0)
     throw bad(ErrorCode::kShapeMismatch, "output buffer has " + std::to_string(out.size()) +
                                              " bytes, the rows need " + std::to_string(b1 - b0));
-  if (b0 == b1) return;
-  bool check = im.want_verify(verify);
-  uint64_t c0 = b0 / r.chunk_size, c1 = (b1 - 1) / r.chunk_size;
-  std::vector<std::byte> scratch;
-  for (uint64_t ci = c0; ci <= c1; ++ci) {
-    uint64_t cb = ci * r.chunk_size, ce = cb + im.raw_size(r, ci);
-    uint64_t lo = std::max(cb, b0), hi = std::min(ce, b1);
-    const fb::Chunk* c = r.chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
-    std::byte* dst = out.data() + (lo - b0);
-    if (im.chunk_is_raw(r, c)) {
-      if (check) im.check_chunk(index, ci);
-      std::memcpy(dst, im.stored(c).data() + (lo - cb), hi - lo);
-    } else if (lo == cb && hi == ce) {
-      im.decode_chunk(index, ci, dst, check);
-    } else {
-      scratch.resize(ce - cb);
-      im.decode_chunk(index, ci, scratch.data(), check);
-      std::memcpy(dst, scratch.data() + (lo - cb), hi - lo);
-    }
-  }
+  read_bytes(index, b0, out, verify);
+}
+
+void Archive::read_slices(size_t index, std::span<const SliceRequest> boxes, Verify verify,
+                          unsigned threads) const {
+  const Impl& im = *impl_;
+  im.data_rec(index);
+  std::vector<slice::Plan> plans;
+  plans.reserve(boxes.size());
+  for (const SliceRequest& q : boxes) plans.push_back(im.slice_plan(index, q));
+  im.run_plans(index, plans, im.want_verify(verify), threads);
+}
+
+void Archive::read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
+                         std::span<std::byte> out, std::span<const int64_t> out_byte_strides,
+                         Verify verify, unsigned threads) const {
+  SliceRequest q{start, stop, out, out_byte_strides};
+  read_slices(index, std::span<const SliceRequest>(&q, 1), verify, threads);
+}
+
+void Archive::read_bytes(size_t index, uint64_t offset, std::span<std::byte> out, Verify verify) const {
+  const Impl& im = *impl_;
+  const LeafRecord& r = im.data_rec(index);
+  if (offset > r.byte_length || out.size() > r.byte_length - offset)
+    throw im.arg_error(index, "byte range [" + std::to_string(offset) + ", " +
+                                  std::to_string(offset + out.size()) + ") is outside the leaf's " +
+                                  std::to_string(r.byte_length) + " bytes");
+  if (out.empty()) return;
+  slice::Plan p;
+  p.base = offset;
+  slice::push_dim(p, out.size(), 1, 1);
+  slice::canonicalize(p);
+  p.origin = out.data();
+  im.run_plans(index, std::span<const slice::Plan>(&p, 1), im.want_verify(verify), 0);
 }
 
 std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>& progress) const {

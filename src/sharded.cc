@@ -34,44 +34,6 @@ bool overlap(const Box& a, const Box& b) {
   return true;
 }
 
-// Copies the box [lb, le) of a C-contiguous source array with byte strides
-// `sstr` to `dst` with byte strides `dstr`; `item` bytes per element.
-void copy_rec(const std::byte* src, const int64_t* sstr, std::byte* dst, const int64_t* dstr,
-              const int64_t* n, size_t rank, size_t d, size_t item) {
-  if (d + 1 == rank) {
-    if (sstr[d] == int64_t(item) && dstr[d] == int64_t(item)) {
-      std::memcpy(dst, src, size_t(n[d]) * item);
-    } else {
-      for (int64_t i = 0; i < n[d]; ++i) std::memcpy(dst + i * dstr[d], src + i * sstr[d], item);
-    }
-    return;
-  }
-  for (int64_t i = 0; i < n[d]; ++i)
-    copy_rec(src + i * sstr[d], sstr, dst + i * dstr[d], dstr, n, rank, d + 1, item);
-}
-
-void copy_box(std::span<const std::byte> src, std::span<const int64_t> src_shape,
-              std::span<const int64_t> lb, std::span<const int64_t> le, size_t item, std::byte* dst,
-              std::span<const int64_t> dstr) {
-  const size_t rank = src_shape.size();
-  if (rank == 0) {
-    std::memcpy(dst, src.data(), item);
-    return;
-  }
-  std::vector<int64_t> sstr(rank), n(rank);
-  int64_t s = int64_t(item);
-  for (size_t d = rank; d-- > 0;) {
-    sstr[d] = s;
-    s *= src_shape[d];
-  }
-  int64_t off = 0;
-  for (size_t d = 0; d < rank; ++d) {
-    off += lb[d] * sstr[d];
-    n[d] = le[d] - lb[d];
-  }
-  copy_rec(src.data() + off, sstr.data(), dst, dstr.data(), n.data(), rank, 0, item);
-}
-
 }  // namespace
 
 struct ShardedArchive::Impl {
@@ -88,21 +50,12 @@ struct ShardedArchive::Impl {
   }
 
   // Reads the part [lb, le) of box `b` (coordinates local to the box) into
-  // `dst` with byte strides `dstr`.
-  //
-  // Swap point: once Archive::read_slice exists (branch `slices`), this is
-  // one call, archives[b.file].read_slice(b.leaf, lb, le, dst, dstr, verify,
-  // threads), which reads only the chunks the part lies in. Until then the
-  // box's leaf is read whole and the part copied out of it.
+  // `dst` with byte strides `dstr`: one Archive::read_slice of the shard
+  // file, which touches and decodes only the chunks the part lies in.
   void read_part(const Box& b, std::span<const int64_t> lb, std::span<const int64_t> le,
-                 std::span<std::byte> dst, std::span<const int64_t> dstr, size_t item, Verify verify,
+                 std::span<std::byte> dst, std::span<const int64_t> dstr, Verify verify,
                  unsigned threads) const {
-    (void)threads;
-    const Archive& a = archives[b.file];
-    LeafInfo info = a.leaf(b.leaf);
-    std::vector<std::byte> tmp(info.byte_length);
-    a.read(b.leaf, tmp, verify);
-    copy_box(tmp, info.shape, lb, le, item, dst.data(), dstr);
+    archives[b.file].read_slice(b.leaf, lb, le, dst, dstr, verify, threads);
   }
 };
 
@@ -262,7 +215,7 @@ void ShardedArchive::read_slice(size_t index, std::span<const int64_t> start, st
       extent += uint64_t(ie - is - 1) * uint64_t(strides[d]);
     }
     if (empty) continue;
-    im.read_part(b, lb, le, out.subspan(off, extent), strides, item, verify, threads);
+    im.read_part(b, lb, le, out.subspan(off, extent), strides, verify, threads);
   }
 }
 

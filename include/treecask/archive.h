@@ -100,12 +100,80 @@ class TREECASK_API Archive {
                  Verify verify = Verify::kDefault, unsigned threads = 0) const;
 
   // Copies rows [row_begin, row_end) along axis 0 into `out`, touching and
-  // decompressing only the chunks those rows lie in. REQUIRES rank >= 1,
+  // decompressing only the chunks those rows lie in (read_bytes of the rows'
+  // bytes; int4/uint4 stay packed). REQUIRES rank >= 1,
   // 0 <= row_begin <= row_end <= shape[0], a row of whole bytes, and
   // out.size() == (row_end - row_begin) * row bytes. Throws kInvalidArgument,
   // kShapeMismatch, kChecksumMismatch, kCorruption.
   void read_rows(size_t index, int64_t row_begin, int64_t row_end, std::span<std::byte> out,
                  Verify verify = Verify::kDefault) const;
+
+  // ---- Partial reads: N-d slices and byte ranges (SPEC.md "Per read") ----
+  //
+  // These touch, copy and decompress only the chunks that hold the requested
+  // bytes, verify each such chunk's XXH3 (whole chunk, when verifying, as every
+  // read does) before using its bytes, and write straight into the caller's
+  // buffer. Extra memory: at most one chunk-sized scratch buffer per thread for
+  // chunks only partly inside the request or scattered to a strided
+  // destination (raw chunks); an LZ4 chunk read that way also holds its stored
+  // bytes and, when byte-shuffled, one more chunk. Chunks wholly inside one
+  // contiguous piece of the destination are decoded in place.
+  //
+  // Threads: the chunks are shared among the calling thread and up to
+  // `threads` - 1 threads started for the call; `threads` 0 means
+  // std::thread::hardware_concurrency() when the chunks touched hold >= 8 MiB
+  // and the calling thread alone otherwise. Each chunk is decoded by one
+  // thread, once, whatever the number of boxes it feeds.
+
+  // One box of a leaf for read_slices(): elements start[d] <= i_d < stop[d]
+  // (int64, C order, one entry per dimension; a 0-d leaf takes empty spans).
+  // Element (i_0, ..., i_r-1) of the box, counted from start, is written at
+  // out.data() + sum_d (i_d - start[d]) * out_byte_strides[d] - o_min, where
+  // o_min is the least value of that sum over the box (0 unless a stride is
+  // negative): `out` is the smallest span holding every element, as for a
+  // NumPy view. Empty strides mean C-contiguous. The spans are borrowed for
+  // the call only.
+  struct SliceRequest {
+    std::span<const int64_t> start;
+    std::span<const int64_t> stop;
+    std::span<std::byte> out;
+    std::span<const int64_t> out_byte_strides;
+  };
+
+  // Copies the box [start, stop) of leaf `index` into `out` (layout: see
+  // SliceRequest). Elements are written as the file stores them (SPEC.md
+  // "Dtypes"), except int4/uint4, which are unpacked to one byte per element,
+  // the 4-bit value in the low nibble and the high nibble zero (the ml_dtypes
+  // int4/uint4 layout), so that every box of a packed leaf can be read.
+  // REQUIRES: start.size() == stop.size() == rank; 0 <= start[d] <= stop[d] <=
+  // shape[d]; out_byte_strides empty or of size rank, no stride 0 along a
+  // dimension of extent > 1, and no two elements at the same address (else
+  // which value lands is unspecified); with empty strides out.size() ==
+  // element count * element bytes (1 for int4/uint4), with strides out.size()
+  // >= the span the strides address.
+  // Throws kInvalidArgument (bad index, rank, range or strides: the message
+  // names the dimension), kShapeMismatch (out size), kChecksumMismatch,
+  // kCorruption (an LZ4 chunk that does not decode to its size). Every error
+  // names the file and the leaf's key path. Nothing is written before the
+  // arguments are checked; on a data error `out` is partly written.
+  void read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
+                  std::span<std::byte> out, std::span<const int64_t> out_byte_strides = {},
+                  Verify verify = Verify::kDefault, unsigned threads = 0) const;
+
+  // Like read_slice for several boxes of one leaf at once (e.g. every shard
+  // of a sharded restore): every argument is checked first, then each chunk
+  // any box needs is decoded and checksummed once, and scattered to every box
+  // it feeds. The boxes may overlap in the leaf; their outputs must not.
+  void read_slices(size_t index, std::span<const SliceRequest> boxes,
+                   Verify verify = Verify::kDefault, unsigned threads = 0) const;
+
+  // Copies raw leaf bytes [offset, offset + out.size()) into `out`: the bytes
+  // as stored after decoding (int4/uint4 stay packed two per byte, SPEC.md
+  // "Dtypes"), touching only the chunks that hold them. REQUIRES offset +
+  // out.size() <= byte_length, else kInvalidArgument. Threads as above.
+  // Throws kInvalidArgument, kChecksumMismatch, kCorruption.
+  void read_bytes(size_t index, uint64_t offset, std::span<std::byte> out,
+                  Verify verify = Verify::kDefault) const;
 
   // Checks every chunk of every leaf: its checksum and, for LZ4 chunks,
   // decoding to exactly the declared size. Returns one Error per damaged leaf
