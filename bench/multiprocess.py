@@ -84,7 +84,9 @@ CHILD = textwrap.dedent(
     def limit(path):
         fd = os.open(f"{path}.{pid}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         for a in mine:
-            os.write(fd, memoryview(a).cast("B"))
+            view = memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+            while len(view):
+                view = view[os.write(fd, view):]
         os.fsync(fd)
         os.close(fd)
 
@@ -102,6 +104,7 @@ CHILD = textwrap.dedent(
     for r in range(runs):
         for name in ("treecask", "orbax", "limit", "memcpy"):
             path = os.path.join(root, f"{name}_{r}")
+            print("start", name, r, flush=True)
             if name == "treecask":
                 dt = timed(lambda: treecask.save(path, tree, compression="none"))
             elif name == "orbax":

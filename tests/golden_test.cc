@@ -166,3 +166,27 @@ TEST_CASE("a sharded checkpoint whose shard file lacks a box, or is missing, doe
   auto e = tc_test::expect_error(ErrorCode::kCorruption, [&] { ShardedArchive::open(dir); });
   CHECK(e.key_path() == "params/w");
 }
+
+TEST_CASE("the writer checks shard references (SPEC.md rules R1-R4) before writing anything") {
+  golden::ShardedVector v = golden::sharded_vector();
+  tc_test::TempDir tmp;
+  auto attempt = [&](const std::function<void(std::vector<LeafInput>&)>& edit) {
+    std::vector<LeafInput> idx;
+    for (const auto& m : v.leaves) idx.push_back({m, {}, std::nullopt});
+    edit(idx);
+    return tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { save(tmp / "index.cask", v.treedef, idx); });
+  };
+  std::vector<std::byte> bytes(6 * 8 * 4);
+  CHECK(attempt([&](auto& idx) { idx[0].data = bytes; }).key_path() == "params/w");        // data and shards
+  CHECK(attempt([](auto& idx) { idx[0].meta.shards[1].stop[1] = 9; }).key_path() == "params/w");   // outside
+  CHECK(attempt([](auto& idx) { idx[0].meta.shards.pop_back(); }).key_path() == "params/w");  // do not tile
+  CHECK(attempt([](auto& idx) { idx[1].meta.shards[0].file = "../x.cask"; }).key_path() == "params/b");
+  CHECK(attempt([](auto& idx) { idx[2].meta.shards[0].start = {0}; }).key_path() == "step");  // rank
+  CHECK_FALSE(fs::exists(tmp / "index.cask"));
+  // Valid: written as 3.0, and a file without shard references stays 1.0.
+  std::vector<LeafInput> idx;
+  for (const auto& m : v.leaves) idx.push_back({m, {}, std::nullopt});
+  save(tmp / "index.cask", v.treedef, idx);
+  CHECK(Archive::open(tmp / "index.cask").format_major() == 3);
+  CHECK(Archive::open(vectors() / v.dir / "process_0.cask").format_major() == 1);
+}

@@ -501,6 +501,13 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
          shuffle: bool = False) -> SaveStats:
     """Saves a pytree as one archive file, atomically.
 
+    In a ``jax.distributed`` job of more than one process, call it the same
+    way in every process: ``path`` becomes a sharded checkpoint directory
+    (``index.cask`` + ``process_<k>.cask``; format 3.0), each process writing
+    only its replica-0 shards, committed atomically across processes (see
+    docs/python.md "Multi-process save and restore"). An error in any process
+    is raised in every process.
+
     Args:
       path: the archive file to create (written to a temporary file in the same
         directory and renamed into place when complete).
