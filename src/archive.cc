@@ -226,24 +226,45 @@ struct Archive::Impl {
     if (hits == 0) return;
     if (hits == 1 && !only->unpack && at.src <= cb && at.src + only->run() >= ce)
       return decode_chunk(li, ci, only->origin + at.dst + static_cast<int64_t>(cb - at.src), verify, &scratch);
-    std::byte* data = scratch.chunk.get(raw);
-    decode_chunk(li, ci, data, verify, &scratch);
-    for (const slice::Plan& p : plans) {
-      if (!p.unpack) {
-        slice::for_each_piece(p, cb, ce, [&](uint64_t src, int64_t dst, uint64_t a, uint64_t b) {
-          std::memcpy(p.origin + dst + static_cast<int64_t>(a), data + (src + a - cb), b - a);
-        });
-        continue;
-      }
-      const int64_t step = p.d.back();
-      slice::for_each_piece(p, cb, ce, [&](uint64_t src, int64_t dst, uint64_t a, uint64_t b) {
-        std::byte* o = p.origin + dst + static_cast<int64_t>(a) * step;
-        for (uint64_t u = src + a - cb, e = src + b - cb; u < e; ++u, o += step) {
-          uint8_t v = static_cast<uint8_t>(data[u >> 1]);
-          *o = static_cast<std::byte>((u & 1) ? (v >> 4) : (v & 0x0F));
+    // Copies units [a, b) of the leaf, held at `data`, to every plan.
+    auto scatter = [&](const std::byte* data, uint64_t a, uint64_t b) {
+      for (const slice::Plan& p : plans) {
+        if (!p.unpack) {
+          slice::for_each_piece(p, a, b, [&](uint64_t src, int64_t dst, uint64_t x, uint64_t y) {
+            std::memcpy(p.origin + dst + static_cast<int64_t>(x), data + (src + x - a), y - x);
+          });
+          continue;
         }
-      });
+        const int64_t step = p.d.back();
+        slice::for_each_piece(p, a, b, [&](uint64_t src, int64_t dst, uint64_t x, uint64_t y) {
+          std::byte* o = p.origin + dst + static_cast<int64_t>(x) * step;
+          for (uint64_t u = src + x - a, e = src + y - a; u < e; ++u, o += step) {
+            uint8_t v = static_cast<uint8_t>(data[u >> 1]);
+            *o = static_cast<std::byte>((u & 1) ? (v >> 4) : (v & 0x0F));
+          }
+        });
+      }
+    };
+    const fb::Chunk* c = r.chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
+    if (!chunk_is_raw(r, c)) {
+      std::byte* data = scratch.chunk.get(raw);
+      decode_chunk(li, ci, data, verify, &scratch);
+      return scatter(data, cb, ce);
     }
+    // A raw chunk goes piece by piece through a cache-sized buffer: copied out
+    // of the page cache, hashed and scattered while the piece is in cache.
+    // The checksum is compared once the whole chunk is hashed, as
+    // decode_chunk does for a raw chunk copied straight into place.
+    auto src = stored(c);
+    std::byte* buf = scratch.chunk.get(std::min<uint64_t>(kCopyPiece, raw));
+    format::Xxh3Stream hash(format::chunk_seed(li, ci));
+    for (uint64_t at = 0; at < raw; at += kCopyPiece) {
+      uint64_t n = std::min(kCopyPiece, raw - at);
+      copy_out(src.subspan(at, n), buf);
+      if (verify) hash.update({buf, n});
+      scatter(buf, cb + at * upb, cb + (at + n) * upb);
+    }
+    if (verify) expect_checksum(li, ci, c, hash.digest());
   }
 };
 

@@ -113,11 +113,12 @@ class TREECASK_API Archive {
   // These touch, copy and decompress only the chunks that hold the requested
   // bytes, verify each such chunk's XXH3 (whole chunk, when verifying, as every
   // read does) before using its bytes, and write straight into the caller's
-  // buffer. Extra memory: at most one chunk-sized scratch buffer per thread for
-  // chunks only partly inside the request or scattered to a strided
-  // destination (raw chunks); an LZ4 chunk read that way also holds its stored
-  // bytes and, when byte-shuffled, one more chunk. Chunks wholly inside one
-  // contiguous piece of the destination are decoded in place.
+  // buffer. Chunks wholly inside one contiguous piece of the destination are
+  // decoded in place. Any other raw chunk passes through a 128 KiB scratch
+  // buffer per thread, piece by piece (copied, hashed and scattered while in
+  // cache; its checksum compared once the whole chunk is hashed); any other
+  // LZ4 chunk is decoded into a chunk-sized scratch buffer per thread, which
+  // also holds its stored bytes and, when byte-shuffled, one more chunk.
   //
   // Threads: the chunks are shared among the calling thread and up to
   // `threads` - 1 threads started for the call; `threads` 0 means

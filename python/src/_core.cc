@@ -167,6 +167,79 @@ class Buffer {
   bool held_ = false;
 };
 
+// ---- slice reads (read_slice / read_slices / read_bytes) ------------------------
+
+// A held writable buffer of any layout (PyBUF_STRIDES: NumPy views with
+// strides, negative ones included) as a read_slice destination: the smallest
+// byte span holding it, and its byte strides (empty when C-contiguous).
+class SliceDest {
+ public:
+  explicit SliceDest(nb::handle obj) {
+    if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_WRITABLE | PyBUF_STRIDES) != 0)
+      throw nb::python_error();
+    held_ = true;
+    std::byte* buf = static_cast<std::byte*>(view_.buf);
+    if (PyBuffer_IsContiguous(&view_, 'C')) {
+      out_ = {buf, static_cast<size_t>(view_.len)};
+      return;
+    }
+    int64_t lo = 0, hi = 0;
+    bool empty = false;
+    for (int d = 0; d < view_.ndim; ++d) {
+      int64_t n = view_.shape[d], st = view_.strides[d];
+      shape_.push_back(n);
+      strides_.push_back(st);
+      if (n == 0) empty = true;
+      else (st < 0 ? lo : hi) += (n - 1) * st;
+    }
+    out_ = empty ? std::span<std::byte>() : std::span<std::byte>(buf + lo, static_cast<size_t>(hi - lo + view_.itemsize));
+  }
+  SliceDest(const SliceDest&) = delete;
+  SliceDest& operator=(const SliceDest&) = delete;
+  SliceDest(SliceDest&& o) noexcept
+      : view_(o.view_), held_(o.held_), out_(o.out_),
+        shape_(std::move(o.shape_)),
+        strides_(std::move(o.strides_)),
+        full_strides_(std::move(o.full_strides_)) {
+    o.held_ = false;
+  }
+  ~SliceDest() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  // The request for box [start, stop) of leaf `i`. A strided destination must
+  // have the box's shape, where dimensions of extent 1 may be left out (as an
+  // int index drops them); else kShapeMismatch naming the leaf.
+  treecask::Archive::SliceRequest request(const treecask::Archive& a, size_t i,
+                                          const std::vector<int64_t>& start,
+                                          const std::vector<int64_t>& stop) {
+    if (strides_.empty() || start.size() != stop.size()) return {start, stop, out_, {}};
+    std::vector<int64_t> full;
+    size_t k = 0;
+    bool ok = true;
+    for (size_t d = 0; ok && d < start.size(); ++d) {
+      int64_t n = stop[d] - start[d];
+      if (k < shape_.size() && shape_[k] == n && (n != 1 || shape_.size() - k >= start.size() - d)) {
+        full.push_back(strides_[k++]);
+      } else if (n == 1) {
+        full.push_back(0);  // a dropped dimension of extent 1: its stride is never used
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok || k != shape_.size())
+      throw treecask::Error(treecask::ErrorCode::kShapeMismatch, a.path(), a.leaf(i).key_path,
+                            "a non-contiguous destination must have the slice's shape");
+    full_strides_ = std::move(full);
+    return {start, stop, out_, full_strides_};
+  }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+  std::span<std::byte> out_;
+  std::vector<int64_t> shape_, strides_, full_strides_;
+};
+
 treecask::TreeDef treedef_from_python(nb::handle nodes) {
   treecask::TreeDef def;
   for (nb::handle item : nodes) {
@@ -513,6 +586,56 @@ NB_MODULE(_core, m) {
             a.read_rows(i, begin, end, {buf.data(), buf.size()}, to_verify(verify));
           },
           "index"_a, "row_begin"_a, "row_end"_a, "out"_a, "verify"_a = nb::none())
+      // ---- slice reads (issue 10) ----
+      .def(
+          "read_slice",
+          [](const treecask::Archive& a, size_t i, const std::vector<int64_t>& start,
+             const std::vector<int64_t>& stop, nb::handle out, std::optional<bool> verify,
+             unsigned threads) {
+            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            SliceDest dest(out);
+            treecask::Archive::SliceRequest q = dest.request(a, i, start, stop);
+            nb::gil_scoped_release release;
+            a.read_slices(i, std::span(&q, 1), to_verify(verify), threads);
+          },
+          "index"_a, "start"_a, "stop"_a, "out"_a, "verify"_a = nb::none(), "threads"_a = 0,
+          "Archive::read_slice: elements start[d] <= i_d < stop[d] of leaf `index` into `out`, any "
+          "writable buffer: C-contiguous of exactly the box's bytes (int4/uint4: one byte per "
+          "element), or a strided view of the box's shape (NumPy strides, negative allowed). "
+          "Releases the GIL; threads 0 = all cores for reads of >= 8 MiB of chunks.")
+      .def(
+          "read_slices",
+          [](const treecask::Archive& a, size_t i, const std::vector<std::vector<int64_t>>& starts,
+             const std::vector<std::vector<int64_t>>& stops, nb::list outs, std::optional<bool> verify,
+             unsigned threads) {
+            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            if (starts.size() != stops.size() || starts.size() != outs.size())
+              throw nb::value_error("read_slices: one start, stop and output per box");
+            std::vector<SliceDest> dests;  // reserved: never moved once held
+            std::vector<treecask::Archive::SliceRequest> reqs;
+            dests.reserve(outs.size());
+            for (size_t k = 0; k < starts.size(); ++k) {
+              dests.emplace_back(outs[k]);
+              reqs.push_back(dests.back().request(a, i, starts[k], stops[k]));
+            }
+            nb::gil_scoped_release release;
+            a.read_slices(i, reqs, to_verify(verify), threads);
+          },
+          "index"_a, "starts"_a, "stops"_a, "outs"_a, "verify"_a = nb::none(), "threads"_a = 0,
+          "Archive::read_slices: several boxes of one leaf (outs[k] as read_slice's out), each "
+          "chunk decoded and checksummed once for all of them. Releases the GIL.")
+      .def(
+          "read_bytes",
+          [](const treecask::Archive& a, size_t i, uint64_t offset, nb::handle out,
+             std::optional<bool> verify) {
+            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            Buffer buf(out, true);
+            nb::gil_scoped_release release;
+            a.read_bytes(i, offset, {buf.data(), buf.size()}, to_verify(verify));
+          },
+          "index"_a, "offset"_a, "out"_a, "verify"_a = nb::none(),
+          "Archive::read_bytes: raw leaf bytes [offset, offset + len(out)) into a writable "
+          "C-contiguous buffer (int4/uint4 stay packed). Releases the GIL.")
       .def("verify", [](const treecask::Archive& a) {
         std::vector<treecask::Error> errors;
         {

@@ -337,6 +337,32 @@ class Archive:
         i = self._index(key)
         return self._read_rows(i, self._infos()[i], int(start), int(stop))
 
+    def read_slice(self, key: Union[str, int], index: Any = (), *,
+                   verify: Optional[bool] = None) -> np.ndarray:
+        """``archive.read(key)[index]`` for NumPy basic indexing with step 1,
+        reading only the chunks that hold the slice (Archive::read_slice: each
+        touched chunk checksummed whole, all cores for reads of >= 8 MiB).
+
+        ``index`` is an int, a ``slice`` (step None or 1), ``...``, or a tuple
+        of them, at most one per dimension; missing trailing dimensions are
+        taken whole; an int drops its dimension; negative values count from
+        the end as in NumPy; an out-of-range int raises. Returns a fresh,
+        writable array of the leaf's dtype (int4/uint4 one element per byte,
+        as ml_dtypes holds them). Raises KeyNotFoundError,
+        InvalidArgumentError (a step other than 1, ``None``/newaxis, fancy
+        indexing, too many indices, an int out of range), ChecksumError,
+        CorruptionError.
+        """
+        i = self._index(key)
+        d = self._infos()[i]
+        shape = tuple(int(s) for s in d["shape"])
+        start, stop, drop = _basic_box(index, shape, self._path, d["key_path"])
+        out = np.empty(tuple(b - a for a, b in zip(start, stop)), _dtypes.to_numpy(d["dtype"]))
+        self._c().read_slice(i, start, stop, out, verify)
+        if drop:
+            out = out.reshape(tuple(n for k, n in enumerate(out.shape) if k not in drop))
+        return out
+
     def verify(self) -> List[Error]:
         """Checks every chunk of every leaf (checksum, LZ4 decoding, padding):
         one Error (ChecksumError / CorruptionError) per damaged leaf; an empty
@@ -414,16 +440,8 @@ class Archive:
         if len(shape) == 0:
             raise InvalidArgumentError("read_rows needs an array of rank >= 1", file=self._path,
                                        key_path=d["key_path"])
-        rows = max(0, stop - start)
-        row_elems = math.prod(shape[1:])
-        if name in _dtypes.PACKED:
-            if row_elems % 2:  # rows do not start on whole bytes: read all, slice
-                return self._read_array(i, d)[start:stop].copy()
-            buf = np.empty(rows * row_elems // 2, np.uint8)
-            self._c().read_rows(i, start, stop, buf)
-            return _dtypes.unpack_nibbles(buf, name, (rows,) + shape[1:])
-        out = np.empty((rows,) + shape[1:], _dtypes.to_numpy(name))
-        self._c().read_rows(i, start, stop, out)
+        out = np.empty((max(0, stop - start),) + shape[1:], _dtypes.to_numpy(name))
+        self._c().read_slice(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]), out)
         return out
 
     def _value(self, i: int) -> Any:
@@ -436,35 +454,94 @@ class Archive:
         return _codec.to_value(d, arr)
 
     def _place(self, i: int, sharding: Any) -> Any:
-        """Leaf i as a jax.Array on `sharding`, each device reading only its rows."""
+        """Leaf i as a jax.Array on `sharding`. Every distinct box the local
+        devices hold is read by one Archive::read_slices call (each chunk
+        decoded and checksummed once, all cores, GIL released) straight into
+        its own 64-byte-aligned buffer, which the CPU backend then adopts
+        without a copy; replicas of a box share its buffer."""
         import jax
 
         d = self._infos()[i]
         impl = d["metadata"].get(J.KEY_IMPL_META)
         if impl is not None:
             return jax.device_put(self._value(i), sharding)
-        shape = tuple(d["shape"])
+        shape = tuple(int(s) for s in d["shape"])
         dtype = _dtypes.to_numpy(d["dtype"])
         if len(shape) == 0:
             return jax.device_put(self._read_array(i, d), sharding)
-        cache: Dict[Tuple[int, int], np.ndarray] = {}
+        boxes: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
+        for index in sharding.addressable_devices_indices_map(shape).values():
+            box = _index_box(index, shape)
+            if box not in boxes:
+                boxes[box] = _aligned_empty(tuple(b - a for a, b in zip(*box)), dtype)
+        keys = list(boxes)
+        self._c().read_slices(i, [list(b[0]) for b in keys], [list(b[1]) for b in keys],
+                              [boxes[b] for b in keys], None)
 
         def fetch(index):
-            index = tuple(index) if isinstance(index, tuple) else (index,)
-            first = index[0] if index else slice(None)
-            start, stop, step = first.indices(shape[0])
-            if step != 1:
-                start, stop = 0, shape[0]
-                rest = index
-            else:
-                rest = (slice(None),) + tuple(index[1:])
-            rows = cache.get((start, stop))
-            if rows is None:
-                rows = self._read_rows(i, d, start, stop)
-                cache[(start, stop)] = rows
-            return rows[rest]
+            return boxes[_index_box(index, shape)]
 
         return jax.make_array_from_callback(shape, sharding, fetch, dtype=dtype)
+
+
+def _index_box(index: Any, shape: Tuple[int, ...]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """(start, stop) of a shard index (a tuple of step-1 slices, as
+    Sharding.devices_indices_map gives) over an array of `shape`."""
+    index = tuple(index) if isinstance(index, tuple) else (index,)
+    start, stop = [], []
+    for k, n in enumerate(shape):
+        sl = index[k] if k < len(index) else slice(None)
+        a, b, step = sl.indices(n)
+        if step != 1:
+            raise InvalidArgumentError(f"a shard index with step {step} along dimension {k}")
+        start.append(a)
+        stop.append(max(a, b))
+    return tuple(start), tuple(stop)
+
+
+def _basic_box(index: Any, shape: Tuple[int, ...], file: str, key_path: str):
+    """(start, stop, dimensions to drop) of NumPy basic index `index` (ints,
+    step-1 slices, one Ellipsis) over `shape`; InvalidArgumentError otherwise."""
+    items = list(index) if isinstance(index, tuple) else [index]
+
+    def bad(why: str):
+        return InvalidArgumentError(f"read_slice: {why}", file=file, key_path=key_path)
+
+    ell = [k for k, x in enumerate(items) if x is Ellipsis]
+    if len(ell) > 1:
+        raise bad("at most one ... in an index")
+    if ell:
+        items[ell[0]:ell[0] + 1] = [slice(None)] * max(0, len(shape) - (len(items) - 1))
+    if len(items) > len(shape):
+        raise bad(f"{len(items)} indices for a leaf of rank {len(shape)}")
+    start, stop, drop = [], [], set()
+    for k, n in enumerate(shape):
+        x = items[k] if k < len(items) else slice(None)
+        if isinstance(x, slice):
+            a, b, step = x.indices(n)
+            if step != 1:
+                raise bad(f"dimension {k}: step {step}; only step 1 is read in place")
+            start.append(a)
+            stop.append(max(a, b))
+        elif isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+            v = int(x) + (n if int(x) < 0 else 0)
+            if not 0 <= v < n:
+                raise bad(f"dimension {k}: index {int(x)} is out of range for size {n}")
+            start.append(v)
+            stop.append(v + 1)
+            drop.add(k)
+        else:
+            raise bad(f"dimension {k}: {type(x).__name__} is not an int or a slice")
+    return start, stop, drop
+
+
+def _aligned_empty(shape: Tuple[int, ...], dtype: np.dtype, align: int = 64) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an `align`-byte
+    boundary: the JAX CPU backend adopts such host buffers without copying."""
+    n = math.prod(shape) * dtype.itemsize
+    raw = np.empty(n + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + n].view(dtype).reshape(shape)
 
 
 class _LeafInfos(collections.abc.Sequence):

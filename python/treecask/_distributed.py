@@ -518,19 +518,29 @@ class ShardedCheckpoint(_archive_class()):
         self._sharded.read(i, out, verify)
         return out
 
-    def read_slice(self, key, start: Sequence[int], stop: Sequence[int]) -> np.ndarray:
-        """The hyperslab ``[start, stop)`` (one bound per dimension) of the
-        global array of leaf `key`, reading only the saved boxes (and, in
-        them, the chunks) it intersects. Raises InvalidArgumentError (bounds),
-        KeyNotFoundError, ChecksumError."""
+    def read_slice(self, key, index: Any = (), *, verify: Optional[bool] = None) -> np.ndarray:
+        """``checkpoint.read(key)[index]`` for NumPy basic indexing with step 1
+        (as :meth:`treecask.Archive.read_slice`) over the *global* array,
+        reading only the saved boxes it intersects and, in each, only the
+        chunks that hold it. int4/uint4 leaves are read whole and sliced.
+        Raises KeyNotFoundError, InvalidArgumentError, ChecksumError."""
+        from ._archive import _basic_box
+
         i = self._index(key)
         d = self._infos()[i]
-        start = [int(b) for b in start]
-        stop = [int(e) for e in stop]
-        if len(start) != len(d["shape"]) or len(stop) != len(d["shape"]):
-            raise InvalidArgumentError(f"start/stop need {len(d['shape'])} entries", file=self._path,
-                                       key_path=d["key_path"])
-        out = np.empty([max(0, e - b) for b, e in zip(start, stop)], _dtypes.to_numpy(d["dtype"]))
+        shape = tuple(int(s) for s in d["shape"])
+        start, stop, drop = _basic_box(index, shape, self._path, d["key_path"])
+        if d["dtype"] in _dtypes.PACKED:
+            out = self._read_array(i, d, verify)[tuple(slice(b, e) for b, e in zip(start, stop))].copy()
+        else:
+            out = np.empty(tuple(e - b for b, e in zip(start, stop)), _dtypes.to_numpy(d["dtype"]))
+            self._sharded.read_slice(i, list(start), list(stop), out, None, verify)
+        if drop:
+            out = out.reshape(tuple(n for k, n in enumerate(out.shape) if k not in drop))
+        return out
+
+    def _box(self, i: int, start: List[int], stop: List[int]) -> np.ndarray:
+        out = np.empty([e - b for b, e in zip(start, stop)], _dtypes.to_numpy(self._infos()[i]["dtype"]))
         self._sharded.read_slice(i, start, stop, out)
         return out
 
@@ -541,7 +551,7 @@ class ShardedCheckpoint(_archive_class()):
                                        key_path=d["key_path"])
         if d["dtype"] in _dtypes.PACKED:
             return self._read_array(i, d)[start:stop].copy()
-        return self.read_slice(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]))
+        return self._box(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]))
 
     def _place(self, i: int, sharding: Any) -> Any:
         """Leaf i as a jax.Array on `sharding`: each addressable device's block

@@ -93,12 +93,12 @@ class Progress {
   int64_t last_draw_ns_ = 0;
 };
 
-// Copies the raw bytes of leaf `index` to `sink` in order, in pieces: zero-copy
-// views for a raw leaf; bounded row batches (at most ~64 MiB) for an LZ4 leaf
-// where rows are whole bytes, else one buffer of the whole leaf. `sink` is called
-// with each piece (a std::span<const std::byte>, valid only during the call).
-// Checksums are verified as the archive was opened to (OpenOptions).
-// Throws what Archive::view_parts/read/read_rows throw.
+// Copies the raw bytes of leaf `index` to `sink` in order, in pieces of at
+// most ~64 MiB (whole chunks), each read with Archive::read_bytes (all cores,
+// only the chunks of that piece). `sink` is called with each piece (a
+// std::span<const std::byte>, valid only during the call). Checksums are
+// verified as the archive was opened to (OpenOptions).
+// Throws what Archive::read_bytes throws.
 template <typename Sink>
 void for_each_leaf_piece(const Archive& archive, size_t index, Sink&& sink);
 
@@ -118,28 +118,13 @@ template <typename Sink>
 void for_each_leaf_piece(const Archive& archive, size_t index, Sink&& sink) {
   const LeafInfo info = archive.leaf(index);
   if (info.byte_length == 0) return;
-  if (info.codec == Codec::kNone) {
-    for (std::span<const std::byte> part : archive.view_parts(index)) sink(part);
-    return;
-  }
   constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
-  const bool whole_rows = !info.shape.empty() && info.shape[0] > 0 &&
-                          info.byte_length % static_cast<uint64_t>(info.shape[0]) == 0 &&
-                          dtype_bits(info.dtype) % 8 == 0;
-  if (!whole_rows || info.byte_length <= kBatchBytes) {
-    std::vector<std::byte> buffer(info.byte_length);
-    archive.read(index, buffer);
-    sink(std::span<const std::byte>(buffer));
-    return;
-  }
-  const int64_t rows = info.shape[0];
-  const uint64_t row_bytes = info.byte_length / static_cast<uint64_t>(rows);
-  const int64_t batch = static_cast<int64_t>(std::max<uint64_t>(1, kBatchBytes / row_bytes));
-  std::vector<std::byte> buffer(static_cast<size_t>(batch) * row_bytes);
-  for (int64_t begin = 0; begin < rows; begin += batch) {
-    const int64_t end = std::min(rows, begin + batch);
-    std::span<std::byte> out(buffer.data(), static_cast<size_t>(end - begin) * row_bytes);
-    archive.read_rows(index, begin, end, out);
+  const uint64_t chunk = std::max<uint64_t>(info.chunk_size, 1);
+  const uint64_t batch = std::min(info.byte_length, std::max<uint64_t>(kBatchBytes / chunk, 1) * chunk);
+  std::vector<std::byte> buffer(batch);
+  for (uint64_t at = 0; at < info.byte_length; at += batch) {
+    std::span<std::byte> out(buffer.data(), std::min(batch, info.byte_length - at));
+    archive.read_bytes(index, at, out);
     sink(std::span<const std::byte>(out));
   }
 }

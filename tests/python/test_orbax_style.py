@@ -100,13 +100,24 @@ def test_named_sharding_restore_reads_only_each_devices_rows(cask, monkeypatch):
     treecask.save(cask, {"emb": big, "bias": np.ones(6, np.float32), "step": 3}, durable=False)
 
     reads = []
-    orig = _archive.Archive._read_rows
+    orig = _archive.Archive._c
 
-    def spy(self, i, d, start, stop):
-        reads.append((d["key_path"], start, stop))
-        return orig(self, i, d, start, stop)
+    class Spy:  # records the boxes each read_slices call asks for, then reads them
+        def __init__(self, core):
+            self._core = core
 
-    monkeypatch.setattr(_archive.Archive, "_read_rows", spy)
+        def __getattr__(self, name):
+            return getattr(self._core, name)
+
+        def __len__(self):
+            return len(self._core)
+
+        def read_slices(self, i, starts, stops, outs, verify):
+            key = self._core.leaf(i)["key_path"]
+            reads.extend((key, tuple(a), tuple(b)) for a, b in zip(starts, stops))
+            return self._core.read_slices(i, starts, stops, outs, verify)
+
+    monkeypatch.setattr(_archive.Archive, "_c", lambda self: Spy(orig(self)))
     sharding = NamedSharding(mesh, P("data", "model"))
     out = treecask.load(cask, shardings={"emb": sharding, "bias": NamedSharding(mesh, P())})
     assert out["step"] == 3
@@ -114,8 +125,9 @@ def test_named_sharding_restore_reads_only_each_devices_rows(cask, monkeypatch):
     assert isinstance(emb, jax.Array) and emb.sharding == sharding
     for shard in emb.addressable_shards:
         np.testing.assert_array_equal(np.asarray(shard.data), big[shard.index])
-    # Four row blocks of 16 (one per "data" position), each read once.
-    assert sorted(r for r in reads if r[0] == "emb") == [("emb", s, s + 16) for s in range(0, 64, 16)]
+    # Eight boxes of 16 rows x 3 columns (one per device), each read once, by one call.
+    assert sorted(r for r in reads if r[0] == "emb") == [
+        ("emb", (s, c), (s + 16, c + 3)) for s in range(0, 64, 16) for c in (0, 3)]
     _eq(out["bias"], np.ones(6))
 
 
