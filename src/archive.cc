@@ -48,6 +48,16 @@ struct Archive::Impl {
     return manifest->leaves[i];
   }
   std::string key(size_t i) const { return std::string(manifest->leaves[i].key_path); }
+  // rec(i) for a read of leaf i's bytes: a leaf of a sharded checkpoint's
+  // index (format 3.0) has none here; ShardedArchive reads it.
+  const LeafRecord& data_rec(size_t i) const {
+    const LeafRecord& r = rec(i);
+    if (r.num_shards != 0)
+      throw Error(ErrorCode::kUnsupported, file, key(i),
+                  "the leaf's bytes are in the shard files of a sharded checkpoint; open its "
+                  "directory with ShardedArchive (SPEC.md \"Sharded checkpoints\")");
+    return r;
+  }
   uint64_t raw_size(const LeafRecord& r, uint64_t ci) const {
     return std::min(r.chunk_size, r.byte_length - ci * r.chunk_size);
   }
@@ -543,7 +553,7 @@ std::vector<size_t> Archive::subtree(std::string_view prefix) const {
 
 std::vector<std::span<const std::byte>> Archive::view_parts(size_t index, Verify verify) const {
   const Impl& im = *impl_;
-  const LeafRecord& r = im.rec(index);
+  const LeafRecord& r = im.data_rec(index);
   if (r.codec != Codec::kNone)
     throw Error(ErrorCode::kUnsupported, im.file, im.key(index),
                 "an LZ4 leaf has no zero-copy view; use read()");
@@ -563,7 +573,7 @@ std::vector<std::span<const std::byte>> Archive::view_parts(size_t index, Verify
 
 std::span<const std::byte> Archive::view(size_t index, Verify verify) const {
   const Impl& im = *impl_;
-  const LeafRecord& r = im.rec(index);
+  const LeafRecord& r = im.data_rec(index);
   if (r.byte_length == 0) {
     alignas(64) static const std::byte kEmpty[64] = {};
     if (r.codec != Codec::kNone)
@@ -580,7 +590,7 @@ std::span<const std::byte> Archive::view(size_t index, Verify verify) const {
 
 void Archive::read(size_t index, std::span<std::byte> out, Verify verify) const {
   const Impl& im = *impl_;
-  const LeafRecord& r = im.rec(index);
+  const LeafRecord& r = im.data_rec(index);
   if (out.size() != r.byte_length)
     throw Error(ErrorCode::kShapeMismatch, im.file, im.key(index),
                 "output buffer has " + std::to_string(out.size()) + " bytes, leaf has " +
@@ -604,7 +614,7 @@ void Archive::read_many(std::span<const size_t> indices, std::span<const std::sp
   };
   std::vector<Job> jobs;
   for (size_t k = 0; k < indices.size(); ++k) {
-    const LeafRecord& r = im.rec(indices[k]);
+    const LeafRecord& r = im.data_rec(indices[k]);
     if (outs[k].size() != r.byte_length)
       throw Error(ErrorCode::kShapeMismatch, im.file, im.key(indices[k]),
                   "output buffer has " + std::to_string(outs[k].size()) + " bytes, leaf has " +
@@ -620,7 +630,7 @@ void Archive::read_many(std::span<const size_t> indices, std::span<const std::sp
 void Archive::read_rows(size_t index, int64_t row_begin, int64_t row_end, std::span<std::byte> out,
                         Verify verify) const {
   const Impl& im = *impl_;
-  const LeafRecord& r = im.rec(index);
+  const LeafRecord& r = im.data_rec(index);
   const auto* shape = r.fb->shape();
   auto bad = [&](ErrorCode code, const std::string& what) { return Error(code, im.file, im.key(index), what); };
   if (!shape || shape->size() == 0) throw bad(ErrorCode::kInvalidArgument, "a 0-d leaf has no rows");
@@ -646,7 +656,7 @@ void Archive::read_rows(size_t index, int64_t row_begin, int64_t row_end, std::s
 void Archive::read_slices(size_t index, std::span<const SliceRequest> boxes, Verify verify,
                           unsigned threads) const {
   const Impl& im = *impl_;
-  im.rec(index);
+  im.data_rec(index);
   std::vector<slice::Plan> plans;
   plans.reserve(boxes.size());
   for (const SliceRequest& q : boxes) plans.push_back(im.slice_plan(index, q));
@@ -662,7 +672,7 @@ void Archive::read_slice(size_t index, std::span<const int64_t> start, std::span
 
 void Archive::read_bytes(size_t index, uint64_t offset, std::span<std::byte> out, Verify verify) const {
   const Impl& im = *impl_;
-  const LeafRecord& r = im.rec(index);
+  const LeafRecord& r = im.data_rec(index);
   if (offset > r.byte_length || out.size() > r.byte_length - offset)
     throw im.arg_error(index, "byte range [" + std::to_string(offset) + ", " +
                                   std::to_string(offset + out.size()) + ") is outside the leaf's " +

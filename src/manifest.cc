@@ -201,6 +201,11 @@ struct MetaLeaf {  // LeafMeta
   size_t num_meta() const { return m.metadata.size(); }
   std::string_view meta_key(size_t i) const { return m.metadata[i].first; }
   std::string_view meta_value(size_t i) const { return m.metadata[i].second; }
+  size_t num_shards() const { return m.shards.size(); }
+  std::string_view shard_file(size_t i) const { return m.shards[i].file; }
+  std::string_view shard_key(size_t i) const { return m.shards[i].key_path; }
+  std::span<const int64_t> shard_start(size_t i) const { return m.shards[i].start; }
+  std::span<const int64_t> shard_stop(size_t i) const { return m.shards[i].stop; }
 };
 
 template <typename T>
@@ -236,6 +241,12 @@ struct FbLeaf {  // fb::Leaf, in place
   }
   std::string_view meta_key(size_t i) const { return sv(kv(i)->key()); }
   std::string_view meta_value(size_t i) const { return sv(kv(i)->value()); }
+  const fb::ShardRef* ref(size_t i) const { return l.shards()->Get(static_cast<flatbuffers::uoffset_t>(i)); }
+  size_t num_shards() const { return l.shards() ? l.shards()->size() : 0; }
+  std::string_view shard_file(size_t i) const { return sv(ref(i)->file()); }
+  std::string_view shard_key(size_t i) const { return sv(ref(i)->key_path()); }
+  std::span<const int64_t> shard_start(size_t i) const { return span_of(ref(i)->start()); }
+  std::span<const int64_t> shard_stop(size_t i) const { return span_of(ref(i)->stop()); }
 };
 
 template <class L>
@@ -298,6 +309,37 @@ void check_leaf(const L& m, ErrorCode code, const std::string& file, std::string
       bad("metadata key " + why);
     if (auto why = check_string(m.meta_value(i), format::kMaxMetadataBytes, true); !why.empty())
       bad("metadata value of '" + std::string(m.meta_key(i)) + "' " + why);
+  }
+  // Shard references (format 3.0, SPEC.md "Sharded checkpoints"): each box
+  // inside the shape, and the boxes' element counts summing to the leaf's.
+  if (m.num_shards() != 0) {
+    unsigned __int128 total = 0, want = 1;
+    for (int64_t dim : shape) want *= static_cast<uint64_t>(dim);
+    for (size_t i = 0; i < m.num_shards(); ++i) {
+      std::string at = "shard " + std::to_string(i) + ": ";
+      std::string_view f = m.shard_file(i);
+      if (auto why = check_string(f, format::kMaxKeyBytes, false); !why.empty()) bad(at + "file name " + why);
+      if (f.find('/') != std::string_view::npos || f == "." || f == "..")
+        bad(at + "file name '" + std::string(f) + "' is not a plain name in the same directory");
+      if (auto why = check_string(m.shard_key(i), format::kMaxKeyPathBytes, true); !why.empty())
+        bad(at + "key path " + why);
+      auto b = m.shard_start(i), e = m.shard_stop(i);
+      if (b.size() != shape.size() || e.size() != shape.size())
+        bad(at + "start/stop have " + std::to_string(b.size()) + "/" + std::to_string(e.size()) +
+            " entries for rank " + std::to_string(shape.size()));
+      unsigned __int128 vol = 1;
+      for (size_t dim = 0; dim < shape.size(); ++dim) {
+        if (b[dim] < 0 || b[dim] > e[dim] || e[dim] > shape[dim])
+          bad(at + "box [" + std::to_string(b[dim]) + ", " + std::to_string(e[dim]) + ") of dimension " +
+              std::to_string(dim) + " is not inside [0, " + std::to_string(shape[dim]) + ")");
+        vol *= static_cast<uint64_t>(e[dim] - b[dim]);
+      }
+      total += vol;
+      if (total > want) break;
+    }
+    if (total != want)
+      bad("its shard boxes hold " + std::string(total > want ? "more" : "fewer") +
+          " elements than its shape (they must tile it exactly)");
   }
 }
 
@@ -376,6 +418,13 @@ LeafMeta leaf_meta_of(const fb::Leaf& leaf) {
     m.sharding = std::move(sh);
   }
   m.metadata = key_values(leaf.metadata());
+  if (const auto* refs = leaf.shards())
+    for (const auto* ref : *refs) {
+      ShardRef sr{std::string(sv(ref->file())), std::string(sv(ref->key_path())), {}, {}};
+      if (ref->start()) sr.start.assign(ref->start()->begin(), ref->start()->end());
+      if (ref->stop()) sr.stop.assign(ref->stop()->begin(), ref->stop()->end());
+      m.shards.push_back(std::move(sr));
+    }
   return m;
 }
 
@@ -441,6 +490,12 @@ void check_leaf_record(LeafRecord& r, const std::vector<uint64_t>& blob_payload,
   if (!elements_aligned(leaf->shape()) || !elements_aligned(leaf->chunks()) ||
       (leaf->sharding() && !elements_aligned(leaf->sharding()->mesh_axis_sizes())))
     throw bad("a vector of 8-byte elements is not 8-byte aligned");
+  if (const auto* refs = leaf->shards()) {
+    for (const auto* ref : *refs)
+      if (!elements_aligned(ref->start()) || !elements_aligned(ref->stop()))
+        throw bad("a vector of 8-byte elements is not 8-byte aligned");
+    r.num_shards = refs->size();
+  }
   check_leaf(FbLeaf{*leaf}, ErrorCode::kCorruption, file, r.key_path);
   r.dtype = static_cast<DType>(leaf->dtype());
   uint64_t expect;
@@ -470,7 +525,13 @@ void check_leaf_record(LeafRecord& r, const std::vector<uint64_t>& blob_payload,
   r.chunk_size = leaf->chunk_size();
   r.chunks = leaf->chunks();
   uint64_t n_chunks = r.chunks ? r.chunks->size() : 0;
-  if (r.byte_length == 0) {
+  if (r.num_shards != 0) {  // format 3.0: the bytes live in other files
+    if (major < format::kShardMajor)
+      throw bad("has shard references, which format " + std::to_string(major) + ".x does not have (3.0 does)");
+    if (n_chunks != 0) throw bad("a leaf with shard references has chunks");
+    if (r.codec != Codec::kNone || r.filter != Filter::kNone)
+      throw bad("a leaf with shard references has a codec or filter");
+  } else if (r.byte_length == 0) {
     if (n_chunks != 0) throw bad("an empty leaf has chunks");
   } else {
     if (r.chunk_size < format::kMinChunkSize || r.chunk_size > format::kMaxChunkSize || r.chunk_size % 64 != 0)

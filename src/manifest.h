@@ -40,6 +40,7 @@ struct LeafRecord {
   uint64_t chunk_size = 0;
   uint64_t stored_bytes = 0;
   uint32_t num_parts = 0;
+  uint32_t num_shards = 0;  // format 3.0: > 0 when the bytes live in other files (no chunks)
   Codec codec = Codec::kNone;
   Filter filter = Filter::kNone;
   uint8_t shuffle_bytes = 0;  // element size a byte-shuffled leaf is shuffled by; else 0

@@ -39,7 +39,9 @@ struct LeafOut {
 };
 
 // Format version of an archive: the lowest that holds it (SPEC.md "Versioning").
-uint16_t format_major_of(const std::vector<LeafOut>& out) {
+uint16_t format_major_of(const std::vector<LeafOut>& out, std::span<const LeafInput> leaves) {
+  for (const auto& l : leaves)
+    if (!l.meta.shards.empty()) return format::kShardMajor;
   for (const auto& lo : out)
     if (lo.shuffle_bytes) return format::kFilterMajor;
   return format::kBaseMajor;
@@ -389,12 +391,23 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
                               b.CreateVector(m.sharding->mesh_axis_sizes), b.CreateVector(spec));
     }
     auto md = m.metadata.empty() ? 0 : build_kv(b, m.metadata);
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::ShardRef>>> refs = 0;
+    uint64_t byte_length = leaves[i].data.size();
+    if (!m.shards.empty()) {
+      std::vector<flatbuffers::Offset<fb::ShardRef>> rv;
+      rv.reserve(m.shards.size());
+      for (const auto& r : m.shards)
+        rv.push_back(fb::CreateShardRef(b, b.CreateString(r.file), b.CreateString(r.key_path),
+                                        b.CreateVector(r.start), b.CreateVector(r.stop)));
+      refs = b.CreateVector(rv);
+      byte_length = byte_length_for(m.dtype, m.shape);
+    }
     fb::LeafBuilder leaf(b);
     leaf.add_key_path(kp);
     leaf.add_value_kind(static_cast<fb::ValueKind>(m.value_kind));
     leaf.add_dtype(static_cast<fb::DType>(m.dtype));
     leaf.add_shape(shape);
-    leaf.add_byte_length(leaves[i].data.size());
+    leaf.add_byte_length(byte_length);
     leaf.add_codec(static_cast<fb::Codec>(out[i].codec));
     leaf.add_chunk_size(leaves[i].data.empty() ? 0 : opt.chunk_size);
     leaf.add_chunks(chunks);
@@ -402,6 +415,7 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
     if (!sh.IsNull()) leaf.add_sharding(sh);
     if (!md.IsNull()) leaf.add_metadata(md);
     if (out[i].shuffle_bytes) leaf.add_filter(fb::Filter::ByteShuffle);
+    if (!refs.IsNull()) leaf.add_shards(refs);
     lv.push_back(leaf.Finish());
   }
   std::vector<flatbuffers::Offset<fb::Blob>> bv;
@@ -458,7 +472,10 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     } catch (const Error& e) {
       throw Error(ErrorCode::kInvalidArgument, file, paths[i], e.message());
     }
-    if (in.data.size() != want)
+    if (!m.shards.empty() && !in.data.empty())
+      throw Error(ErrorCode::kInvalidArgument, file, paths[i],
+                  "a leaf with shard references has its bytes in other files; its data must be empty");
+    if (in.data.size() != want && m.shards.empty())
       throw Error(ErrorCode::kInvalidArgument, file, paths[i],
                   "data has " + std::to_string(in.data.size()) + " bytes, but " +
                       std::string(dtype_name(m.dtype)) + " with this shape needs " +
@@ -543,7 +560,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     for (size_t i = 0; i < leaves.size(); ++i) w.add(i);
     w.flush_pack();
 
-    const uint16_t major = format_major_of(w.out);  // header and manifest say the same
+    const uint16_t major = format_major_of(w.out, leaves);  // header and manifest say the same
     std::vector<uint8_t> manifest = build_manifest(treedef, leaves, paths, w.out, blobs.payloads(), major, opt);
     if (manifest.size() > format::kMaxManifestBytes)
       throw Error(ErrorCode::kInvalidArgument, file, "",

@@ -60,10 +60,10 @@ TEST_CASE("format versions: a newer major is refused, a newer minor is read") {
     CHECK(a.format_major() == 1);
     CHECK(a.format_minor() == 0);
   }
-  tc_test::rewrite_archive(good, dir / "v3.cask", [](tc_test::Crafted& c) { c.header.major = 3; });
-  auto e = tc_test::expect_error(ErrorCode::kUnsupportedVersion, [&] { Archive::open(dir / "v3.cask"); });
-  CHECK(std::string(e.what()).find("3.0") != std::string::npos);
-  CHECK(std::string(e.what()).find("(2.x)") != std::string::npos);
+  tc_test::rewrite_archive(good, dir / "v4.cask", [](tc_test::Crafted& c) { c.header.major = 4; });
+  auto e = tc_test::expect_error(ErrorCode::kUnsupportedVersion, [&] { Archive::open(dir / "v4.cask"); });
+  CHECK(std::string(e.what()).find("4.0") != std::string::npos);
+  CHECK(std::string(e.what()).find("(3.x)") != std::string::npos);
   tc_test::rewrite_archive(good, dir / "v1_7.cask", [](tc_test::Crafted& c) { c.header.minor = 7; });
   Archive a = Archive::open(dir / "v1_7.cask");
   CHECK(a.format_minor() == 7);

@@ -76,10 +76,13 @@ TEST_CASE("the must-fail golden vectors fail with their documented error") {
   // Header major 2 over a 1.0 manifest: "newer than supported" for the 1.x
   // readers it was written for; since 2.0 exists, a 2.x reader reads the
   // header and then refuses the manifest's disagreeing major (format/vectors/
-  // README.md). bad_major_3.cask now plays the first role.
-  static_assert(format::kMajor == 2, "revisit the newer-major vectors");
+  // README.md). bad_major_3.cask played the first role until 3.0 existed, and
+  // is now refused the same way (header 3, manifest 2); bad_major_4.cask
+  // (header 4 over the 3.0 index) plays it now.
+  static_assert(format::kMajor == 3, "revisit the newer-major vectors");
   tc_test::expect_error(ErrorCode::kCorruption, [] { Archive::open(vectors() / "bad_newer_major.cask"); });
-  tc_test::expect_error(ErrorCode::kUnsupportedVersion, [] { Archive::open(vectors() / "bad_major_3.cask"); });
+  tc_test::expect_error(ErrorCode::kCorruption, [] { Archive::open(vectors() / "bad_major_3.cask"); });
+  tc_test::expect_error(ErrorCode::kUnsupportedVersion, [] { Archive::open(vectors() / "bad_major_4.cask"); });
   tc_test::expect_error(ErrorCode::kCorruption, [] { Archive::open(vectors() / "bad_truncated.cask"); });
   Archive a = Archive::open(vectors() / "bad_blob_checksum.cask");
   auto e = tc_test::expect_error(ErrorCode::kChecksumMismatch, [&] {
@@ -91,4 +94,99 @@ TEST_CASE("the must-fail golden vectors fail with their documented error") {
   auto errors = a.verify();
   REQUIRE(errors.size() == 1);
   CHECK(errors[0].key_path() == "nested/0/0");
+}
+
+TEST_CASE("the v3.0 vector: a sharded checkpoint directory, whole leaves and hyperslabs across boxes") {
+  golden::ShardedVector v = golden::sharded_vector();
+  fs::path dir = vectors() / v.dir;
+  REQUIRE(ShardedArchive::is_sharded(dir));
+  CHECK_FALSE(ShardedArchive::is_sharded(vectors() / "v1_0_tree.cask"));
+  ShardedArchive s = ShardedArchive::open(dir);
+  CHECK(s.index().format_major() == 3);
+  CHECK(s.index().metadata() == KeyValues{{"treecask.processes", "2"}});
+  CHECK(s.files() == std::vector<std::string>{"process_0.cask", "process_1.cask"});
+  for (const auto& f : s.files()) CHECK(s.file(f).format_major() == 1);  // shard files stay 1.0
+  CHECK(s.verify().empty());
+  REQUIRE(s.size() == v.leaves.size());
+  for (size_t i = 0; i < v.leaves.size(); ++i) {
+    const auto& want = v.leaves[i];
+    LeafInfo got = s.leaf(i);
+    INFO(want.key_path);
+    CHECK(got.key_path == want.key_path);
+    CHECK(got.dtype == want.dtype);
+    CHECK(got.shape == want.shape);
+    CHECK(got.value_kind == want.value_kind);
+    CHECK(got.logical_axes == want.logical_axes);
+    CHECK(got.sharding == want.sharding);
+    CHECK(got.metadata == want.metadata);
+    CHECK(got.shards == want.shards);
+    CHECK(got.num_chunks == 0);
+    auto bytes = v.global_bytes(i);
+    std::vector<std::byte> out(got.byte_length);
+    s.read(i, out);
+    CHECK(tc_test::same(out, bytes));
+    // The index alone does not hold the bytes.
+    tc_test::expect_error(ErrorCode::kUnsupported, [&] { s.index().read(i, out); });
+  }
+  // A hyperslab across all four boxes of params/w, C-contiguous and strided.
+  size_t w = s.index().index_of("params/w");
+  auto all = v.global_bytes(w);
+  std::vector<int64_t> b{1, 2}, e{5, 7};
+  auto want = golden::box_bytes(all, {6, 8}, b, e, 4);
+  std::vector<std::byte> out(want.size());
+  s.read_slice(w, b, e, out);
+  CHECK(tc_test::same(out, want));
+  // Into the middle of a 6 x 10 int32 buffer (row stride 40 bytes) at (1, 3).
+  std::vector<std::byte> big(6 * 10 * 4, std::byte{0});
+  std::vector<int64_t> strides{40, 4};
+  s.read_slice(w, b, e, std::span(big).subspan(1 * 40 + 3 * 4), strides);
+  for (int64_t r = 0; r < 4; ++r)
+    CHECK(std::memcmp(big.data() + (1 + r) * 40 + 3 * 4, want.data() + r * 5 * 4, 5 * 4) == 0);
+  CHECK(big[0] == std::byte{0});
+  tc_test::expect_error(ErrorCode::kInvalidArgument, [&] {
+    std::vector<int64_t> bb{0, 0}, ee{7, 8};
+    std::vector<std::byte> o(7 * 8 * 4);
+    s.read_slice(w, bb, ee, o);
+  });
+  tc_test::expect_error(ErrorCode::kShapeMismatch, [&] {
+    std::vector<std::byte> o(3);
+    s.read_slice(w, b, e, o);
+  });
+}
+
+TEST_CASE("a sharded checkpoint whose shard file lacks a box, or is missing, does not open") {
+  golden::ShardedVector v = golden::sharded_vector();
+  tc_test::TempDir tmp;
+  fs::path dir = tmp / "ckpt";
+  fs::copy(vectors() / v.dir, dir);
+  fs::remove(dir / "process_1.cask");
+  tc_test::expect_error(ErrorCode::kNotFound, [&] { ShardedArchive::open(dir); });
+  // process_0.cask standing in for process_1.cask: the boxes it should hold are not there.
+  fs::copy_file(dir / "process_0.cask", dir / "process_1.cask");
+  auto e = tc_test::expect_error(ErrorCode::kCorruption, [&] { ShardedArchive::open(dir); });
+  CHECK(e.key_path() == "params/w");
+}
+
+TEST_CASE("the writer checks shard references (SPEC.md rules R1-R4) before writing anything") {
+  golden::ShardedVector v = golden::sharded_vector();
+  tc_test::TempDir tmp;
+  auto attempt = [&](const std::function<void(std::vector<LeafInput>&)>& edit) {
+    std::vector<LeafInput> idx;
+    for (const auto& m : v.leaves) idx.push_back({m, {}, std::nullopt});
+    edit(idx);
+    return tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { save(tmp / "index.cask", v.treedef, idx); });
+  };
+  std::vector<std::byte> bytes(6 * 8 * 4);
+  CHECK(attempt([&](auto& idx) { idx[0].data = bytes; }).key_path() == "params/w");        // data and shards
+  CHECK(attempt([](auto& idx) { idx[0].meta.shards[1].stop[1] = 9; }).key_path() == "params/w");   // outside
+  CHECK(attempt([](auto& idx) { idx[0].meta.shards.pop_back(); }).key_path() == "params/w");  // do not tile
+  CHECK(attempt([](auto& idx) { idx[1].meta.shards[0].file = "../x.cask"; }).key_path() == "params/b");
+  CHECK(attempt([](auto& idx) { idx[2].meta.shards[0].start = {0}; }).key_path() == "step");  // rank
+  CHECK_FALSE(fs::exists(tmp / "index.cask"));
+  // Valid: written as 3.0, and a file without shard references stays 1.0.
+  std::vector<LeafInput> idx;
+  for (const auto& m : v.leaves) idx.push_back({m, {}, std::nullopt});
+  save(tmp / "index.cask", v.treedef, idx);
+  CHECK(Archive::open(tmp / "index.cask").format_major() == 3);
+  CHECK(Archive::open(vectors() / v.dir / "process_0.cask").format_major() == 1);
 }

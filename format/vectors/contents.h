@@ -239,4 +239,85 @@ inline std::vector<Vector> all_vectors() {
   return {tree_vector(), lz4_vector(), parts_vector(), shuffle_vector()};
 }
 
+// ---- Format 3.0: a sharded checkpoint directory --------------------------------
+//
+// v3_0_sharded/ as two processes of a jax.distributed job write it (SPEC.md
+// "Sharded checkpoints"): `params/w` int32[6, 8] sharded over a 2x2 mesh
+// (x, y) with spec [x], [y], its four boxes split between process_0.cask and
+// process_1.cask; `params/b` float32[5] (replicated: one copy, in
+// process_0.cask) and the int scalar `step`, also in process_0.cask. Shard
+// file keys follow the Python writer's convention "<key path>@<b0>:<e0>,...".
+struct ShardedVector {
+  std::string dir = "v3_0_sharded";
+  treecask::TreeDef treedef;                 // of the index
+  std::vector<treecask::LeafMeta> leaves;    // global leaves, with ShardRefs
+  // Global bytes of leaf i (Leaf{meta}.bytes() of its global description).
+  std::vector<std::byte> global_bytes(size_t i) const { return Leaf{leaves[i]}.bytes(); }
+};
+
+// "<key path>@<b0>:<e0>,<b1>:<e1>": the shard file's dict key of one box.
+inline std::string shard_key(const std::string& key_path, const std::vector<int64_t>& b,
+                             const std::vector<int64_t>& e) {
+  std::string s = key_path + "@";
+  for (size_t d = 0; d < b.size(); ++d) s += (d ? "," : "") + std::to_string(b[d]) + ":" + std::to_string(e[d]);
+  return s;
+}
+
+inline ShardedVector sharded_vector() {
+  using namespace treecask;
+  ShardedVector v;
+  v.treedef = {TreeNode{NodeKind::kDict, 2, "", {"params", "step"}},
+               TreeNode{NodeKind::kDict, 2, "", {"w", "b"}},
+               TreeNode{NodeKind::kLeaf, 0, "", {}},
+               TreeNode{NodeKind::kLeaf, 0, "", {}},
+               TreeNode{NodeKind::kLeaf, 0, "", {}}};
+  auto ref = [](const std::string& file, const std::string& kp, std::vector<int64_t> b, std::vector<int64_t> e) {
+    return ShardRef{file, escape_key(shard_key(kp, b, e)), b, e};
+  };
+  LeafMeta w;
+  w.key_path = "params/w";
+  w.dtype = DType::kInt32;
+  w.shape = {6, 8};
+  w.logical_axes = {"embed", "mlp"};
+  w.sharding = Sharding{{"x", "y"}, {2, 2}, {{"x"}, {"y"}}};
+  w.shards = {ref("process_0.cask", "params/w", {0, 0}, {3, 4}), ref("process_1.cask", "params/w", {0, 4}, {3, 8}),
+              ref("process_0.cask", "params/w", {3, 0}, {6, 4}), ref("process_1.cask", "params/w", {3, 4}, {6, 8})};
+  LeafMeta b;
+  b.key_path = "params/b";
+  b.dtype = DType::kFloat32;
+  b.shape = {5};
+  b.sharding = Sharding{{"x", "y"}, {2, 2}, {}};
+  b.metadata = {{"note", "replicated"}};
+  b.shards = {ref("process_0.cask", "params/b", {0}, {5})};
+  LeafMeta step;
+  step.key_path = "step";
+  step.value_kind = ValueKind::kInt;
+  step.dtype = DType::kInt64;
+  step.shards = {ref("process_0.cask", "step", {}, {})};
+  v.leaves = {w, b, step};
+  return v;
+}
+
+// The C-order bytes of box [b, e) of a C-order array of `shape` with
+// `item`-byte elements.
+inline std::vector<std::byte> box_bytes(const std::vector<std::byte>& all, const std::vector<int64_t>& shape,
+                                        const std::vector<int64_t>& b, const std::vector<int64_t>& e,
+                                        size_t item) {
+  std::vector<std::byte> out;
+  if (shape.empty()) return all;
+  std::vector<int64_t> idx(b);
+  while (true) {
+    int64_t off = 0;
+    for (size_t d = 0; d < shape.size(); ++d) off = off * shape[d] + idx[d];
+    const std::byte* p = all.data() + off * int64_t(item);
+    out.insert(out.end(), p, p + item);
+    size_t d = shape.size();
+    while (d-- > 0) {
+      if (++idx[d] < e[d]) break;
+      idx[d] = b[d];
+      if (d == 0) return out;
+    }
+  }
+}
+
 }  // namespace golden

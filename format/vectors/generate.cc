@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "contents.h"
 
@@ -40,6 +41,58 @@ int main(int argc, char** argv) {
     opt.overwrite = true;
     treecask::save(out / v.file, v.treedef, in, opt);
     std::printf("wrote %s\n", (out / v.file).c_str());
+  }
+  if (major == 3) {
+    // The sharded checkpoint directory: shard files (format 1.0) and index (3.0).
+    golden::ShardedVector v = golden::sharded_vector();
+    fs::path dir = out / v.dir;
+    fs::create_directories(dir);
+    std::map<std::string, std::vector<std::pair<std::string, std::vector<std::byte>>>> files;
+    for (size_t i = 0; i < v.leaves.size(); ++i) {
+      auto all = v.global_bytes(i);
+      size_t item = size_t(treecask::dtype_bits(v.leaves[i].dtype) / 8);
+      for (const auto& r : v.leaves[i].shards)
+        files[r.file].emplace_back(golden::shard_key(v.leaves[i].key_path, r.start, r.stop),
+                                   golden::box_bytes(all, v.leaves[i].shape, r.start, r.stop, item));
+    }
+    for (const auto& [name, entries] : files) {
+      std::vector<std::string> keys;
+      std::vector<treecask::LeafInput> in;
+      for (const auto& [k, bytes] : entries) keys.push_back(k);
+      treecask::TreeDef def = treecask::flat_dict_treedef(keys);
+      for (const auto& [k, bytes] : entries) {
+        // The box's own description: the global leaf's dtype and value kind, the box's shape.
+        for (size_t i = 0; i < v.leaves.size(); ++i)
+          for (const auto& r : v.leaves[i].shards)
+            if (r.file == name && golden::shard_key(v.leaves[i].key_path, r.start, r.stop) == k) {
+              treecask::LeafMeta m;
+              m.dtype = v.leaves[i].dtype;
+              m.value_kind = v.leaves[i].value_kind;
+              for (size_t d = 0; d < r.start.size(); ++d) m.shape.push_back(r.stop[d] - r.start[d]);
+              in.push_back({m, std::span(bytes), std::nullopt});
+            }
+      }
+      treecask::SaveOptions opt;
+      opt.overwrite = true;
+      opt.chunk_size = 4096;
+      treecask::save(dir / name, def, in, opt);
+      std::printf("wrote %s\n", (dir / name).c_str());
+    }
+    std::vector<treecask::LeafInput> idx;
+    for (const auto& m : v.leaves) idx.push_back({m, {}, std::nullopt});
+    treecask::SaveOptions opt;
+    opt.overwrite = true;
+    opt.metadata = {{"treecask.processes", "2"}};
+    treecask::save(dir / "index.cask", v.treedef, idx, opt);
+    std::printf("wrote %s\n", (dir / "index.cask").c_str());
+    {
+      auto b = slurp(dir / "index.cask");  // header record major version 3 -> 4
+      auto at = std::search(b.begin(), b.end(), "TREECASK", "TREECASK" + 8);
+      at[8] = 4;
+      spit(out / "bad_major_4.cask", b);
+      std::puts("wrote bad_major_4.cask");
+    }
+    return 0;
   }
   if (major == 2) {
     auto b = slurp(out / "v2_0_shuffle.cask");  // header record major version 2 -> 3

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "treecask/archive.h"
+#include "treecask/sharded.h"
 #include "treecask/error.h"
 #include "treecask/types.h"
 #include "treecask/commit.h"
@@ -15,8 +16,10 @@ TREECASK_API const char* library_version() noexcept;
 // Highest format version this library reads and writes (SPEC.md
 // "Versioning"). It reads every x.y with x <= kFormatMajor. It writes the
 // lowest version that holds the archive: 1.0, or 2.0 when a leaf has a filter
-// (SaveOptions::shuffle), so that 1.x readers keep reading the rest.
-inline constexpr uint16_t kFormatMajor = 2;
+// (SaveOptions::shuffle), or 3.0 when a leaf has shard references (the index
+// of a sharded checkpoint, include/treecask/sharded.h), so that older readers
+// keep reading the rest.
+inline constexpr uint16_t kFormatMajor = 3;
 inline constexpr uint16_t kFormatMinor = 0;
 
 }  // namespace treecask

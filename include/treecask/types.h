@@ -135,6 +135,20 @@ struct Sharding {
 
 using KeyValues = std::vector<std::pair<std::string, std::string>>;
 
+// Where one box of a leaf lives when its bytes are kept in other archive files
+// (format 3.0, SPEC.md "Sharded checkpoints"): the elements [start, stop) per
+// dimension of the leaf's (global) shape are leaf `key_path` of the archive
+// `file`, a file name in the same directory as the archive that holds the
+// reference (no "/", not "." or ".."). That leaf has the box's shape and the
+// referring leaf's dtype. A 0-d leaf has one box with empty start and stop.
+struct ShardRef {
+  std::string file;
+  std::string key_path;
+  std::vector<int64_t> start;
+  std::vector<int64_t> stop;
+  bool operator==(const ShardRef&) const = default;
+};
+
 // Everything the manifest says about one leaf except where its bytes lie.
 struct LeafMeta {
   std::string key_path;
@@ -144,6 +158,11 @@ struct LeafMeta {
   std::vector<std::string> logical_axes;  // one per dim, "" = unnamed; or empty
   std::optional<Sharding> sharding;
   KeyValues metadata;                     // user key-values for this leaf
+  // Format 3.0: non-empty for a leaf of a sharded checkpoint's index archive,
+  // whose bytes are the union of these boxes in other files (it then has no
+  // chunks). The writer takes them from LeafInput::meta (data must then be
+  // empty); the reader reports them in LeafInfo.
+  std::vector<ShardRef> shards;
 };
 
 }  // namespace treecask

@@ -309,6 +309,11 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   d["chunk_size"] = li.chunk_size;
   d["num_chunks"] = li.num_chunks;
   d["num_parts"] = li.num_parts;
+  // Format 3.0 (sharded checkpoints): (file, key_path, start, stop) per saved box.
+  nb::list shards;
+  for (const auto& r : li.shards)
+    shards.append(nb::make_tuple(r.file, r.key_path, nb::tuple(nb::cast(r.start)), nb::tuple(nb::cast(r.stop))));
+  d["shards"] = shards;
   return d;
 }
 
@@ -376,6 +381,13 @@ SaveCall parse_save_call(nb::list nodes, nb::list key_paths, nb::list value_kind
     m.logical_axes = nb::cast<std::vector<std::string>>(t[0]);
     m.sharding = sharding_from_python(t[1]);
     m.metadata = key_values_from_python(t[2]);
+    if (t.size() > 3 && !t[3].is_none())  // format 3.0: shard references (file, key, start, stop)
+      for (nb::handle r : t[3]) {
+        nb::tuple rt = nb::cast<nb::tuple>(r);
+        m.shards.push_back(treecask::ShardRef{nb::cast<std::string>(rt[0]), nb::cast<std::string>(rt[1]),
+                                              nb::cast<std::vector<int64_t>>(rt[2]),
+                                              nb::cast<std::vector<int64_t>>(rt[3])});
+      }
   }
   treecask::SaveOptions& opt = call.opt;
   opt.compression = static_cast<treecask::Compression>(compression);
@@ -524,7 +536,8 @@ NB_MODULE(_core, m) {
   // One entry per leaf in each column: key_paths (str), value_kinds (int), dtypes (dtype
   // name), shapes (sequence of int), datas (a C-contiguous buffer holding the leaf's bytes:
   // an array of its dtype or its uint8 bytes). extras maps a leaf's position to
-  // (logical_axes, sharding, metadata key-value pairs) for the leaves that have any.
+  // (logical_axes, sharding, metadata key-value pairs[, shard references]) for the leaves
+  // that have any; shard references are (file, key path, start, stop) tuples (format 3.0).
   m.def(
       "save",
       [](const std::string& path, nb::list nodes, nb::list key_paths, nb::list value_kinds,
@@ -802,4 +815,54 @@ NB_MODULE(_core, m) {
       });
 
   register_interop(m);  // interop block above
+
+  // ---- sharded checkpoints (format 3.0; include/treecask/sharded.h) ----------
+  m.def("is_sharded", [](const std::string& path) { return treecask::ShardedArchive::is_sharded(path); });
+  nb::class_<treecask::ShardedArchive>(m, "ShardedArchive")
+      .def_static(
+          "open",
+          [](const std::string& path, bool verify_checksums, bool validate_structure) {
+            treecask::OpenOptions o;
+            o.verify_checksums = verify_checksums;
+            o.validate_structure = validate_structure;
+            nb::gil_scoped_release release;
+            return treecask::ShardedArchive::open(path, o);
+          },
+          "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true)
+      .def_prop_ro("path", &treecask::ShardedArchive::path)
+      .def_prop_ro("index", [](const treecask::ShardedArchive& s) { return s.index(); })
+      .def("__len__", &treecask::ShardedArchive::size)
+      .def("files", &treecask::ShardedArchive::files)
+      .def("file", [](const treecask::ShardedArchive& s, const std::string& name) { return s.file(name); })
+      .def("leaf", [](const treecask::ShardedArchive& s, size_t i) { return leaf_info_to_dict(s.leaf(i)); })
+      .def(
+          "read",
+          [](const treecask::ShardedArchive& s, size_t i, nb::handle out, std::optional<bool> verify) {
+            Buffer buf(out, true);
+            nb::gil_scoped_release release;
+            s.read(i, {buf.data(), buf.size()}, to_verify(verify));
+          },
+          "index"_a, "out"_a, "verify"_a = nb::none())
+      .def(
+          "read_slice",
+          [](const treecask::ShardedArchive& s, size_t i, std::vector<int64_t> start, std::vector<int64_t> stop,
+             nb::handle out, std::optional<std::vector<int64_t>> strides, std::optional<bool> verify) {
+            Buffer buf(out, true);
+            std::vector<int64_t> st = strides.value_or(std::vector<int64_t>{});
+            nb::gil_scoped_release release;
+            s.read_slice(i, start, stop, {buf.data(), buf.size()}, st, to_verify(verify));
+          },
+          "index"_a, "start"_a, "stop"_a, "out"_a, "out_byte_strides"_a = nb::none(), "verify"_a = nb::none(),
+          "Copies the hyperslab [start, stop) of the global array of leaf `index` into `out` (a writable "
+          "C-contiguous buffer; C order unless out_byte_strides is given).")
+      .def("verify", [](const treecask::ShardedArchive& s) {
+        std::vector<treecask::Error> errors;
+        {
+          nb::gil_scoped_release release;
+          errors = s.verify();
+        }
+        nb::list out;
+        for (const treecask::Error& e : errors) out.append(error_to_python(e));
+        return out;
+      });
 }

@@ -53,9 +53,13 @@ from ._orbax import OrbaxImport, import_orbax
 # ---- interop: Hugging Face safetensors layouts (helper "interop") ----
 from ._hf import SafetensorsExport, SafetensorsImport, export_safetensors, import_safetensors
 
+# ---- multi-process (jax.distributed) sharded checkpoints: docs/python.md ----
+from ._distributed import ShardedCheckpoint  # noqa: E402
+
 __version__ = "0.2.0"
 #: Highest archive format version this build writes and reads (it writes 1.0
-#: unless ``save(shuffle=True)`` shuffled a leaf: format/SPEC.md "Versioning").
+#: unless ``save(shuffle=True)`` shuffled a leaf (2.0), and 3.0 only for the
+#: index of a multi-process checkpoint: format/SPEC.md "Versioning").
 FORMAT_VERSION = (_core.FORMAT_MAJOR, _core.FORMAT_MINOR)
 
 
@@ -70,6 +74,7 @@ __all__ = [
     "SaveStats",
     "ShardingInfo",
     "TreeNode",
+    "ShardedCheckpoint",
     "save",
     "load",
     "open",

@@ -578,6 +578,13 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
          shuffle: bool = False, _leaf_extras: Optional[Mapping[str, Any]] = None) -> SaveStats:
     """Saves a pytree as one archive file, atomically.
 
+    In a ``jax.distributed`` job of more than one process, call it the same
+    way in every process: ``path`` becomes a sharded checkpoint directory
+    (``index.cask`` + ``process_<k>.cask``; format 3.0), each process writing
+    only its replica-0 shards, committed atomically across processes (see
+    docs/python.md "Multi-process save and restore"). An error in any process
+    is raised in every process.
+
     Args:
       path: the archive file to create (written to a temporary file in the same
         directory and renamed into place when complete).
@@ -627,6 +634,16 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidArgumentError("archive metadata must map str to str", file=p)
         md.append((k, v))
+    # ---- multi-process (jax.distributed, > 1 process): a sharded checkpoint directory ----
+    from . import _distributed
+
+    if _distributed.active():
+        try:
+            return _distributed.save(p, tree, metadata=dict(md), compression=_COMPRESSION[compression],
+                                     overwrite=bool(overwrite), chunk_size=chunk_size, threads=int(threads),
+                                     durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
+        except Error as e:
+            raise _with_file(e, p) from None
     try:
         nodes, key_paths, objs, extras = T.to_treedef(tree)
         if _leaf_extras:  # private (treecask.import_orbax): {key path: _boxes.Extras}
@@ -651,8 +668,15 @@ def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
     bytes are returned; ``validate_structure`` (default True) walks the file's
     LMDB index pages before mapping it, so a damaged or hostile file raises
     instead of crashing. Turn them off only for trusted files on hot paths.
+    A sharded checkpoint directory (written by a multi-process save; SPEC.md
+    "Sharded checkpoints") opens as a ShardedCheckpoint, which has the same
+    interface over the global arrays.
     Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError.
     """
+    if _core.is_sharded(os.fspath(path)):
+        from ._distributed import ShardedCheckpoint
+
+        return ShardedCheckpoint(path, verify_checksums=verify_checksums, validate_structure=validate_structure)
     return Archive(path, verify_checksums=verify_checksums, validate_structure=validate_structure)
 
 
@@ -699,7 +723,7 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       ShapeError: a leaf's dtype or shape differs from ``like``'s (the message
         names the key path and both dtypes/shapes).
     """
-    with Archive(path) as a:
+    with open(path) as a:  # a file, or a sharded checkpoint directory
         return _load(a, like, subtree=subtree, shardings=shardings, missing=missing, extra=extra)
 
 

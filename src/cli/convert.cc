@@ -134,6 +134,7 @@ int run_import(const ImportOptions& options) {
 
 int run_export(const ExportOptions& options) {
   if (options.max_shard_size) return run_export_hf(options);
+  if (ShardedArchive::is_sharded(options.file)) return run_export_sharded(options);
   Archive archive = Archive::open(options.file);
   const bool flat = is_flat_dict(archive.treedef());
   std::vector<SafetensorsTensor> tensors;

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -39,6 +40,8 @@ Json key_values_json(const KeyValues& kvs) {
 
 // The codec column of `ls`: the codec, preceded by the filter when there is one.
 std::string codec_label(const LeafInfo& info) {
+  // A leaf of a sharded checkpoint: its saved boxes live in the shard files.
+  if (!info.shards.empty()) return "shards:" + std::to_string(info.shards.size());
   std::string label(codec_name(info.codec));
   if (info.filter != Filter::kNone) label += "+" + std::string(filter_name(info.filter));
   return label;
@@ -68,6 +71,12 @@ Json leaf_json(const LeafInfo& info) {
   }
   j["metadata"] = key_values_json(info.metadata);
   j["filter"] = filter_name(info.filter);  // appended in 0.2 (format 2.0)
+  if (!info.shards.empty()) {  // a sharded checkpoint's leaf (format 3.0)
+    Json refs = Json::array();
+    for (const auto& r : info.shards)
+      refs.push_back(Json{{"file", r.file}, {"key_path", r.key_path}, {"start", r.start}, {"stop", r.stop}});
+    j["shards"] = std::move(refs);
+  }
   return j;
 }
 
@@ -126,11 +135,13 @@ std::string leaf_extras(const LeafInfo& info) {
 }  // namespace
 
 int run_info(const std::string& file, bool json) {
-  Archive archive = Archive::open(file);
+  std::optional<ShardedArchive> sharded;
+  if (ShardedArchive::is_sharded(file)) sharded = ShardedArchive::open(file);
+  Archive archive = sharded ? sharded->index() : Archive::open(file);
   uint64_t raw = 0;
   uint64_t stored = 0;
   for (size_t i = 0; i < archive.size(); ++i) {
-    LeafInfo info = archive.leaf(i);
+    LeafInfo info = sharded ? sharded->leaf(i) : archive.leaf(i);
     raw += info.byte_length;
     stored += info.stored_bytes;
   }
@@ -188,7 +199,11 @@ int run_info(const std::string& file, bool json) {
 }
 
 int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json) {
-  Archive archive = Archive::open(file);
+  // A sharded checkpoint directory lists its global leaves (shape of the
+  // whole array; stored bytes summed over the shard files).
+  std::optional<ShardedArchive> sharded;
+  if (ShardedArchive::is_sharded(file)) sharded = ShardedArchive::open(file);
+  Archive archive = sharded ? sharded->index() : Archive::open(file);
   std::vector<size_t> indices;
   if (prefix && !prefix->empty()) {
     indices = archive.subtree(*prefix);
@@ -198,7 +213,7 @@ int run_ls(const std::string& file, const std::optional<std::string>& prefix, bo
   }
   std::vector<LeafInfo> leaves;
   leaves.reserve(indices.size());
-  for (size_t i : indices) leaves.push_back(archive.leaf(i));
+  for (size_t i : indices) leaves.push_back(sharded ? sharded->leaf(i) : archive.leaf(i));
 
   if (json) {
     Json j = Json::array();
@@ -238,6 +253,7 @@ int run_ls(const std::string& file, const std::optional<std::string>& prefix, bo
 }
 
 int run_verify(const std::string& file) {
+  if (ShardedArchive::is_sharded(file)) return run_verify_sharded(file);
   Archive archive = Archive::open(file);
   uint64_t raw = 0;
   for (size_t i = 0; i < archive.size(); ++i) raw += archive.leaf(i).byte_length;
@@ -295,6 +311,35 @@ int run_get(const GetOptions& options) {
   std::cout << "wrote " << options.output << ": " << descr << ' ' << format_shape(shape) << ", "
             << out.bytes_written() << " bytes (" << info.byte_length << " data bytes)\n";
   return kExitOk;
+}
+
+// `verify DIR` of a sharded checkpoint: opening it checks that every shard
+// file exists and holds every box the index names, with the right dtype and
+// shape, and that the boxes tile each leaf exactly (SPEC.md "Sharded
+// checkpoints" R1-R7); then every chunk of every shard file is checked.
+int run_verify_sharded(const std::string& dir) {
+  ShardedArchive s = ShardedArchive::open(dir);
+  uint64_t raw = 0;
+  for (const auto& f : s.files())
+    for (size_t i = 0; i < s.file(f).size(); ++i) raw += s.file(f).leaf(i).byte_length;
+  std::vector<Error> damaged;
+  {
+    Progress bar("verify", raw);
+    damaged = s.verify([&](uint64_t done, uint64_t) { bar.update(done); });
+    bar.finish();
+  }
+  for (const Error& e : damaged)
+    std::cout << "DAMAGED " << escape_for_terminal(e.file()) << ": " << display_key(e.key_path()) << ": "
+              << error_code_name(e.code()) << ": " << escape_for_terminal(e.message()) << '\n';
+  if (damaged.empty()) {
+    std::cout << "OK: " << s.size() << " leaves in " << s.files().size() << " shard files, shards tile every leaf, "
+              << raw << " raw bytes verified\n";
+    return kExitOk;
+  }
+  std::cout << "FAILED: " << damaged.size() << " damaged shard leaves\n";
+  std::cout.flush();
+  std::cerr << "treecask: " << dir << ": " << damaged.size() << " damaged shard leaves\n";
+  return kExitDamaged;
 }
 
 }  // namespace treecask::cli

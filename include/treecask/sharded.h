@@ -1,0 +1,99 @@
+// Reading a sharded checkpoint: a directory that many processes wrote
+// together (format 3.0, SPEC.md "Sharded checkpoints").
+//
+//   <dir>/index.cask      the treedef and, per leaf, the global shape, dtype,
+//                         sharding, logical axes, metadata and ShardRefs
+//   <dir>/<file>.cask     ordinary archives (format 1.0/2.0) whose leaves are
+//                         the boxes the ShardRefs name (the Python writer
+//                         names them process_<k>.cask)
+//
+// ShardedArchive presents the global arrays: a read of a whole leaf or of any
+// hyperslab intersects the request with the saved boxes and reads, from each
+// shard file, only the part of each box that lies in the request, straight
+// into the caller's buffer (strided destination).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "treecask/archive.h"
+#include "treecask/error.h"
+#include "treecask/types.h"
+
+namespace treecask {
+
+// File name of the index archive inside a sharded checkpoint directory.
+inline constexpr std::string_view kShardedIndexName = "index.cask";
+
+class TREECASK_API ShardedArchive {
+ public:
+  // True when `path` is a directory holding an index.cask (what open() takes).
+  // Never throws.
+  static bool is_sharded(const std::filesystem::path& path) noexcept;
+
+  // Opens <dir>/index.cask and every file its ShardRefs name, each with
+  // Archive::open(options) (same checks), then checks that every ShardRef
+  // names a leaf of its file whose dtype is the leaf's and whose shape is the
+  // box's (stop - start), and that the boxes of each leaf tile its global
+  // shape exactly (no overlap; the index reader already checked that they
+  // lie inside it and that their element counts add up). Cost: the manifests
+  // plus O(boxes^2) per leaf, no tensor bytes.
+  // Throws Error: kNotFound (no directory / index.cask / shard file),
+  // kNotAnArchive, kUnsupportedVersion, kCorruption (a ShardRef that names no
+  // leaf, a wrong dtype or shape, overlapping boxes; the message names the
+  // shard file and the leaf), kIo.
+  static ShardedArchive open(const std::filesystem::path& dir, const OpenOptions& options = {});
+
+  const std::string& path() const noexcept;  // the directory
+  const Archive& index() const noexcept;     // the index archive (treedef, metadata, leaf infos)
+  size_t size() const noexcept;              // number of leaves
+  // The index's description of leaf `index`: global shape, dtype, sharding,
+  // logical axes, metadata and its ShardRefs (LeafInfo::shards). byte_length
+  // is the global array's; stored_bytes the sum over its boxes in the shard
+  // files. Throws kInvalidArgument when index >= size().
+  LeafInfo leaf(size_t index) const;
+  // Shard file names (sorted) and the open archive of one of them
+  // (kNotFound for a name the index does not use).
+  std::vector<std::string> files() const;
+  const Archive& file(std::string_view name) const;
+
+  // Copies the whole global array of leaf `index` into `out` (C order,
+  // exactly byte_length bytes, else kShapeMismatch).
+  void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault,
+            unsigned threads = 0) const;
+
+  // Copies the hyperslab [start, stop) of the global array (one entry per
+  // dimension, 0 <= start[d] <= stop[d] <= shape[d]; both empty for a 0-d
+  // leaf) into `out`. With empty `out_byte_strides` the slice is written
+  // C-contiguous and out.size() must equal its byte length; otherwise element
+  // (i_0, ..., i_{r-1}) of the slice goes to byte sum(i_d * out_byte_strides[d])
+  // of `out` (non-negative strides, every element inside `out`). Only the
+  // parts of the saved boxes that intersect the request are read, each from
+  // its shard file with Archive::read_slice semantics (only the chunks that
+  // hold it, checksums verified per `verify`).
+  // Throws kInvalidArgument (bad ranges or strides), kShapeMismatch (out too
+  // small / wrong size), kUnsupported (int4/uint4 slices that do not start and
+  // end on whole bytes of every box), kChecksumMismatch, kCorruption.
+  void read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
+                  std::span<std::byte> out, std::span<const int64_t> out_byte_strides = {},
+                  Verify verify = Verify::kDefault, unsigned threads = 0) const;
+
+  // Checks every chunk of every shard file (Archive::verify of each, errors
+  // naming the shard file) -- the tiling of every leaf was checked at open.
+  // `progress` gets (raw bytes checked, raw bytes in all files).
+  std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
+
+  struct Impl;
+
+ private:
+  explicit ShardedArchive(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace treecask

@@ -1,0 +1,583 @@
+"""Multi-process save and restore with ``jax.distributed`` (format 3.0,
+format/SPEC.md "Sharded checkpoints").
+
+When ``jax.distributed`` is initialized with more than one process,
+``treecask.save(path, tree)`` (called the same way in every process) writes a
+*sharded checkpoint directory*::
+
+    path/index.cask        treedef; per leaf the global shape, dtype, sharding,
+                           logical axes, metadata and where each box lives
+    path/process_<k>.cask  process k's shards: one leaf per box it owns
+
+Each process writes only the shards of its addressable devices whose
+``replica_id`` is 0 (one copy of every replicated array in the whole job), in
+parallel, from ``shard.data`` (one device's buffer at a time: no gather, no
+whole array in any process). Leaves that are not global ``jax.Array``s (NumPy
+arrays, Python scalars and strings, fully addressable / process-local jax
+arrays) are written once, by process 0, from process 0's values.
+
+Coordination uses only the jax.distributed coordination service (key-value
+store and barriers; no RPC or lock of our own):
+
+1. process 0 refuses an existing ``path`` (unless ``overwrite``), removes stale
+   temporary directories (below), creates ``<path>.tmpdir.<host>.<pid>.<hex16>``
+   and publishes its name (or its error) in the key-value store;
+2. every process writes and fsyncs its ``process_<k>.cask`` there and publishes
+   "ok" or its error; barrier;
+3. process 0 opens the manifests the processes actually wrote, builds the
+   index from them, checks the result opens as a ShardedArchive (every box
+   present, boxes tiling every leaf), fsyncs it, renames the directory onto
+   ``path`` (``renameat2(RENAME_NOREPLACE)``; with ``overwrite``,
+   ``RENAME_EXCHANGE`` and then removes the old one) and fsyncs the parent;
+   publishes the outcome; barrier; every process returns or raises it.
+
+If any process dies or fails before step 3's rename, nothing appears at
+``path`` and whatever was there stays as it was.
+
+Stale temporary directories: process 0 removes ``<path>.tmpdir.<host>.<pid>.*``
+when ``<host>`` is its own host name and no process ``<pid>`` exists there
+(the process 0 of a job that died). Directories from other hosts are left
+alone (a job on another host may still be writing): remove those by hand once
+no job saving to ``path`` runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import secrets
+import shutil
+import socket
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _codec, _dtypes
+from . import _jaxutil as J
+from . import _tree as T
+from . import _core
+from . import errors as E
+from .errors import Error, InvalidArgumentError
+
+INDEX = "index.cask"
+_TMP = ".tmpdir."
+# Seconds a process waits at a barrier / for process 0's answer.
+BARRIER_TIMEOUT_S = float(os.environ.get("TREECASK_BARRIER_TIMEOUT_S", "600"))
+
+_save_counter = 0
+
+
+def process_file(k: int) -> str:
+    """File name of process k's shard archive inside a checkpoint directory."""
+    return f"process_{k}.cask"
+
+
+def _client():
+    try:
+        from jax._src.distributed import global_state
+    except ImportError:
+        return None
+    return global_state.client
+
+
+def active() -> bool:
+    """True in a jax.distributed job of more than one process (the
+    multi-process save path). Does not import jax or start a backend when
+    jax.distributed was not initialized."""
+    if J.jax_loaded() is None or _client() is None:
+        return False
+    import jax
+
+    return jax.process_count() > 1
+
+
+def shard_key(key_path: str, start: Sequence[int], stop: Sequence[int]) -> str:
+    """The dict key of one box in a process file: "<key path>@<b0>:<e0>,...".
+    (format/vectors/contents.h golden::shard_key, the same convention.)"""
+    return key_path + "@" + ",".join(f"{int(b)}:{int(e)}" for b, e in zip(start, stop))
+
+
+def parse_shard_key(component: str) -> Tuple[str, List[int], List[int]]:
+    kp, _, box = component.rpartition("@")
+    start: List[int] = []
+    stop: List[int] = []
+    if box:
+        for part in box.split(","):
+            b, e = part.split(":")
+            start.append(int(b))
+            stop.append(int(e))
+    return kp, start, stop
+
+
+def _box(index: Tuple[Any, ...], shape: Tuple[int, ...]) -> Tuple[List[int], List[int]]:
+    start, stop = [], []
+    for d, n in enumerate(shape):
+        sl = index[d] if d < len(index) else slice(None)
+        b, e, step = sl.indices(n)
+        if step != 1:
+            raise InvalidArgumentError(f"a shard with step {step} along dimension {d}")
+        start.append(b)
+        stop.append(e)
+    return start, stop
+
+
+def _is_global(x: Any) -> bool:
+    return J.is_jax_array(x) and not getattr(x, "is_fully_addressable", True)
+
+
+# ---- save ------------------------------------------------------------------------------
+
+
+def _leaf_meta(key_path: str, x: Any, ex) -> Tuple[Dict[str, Any], Any]:
+    """(index meta, array whose shards are saved) of a global jax.Array leaf."""
+    metadata: Dict[str, str] = dict(ex.metadata) if ex is not None else {}
+    arr = x
+    if J.is_prng_dtype(x.dtype):
+        import jax
+
+        metadata[J.KEY_IMPL_META] = J.key_impl_name(x)
+        arr = jax.random.key_data(x)
+    name = _dtypes.to_name(np.dtype(arr.dtype), key_path=key_path)
+    ndim = len(arr.shape)
+    logical = list(ex.logical_axes) if ex is not None and ex.logical_axes is not None else []
+    if logical and len(logical) != ndim:
+        logical = []
+    meta = {
+        "value_kind": _codec.ARRAY,
+        "dtype": name,
+        "shape": [int(d) for d in arr.shape],
+        "logical_axes": logical,
+        "sharding": _codec._sharding(ex, x, ndim),
+        "metadata": sorted(metadata.items()),
+    }
+    return meta, arr
+
+
+def _flat_nodes(keys: Sequence[str]) -> list:
+    return [(T.DICT, len(keys), "", tuple(keys))] + [(T.LEAF, 0, "", ())] * len(keys)
+
+
+def _error_text(e: BaseException) -> str:
+    cls = type(e).__name__ if isinstance(e, Error) else "IoError" if isinstance(e, OSError) else "Error"
+    return f"{cls}:{e}"
+
+
+def _raise(text: str, path: str):
+    cls, _, msg = text.partition(":")
+    raise getattr(E, cls, Error)(msg, file=path)
+
+
+def _fsync_dir(d: str) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+
+
+def _renameat2(src: str, dst: str, flags: int) -> bool:
+    """renameat2(2); False when the C library or file system lacks it."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    r = fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags)
+    if r == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, os.strerror(err), dst)
+
+
+def _commit_rename(tmp: str, path: str, overwrite: bool) -> None:
+    """Moves the finished directory `tmp` onto `path`: never replaces an
+    existing path without `overwrite`; with it, swaps atomically
+    (RENAME_EXCHANGE) and removes what was there."""
+    if not os.path.lexists(path):
+        try:
+            if _renameat2(tmp, path, _RENAME_NOREPLACE):
+                return
+        except FileExistsError:
+            if not overwrite:
+                raise E.AlreadyExistsError("the path appeared during the save", file=path) from None
+        else:
+            if os.path.lexists(path):
+                raise E.AlreadyExistsError("the path appeared during the save", file=path)
+            os.rename(tmp, path)
+            return
+    if not overwrite:
+        raise E.AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=path)
+    if _renameat2(tmp, path, _RENAME_EXCHANGE):
+        old = tmp  # now holds what was at `path`
+    else:
+        old = f"{tmp}.old"
+        os.rename(path, old)
+        os.rename(tmp, path)
+    if os.path.isdir(old) and not os.path.islink(old):
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.unlink(old)
+
+
+def clean_stale(path: str) -> List[str]:
+    """Removes the temporary directories of dead saves to `path` (module
+    docstring): ``<path>.tmpdir.<host>.<pid>.<hex>`` with this host's name and
+    no live process <pid>. Returns what it removed."""
+    parent, name = os.path.split(os.path.abspath(path))
+    host = socket.gethostname()
+    prefix = name + _TMP
+    removed = []
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.startswith(prefix):
+            continue
+        parts = entry[len(prefix):].rsplit(".", 2)
+        if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid <= 0:
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # alive (or not ours): leave it
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def save(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], compression: int,
+         overwrite: bool, chunk_size: Optional[int], threads: int, durable: bool,
+         max_part_bytes: Optional[int], shuffle: bool):
+    """The multi-process treecask.save (module docstring). Returns the
+    checkpoint's SaveStats (all files); raises in every process what failed
+    in any (the message names the process)."""
+    global _save_counter
+    import jax
+
+    from ._archive import SaveStats, _with_file
+
+    client = _client()
+    pid, nproc = jax.process_index(), jax.process_count()
+    _save_counter += 1
+    key = f"treecask/save/{_save_counter}"
+    timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
+    p = os.path.abspath(path)
+    md = sorted((metadata or {}).items())
+    md.append(("treecask.processes", str(nproc)))
+
+    nodes, key_paths, objs, extras = T.to_treedef(tree)
+
+    # Step 1: process 0 prepares the temporary directory.
+    if pid == 0:
+        try:
+            if os.path.lexists(p) and not overwrite:
+                raise E.AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=p)
+            if not os.path.isdir(os.path.dirname(p)):
+                raise E.NotFoundError("the parent directory does not exist", file=p)
+            clean_stale(p)
+            tmp = f"{p}{_TMP}{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}"
+            os.mkdir(tmp)
+            answer = "ok:" + tmp
+        except Exception as e:
+            answer = "err:" + _error_text(e)
+        client.key_value_set(key + "/dir", answer)
+    answer = client.blocking_key_value_get(key + "/dir", timeout_ms)
+    if answer.startswith("err:"):
+        _raise(answer[4:], p)
+    tmp = answer[3:]
+
+    # Step 2: every process writes its own shards.
+    try:
+        keys: List[str] = []
+        arrays: List[Any] = []
+        for i, (kp, x, ex) in enumerate(zip(key_paths, objs, extras)):
+            if _is_global(x):
+                _, arr = _leaf_meta(kp, x, ex)
+                for s in arr.addressable_shards:
+                    if s.replica_id != 0:
+                        continue
+                    b, e = _box(s.index, tuple(arr.shape))
+                    keys.append(shard_key(kp, b, e))
+                    arrays.append(np.asarray(s.data))
+            elif pid == 0:
+                keys.append(shard_key(kp, [], []))  # box filled in below from the encoded shape
+                arrays.append(x)
+        # Whole (host) leaves: encode as a single-process save would, box = whole shape.
+        kinds, names, shapes, datas, _ = _codec.encode_all(
+            [k.rpartition("@")[0] for k in keys], arrays, [None] * len(arrays))
+        for j, k in enumerate(keys):
+            if k.endswith("@") and shapes[j] is not None and len(shapes[j]) > 0:
+                keys[j] = shard_key(k[:-1], [0] * len(shapes[j]), list(shapes[j]))
+        order = sorted(range(len(keys)), key=lambda j: keys[j])
+        keys = [keys[j] for j in order]
+        mine = os.path.join(tmp, process_file(pid))
+        st = _core.save(mine, _flat_nodes(keys), [T.escape_key(k) for k in keys], [kinds[j] for j in order],
+                        [names[j] for j in order], [shapes[j] for j in order], [datas[j] for j in order], {},
+                        compression, chunk_size, int(threads), False, bool(durable), [], max_part_bytes,
+                        bool(shuffle))
+        status = "ok:" + json.dumps({k: int(v) for k, v in st.items()})
+    except Exception as e:  # reported to every process; never leaves the others waiting
+        status = "err:" + _error_text(e)
+    client.key_value_set(f"{key}/status/{pid}", status)
+    client.wait_at_barrier(key + "/written", timeout_ms)
+
+    # Step 3: process 0 builds the index from what was written and commits.
+    if pid == 0:
+        try:
+            stats = _commit(p, tmp, client, key, nproc, nodes, key_paths, objs, extras, md, overwrite,
+                            durable, timeout_ms)
+            result = "ok:" + json.dumps(stats)
+        except Exception as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            result = "err:" + _error_text(e)
+        client.key_value_set(key + "/result", result)
+    result = client.blocking_key_value_get(key + "/result", timeout_ms)
+    client.wait_at_barrier(key + "/done", timeout_ms)
+    if result.startswith("err:"):
+        _raise(result[4:], p)
+    return SaveStats(**json.loads(result[3:]))
+
+
+def _commit(p: str, tmp: str, client, key: str, nproc: int, nodes, key_paths, objs, extras, md,
+            overwrite: bool, durable: bool, timeout_ms: int) -> Dict[str, int]:
+    totals = {"file_bytes": 0, "raw_bytes": 0, "stored_bytes": 0, "num_leaves": len(key_paths), "num_blobs": 0}
+    for k in range(nproc):
+        status = client.blocking_key_value_get(f"{key}/status/{k}", timeout_ms)
+        if status.startswith("err:"):
+            cls, _, msg = status[4:].partition(":")
+            raise getattr(E, cls, Error)(f"process {k} failed: {msg}", file=p)
+        st = json.loads(status[3:])
+        for f in ("file_bytes", "stored_bytes", "num_blobs"):
+            totals[f] += int(st[f])
+    # Where each box lives, from the manifests the processes wrote.
+    position = {kp: i for i, kp in enumerate(key_paths)}
+    refs: List[List[Tuple[str, str, List[int], List[int]]]] = [[] for _ in key_paths]
+    whole: Dict[int, Dict[str, Any]] = {}
+    for k in range(nproc):
+        name = process_file(k)
+        a = _core.Archive.open(os.path.join(tmp, name), True, False)
+        for j in range(len(a)):
+            d = a.leaf(j)
+            comp = T.split_path(d["key_path"])
+            kp, b, e = parse_shard_key(comp[0] if len(comp) == 1 else "")
+            i = position.get(kp)
+            if i is None or len(comp) != 1:
+                raise E.CorruptionError(f"{name} holds '{d['key_path']}', which names no leaf of the tree",
+                                        file=os.path.join(p, name))
+            refs[i].append((name, d["key_path"], b, e))
+            if not _is_global(objs[i]):
+                whole[i] = d
+    kinds, names, shapes, datas, more = [], [], [], [], {}
+    empty = np.empty(0, np.uint8)
+    for i, (kp, x, ex) in enumerate(zip(key_paths, objs, extras)):
+        if _is_global(x):
+            meta, _ = _leaf_meta(kp, x, ex)
+        else:  # written whole by this process: its description, plus the tree's annotations
+            meta, _ = _codec.encode(kp, x, ex)
+        if not refs[i]:
+            raise E.CorruptionError("no process wrote any shard of this leaf", file=p, key_path=kp)
+        kinds.append(meta["value_kind"])
+        names.append(meta["dtype"])
+        shapes.append(meta["shape"])
+        datas.append(empty)
+        totals["raw_bytes"] += int(_core.byte_length_for(meta["dtype"], meta["shape"]))
+        more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i])
+    st = _core.save(os.path.join(tmp, INDEX), nodes, key_paths, kinds, names, shapes, datas, more, 0, None, 1,
+                    False, bool(durable), md, None, False)
+    totals["file_bytes"] += int(st["file_bytes"])
+    # The checkpoint must open as a whole (every ShardRef resolves, boxes tile every leaf).
+    _core.ShardedArchive.open(tmp, True, False)
+    if durable:
+        _fsync_dir(tmp)
+    _commit_rename(tmp, p, overwrite)
+    if durable:
+        _fsync_dir(os.path.dirname(p))
+    return totals
+
+
+# ---- restore ---------------------------------------------------------------------------
+
+
+def slice_bounds(index: Any, shape: Tuple[int, ...]) -> Tuple[List[int], List[int], Optional[Tuple[Any, ...]]]:
+    """(start, stop, leftover) of a device's index (a tuple of slices, as
+    jax.make_array_from_callback passes it): leftover is the indexing still
+    to apply to the [start, stop) block (None when it is the block itself)."""
+    index = tuple(index) if isinstance(index, tuple) else (index,)
+    start, stop, rest, plain = [], [], [], True
+    for d, n in enumerate(shape):
+        sl = index[d] if d < len(index) else slice(None)
+        b, e, step = sl.indices(n)
+        if step == 1:
+            start.append(b)
+            stop.append(max(b, e))
+            rest.append(slice(None))
+        else:
+            start.append(0)
+            stop.append(n)
+            rest.append(sl)
+            plain = False
+    return start, stop, None if plain else tuple(rest)
+
+
+def _archive_class():
+    from ._archive import Archive
+
+    return Archive
+
+
+class ShardedCheckpoint(_archive_class()):
+    """A sharded checkpoint directory opened for reading: the same interface
+    as :class:`treecask.Archive` (keys, info, ``[]``, read, read_rows, load,
+    verify), over the *global* arrays. Leaf infos carry the global shape;
+    ``info(k).shards`` lists the saved boxes. Reads go through the C++
+    ShardedArchive: a whole leaf or any hyperslab is assembled from the parts
+    of the saved boxes that intersect it, each read from its shard file
+    straight into the destination array.
+
+    Raises what :class:`treecask.Archive` raises, and CorruptionError when a
+    shard file lacks a box the index names or the boxes do not tile a leaf.
+    """
+
+    def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True):
+        self._path = os.fspath(path)
+        self._raw_infos = None
+        self._treedef_raw = None
+        self._core = None
+        self._sharded = _core.ShardedArchive.open(self._path, verify_checksums, validate_structure)
+        self._core = self._sharded.index
+
+    def close(self) -> None:
+        self._core = None
+        self._sharded = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._sharded.files())} shard files"
+        return f"<treecask.ShardedCheckpoint {self._path!r} ({state})>"
+
+    @property
+    def files(self) -> List[str]:
+        """Names of the shard files the index refers to (sorted)."""
+        return list(self._sharded.files())
+
+    @property
+    def file_size(self) -> int:
+        """Bytes of the index and every shard file together."""
+        s = self._sharded
+        return int(self._c().file_size) + sum(int(s.file(f).file_size) for f in s.files())
+
+    def _infos(self):
+        if self._raw_infos is None:
+            from ._archive import _LeafInfos
+
+            self._c()
+            self._raw_infos = _LeafInfos(self._sharded)
+        return self._raw_infos
+
+    def __getitem__(self, key):
+        i = self._index(key)
+        arr = self._read_array(i, self._infos()[i])
+        arr.flags.writeable = False
+        return arr
+
+    def verify(self) -> List[Error]:
+        """Checks every chunk of every shard file (the tiling of each leaf
+        was checked when the directory was opened): one Error per damaged
+        leaf of a shard file; empty means intact."""
+        self._c()
+        return list(self._sharded.verify())
+
+    def _values(self, first: int, count: int) -> List[Any]:
+        return [self._value(i) for i in range(first, first + count)]
+
+    def _prefetch(self, indices) -> None:
+        return None
+
+    def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
+        self._c()
+        name, shape = d["dtype"], tuple(d["shape"])
+        if name in _dtypes.PACKED:
+            buf = np.empty(int(d["byte_length"]), np.uint8)
+            self._sharded.read(i, buf, verify)
+            return _dtypes.unpack_nibbles(buf, name, shape)
+        out = np.empty(shape, _dtypes.to_numpy(name))
+        self._sharded.read(i, out, verify)
+        return out
+
+    def read_slice(self, key, index: Any = (), *, verify: Optional[bool] = None) -> np.ndarray:
+        """``checkpoint.read(key)[index]`` for NumPy basic indexing with step 1
+        (as :meth:`treecask.Archive.read_slice`) over the *global* array,
+        reading only the saved boxes it intersects and, in each, only the
+        chunks that hold it. int4/uint4 leaves are read whole and sliced.
+        Raises KeyNotFoundError, InvalidArgumentError, ChecksumError."""
+        from ._archive import _basic_box
+
+        i = self._index(key)
+        d = self._infos()[i]
+        shape = tuple(int(s) for s in d["shape"])
+        start, stop, drop = _basic_box(index, shape, self._path, d["key_path"])
+        if d["dtype"] in _dtypes.PACKED:
+            out = self._read_array(i, d, verify)[tuple(slice(b, e) for b, e in zip(start, stop))].copy()
+        else:
+            out = np.empty(tuple(e - b for b, e in zip(start, stop)), _dtypes.to_numpy(d["dtype"]))
+            self._sharded.read_slice(i, list(start), list(stop), out, None, verify)
+        if drop:
+            out = out.reshape(tuple(n for k, n in enumerate(out.shape) if k not in drop))
+        return out
+
+    def _box(self, i: int, start: List[int], stop: List[int]) -> np.ndarray:
+        out = np.empty([e - b for b, e in zip(start, stop)], _dtypes.to_numpy(self._infos()[i]["dtype"]))
+        self._sharded.read_slice(i, start, stop, out)
+        return out
+
+    def _read_rows(self, i: int, d: Dict[str, Any], start: int, stop: int) -> np.ndarray:
+        shape = tuple(d["shape"])
+        if len(shape) == 0:
+            raise InvalidArgumentError("read_rows needs an array of rank >= 1", file=self._path,
+                                       key_path=d["key_path"])
+        if d["dtype"] in _dtypes.PACKED:
+            return self._read_array(i, d)[start:stop].copy()
+        return self._box(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]))
+
+    def _place(self, i: int, sharding: Any) -> Any:
+        """Leaf i as a jax.Array on `sharding`: each addressable device's block
+        is read with one global hyperslab read straight into its buffer."""
+        import jax
+
+        d = self._infos()[i]
+        impl = d["metadata"].get(J.KEY_IMPL_META)
+        shape = tuple(d["shape"])
+        dtype = _dtypes.to_numpy(d["dtype"])
+        packed = d["dtype"] in _dtypes.PACKED
+        cache: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
+
+        def fetch(index):
+            start, stop, rest = slice_bounds(index, shape)
+            k = (tuple(start), tuple(stop))
+            block = cache.get(k)
+            if block is None:
+                if packed:
+                    block = self._read_array(i, d)[tuple(slice(b, e) for b, e in zip(start, stop))]
+                else:
+                    block = np.empty([e - b for b, e in zip(start, stop)], dtype)
+                    self._sharded.read_slice(i, start, stop, block)
+                cache[k] = block
+            return block if rest is None else block[rest]
+
+        data = jax.make_array_from_callback(shape, sharding, fetch, dtype=dtype)
+        # A PRNG key array is saved as its key data (one more, trailing, dimension).
+        return J.wrap_key(data, impl) if impl is not None else data

@@ -1,0 +1,240 @@
+// ShardedArchive: the global view of a sharded checkpoint directory
+// (SPEC.md "Sharded checkpoints").
+#include "treecask/sharded.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace treecask {
+
+namespace {
+
+// One saved box of a leaf, resolved to its shard file and leaf there.
+struct Box {
+  size_t file = 0;  // index into Impl::archives
+  size_t leaf = 0;  // leaf index in that file
+  std::vector<int64_t> start, stop;
+};
+
+std::string box_str(std::span<const int64_t> b, std::span<const int64_t> e) {
+  std::string s = "[";
+  for (size_t d = 0; d < b.size(); ++d) {
+    if (d) s += ", ";
+    s += std::to_string(b[d]) + ":" + std::to_string(e[d]);
+  }
+  return s + "]";
+}
+
+bool overlap(const Box& a, const Box& b) {
+  for (size_t d = 0; d < a.start.size(); ++d)
+    if (std::max(a.start[d], b.start[d]) >= std::min(a.stop[d], b.stop[d])) return false;
+  return true;
+}
+
+}  // namespace
+
+struct ShardedArchive::Impl {
+  std::string dir;
+  Archive index;
+  std::vector<std::string> names;  // sorted shard file names
+  std::vector<Archive> archives;   // same order
+  std::vector<std::vector<Box>> boxes;  // per leaf
+  std::vector<uint64_t> stored;         // per leaf: stored bytes over its boxes
+
+  Error err(ErrorCode code, size_t leaf, const std::string& what) const {
+    return Error(code, (std::filesystem::path(dir) / kShardedIndexName).string(),
+                 leaf < boxes.size() ? index.leaf(leaf).key_path : "", what);
+  }
+
+  // Reads the part [lb, le) of box `b` (coordinates local to the box) into
+  // `dst` with byte strides `dstr`: one Archive::read_slice of the shard
+  // file, which touches and decodes only the chunks the part lies in.
+  void read_part(const Box& b, std::span<const int64_t> lb, std::span<const int64_t> le,
+                 std::span<std::byte> dst, std::span<const int64_t> dstr, Verify verify,
+                 unsigned threads) const {
+    archives[b.file].read_slice(b.leaf, lb, le, dst, dstr, verify, threads);
+  }
+};
+
+bool ShardedArchive::is_sharded(const std::filesystem::path& path) noexcept {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) &&
+         std::filesystem::is_regular_file(path / kShardedIndexName, ec);
+}
+
+ShardedArchive ShardedArchive::open(const std::filesystem::path& dir, const OpenOptions& options) {
+  auto im = std::make_shared<Impl>(Impl{dir.string(), Archive::open(dir / kShardedIndexName, options), {}, {}, {}, {}});
+  const Archive& idx = im->index;
+  const size_t n = idx.size();
+  std::map<std::string, size_t, std::less<>> file_of;
+  std::vector<LeafInfo> infos;
+  infos.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    infos.push_back(idx.leaf(i));
+    for (const auto& r : infos.back().shards) file_of.emplace(r.file, 0);
+  }
+  for (auto& [name, k] : file_of) {
+    k = im->names.size();
+    im->names.push_back(name);
+    im->archives.push_back(Archive::open(dir / name, options));
+  }
+  im->boxes.resize(n);
+  im->stored.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const LeafInfo& li = infos[i];
+    if (li.shards.empty())
+      throw Error(ErrorCode::kCorruption, idx.path(), li.key_path,
+                  "a leaf of a sharded checkpoint's index has no shard references");
+    auto& bx = im->boxes[i];
+    for (const auto& r : li.shards) {
+      size_t f = file_of.find(r.file)->second;
+      const Archive& a = im->archives[f];
+      std::string where = "shard " + box_str(r.start, r.stop) + " in " + r.file + " at '" + r.key_path + "'";
+      auto k = a.find(r.key_path);
+      if (!k) throw Error(ErrorCode::kCorruption, a.path(), li.key_path, where + ": the shard file has no such leaf");
+      LeafInfo s = a.leaf(*k);
+      std::vector<int64_t> want(r.start.size());
+      for (size_t d = 0; d < want.size(); ++d) want[d] = r.stop[d] - r.start[d];
+      if (s.dtype != li.dtype || s.shape != want)
+        throw Error(ErrorCode::kCorruption, a.path(), li.key_path,
+                    where + ": the shard file's leaf is " + std::string(dtype_name(s.dtype)) + " of shape " +
+                        box_str(std::vector<int64_t>(s.shape.size()), s.shape) + ", expected " +
+                        std::string(dtype_name(li.dtype)) + " of shape " +
+                        box_str(std::vector<int64_t>(want.size()), want));
+      im->stored[i] += s.stored_bytes;
+      bx.push_back(Box{f, *k, r.start, r.stop});
+    }
+    for (size_t p = 0; p < bx.size(); ++p)
+      for (size_t q = p + 1; q < bx.size(); ++q)
+        if (overlap(bx[p], bx[q]))
+          throw Error(ErrorCode::kCorruption, idx.path(), li.key_path,
+                      "shard boxes " + box_str(bx[p].start, bx[p].stop) + " and " +
+                          box_str(bx[q].start, bx[q].stop) + " overlap (they must tile the array exactly)");
+  }
+  return ShardedArchive(std::move(im));
+}
+
+const std::string& ShardedArchive::path() const noexcept { return impl_->dir; }
+const Archive& ShardedArchive::index() const noexcept { return impl_->index; }
+size_t ShardedArchive::size() const noexcept { return impl_->index.size(); }
+
+LeafInfo ShardedArchive::leaf(size_t index) const {
+  LeafInfo info = impl_->index.leaf(index);
+  info.stored_bytes = impl_->stored[index];
+  return info;
+}
+
+std::vector<std::string> ShardedArchive::files() const { return impl_->names; }
+
+const Archive& ShardedArchive::file(std::string_view name) const {
+  auto it = std::lower_bound(impl_->names.begin(), impl_->names.end(), name);
+  if (it == impl_->names.end() || *it != name)
+    throw Error(ErrorCode::kNotFound, impl_->dir, "", "no shard file '" + std::string(name) + "' in the index");
+  return impl_->archives[size_t(it - impl_->names.begin())];
+}
+
+void ShardedArchive::read(size_t index, std::span<std::byte> out, Verify verify, unsigned threads) const {
+  LeafInfo info = impl_->index.leaf(index);
+  std::vector<int64_t> start(info.shape.size(), 0);
+  read_slice(index, start, info.shape, out, {}, verify, threads);
+}
+
+void ShardedArchive::read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
+                                std::span<std::byte> out, std::span<const int64_t> out_byte_strides,
+                                Verify verify, unsigned threads) const {
+  const Impl& im = *impl_;
+  if (index >= size())
+    throw Error(ErrorCode::kInvalidArgument, im.dir, "", "leaf index " + std::to_string(index) + " out of range");
+  LeafInfo info = im.index.leaf(index);
+  const size_t rank = info.shape.size();
+  auto bad = [&](ErrorCode c, const std::string& what) { return im.err(c, index, what); };
+  if (start.size() != rank || stop.size() != rank)
+    throw bad(ErrorCode::kInvalidArgument, "start/stop need " + std::to_string(rank) + " entries");
+  std::vector<int64_t> ext(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    if (start[d] < 0 || start[d] > stop[d] || stop[d] > info.shape[d])
+      throw bad(ErrorCode::kInvalidArgument, "slice " + box_str(start, stop) + " is not inside the shape " +
+                                                 box_str(std::vector<int64_t>(rank), info.shape));
+    ext[d] = stop[d] - start[d];
+  }
+  const uint64_t want = byte_length_for(info.dtype, ext);
+  const int bits = dtype_bits(info.dtype);
+  if (bits % 8 != 0) {
+    // int4/uint4: only whole boxes that equal the request, C-contiguous.
+    if (!out_byte_strides.empty())
+      throw bad(ErrorCode::kUnsupported, "strided reads of int4/uint4 leaves are not supported");
+    if (out.size() != want)
+      throw bad(ErrorCode::kShapeMismatch, "out has " + std::to_string(out.size()) + " bytes, the slice " +
+                                               std::to_string(want));
+    for (const Box& b : im.boxes[index])
+      if (std::equal(b.start.begin(), b.start.end(), start.begin(), start.end()) &&
+          std::equal(b.stop.begin(), b.stop.end(), stop.begin(), stop.end())) {
+        im.archives[b.file].read(b.leaf, out, verify);
+        return;
+      }
+    throw bad(ErrorCode::kUnsupported,
+              "an int4/uint4 slice of a sharded leaf must be exactly one saved box " + box_str(start, stop));
+  }
+  const size_t item = size_t(bits / 8);
+  std::vector<int64_t> strides(out_byte_strides.begin(), out_byte_strides.end());
+  if (strides.empty()) {
+    if (out.size() != want)
+      throw bad(ErrorCode::kShapeMismatch, "out has " + std::to_string(out.size()) + " bytes, the slice " +
+                                               box_str(start, stop) + " " + std::to_string(want));
+    strides.resize(rank);
+    int64_t s = int64_t(item);
+    for (size_t d = rank; d-- > 0;) {
+      strides[d] = s;
+      s *= ext[d];
+    }
+  } else if (strides.size() != rank) {
+    throw bad(ErrorCode::kInvalidArgument, "out_byte_strides needs " + std::to_string(rank) + " entries");
+  }
+  if (want == 0) return;
+  uint64_t last = item;
+  for (size_t d = 0; d < rank; ++d) {
+    if (strides[d] < 0) throw bad(ErrorCode::kInvalidArgument, "negative out_byte_strides");
+    last += uint64_t(ext[d] - 1) * uint64_t(strides[d]);
+  }
+  if (last > out.size())
+    throw bad(ErrorCode::kShapeMismatch, "out has " + std::to_string(out.size()) + " bytes; the strided slice needs " +
+                                             std::to_string(last));
+  std::vector<int64_t> lb(rank), le(rank);
+  for (const Box& b : im.boxes[index]) {
+    bool empty = false;
+    uint64_t off = 0, extent = item;
+    for (size_t d = 0; d < rank && !empty; ++d) {
+      int64_t is = std::max(start[d], b.start[d]), ie = std::min(stop[d], b.stop[d]);
+      if (is >= ie) empty = true;
+      lb[d] = is - b.start[d];
+      le[d] = ie - b.start[d];
+      off += uint64_t(is - start[d]) * uint64_t(strides[d]);
+      extent += uint64_t(ie - is - 1) * uint64_t(strides[d]);
+    }
+    if (empty) continue;
+    im.read_part(b, lb, le, out.subspan(off, extent), strides, verify, threads);
+  }
+}
+
+std::vector<Error> ShardedArchive::verify(const std::function<void(uint64_t, uint64_t)>& progress) const {
+  const Impl& im = *impl_;
+  uint64_t all = 0, before = 0;
+  for (const Archive& a : im.archives)
+    for (size_t i = 0; i < a.size(); ++i) all += a.leaf(i).byte_length;
+  std::vector<Error> errors;
+  for (const Archive& a : im.archives) {
+    uint64_t mine = 0;
+    auto cb = [&](uint64_t done, uint64_t total) {
+      mine = total;
+      if (progress) progress(before + done, all);
+    };
+    for (Error& e : a.verify(cb)) errors.push_back(std::move(e));
+    before += mine;
+  }
+  return errors;
+}
+
+}  // namespace treecask

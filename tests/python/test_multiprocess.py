@@ -1,0 +1,264 @@
+"""Multi-process save and restore with jax.distributed, in real processes on
+localhost (SPEC.md "Sharded checkpoints"; docs/python.md "Multi-process").
+
+Each launch starts N child Python processes that call
+``jax.distributed.initialize("127.0.0.1:PORT", num_processes=N, process_id=i)``
+with gloo CPU collectives and ``jax_num_cpu_devices`` devices each; the child
+code is CHILD below. Scenarios are batched per launch: a process costs about
+2 s to start.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import treecask
+from treecask import _distributed
+
+pytest.importorskip("jax")
+
+CHILD = textwrap.dedent(
+    r'''
+    import os, sys
+    port, nproc, pid, ndev, scenario, root = sys.argv[1:7]
+    nproc, pid, ndev = int(nproc), int(pid), int(ndev)
+    os.environ.pop("XLA_FLAGS", None)
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_num_cpu_devices", ndev)
+    if nproc > 1:
+        jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid)
+    import numpy as np
+    import treecask
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    W = np.arange(64, dtype=np.float32).reshape(8, 8) * 0.5
+    REP = (np.arange(15, dtype=np.int32) * 3).reshape(5, 3)
+    HOST = np.arange(4.0)
+
+    def mesh(shape):
+        assert len(jax.devices()) == shape[0] * shape[1]
+        return Mesh(np.array(jax.devices()).reshape(shape), ("x", "y"))
+
+    def global_array(value, sharding):
+        return jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])
+
+    def check(arr, want):
+        assert arr.shape == want.shape and arr.dtype == want.dtype, (arr.shape, arr.dtype, want.shape)
+        assert len(arr.addressable_shards) == ndev
+        for s in arr.addressable_shards:
+            np.testing.assert_array_equal(np.asarray(s.data), want[s.index])
+
+    def restore_and_check(path, m, spec, step):
+        sh = {"params": {"w": NamedSharding(m, spec), "rep": NamedSharding(m, P())}}
+        tree = treecask.load(path, shardings=sh)
+        check(tree["params"]["w"], W)
+        assert tree["params"]["w"].sharding.spec == spec
+        check(tree["params"]["rep"], REP)
+        assert tree["step"] == step and isinstance(tree["step"], int)
+        np.testing.assert_array_equal(tree["host"], HOST)
+        # As plain NumPy, in every process.
+        plain = treecask.load(path)
+        np.testing.assert_array_equal(plain["params"]["w"], W)
+        np.testing.assert_array_equal(plain["params"]["rep"], REP)
+
+    if scenario == "save":  # 2 processes x 4 devices
+        m = mesh((4, 2))
+        tree = {"params": {"w": global_array(W, NamedSharding(m, P("x", "y"))),
+                           "rep": global_array(REP, NamedSharding(m, P()))},
+                "step": 7, "host": HOST}
+        treecask.save(root + "/arrays", {"w": tree["params"]["w"], "rep": tree["params"]["rep"]})
+        st = treecask.save(root + "/ckpt", tree, metadata={"run": "mp"})
+        assert st.num_leaves == 4 and st.raw_bytes == W.nbytes + REP.nbytes + 8 + HOST.nbytes, st
+        try:
+            treecask.save(root + "/ckpt", tree)
+            raise SystemExit("expected AlreadyExistsError")
+        except treecask.AlreadyExistsError as e:
+            assert "ckpt" in str(e)
+        tree["step"] = 8
+        treecask.save(root + "/ckpt", tree, overwrite=True, metadata={"run": "mp"})
+        restore_and_check(root + "/ckpt", m, P("x", "y"), 8)
+        # The single-file archive the test wrote, placed onto this job's mesh.
+        single = treecask.load(root + "/single.cask", shardings=NamedSharding(m, P("x", "y")))
+        check(single["w"], W)
+    elif scenario == "restore_1x8":
+        restore_and_check(root + "/ckpt", mesh((2, 4)), P(None, "y"), 8)
+    elif scenario == "restore_4x2":
+        m = mesh((8, 1))
+        restore_and_check(root + "/ckpt", m, P("x", "y"), 8)
+        single = treecask.load(root + "/single.cask", shardings=NamedSharding(m, P("x", None)))
+        check(single["w"], W)
+    elif scenario == "kill":  # 2 x 4: a good save, then one that process 1 dies in
+        m = mesh((4, 2))
+        tree = {"params": {"w": global_array(W, NamedSharding(m, P("x", "y"))),
+                           "rep": global_array(REP, NamedSharding(m, P()))},
+                "step": 1, "host": HOST}
+        treecask.save(root + "/prev", tree)
+        big = np.ones((4096, 4096), np.float32)
+        tree["big"] = jax.make_array_from_callback(big.shape, NamedSharding(m, P("x", "y")), lambda idx: big[idx])
+        print("BIG", flush=True)
+        treecask.save(root + "/next", tree)
+        print("SAVED", flush=True)
+    print("CHILD OK", pid, flush=True)
+    '''
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(tmp_path, scenario: str, nproc: int, ndev: int):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    port = _free_port()
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["JAX_PLATFORMS"] = "cpu"
+    env["TREECASK_BARRIER_TIMEOUT_S"] = "120"
+    return [
+        subprocess.Popen([sys.executable, str(script), str(port), str(nproc), str(i), str(ndev), scenario,
+                          str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for i in range(nproc)
+    ]
+
+
+def _run(tmp_path, scenario: str, nproc: int, ndev: int, timeout: float = 180) -> None:
+    procs = _start(tmp_path, scenario, nproc, ndev)
+    outs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            outs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for i, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"CHILD OK {i}" in out, f"{scenario} process {i} (rc {p.returncode}):\n{out}"
+
+
+W = np.arange(64, dtype=np.float32).reshape(8, 8) * 0.5
+REP = (np.arange(15, dtype=np.int32) * 3).reshape(5, 3)
+
+
+def test_two_process_save_restores_on_other_topologies(tmp_path):
+    treecask.save(tmp_path / "single.cask", {"w": W})
+    _run(tmp_path, "save", 2, 4)
+    ckpt = tmp_path / "ckpt"
+    assert sorted(os.listdir(ckpt)) == ["index.cask", "process_0.cask", "process_1.cask"]
+    assert not glob.glob(str(tmp_path / "ckpt.tmpdir.*"))  # the overwritten one and the temporaries are gone
+
+    # Each process file holds only its own shards, one copy of each: process 0
+    # (devices 0-3: mesh rows 0-1) the top half of w, the replicated array, the
+    # scalar and the host array; process 1 only the bottom half of w.
+    p0 = treecask.open(ckpt / "process_0.cask")
+    p1 = treecask.open(ckpt / "process_1.cask")
+    assert sorted(p0.keys()) == sorted([
+        "params~1w@0:2,0:4", "params~1w@0:2,4:8", "params~1w@2:4,0:4", "params~1w@2:4,4:8",
+        "params~1rep@0:5,0:3", "step@", "host@0:4"])
+    assert sorted(p1.keys()) == sorted([
+        "params~1w@4:6,0:4", "params~1w@4:6,4:8", "params~1w@6:8,0:4", "params~1w@6:8,4:8"])
+    raw = {f: sum(a.info(k).byte_length for k in a.keys()) for f, a in (("p0", p0), ("p1", p1))}
+    assert raw["p0"] == W.nbytes // 2 + REP.nbytes + 8 + 32
+    assert raw["p1"] == W.nbytes // 2
+    np.testing.assert_array_equal(p1["params~1w@6:8,4:8"], W[6:8, 4:8])
+
+    # The directory reads as one checkpoint, in this (single) process, as NumPy.
+    with treecask.open(ckpt) as c:
+        assert isinstance(c, _distributed.ShardedCheckpoint)
+        assert c.format_version == (3, 0)
+        assert c.metadata["run"] == "mp" and c.metadata["treecask.processes"] == "2"
+        info = c.info("params/w")
+        assert info.shape == (8, 8) and info.sharding.spec == (("x",), ("y",))
+        assert c.verify() == []
+        np.testing.assert_array_equal(c.read_slice("params/w", (slice(1, 7), slice(3, 6))), W[1:7, 3:6])
+        np.testing.assert_array_equal(c.read_slice("params/w", (5, slice(2, None))), W[5, 2:])
+        np.testing.assert_array_equal(c.read_rows("params/w", 3, 5), W[3:5])
+    plain = treecask.load(ckpt)
+    np.testing.assert_array_equal(plain["params"]["w"], W)
+    np.testing.assert_array_equal(plain["params"]["rep"], REP)
+    assert plain["step"] == 8
+
+    # The CLI reads the directory: ls shows global shapes, verify checks every
+    # shard file, export assembles whole tensors.
+    cli = os.environ.get("TREECASK_CLI")
+    if cli:
+        ls = subprocess.run([cli, "ls", str(ckpt)], capture_output=True, text=True, check=True).stdout
+        assert "params/w" in ls and "[8,8]" in ls and "shards:8" in ls and "shards:1" in ls, ls
+        ver = subprocess.run([cli, "verify", str(ckpt)], capture_output=True, text=True)
+        assert ver.returncode == 0 and "OK: 4 leaves in 2 shard files" in ver.stdout, ver
+        out = tmp_path / "arrays.safetensors"
+        subprocess.run([cli, "export", str(tmp_path / "arrays"), str(out)], capture_output=True, check=True)
+        from safetensors.numpy import load_file
+
+        got = load_file(str(out))
+        np.testing.assert_array_equal(got["w"], W)
+        np.testing.assert_array_equal(got["rep"], REP)
+        # Damage one shard file's bytes: verify names the file and the leaf.
+        p1 = ckpt / "process_1.cask"
+        blob = bytearray(p1.read_bytes())
+        at = blob.find(W[6:8, 4:8].tobytes())
+        assert at > 0
+        blob[at] ^= 0xFF
+        damaged = tmp_path / "damaged"
+        damaged.mkdir()
+        for f in os.listdir(ckpt):
+            (damaged / f).write_bytes(blob if f == "process_1.cask" else (ckpt / f).read_bytes())
+        ver = subprocess.run([cli, "verify", str(damaged)], capture_output=True, text=True)
+        assert ver.returncode == 5 and "process_1.cask" in ver.stdout and "params~1w@6:8,4:8" in ver.stdout, ver
+
+    # Other topologies: 1 process x 8 devices on (2, 4) with P(None, "y");
+    # 4 processes x 2 devices on (8, 1).
+    _run(tmp_path, "restore_1x8", 1, 8)
+    _run(tmp_path, "restore_4x2", 4, 2)
+
+
+def test_a_process_killed_mid_save_leaves_no_checkpoint(tmp_path):
+    procs = _start(tmp_path, "kill", 2, 4)
+    try:
+        # Wait until process 0 has created the temporary directory of the
+        # second save (both processes are writing their shards), then SIGKILL
+        # process 1.
+        deadline = time.monotonic() + 150
+        while not glob.glob(str(tmp_path / "next.tmpdir.*")):
+            assert time.monotonic() < deadline, "the second save never started"
+            assert procs[0].poll() is None and procs[1].poll() is None, procs[0].communicate()[0]
+            time.sleep(0.005)
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait()
+        # Process 0 now waits for process 1 (barrier); nothing may appear.
+        time.sleep(1.0)
+        assert not (tmp_path / "next").exists()
+        procs[0].send_signal(signal.SIGKILL)
+        out0 = procs[0].communicate()[0]
+        assert "SAVED" not in out0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert not (tmp_path / "next").exists()
+    stale = glob.glob(str(tmp_path / "next.tmpdir.*"))
+    assert len(stale) == 1
+    # The previous checkpoint is intact and restores.
+    prev = treecask.load(tmp_path / "prev")
+    np.testing.assert_array_equal(prev["params"]["w"], W)
+    assert prev["step"] == 1
+    # The next save to that path removes the dead job's temporary directory
+    # (its process 0 is gone); a live one's would be kept.
+    assert _distributed.clean_stale(str(tmp_path / "next")) == [os.path.basename(stale[0])]
+    assert not glob.glob(str(tmp_path / "next.tmpdir.*"))
