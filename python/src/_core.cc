@@ -527,6 +527,21 @@ NB_MODULE(_core, m) {
                             "unsupported dtype '" + dtype + "'");
     return treecask::byte_length_for(*dt, shape);
   });
+  // The one commit path (include/treecask/commit.h), for the multi-process directory commit.
+  m.def(
+      "publish",
+      [](const std::string& tmp, const std::string& path, bool overwrite, bool durable, const std::string& file) {
+        nb::gil_scoped_release release;
+        treecask::publish(tmp, path, overwrite, durable, file);
+      },
+      "tmp"_a, "path"_a, "overwrite"_a, "durable"_a, "file"_a);
+  m.def(
+      "sync_path",
+      [](const std::string& p, const std::string& file) {
+        nb::gil_scoped_release release;
+        treecask::sync_path(p, file);
+      },
+      "path"_a, "file"_a);
   m.def("escape_key", &treecask::escape_key);
   m.def("join_key_path", &treecask::join_key_path);
   m.def("split_key_path", [](const std::string& p) { return treecask::split_key_path(p); });

@@ -43,8 +43,6 @@ no job saving to ``path`` runs.
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import json
 import os
 import secrets
@@ -167,64 +165,6 @@ def _error_text(e: BaseException) -> str:
 def _raise(text: str, path: str):
     cls, _, msg = text.partition(":")
     raise getattr(E, cls, Error)(msg, file=path)
-
-
-def _fsync_dir(d: str) -> None:
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-_AT_FDCWD = -100
-_RENAME_NOREPLACE = 1
-_RENAME_EXCHANGE = 2
-
-
-def _renameat2(src: str, dst: str, flags: int) -> bool:
-    """renameat2(2); False when the C library or file system lacks it."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    r = fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags)
-    if r == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL):
-        return False
-    raise OSError(err, os.strerror(err), dst)
-
-
-def _commit_rename(tmp: str, path: str, overwrite: bool) -> None:
-    """Moves the finished directory `tmp` onto `path`: never replaces an
-    existing path without `overwrite`; with it, swaps atomically
-    (RENAME_EXCHANGE) and removes what was there."""
-    if not os.path.lexists(path):
-        try:
-            if _renameat2(tmp, path, _RENAME_NOREPLACE):
-                return
-        except FileExistsError:
-            if not overwrite:
-                raise E.AlreadyExistsError("the path appeared during the save", file=path) from None
-        else:
-            if os.path.lexists(path):
-                raise E.AlreadyExistsError("the path appeared during the save", file=path)
-            os.rename(tmp, path)
-            return
-    if not overwrite:
-        raise E.AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=path)
-    if _renameat2(tmp, path, _RENAME_EXCHANGE):
-        old = tmp  # now holds what was at `path`
-    else:
-        old = f"{tmp}.old"
-        os.rename(path, old)
-        os.rename(tmp, path)
-    if os.path.isdir(old) and not os.path.islink(old):
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.unlink(old)
 
 
 def clean_stale(path: str) -> List[str]:
@@ -403,10 +343,10 @@ def _commit(p: str, tmp: str, client, key: str, nproc: int, nodes, key_paths, ob
     # The checkpoint must open as a whole (every ShardRef resolves, boxes tile every leaf).
     _core.ShardedArchive.open(tmp, True, False)
     if durable:
-        _fsync_dir(tmp)
-    _commit_rename(tmp, p, overwrite)
-    if durable:
-        _fsync_dir(os.path.dirname(p))
+        _core.sync_path(tmp, p)
+    # The one commit path of the core (include/treecask/commit.h): RENAME_NOREPLACE, or with
+    # overwrite RENAME_EXCHANGE and removal of the old directory; then the parent's fsync.
+    _core.publish(tmp, p, bool(overwrite), bool(durable), p)
     return totals
 
 
