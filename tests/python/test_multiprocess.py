@@ -109,6 +109,20 @@ CHILD = textwrap.dedent(
         print("BIG", flush=True)
         treecask.save(root + "/next", tree)
         print("SAVED", flush=True)
+    elif scenario == "manager":  # 2 x 2: a CheckpointManager called the same way in every process
+        from jax.experimental import multihost_utils
+        m = mesh((2, 2))
+        with treecask.CheckpointManager(root + "/run", max_to_keep=2) as mngr:
+            for step in range(4):
+                w = global_array(W * step, NamedSharding(m, P("x", "y")))
+                assert mngr.save(step, {"w": w, "step": step}, metrics={"loss": 10.0 - step})
+            mngr.wait_until_finished()
+            multihost_utils.sync_global_devices("retention done")  # process 0 deletes
+            assert mngr.all_steps() == [2, 3] and mngr.latest_step() == 3, mngr.all_steps()
+            assert mngr.metrics(3) == {"loss": 7.0} and mngr.best_step() == 3
+            got = mngr.restore(shardings={"w": NamedSharding(m, P(None, "y"))})
+            check(got["w"], W * 3)
+            assert got["step"] == 3
     print("CHILD OK", pid, flush=True)
     '''
 )
@@ -262,3 +276,18 @@ def test_a_process_killed_mid_save_leaves_no_checkpoint(tmp_path):
     # (its process 0 is gone); a live one's would be kept.
     assert _distributed.clean_stale(str(tmp_path / "next")) == [os.path.basename(stale[0])]
     assert not glob.glob(str(tmp_path / "next.tmpdir.*"))
+
+
+def test_checkpoint_manager_in_every_process(tmp_path):
+    """CheckpointManager called the same way in both processes of a job: each step is a sharded
+    checkpoint directory, retention (process 0) keeps the newest two, every process restores the
+    latest onto its own devices, and a later single process reads the same directory."""
+    _run(tmp_path, "manager", 2, 2)
+    run = tmp_path / "run"
+    assert sorted(os.listdir(run)) == ["step_00000002.cask", "step_00000003.cask"]
+    assert sorted(os.listdir(run / "step_00000003.cask")) == ["index.cask", "process_0.cask", "process_1.cask"]
+    with treecask.CheckpointManager(run) as mngr:
+        assert mngr.all_steps() == [2, 3] and mngr.metrics(2) == {"loss": 8.0}
+        got = mngr.restore()
+        np.testing.assert_array_equal(got["w"], W * 3)
+        assert got["step"] == 3
