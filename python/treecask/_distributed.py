@@ -109,18 +109,6 @@ def parse_shard_key(component: str) -> Tuple[str, List[int], List[int]]:
     return kp, start, stop
 
 
-def _box(index: Tuple[Any, ...], shape: Tuple[int, ...]) -> Tuple[List[int], List[int]]:
-    start, stop = [], []
-    for d, n in enumerate(shape):
-        sl = index[d] if d < len(index) else slice(None)
-        b, e, step = sl.indices(n)
-        if step != 1:
-            raise InvalidArgumentError(f"a shard with step {step} along dimension {d}")
-        start.append(b)
-        stop.append(e)
-    return start, stop
-
-
 def _is_global(x: Any) -> bool:
     return J.is_jax_array(x) and not getattr(x, "is_fully_addressable", True)
 
@@ -220,6 +208,8 @@ def save(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], compres
     md = sorted((metadata or {}).items())
     md.append(("treecask.processes", str(nproc)))
 
+    from ._archive import _index_box  # _archive imports this module
+
     nodes, key_paths, objs, extras = T.to_treedef(tree)
 
     # Step 1: process 0 prepares the temporary directory.
@@ -251,7 +241,7 @@ def save(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], compres
                 for s in arr.addressable_shards:
                     if s.replica_id != 0:
                         continue
-                    b, e = _box(s.index, tuple(arr.shape))
+                    b, e = _index_box(s.index, tuple(arr.shape))
                     keys.append(shard_key(kp, b, e))
                     arrays.append(np.asarray(s.data))
             elif pid == 0:

@@ -35,7 +35,7 @@ int run_info(const std::string& file, bool json);
 int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json);
 int run_verify(const std::string& file);
 // Sharded checkpoint directories (SPEC.md "Sharded checkpoints"): run_info,
-// run_ls, run_verify and run_export hand a directory to these.
+// run_ls and run_verify hand a directory to these (run_export reads one itself).
 int run_verify_sharded(const std::string& dir);
 
 struct GetOptions {
@@ -67,9 +67,6 @@ struct ExportOptions {
   std::optional<std::string> max_shard_size;
 };
 int run_export(const ExportOptions& options);
-// export of a sharded checkpoint directory: every global array assembled
-// from its boxes (src/cli/sharded.cc).
-int run_export_sharded(const ExportOptions& options);
 
 // Hugging Face layouts (src/cli/hf.h). is_hf_input: `input` is a directory or
 // a *.safetensors.index.json, which run_import hands to run_import_hf.

@@ -87,13 +87,6 @@ Imported from_npz(const NpzFile& npz) {
   return out;
 }
 
-// A dict of leaves only: export names its tensors by the dict keys verbatim.
-bool is_flat_dict(const TreeDef& def) {
-  if (def.empty() || def[0].kind != NodeKind::kDict || def.size() != def[0].arity + 1) return false;
-  return std::all_of(def.begin() + 1, def.end(),
-                     [](const TreeNode& n) { return n.kind == NodeKind::kLeaf; });
-}
-
 }  // namespace
 
 int run_import(const ImportOptions& options) {
@@ -132,16 +125,24 @@ int run_import(const ImportOptions& options) {
   return kExitOk;
 }
 
-int run_export(const ExportOptions& options) {
-  if (options.max_shard_size) return run_export_hf(options);
-  if (ShardedArchive::is_sharded(options.file)) return run_export_sharded(options);
-  Archive archive = Archive::open(options.file);
-  const bool flat = is_flat_dict(archive.treedef());
+namespace {
+
+// Writes leaves 0..n-1 of `reader` (an Archive, or the ShardedArchive of a
+// checkpoint directory: both have size(), leaf(i)) as the one safetensors file
+// options.output, committed atomically: names are the flat dict's keys or the
+// key paths, the archive metadata becomes __metadata__. `stream(i, sink)`
+// hands leaf i's bytes to sink in order. Throws Error(kUnsupported) for
+// scalar/str leaves, dtypes safetensors lacks, bad names or metadata (SPEC of
+// safetensors: unique names, header <= 100 MB); what the reader throws.
+template <class Reader, class Stream>
+int export_safetensors_file(const ExportOptions& options, const Reader& reader, const TreeDef& def,
+                            const KeyValues& metadata, Stream stream, const std::string& source) {
+  const bool flat = is_flat_dict(def);
   std::vector<SafetensorsTensor> tensors;
   std::set<std::string> names;
   uint64_t offset = 0;
-  for (size_t i = 0; i < archive.size(); ++i) {
-    const LeafInfo info = archive.leaf(i);
+  for (size_t i = 0; i < reader.size(); ++i) {
+    const LeafInfo info = reader.leaf(i);
     auto unsupported = [&](const std::string& why) {
       return Error(ErrorCode::kUnsupported, options.file, info.key_path, why);
     };
@@ -153,7 +154,7 @@ int run_export(const ExportOptions& options) {
                         " has no safetensors equivalent");
     }
     SafetensorsTensor t;
-    t.name = flat ? archive.treedef()[0].keys[i] : info.key_path;
+    t.name = flat ? def[0].keys[i] : info.key_path;
     if (t.name.empty()) {
       throw unsupported("the archive is a single unnamed array; safetensors needs tensor names");
     }
@@ -168,7 +169,6 @@ int run_export(const ExportOptions& options) {
     offset = t.end;
     tensors.push_back(std::move(t));
   }
-  const KeyValues& metadata = archive.metadata();
   std::set<std::string> meta_keys;
   for (const auto& kv : metadata) {
     if (!meta_keys.insert(kv.first).second) {
@@ -193,8 +193,8 @@ int run_export(const ExportOptions& options) {
   out.write(header);
   Progress progress("export", offset);
   uint64_t done = 0;
-  for (size_t i = 0; i < archive.size(); ++i) {
-    for_each_leaf_piece(archive, i, [&](std::span<const std::byte> piece) {
+  for (size_t i = 0; i < reader.size(); ++i) {
+    stream(i, [&](std::span<const std::byte> piece) {
       out.write(piece);
       done += piece.size();
       progress.update(done);
@@ -203,9 +203,35 @@ int run_export(const ExportOptions& options) {
   progress.finish();
   out.commit();
   std::cout << "wrote " << options.output << ": " << tensors.size()
-            << (tensors.size() == 1 ? " tensor, " : " tensors, ") << offset
-            << " data bytes, " << out.bytes_written() << " file bytes\n";
+            << (tensors.size() == 1 ? " tensor, " : " tensors, ") << offset << " data bytes" << source
+            << ", " << out.bytes_written() << " file bytes\n";
   return kExitOk;
+}
+
+}  // namespace
+
+int run_export(const ExportOptions& options) {
+  if (options.max_shard_size) return run_export_hf(options);
+  if (ShardedArchive::is_sharded(options.file)) {
+    // A checkpoint directory (SPEC.md "Sharded checkpoints"): each global
+    // array is assembled from its boxes, one leaf at a time, so peak memory
+    // is the largest leaf.
+    ShardedArchive s = ShardedArchive::open(options.file);
+    std::vector<std::byte> buf;
+    const std::string source = " from " + std::to_string(s.files().size()) + " shard files";
+    return export_safetensors_file(
+        options, s, s.index().treedef(), s.index().metadata(),
+        [&](size_t i, auto&& sink) {
+          buf.resize(s.leaf(i).byte_length);
+          s.read(i, buf);
+          sink(std::span<const std::byte>(buf));
+        },
+        source);
+  }
+  Archive archive = Archive::open(options.file);
+  return export_safetensors_file(
+      options, archive, archive.treedef(), archive.metadata(),
+      [&](size_t i, auto&& sink) { for_each_leaf_piece(archive, i, sink); }, "");
 }
 
 // ---- Hugging Face layouts (hf.h): a directory or *.safetensors.index.json in,

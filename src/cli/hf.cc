@@ -280,13 +280,6 @@ SafetensorsImport import_single(const std::string& path, const std::string& outp
   return out;
 }
 
-// A dict of leaves only: tensors are named by the dict keys verbatim.
-bool is_flat_dict(const TreeDef& def) {
-  if (def.empty() || def[0].kind != NodeKind::kDict || def.size() != def[0].arity + 1) return false;
-  return std::all_of(def.begin() + 1, def.end(),
-                     [](const TreeNode& n) { return n.kind == NodeKind::kLeaf; });
-}
-
 std::string shard_name(size_t i, size_t n) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -84,6 +85,13 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+}
+
+// A dict of leaves only: tensors are named by the dict keys verbatim.
+bool is_flat_dict(const TreeDef& def) {
+  if (def.empty() || def[0].kind != NodeKind::kDict || def.size() != def[0].arity + 1) return false;
+  return std::all_of(def.begin() + 1, def.end(),
+                     [](const TreeNode& n) { return n.kind == NodeKind::kLeaf; });
 }
 
 // ---- OutputFile ---------------------------------------------------------------

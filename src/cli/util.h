@@ -40,6 +40,10 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// True when `def` is a dict of leaves only: export and the Hugging Face layout
+// name tensors by the dict's keys verbatim (else by key paths).
+bool is_flat_dict(const TreeDef& def);
+
 // An output file written to treecask::temporary_path(path) in the same directory
 // and published onto `path` by commit() after fsync (treecask::publish: the
 // commit path save() uses, SPEC.md "Atomic commit"), so `path` is either
