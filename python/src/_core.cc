@@ -50,6 +50,16 @@ namespace {
 
 using ByteView = nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>, nb::c_contig>;
 
+// Archive::open / ShardedArchive::open with the two OpenOptions flags, GIL released.
+template <class T>
+T open_with(const std::string& path, bool verify_checksums, bool validate_structure) {
+  treecask::OpenOptions o;
+  o.verify_checksums = verify_checksums;
+  o.validate_structure = validate_structure;
+  nb::gil_scoped_release release;
+  return T::open(path, o);
+}
+
 // ---- errors -------------------------------------------------------------------
 
 // A Python exception instance for `e`, built by treecask.errors._from_core.
@@ -624,13 +634,7 @@ NB_MODULE(_core, m) {
   nb::class_<treecask::Archive>(m, "Archive")
       .def_static(
           "open",
-          [](const std::string& path, bool verify_checksums, bool validate_structure) {
-            treecask::OpenOptions o;
-            o.verify_checksums = verify_checksums;
-            o.validate_structure = validate_structure;
-            nb::gil_scoped_release release;
-            return treecask::Archive::open(path, o);
-          },
+          &open_with<treecask::Archive>,
           "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true)
       .def_prop_ro("path", &treecask::Archive::path)
       .def_prop_ro("file_size", &treecask::Archive::file_size)
@@ -836,13 +840,7 @@ NB_MODULE(_core, m) {
   nb::class_<treecask::ShardedArchive>(m, "ShardedArchive")
       .def_static(
           "open",
-          [](const std::string& path, bool verify_checksums, bool validate_structure) {
-            treecask::OpenOptions o;
-            o.verify_checksums = verify_checksums;
-            o.validate_structure = validate_structure;
-            nb::gil_scoped_release release;
-            return treecask::ShardedArchive::open(path, o);
-          },
+          &open_with<treecask::ShardedArchive>,
           "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true)
       .def_prop_ro("path", &treecask::ShardedArchive::path)
       .def_prop_ro("index", [](const treecask::ShardedArchive& s) { return s.index(); })
