@@ -247,16 +247,6 @@ def render(results: Dict[str, List[Dict[str, Any]]], meta: Dict[str, Any]) -> st
     return "\n".join(lines)
 
 
-def write_doc(out: Path, section: str) -> None:
-    begin, end = "<!-- manager:begin -->", "<!-- manager:end -->"
-    text = out.read_text() if out.exists() else ""
-    if begin not in text or end not in text:
-        text = text.rstrip("\n") + f"\n\n{begin}\n{end}\n"
-    a, rest = text.split(begin, 1)
-    _, b = rest.split(end, 1)
-    out.write_text(a + begin + "\n" + section.rstrip("\n") + "\n" + end + b)
-
-
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         import warnings
@@ -288,7 +278,7 @@ def main() -> None:
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     section = render(results, meta)
     if args.out:
-        write_doc(args.out, section)
+        P.write_doc(args.out, section, marker="manager")
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         print(section)

@@ -1347,8 +1347,10 @@ Benchmark dependencies (pinned): `bench/requirements.txt`.
 """
 
 
-def write_doc(out: Path, section: str) -> None:
-    begin, end = "<!-- peers:begin -->", "<!-- peers:end -->"
+def write_doc(out: Path, section: str, marker: str = "peers") -> None:
+    """Replaces the text between `<!-- {marker}:begin -->` and `<!-- {marker}:end -->`
+    in `out` (appending the pair when missing) with `section`."""
+    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
     text = out.read_text() if out.exists() else INTRO + f"{begin}\n{end}\n"
     if begin not in text or end not in text:
         text = text.rstrip("\n") + f"\n\n{begin}\n{end}\n"

@@ -546,6 +546,13 @@ NB_MODULE(_core, m) {
       },
       "tmp"_a, "path"_a, "overwrite"_a, "durable"_a, "file"_a);
   m.def(
+      "remove_stale_temporaries",
+      [](const std::string& path) {
+        nb::gil_scoped_release release;
+        treecask::remove_stale_temporaries(path);
+      },
+      "path"_a);
+  m.def(
       "sync_path",
       [](const std::string& p, const std::string& file) {
         nb::gil_scoped_release release;

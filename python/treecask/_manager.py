@@ -47,7 +47,7 @@ METRICS_KEY = "treecask.metrics"
 _STEP_RE = re.compile(r"step_([0-9]+)\.cask")
 # Temporaries of a step: the C++ writer's "<name>.tmp.<pid>.<hex8>" (SPEC.md
 # "Atomic commit") and a step directory being deleted, "<name>.tmp.<pid>.deleting".
-_TMP_RE = re.compile(r"step_[0-9]+\.cask\.tmp\.([0-9]+)\..*")
+_TMP_RE = re.compile(r"(step_[0-9]+\.cask)\.tmp\.[0-9]+\..*")
 _SAVE_OPTIONS = frozenset({"compression", "shuffle", "durable", "chunk_size", "metadata", "threads",
                            "max_part_bytes"})
 
@@ -111,42 +111,20 @@ def _remove_entry(path: str) -> None:
         pass
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def sweep_temporaries(directory: PathLike) -> List[str]:
+def sweep_temporaries(directory: PathLike) -> None:
     """Removes the temporaries of crashed saves of any step in ``directory``
     (``step_<n>.cask.tmp.<pid>.<anything>`` whose process ``<pid>`` no longer
-    exists: the rule of SPEC.md "Atomic commit", applied to every step rather
-    than one path). Returns the names removed. Single-host rule: in a
-    multi-process job the manager does not call it (a pid means nothing on
-    another host)."""
-    removed = []
+    exists): the core's rule of SPEC.md "Atomic commit"
+    (``treecask::remove_stale_temporaries``), applied to every step that has
+    a temporary rather than to one path. Single-host rule: in a multi-process
+    job the manager does not call it (a pid means nothing on another host)."""
     try:
         entries = os.listdir(directory)
     except FileNotFoundError:
-        return removed
-    for name in entries:
-        m = _TMP_RE.fullmatch(name)
-        if m is None or _pid_alive(int(m.group(1))):
-            continue
-        p = os.path.join(directory, name)
-        try:
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p)
-            else:
-                os.unlink(p)
-            removed.append(name)
-        except FileNotFoundError:
-            pass
-    return removed
+        return
+    steps = {m.group(1) for m in map(_TMP_RE.fullmatch, entries) if m is not None}
+    for name in sorted(steps):
+        _core.remove_stale_temporaries(os.path.join(directory, name))
 
 
 def _json_default(x: Any) -> Any:
