@@ -188,34 +188,101 @@ def clean_stale(path: str) -> List[str]:
     return removed
 
 
-def save(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], compression: int,
-         overwrite: bool, chunk_size: Optional[int], threads: int, durable: bool,
-         max_part_bytes: Optional[int], shuffle: bool):
-    """The multi-process treecask.save (module docstring). Returns the
-    checkpoint's SaveStats (all files); raises in every process what failed
-    in any (the message names the process)."""
+class _Save:
+    """One multi-process save: everything taken from the caller's tree in the
+    caller's thread (:func:`prepare`), so that :func:`run` -- the collective
+    protocol, on any thread -- never touches the tree again."""
+
+    __slots__ = ("path", "key", "pid", "nproc", "nodes", "key_paths", "metas", "is_global", "md",
+                 "keys", "kinds", "names", "shapes", "datas", "options")
+
+
+def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], compression: int,
+            overwrite: bool, chunk_size: Optional[int], threads: int, durable: bool,
+            max_part_bytes: Optional[int], shuffle: bool, snapshot: bool = False) -> _Save:
+    """The caller's half of a multi-process save: flattens ``tree``, describes
+    every leaf for the index, and takes this process's boxes (replica-0
+    shards of global jax.Arrays; on process 0 also the host leaves).
+
+    With ``snapshot`` the boxes stay valid whatever the caller does next: a
+    jax.Array's bytes are held as a read-only NumPy view of its buffer (jax
+    arrays are immutable; the view is an external reference, which makes
+    jax's CPU client copy a donated buffer instead of reusing it), every
+    other leaf (NumPy arrays...) is copied. Without it the caller must keep
+    the tree unchanged until :func:`run` returns.
+
+    Must be called in every process, in the same order as every other
+    multi-process save (the coordination keys are numbered per call).
+    Raises InvalidArgumentError for a leaf that cannot be saved (as
+    treecask.save)."""
     global _save_counter
     import jax
 
-    from ._archive import SaveStats, _with_file
-
-    client = _client()
-    pid, nproc = jax.process_index(), jax.process_count()
-    _save_counter += 1
-    key = f"treecask/save/{_save_counter}"
-    timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
-    p = os.path.abspath(path)
-    md = sorted((metadata or {}).items())
-    md.append(("treecask.processes", str(nproc)))
-
     from ._archive import _index_box  # _archive imports this module
 
-    nodes, key_paths, objs, extras = T.to_treedef(tree)
+    s = _Save()
+    s.path = os.path.abspath(path)
+    s.pid, s.nproc = jax.process_index(), jax.process_count()
+    _save_counter += 1
+    s.key = f"treecask/save/{_save_counter}"
+    s.md = sorted((metadata or {}).items()) + [("treecask.processes", str(s.nproc))]
+    s.options = dict(compression=compression, overwrite=bool(overwrite), chunk_size=chunk_size,
+                     threads=int(threads), durable=bool(durable), max_part_bytes=max_part_bytes,
+                     shuffle=bool(shuffle))
+    s.nodes, s.key_paths, objs, extras = T.to_treedef(tree)
+    s.is_global = [_is_global(x) for x in objs]
+    # The index's description of every leaf: of a global array from its global
+    # shape and sharding; of a host leaf (written whole by process 0) as a
+    # single-process save encodes it, with the tree's annotations.
+    s.metas = []
+    keys: List[str] = []
+    arrays: List[Any] = []
+    for kp, x, ex, g in zip(s.key_paths, objs, extras, s.is_global):
+        if g:
+            meta, arr = _leaf_meta(kp, x, ex)
+            for sh in arr.addressable_shards:
+                if sh.replica_id != 0:
+                    continue
+                b, e = _index_box(sh.index, tuple(arr.shape))
+                keys.append(shard_key(kp, b, e))
+                arrays.append(np.asarray(sh.data))
+        else:
+            meta = _codec.encode(kp, x, ex)[0] if s.pid == 0 else None
+            if s.pid == 0:
+                keys.append(shard_key(kp, [], []))  # box filled in below from the encoded shape
+                arrays.append(x)
+        s.metas.append(meta)
+    kinds, names, shapes, datas, _ = _codec.encode_all(
+        [k.rpartition("@")[0] for k in keys], arrays, [None] * len(arrays))
+    for j, k in enumerate(keys):
+        if k.endswith("@") and shapes[j] is not None and len(shapes[j]) > 0:
+            keys[j] = shard_key(k[:-1], [0] * len(shapes[j]), list(shapes[j]))
+        if snapshot and not J.is_jax_array(arrays[j]):
+            datas[j] = np.array(datas[j], copy=True)
+    order = sorted(range(len(keys)), key=lambda j: keys[j])
+    s.keys = [keys[j] for j in order]
+    s.kinds = [kinds[j] for j in order]
+    s.names = [names[j] for j in order]
+    s.shapes = [shapes[j] for j in order]
+    s.datas = [datas[j] for j in order]
+    return s
+
+
+def run(s: _Save):
+    """The collective half of a multi-process save (module docstring, steps
+    1-3), on any thread of every process; the coordination client's waits
+    release the GIL. Returns the checkpoint's SaveStats (all files); raises
+    in every process what failed in any (the message names the process)."""
+    from ._archive import SaveStats
+
+    client = _client()
+    pid, nproc, key, p, o = s.pid, s.nproc, s.key, s.path, s.options
+    timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
 
     # Step 1: process 0 prepares the temporary directory.
     if pid == 0:
         try:
-            if os.path.lexists(p) and not overwrite:
+            if os.path.lexists(p) and not o["overwrite"]:
                 raise E.AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=p)
             if not os.path.isdir(os.path.dirname(p)):
                 raise E.NotFoundError("the parent directory does not exist", file=p)
@@ -233,44 +300,21 @@ def save(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], compres
 
     # Step 2: every process writes its own shards.
     try:
-        keys: List[str] = []
-        arrays: List[Any] = []
-        for i, (kp, x, ex) in enumerate(zip(key_paths, objs, extras)):
-            if _is_global(x):
-                _, arr = _leaf_meta(kp, x, ex)
-                for s in arr.addressable_shards:
-                    if s.replica_id != 0:
-                        continue
-                    b, e = _index_box(s.index, tuple(arr.shape))
-                    keys.append(shard_key(kp, b, e))
-                    arrays.append(np.asarray(s.data))
-            elif pid == 0:
-                keys.append(shard_key(kp, [], []))  # box filled in below from the encoded shape
-                arrays.append(x)
-        # Whole (host) leaves: encode as a single-process save would, box = whole shape.
-        kinds, names, shapes, datas, _ = _codec.encode_all(
-            [k.rpartition("@")[0] for k in keys], arrays, [None] * len(arrays))
-        for j, k in enumerate(keys):
-            if k.endswith("@") and shapes[j] is not None and len(shapes[j]) > 0:
-                keys[j] = shard_key(k[:-1], [0] * len(shapes[j]), list(shapes[j]))
-        order = sorted(range(len(keys)), key=lambda j: keys[j])
-        keys = [keys[j] for j in order]
         mine = os.path.join(tmp, process_file(pid))
-        st = _core.save(mine, _flat_nodes(keys), [T.escape_key(k) for k in keys], [kinds[j] for j in order],
-                        [names[j] for j in order], [shapes[j] for j in order], [datas[j] for j in order], {},
-                        compression, chunk_size, int(threads), False, bool(durable), [], max_part_bytes,
-                        bool(shuffle))
+        st = _core.save(mine, _flat_nodes(s.keys), [T.escape_key(k) for k in s.keys], s.kinds, s.names,
+                        s.shapes, s.datas, {}, o["compression"], o["chunk_size"], o["threads"], False,
+                        o["durable"], [], o["max_part_bytes"], o["shuffle"])
         status = "ok:" + json.dumps({k: int(v) for k, v in st.items()})
     except Exception as e:  # reported to every process; never leaves the others waiting
         status = "err:" + _error_text(e)
+    s.datas = []  # the boxes are written: release the snapshot
     client.key_value_set(f"{key}/status/{pid}", status)
     client.wait_at_barrier(key + "/written", timeout_ms)
 
     # Step 3: process 0 builds the index from what was written and commits.
     if pid == 0:
         try:
-            stats = _commit(p, tmp, client, key, nproc, nodes, key_paths, objs, extras, md, overwrite,
-                            durable, timeout_ms)
+            stats = _commit(s, tmp, client, timeout_ms)
             result = "ok:" + json.dumps(stats)
         except Exception as e:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -283,9 +327,16 @@ def save(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], compres
     return SaveStats(**json.loads(result[3:]))
 
 
-def _commit(p: str, tmp: str, client, key: str, nproc: int, nodes, key_paths, objs, extras, md,
-            overwrite: bool, durable: bool, timeout_ms: int) -> Dict[str, int]:
-    totals = {"file_bytes": 0, "raw_bytes": 0, "stored_bytes": 0, "num_leaves": len(key_paths), "num_blobs": 0}
+def save(path: str, tree: Any, **options: Any):
+    """The multi-process treecask.save (module docstring): :func:`prepare`
+    then :func:`run` in the calling thread; the tree must not change meanwhile
+    (it is this call's argument). Options as :func:`prepare`'s."""
+    return run(prepare(path, tree, **options))
+
+
+def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
+    p, key, nproc = s.path, s.key, s.nproc
+    totals = {"file_bytes": 0, "raw_bytes": 0, "stored_bytes": 0, "num_leaves": len(s.key_paths), "num_blobs": 0}
     for k in range(nproc):
         status = client.blocking_key_value_get(f"{key}/status/{k}", timeout_ms)
         if status.startswith("err:"):
@@ -295,9 +346,8 @@ def _commit(p: str, tmp: str, client, key: str, nproc: int, nodes, key_paths, ob
         for f in ("file_bytes", "stored_bytes", "num_blobs"):
             totals[f] += int(st[f])
     # Where each box lives, from the manifests the processes wrote.
-    position = {kp: i for i, kp in enumerate(key_paths)}
-    refs: List[List[Tuple[str, str, List[int], List[int]]]] = [[] for _ in key_paths]
-    whole: Dict[int, Dict[str, Any]] = {}
+    position = {kp: i for i, kp in enumerate(s.key_paths)}
+    refs: List[List[Tuple[str, str, List[int], List[int]]]] = [[] for _ in s.key_paths]
     for k in range(nproc):
         name = process_file(k)
         a = _core.Archive.open(os.path.join(tmp, name), True, False)
@@ -310,15 +360,9 @@ def _commit(p: str, tmp: str, client, key: str, nproc: int, nodes, key_paths, ob
                 raise E.CorruptionError(f"{name} holds '{d['key_path']}', which names no leaf of the tree",
                                         file=os.path.join(p, name))
             refs[i].append((name, d["key_path"], b, e))
-            if not _is_global(objs[i]):
-                whole[i] = d
     kinds, names, shapes, datas, more = [], [], [], [], {}
     empty = np.empty(0, np.uint8)
-    for i, (kp, x, ex) in enumerate(zip(key_paths, objs, extras)):
-        if _is_global(x):
-            meta, _ = _leaf_meta(kp, x, ex)
-        else:  # written whole by this process: its description, plus the tree's annotations
-            meta, _ = _codec.encode(kp, x, ex)
+    for i, (kp, meta) in enumerate(zip(s.key_paths, s.metas)):
         if not refs[i]:
             raise E.CorruptionError("no process wrote any shard of this leaf", file=p, key_path=kp)
         kinds.append(meta["value_kind"])
@@ -327,16 +371,16 @@ def _commit(p: str, tmp: str, client, key: str, nproc: int, nodes, key_paths, ob
         datas.append(empty)
         totals["raw_bytes"] += int(_core.byte_length_for(meta["dtype"], meta["shape"]))
         more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i])
-    st = _core.save(os.path.join(tmp, INDEX), nodes, key_paths, kinds, names, shapes, datas, more, 0, None, 1,
-                    False, bool(durable), md, None, False)
+    st = _core.save(os.path.join(tmp, INDEX), s.nodes, s.key_paths, kinds, names, shapes, datas, more, 0, None,
+                    1, False, s.options["durable"], s.md, None, False)
     totals["file_bytes"] += int(st["file_bytes"])
     # The checkpoint must open as a whole (every ShardRef resolves, boxes tile every leaf).
     _core.ShardedArchive.open(tmp, True, False)
-    if durable:
+    if s.options["durable"]:
         _core.sync_path(tmp, p)
     # The one commit path of the core (include/treecask/commit.h): RENAME_NOREPLACE, or with
     # overwrite RENAME_EXCHANGE and removal of the old directory; then the parent's fsync.
-    _core.publish(tmp, p, bool(overwrite), bool(durable), p)
+    _core.publish(tmp, p, s.options["overwrite"], s.options["durable"], p)
     return totals
 
 

@@ -9,15 +9,22 @@ index file that could disagree with it. A step appears by the atomic rename of
 directory sees only complete steps.
 
 Asynchronous save (the default): :meth:`CheckpointManager.save` flattens the
-tree and copies every leaf's bytes into one fresh host buffer (the snapshot,
-``treecask::save_async`` in the C++ core, GIL released, all cores), then
-returns; encoding, writing, fsync, rename and retention run in the background.
-At most one save is in flight.
+tree and makes every leaf's bytes safe from the caller -- NumPy arrays and
+other host values are copied into one host buffer (the snapshot,
+``treecask::save_async`` in the C++ core, GIL released, all cores); jax.Array
+leaves, immutable, are held as read-only host views (donating one later makes
+jax copy it rather than reuse the buffer) -- then returns; encoding, writing,
+fsync, rename and retention run in the background. At most one save is in
+flight. In a multi-process ``jax.distributed`` job the same holds for each
+process's shards, and the background thread also runs the cross-process
+commit (``_distributed.run``: the coordination service's key-value store and
+barriers, which release the GIL).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import math
 import numbers
@@ -31,7 +38,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from . import _codec, _core
+from . import _codec, _core, _distributed
 from . import _jaxutil as J
 from . import _tree as T
 from ._archive import _COMPRESSION, _with_file, load, save
@@ -142,24 +149,24 @@ def _metrics_json(metrics: Any, file: str) -> str:
         raise InvalidArgumentError(f"metrics must be JSON-serialisable: {e}", file=file) from None
 
 
-def _is_accelerator_array(x: Any) -> bool:
-    """A jax.Array none of whose devices is the host: np.asarray(x) is then a
-    fresh host copy (not a view of memory the caller can change or donate)."""
-    if not J.is_jax_array(x):
-        return False
-    try:
-        return all(d.platform != "cpu" for d in x.devices())
-    except Exception:
-        return False
-
-
 def _save_async(path: str, tree: Any, *, metadata: Mapping[str, str], pool: Any = None,
                 compression: str = "auto",
                 chunk_size: Optional[int] = None, threads: int = 0, durable: bool = True,
                 max_part_bytes: Optional[int] = None, shuffle: bool = False):
     """treecask.save(path, tree, ...) on the core's background thread: returns
-    a ``_core.PendingSave`` once every leaf's bytes are in the snapshot (or,
-    for accelerator arrays, in the fresh host copy ``np.asarray`` made)."""
+    a ``_core.PendingSave`` once every leaf's bytes are safe from the caller.
+
+    What is copied: NumPy arrays and every other host value (the caller may
+    write them in place right after), into the core's snapshot
+    (``treecask::save_async``, GIL released, all cores). What is not: the bytes
+    of a ``jax.Array``, held instead as the read-only host view ``np.asarray``
+    gives (on an accelerator a fresh host copy; on the CPU a view of the
+    device buffer). jax arrays are immutable, and a view is an external
+    reference to the buffer: donating that array to a jitted step
+    (``donate_argnums``) while the save runs makes jax's CPU client copy it
+    instead of reusing the buffer (the step then pays the copy, the save
+    nothing), and ``x.delete()`` frees it only when the save lets go.
+    ``tests/python/test_manager.py`` checks both."""
     if compression not in _COMPRESSION:
         raise InvalidArgumentError(
             f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}", file=path)
@@ -167,19 +174,34 @@ def _save_async(path: str, tree: Any, *, metadata: Mapping[str, str], pool: Any 
     try:
         nodes, key_paths, objs, extras = T.to_treedef(tree)
         for x in objs:  # start every device-to-host transfer before waiting on the first
-            if _is_accelerator_array(x):
+            if J.is_jax_array(x) and not J.on_host(x):
                 x.copy_to_host_async()
         kinds, dtypes, shapes, datas, more = _codec.encode_all(key_paths, objs, extras)
     except Error as e:
         raise _with_file(e, path) from None
-    # Accelerator arrays: np.asarray already copied them to fresh host memory that
-    # nothing writes; borrow it (no second copy). Everything else -- NumPy arrays,
-    # jax arrays on the CPU, whose np.asarray is a view of the device buffer -- is
-    # copied, so in-place writes and donation after save() cannot reach the checkpoint.
-    borrowed = [_is_accelerator_array(x) for x in objs]
+    borrowed = [J.is_jax_array(x) for x in objs]
     return _core.save_async(path, nodes, key_paths, kinds, dtypes, shapes, datas, more,
                             _COMPRESSION[compression], chunk_size, int(threads), False, bool(durable),
                             md, max_part_bytes, bool(shuffle), borrowed, pool)
+
+
+def _prepare_distributed(path: str, tree: Any, *, metadata: Mapping[str, str], snapshot: bool,
+                         compression: str = "auto", chunk_size: Optional[int] = None, threads: int = 0,
+                         durable: bool = True, max_part_bytes: Optional[int] = None,
+                         shuffle: bool = False):
+    """The caller's half of a multi-process save of a step
+    (``_distributed.prepare``); with ``snapshot`` safe from the caller as
+    :func:`_save_async` is."""
+    if compression not in _COMPRESSION:
+        raise InvalidArgumentError(
+            f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}", file=path)
+    try:
+        return _distributed.prepare(path, tree, metadata=metadata, compression=_COMPRESSION[compression],
+                                    overwrite=False, chunk_size=chunk_size, threads=threads,
+                                    durable=durable, max_part_bytes=max_part_bytes, shuffle=shuffle,
+                                    snapshot=snapshot)
+    except Error as e:
+        raise _with_file(e, path) from None
 
 
 class _Job:
@@ -229,15 +251,18 @@ class CheckpointManager:
       save_interval_steps: :meth:`save` writes only steps that are a multiple of
         it (unless ``force``); default 1.
       async_save: default True: :meth:`save` returns once the tree's bytes are
-        copied into a host snapshot; the write, fsync, rename and retention run
-        on a background thread. In a multi-process jax job saves are synchronous
-        (``treecask.save``'s collective protocol) whatever this says.
+        safe from the caller (NumPy leaves copied into a host snapshot,
+        jax.Array leaves held as read-only views); the write, fsync, rename
+        and retention run on a background thread -- in a multi-process jax
+        job the cross-process commit too (every process must call
+        :meth:`save` for the same steps in the same order, as for
+        ``treecask.save``).
       keep_snapshot_memory: default False. True keeps the snapshot buffer
         between asynchronous saves (``treecask::SnapshotPool``) instead of
-        returning it to the OS: the copy then goes into memory that is already
-        faulted in (2-3x faster than into fresh memory here), at the price
-        of holding about one checkpoint's bytes of host memory from the first
-        save until :meth:`close`.
+        returning it to the OS: the copy of NumPy leaves then goes into memory
+        that is already faulted in (2-3x faster than into fresh memory here),
+        at the price of holding about those leaves' bytes of host memory from
+        the first save until :meth:`close`. (jax.Array leaves are not copied.)
       **save_options: passed to :func:`treecask.save` for every step:
         ``compression``, ``shuffle``, ``durable``, ``chunk_size``, ``threads``,
         ``max_part_bytes``, ``metadata`` (the keys ``treecask.step`` and
@@ -406,28 +431,38 @@ class CheckpointManager:
             stored_metrics = json.loads(md[METRICS_KEY])
         job = _Job(step, path, stored_metrics)
         _, nproc = _jax_processes()
-        if not self.async_save or nproc > 1:
-            if nproc == 1:
-                sweep_temporaries(self.directory)
+        if nproc > 1:  # every process's half of a sharded step directory (treecask.save's protocol)
+            plan = _prepare_distributed(path, tree, metadata=md, snapshot=self.async_save,
+                                        **self._save_options)
+            write = functools.partial(_distributed.run, plan)
+        elif self.async_save:
+            write = _save_async(path, tree, metadata=md, pool=self._pool, **self._save_options).wait
+        else:
+            sweep_temporaries(self.directory)
             save(path, tree, metadata=md, **self._save_options)
+            write = None
+        if write is None or not self.async_save:
+            if write is not None:
+                write()
             self._remember(job)
             self._retain(step)
             return True
-        pending = _save_async(path, tree, metadata=md, pool=self._pool, **self._save_options)
-        job.thread = threading.Thread(target=self._finish, args=(job, pending),
+        job.thread = threading.Thread(target=self._finish, args=(job, write),
                                       name=f"treecask-save-step-{step}", daemon=False)
         with self._lock:
             self._job = job
         job.thread.start()
         return True
 
-    def _finish(self, job: _Job, pending) -> None:
-        """The background half of an asynchronous save (worker thread)."""
+    def _finish(self, job: _Job, write: Callable[[], Any]) -> None:
+        """The background half of an asynchronous save (worker thread): the
+        core's write (single process) or the collective protocol (a
+        multi-process job), then retention."""
         try:
             if _may_delete() and _jax_processes()[1] == 1:
                 sweep_temporaries(self.directory)
-            pending.wait()
-            del pending
+            write()
+            del write  # the snapshot / borrowed buffers go now, not at the next save
             self._remember(job)
             self._retain(job.step)
         except BaseException as e:  # kept for the next save / wait / close

@@ -110,12 +110,25 @@ CHILD = textwrap.dedent(
         treecask.save(root + "/next", tree)
         print("SAVED", flush=True)
     elif scenario == "manager":  # 2 x 2: a CheckpointManager called the same way in every process
+        from jax._src.distributed import global_state
         from jax.experimental import multihost_utils
         m = mesh((2, 2))
+        sh = NamedSharding(m, P("x", "y"))
+        clobber = jax.jit(lambda a: a * 0 - 1, donate_argnums=0, out_shardings=sh)
         with treecask.CheckpointManager(root + "/run", max_to_keep=2) as mngr:
             for step in range(4):
-                w = global_array(W * step, NamedSharding(m, P("x", "y")))
-                assert mngr.save(step, {"w": w, "step": step}, metrics={"loss": 10.0 - step})
+                w = global_array(W * step, sh)
+                host = np.full(3, float(step))
+                # Asynchronous: save() returns once the shards are safe, before the step is
+                # committed. Process 1 calls save() only after process 0's save() has
+                # returned, so a save() that waited for the other process would hang here.
+                if pid == 1:
+                    global_state.client.blocking_key_value_get(f"test/returned/{step}", 60_000)
+                assert mngr.save(step, {"w": w, "step": step, "host": host}, metrics={"loss": 10.0 - step})
+                if pid == 0:
+                    global_state.client.key_value_set(f"test/returned/{step}", "yes")
+                host[:] = -5.0  # written in place while the step is being saved
+                w = clobber(w)  # the saved buffers donated to the next step
             mngr.wait_until_finished()
             multihost_utils.sync_global_devices("retention done")  # process 0 deletes
             assert mngr.all_steps() == [2, 3] and mngr.latest_step() == 3, mngr.all_steps()
@@ -123,6 +136,11 @@ CHILD = textwrap.dedent(
             got = mngr.restore(shardings={"w": NamedSharding(m, P(None, "y"))})
             check(got["w"], W * 3)
             assert got["step"] == 3
+            np.testing.assert_array_equal(got["host"], np.full(3, 3.0))
+            # A synchronous manager in the same job: the same protocol in the caller's thread.
+            with treecask.CheckpointManager(root + "/sync", async_save=False) as sync:
+                sync.save(1, {"w": global_array(W, sh)})
+                check(sync.restore(shardings={"w": sh})["w"], W)
     print("CHILD OK", pid, flush=True)
     '''
 )
@@ -279,9 +297,11 @@ def test_a_process_killed_mid_save_leaves_no_checkpoint(tmp_path):
 
 
 def test_checkpoint_manager_in_every_process(tmp_path):
-    """CheckpointManager called the same way in both processes of a job: each step is a sharded
-    checkpoint directory, retention (process 0) keeps the newest two, every process restores the
-    latest onto its own devices, and a later single process reads the same directory."""
+    """CheckpointManager called the same way in both processes of a job: asynchronous saves that
+    return before the other process has even started its save, and hold the values of the call
+    despite in-place writes and donation; each step a sharded checkpoint directory; retention
+    (process 0) keeps the newest two; every process restores the latest onto its own devices, and
+    a later single process reads the same directory."""
     _run(tmp_path, "manager", 2, 2)
     run = tmp_path / "run"
     assert sorted(os.listdir(run)) == ["step_00000002.cask", "step_00000003.cask"]
@@ -291,3 +311,5 @@ def test_checkpoint_manager_in_every_process(tmp_path):
         got = mngr.restore()
         np.testing.assert_array_equal(got["w"], W * 3)
         assert got["step"] == 3
+        np.testing.assert_array_equal(got["host"], np.full(3, 3.0))
+    assert sorted(os.listdir(tmp_path / "sync")) == ["step_00000001.cask"]
