@@ -375,7 +375,7 @@ def test_a_save_failing_at_interpreter_exit_is_reported_on_stderr(small_tmpfs):
 
 
 def test_sigkill_at_random_moments_never_lists_a_partial_step(tmp_path):
-    """120 child processes each resume from the latest step and save in a loop
+    """200 child processes each resume from the latest step and save in a loop
     (async, durable=False, max_to_keep=3) until SIGKILLed at a random moment;
     after each kill every listed step is complete."""
     code = _CHILD_PRELUDE + textwrap.dedent("""
@@ -388,7 +388,7 @@ def test_sigkill_at_random_moments_never_lists_a_partial_step(tmp_path):
     """)
     d = tmp_path / "ckpt"
     rng = random.Random(int(os.environ.get("TREECASK_SOAK_SEED", "1234")))
-    kills = int(os.environ.get("TREECASK_SOAK", "120"))  # scripts/manager_soak.sh runs thousands
+    kills = int(os.environ.get("TREECASK_SOAK", "200"))  # scripts/manager_soak.sh runs thousands
     mid_save = 0
     checked = set()
     for _ in range(kills):
