@@ -19,6 +19,8 @@
 
 namespace treecask {
 
+static_assert(format::kMajor == kFormatMajor, "the public and private format versions agree");
+
 struct Archive::Impl {
   std::string file;
   uint64_t file_size = 0;
@@ -167,7 +169,8 @@ struct Archive::Impl {
   // The plan of one read_slice box of leaf `li`, after checking it.
   slice::Plan slice_plan(size_t li, const Archive::SliceRequest& q) const;
 
-  // Runs `plans` (boxes of leaf `li`; units are nibbles when they unpack):
+  // Runs `plans` (boxes of leaf `li`; units are elements of 2 or 4 bits when
+  // they unpack; 6-bit plans go through run_wide_plans):
   // every chunk that some plan needs is decoded once, by one thread, and its
   // pieces copied to every plan. See Archive::read_slices for `threads`.
   void run_plans(size_t li, std::span<const slice::Plan> plans, bool verify, unsigned threads) const {
@@ -176,7 +179,7 @@ struct Archive::Impl {
     uint64_t lo = UINT64_MAX, hi = 0;
     for (const slice::Plan& p : plans) {
       if (p.empty()) continue;
-      upb = p.unpack ? 2 : 1;
+      upb = p.unpack ? 8 / p.bits : 1;
       lo = std::min(lo, p.base);
       hi = std::max(hi, p.end);
     }
@@ -202,6 +205,43 @@ struct Archive::Impl {
         }
       }
     });
+  }
+
+  // Runs plans of a 6-bit dtype (float6_*), whose elements may straddle a
+  // chunk boundary: the bytes spanning every plan are read once (read_bytes'
+  // path: only the chunks holding them, each checksummed) into a temporary,
+  // then the elements are unpacked from it. Costs a temporary of that span.
+  void run_wide_plans(size_t li, std::span<const slice::Plan> plans, bool verify, unsigned threads) const {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    unsigned bits = 8;
+    for (const slice::Plan& p : plans) {
+      if (p.empty()) continue;
+      bits = p.bits;
+      lo = std::min(lo, p.base);
+      hi = std::max(hi, p.end);
+    }
+    if (lo >= hi) return;
+    const uint64_t b0 = lo * bits / 8, b1 = (hi * bits + 7) / 8;
+    std::vector<std::byte> tmp(b1 - b0);
+    slice::Plan bp;
+    bp.base = b0;
+    slice::push_dim(bp, tmp.size(), 1, 1);
+    slice::canonicalize(bp);
+    bp.origin = tmp.data();
+    run_plans(li, std::span<const slice::Plan>(&bp, 1), verify, threads);
+    const unsigned mask = (1u << bits) - 1;
+    for (const slice::Plan& p : plans) {
+      const int64_t step = p.d.back();
+      slice::for_each_piece(p, p.base, p.end, [&](uint64_t src, int64_t dst, uint64_t x, uint64_t y) {
+        std::byte* o = p.origin + dst + static_cast<int64_t>(x) * step;
+        for (uint64_t u = src + x; u < src + y; ++u, o += step) {
+          uint64_t bit = u * bits - b0 * 8;
+          unsigned v = static_cast<uint8_t>(tmp[bit / 8]);
+          if (bit % 8 + bits > 8) v |= static_cast<unsigned>(static_cast<uint8_t>(tmp[bit / 8 + 1])) << 8;
+          *o = static_cast<std::byte>((v >> (bit % 8)) & mask);
+        }
+      });
+    }
   }
 
   void chunk_to_plans(size_t li, uint64_t ci, std::span<const slice::Plan> plans, uint64_t upb,
@@ -235,12 +275,15 @@ struct Archive::Impl {
           });
           continue;
         }
+        // `a` is a multiple of upb (a chunk or piece starts on a byte), so
+        // unit u - a sits at the same bit offset in its byte as unit u.
         const int64_t step = p.d.back();
+        const unsigned bits = p.bits, mask = (1u << bits) - 1;
         slice::for_each_piece(p, a, b, [&](uint64_t src, int64_t dst, uint64_t x, uint64_t y) {
           std::byte* o = p.origin + dst + static_cast<int64_t>(x) * step;
           for (uint64_t u = src + x - a, e = src + y - a; u < e; ++u, o += step) {
-            uint8_t v = static_cast<uint8_t>(data[u >> 1]);
-            *o = static_cast<std::byte>((u & 1) ? (v >> 4) : (v & 0x0F));
+            unsigned v = static_cast<uint8_t>(data[u / upb]);
+            *o = static_cast<std::byte>((v >> ((u % upb) * bits)) & mask);
           }
         });
       }
@@ -291,7 +334,7 @@ slice::Plan Archive::Impl::slice_plan(size_t li, const Archive::SliceRequest& q)
     n[d] = static_cast<uint64_t>(q.stop[d] - q.start[d]);
     count *= n[d];  // <= the leaf's element count, checked at open
   }
-  const bool packed = dtype_bits(r.dtype) < 8;
+  const bool packed = dtype_packed(r.dtype);
   const uint64_t elem = packed ? 1 : static_cast<uint64_t>(dtype_bits(r.dtype)) / 8;  // out bytes
   // Destination strides, their span and where element 0 lies in it.
   std::vector<int64_t> dst(rank);
@@ -324,7 +367,7 @@ slice::Plan Archive::Impl::slice_plan(size_t li, const Archive::SliceRequest& q)
   }
   slice::Plan p;
   if (count == 0) return p;
-  // Source strides in units (bytes, or nibbles when unpacking int4/uint4).
+  // Source strides in units (bytes, or elements when unpacking a sub-byte dtype).
   uint64_t unit_elem = packed ? 1 : elem;
   std::vector<uint64_t> src(rank);
   uint64_t st = unit_elem;
@@ -340,6 +383,7 @@ slice::Plan Archive::Impl::slice_plan(size_t li, const Archive::SliceRequest& q)
   slice::canonicalize(p);
   p.origin = q.out.data() - static_cast<int64_t>(o_min);
   p.unpack = packed;
+  if (packed) p.bits = static_cast<unsigned>(dtype_bits(r.dtype));
   return p;
 }
 
@@ -643,7 +687,8 @@ void Archive::read_rows(size_t index, int64_t row_begin, int64_t row_end, std::s
   for (uint32_t d = 1; d < shape->size(); ++d) row_elems *= static_cast<uint64_t>(shape->Get(d));
   uint64_t row_bits = row_elems * dtype_bits(r.dtype);
   if (row_bits % 8 != 0)
-    throw bad(ErrorCode::kInvalidArgument, "a row of this int4 leaf is not a whole number of bytes");
+    throw bad(ErrorCode::kInvalidArgument, "a row of this " + std::string(dtype_name(r.dtype)) +
+                                               " leaf is not a whole number of bytes (use read_slice)");
   uint64_t row_bytes = row_bits / 8;
   uint64_t b0 = static_cast<uint64_t>(row_begin) * row_bytes;
   uint64_t b1 = static_cast<uint64_t>(row_end) * row_bytes;
@@ -660,6 +705,9 @@ void Archive::read_slices(size_t index, std::span<const SliceRequest> boxes, Ver
   std::vector<slice::Plan> plans;
   plans.reserve(boxes.size());
   for (const SliceRequest& q : boxes) plans.push_back(im.slice_plan(index, q));
+  const int bits = dtype_bits(im.rec(index).dtype);
+  if (bits < 8 && 8 % bits != 0)
+    return im.run_wide_plans(index, plans, im.want_verify(verify), threads);
   im.run_plans(index, plans, im.want_verify(verify), threads);
 }
 

@@ -20,12 +20,14 @@ static_assert(sizeof(void*) == 8, "treecask format v1 needs a 64-bit host");
 // ---- Versioning (SPEC.md "Versioning") ----
 // kMajor is the highest major this library reads and writes. A writer writes
 // the lowest version that holds the archive: 1.0 unless a leaf has a filter
-// (2.0) or shard references (3.0), so that older readers keep reading every
+// (2.0) or shard references (3.0) or a dtype of format 4.0 (4.0), so that
+// older readers keep reading every
 // archive they can.
-inline constexpr uint16_t kMajor = 3;
+inline constexpr uint16_t kMajor = 4;
 inline constexpr uint16_t kMinor = 0;
 inline constexpr uint16_t kFilterMajor = 2;  // the first major with Leaf.filter
 inline constexpr uint16_t kShardMajor = 3;   // the first major with Leaf.shards
+inline constexpr uint16_t kDTypeMajor = 4;   // the first major with DType values 20-30
 inline constexpr uint16_t kBaseMajor = 1;
 
 // ---- LMDB layout (SPEC.md "Databases") ----

@@ -253,6 +253,14 @@ template <class L>
 void check_leaf(const L& m, ErrorCode code, const std::string& file, std::string_view key_path) {
   auto bad = [&](const std::string& what) { throw Error(code, file, std::string(key_path), what); };
   const uint8_t dtype = m.dtype();
+  // A dtype code above the known ones is a later format's (SPEC.md "Dtypes"):
+  // the reader refuses the file as unsupported, naming the leaf, rather than
+  // as damaged. 0 is never valid.
+  if (dtype > kMaxDType && code == ErrorCode::kCorruption)
+    throw Error(ErrorCode::kUnsupported, file, std::string(key_path),
+                "dtype code " + std::to_string(dtype) + " is not one this treecask " +
+                    TREECASK_VERSION_STRING + " knows (1-" + std::to_string(kMaxDType) +
+                    "); a newer treecask may read it");
   if (!dtype_valid(dtype)) bad("invalid dtype value " + std::to_string(dtype));
   auto shape = m.shape();
   if (shape.size() > format::kMaxRank)
@@ -498,6 +506,9 @@ void check_leaf_record(LeafRecord& r, const std::vector<uint64_t>& blob_payload,
   }
   check_leaf(FbLeaf{*leaf}, ErrorCode::kCorruption, file, r.key_path);
   r.dtype = static_cast<DType>(leaf->dtype());
+  if (static_cast<uint8_t>(r.dtype) >= kFirstDTypeOf4 && major < format::kDTypeMajor)
+    throw bad("has dtype " + std::string(dtype_name(r.dtype)) + ", which format " + std::to_string(major) +
+              ".x does not have (4.0 does)");
   uint64_t expect;
   try {
     expect = byte_length_for(r.dtype, span_of(leaf->shape()));

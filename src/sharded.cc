@@ -28,6 +28,24 @@ std::string box_str(std::span<const int64_t> b, std::span<const int64_t> e) {
   return s + "]";
 }
 
+// Packs `elems` (one element per byte, the value in the low dtype_bits bits)
+// into `out` as SPEC.md "Dtypes" stores sub-byte dtypes: element k at bit
+// offset k * bits of the little-endian bit stream, padding bits zero.
+void pack_elements(DType dtype, std::span<const std::byte> elems, std::span<std::byte> out) {
+  const unsigned bits = static_cast<unsigned>(dtype_bits(dtype));
+  const unsigned mask = (1u << bits) - 1;
+  std::memset(out.data(), 0, out.size());
+  uint64_t bit = 0;
+  for (std::byte e : elems) {
+    unsigned v = static_cast<unsigned>(e) & mask;
+    uint64_t k = bit >> 3;
+    unsigned sh = static_cast<unsigned>(bit & 7);
+    out[k] |= static_cast<std::byte>((v << sh) & 0xFF);
+    if (sh + bits > 8) out[k + 1] |= static_cast<std::byte>(v >> (8 - sh));
+    bit += bits;
+  }
+}
+
 bool overlap(const Box& a, const Box& b) {
   for (size_t d = 0; d < a.start.size(); ++d)
     if (std::max(a.start[d], b.start[d]) >= std::min(a.stop[d], b.stop[d])) return false;
@@ -137,9 +155,26 @@ const Archive& ShardedArchive::file(std::string_view name) const {
 }
 
 void ShardedArchive::read(size_t index, std::span<std::byte> out, Verify verify, unsigned threads) const {
-  LeafInfo info = impl_->index.leaf(index);
+  const Impl& im = *impl_;
+  if (index >= size())
+    throw Error(ErrorCode::kInvalidArgument, im.dir, "", "leaf index " + std::to_string(index) + " out of range");
+  LeafInfo info = im.index.leaf(index);
   std::vector<int64_t> start(info.shape.size(), 0);
-  read_slice(index, start, info.shape, out, {}, verify, threads);
+  if (dtype_bits(info.dtype) % 8 == 0) return read_slice(index, start, info.shape, out, {}, verify, threads);
+  // Sub-byte dtypes: a whole-leaf read gives the stored (packed) bytes, as
+  // Archive::read does. One box holding the whole leaf is copied as stored;
+  // otherwise the boxes are read unpacked (one byte per element) into a
+  // temporary and packed (SPEC.md "Dtypes").
+  if (out.size() != info.byte_length)
+    throw im.err(ErrorCode::kShapeMismatch, index,
+                 "out has " + std::to_string(out.size()) + " bytes, the leaf " + std::to_string(info.byte_length));
+  const auto& bx = im.boxes[index];
+  if (bx.size() == 1) return im.archives[bx[0].file].read(bx[0].leaf, out, verify);
+  uint64_t count = 1;
+  for (int64_t d : info.shape) count *= static_cast<uint64_t>(d);
+  std::vector<std::byte> unpacked(count);
+  read_slice(index, start, info.shape, unpacked, {}, verify, threads);
+  pack_elements(info.dtype, unpacked, out);
 }
 
 void ShardedArchive::read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
@@ -154,31 +189,19 @@ void ShardedArchive::read_slice(size_t index, std::span<const int64_t> start, st
   if (start.size() != rank || stop.size() != rank)
     throw bad(ErrorCode::kInvalidArgument, "start/stop need " + std::to_string(rank) + " entries");
   std::vector<int64_t> ext(rank);
+  uint64_t count = 1;
   for (size_t d = 0; d < rank; ++d) {
     if (start[d] < 0 || start[d] > stop[d] || stop[d] > info.shape[d])
       throw bad(ErrorCode::kInvalidArgument, "slice " + box_str(start, stop) + " is not inside the shape " +
                                                  box_str(std::vector<int64_t>(rank), info.shape));
     ext[d] = stop[d] - start[d];
+    count *= static_cast<uint64_t>(ext[d]);  // <= the leaf's element count, checked at open
   }
-  const uint64_t want = byte_length_for(info.dtype, ext);
+  // Bytes per element in `out`: sub-byte dtypes (int4, uint4, ...) are
+  // unpacked to one byte per element, as Archive::read_slice writes them.
   const int bits = dtype_bits(info.dtype);
-  if (bits % 8 != 0) {
-    // int4/uint4: only whole boxes that equal the request, C-contiguous.
-    if (!out_byte_strides.empty())
-      throw bad(ErrorCode::kUnsupported, "strided reads of int4/uint4 leaves are not supported");
-    if (out.size() != want)
-      throw bad(ErrorCode::kShapeMismatch, "out has " + std::to_string(out.size()) + " bytes, the slice " +
-                                               std::to_string(want));
-    for (const Box& b : im.boxes[index])
-      if (std::equal(b.start.begin(), b.start.end(), start.begin(), start.end()) &&
-          std::equal(b.stop.begin(), b.stop.end(), stop.begin(), stop.end())) {
-        im.archives[b.file].read(b.leaf, out, verify);
-        return;
-      }
-    throw bad(ErrorCode::kUnsupported,
-              "an int4/uint4 slice of a sharded leaf must be exactly one saved box " + box_str(start, stop));
-  }
-  const size_t item = size_t(bits / 8);
+  const size_t item = bits % 8 != 0 ? 1 : size_t(bits / 8);
+  const uint64_t want = count * item;
   std::vector<int64_t> strides(out_byte_strides.begin(), out_byte_strides.end());
   if (strides.empty()) {
     if (out.size() != want)

@@ -6,9 +6,10 @@
 // destination with given byte strides. A plan reduces that to a canonical form:
 // dims with extent n[j], source stride s[j] (in source units) and destination
 // stride d[j] (in bytes), C order, the last dim being the "run": a span of
-// units contiguous in the source (s = 1). Units are bytes, or 4-bit nibbles for
-// the packed dtypes (int4/uint4, two per byte, element 2k in the low nibble of
-// byte k) when a plan unpacks them to one byte per element.
+// units contiguous in the source (s = 1). Units are bytes, or elements of a
+// packed sub-byte dtype (SPEC.md "Dtypes": element k at bits [k * bits,
+// (k + 1) * bits) of the little-endian bit stream, e.g. int4 element 2k in the
+// low nibble of byte k) when a plan unpacks them to one byte per element.
 //
 // Adjacent dims merge where both sides are linear in the merged index, and
 // extent-1 dims are dropped, so a C-contiguous destination of a row range is
@@ -31,7 +32,8 @@ struct Plan {
   std::vector<uint64_t> s;  // source strides in units; s.back() == 1
   std::vector<int64_t> d;   // destination strides in bytes
   std::byte* origin = nullptr;  // destination address of unit (0, ..., 0)
-  bool unpack = false;          // units are nibbles written as one byte each
+  bool unpack = false;          // units are packed elements written as one byte each
+  unsigned bits = 8;            // bits per unit when unpacking: 2, 4 or 6
   bool empty() const { return n.empty(); }
   uint64_t run() const { return n.back(); }
 };

@@ -14,7 +14,7 @@ struct DTypeRow {
   std::string_view name;
   int bits;
 };
-constexpr std::array<DTypeRow, 19> kDTypes{{
+constexpr std::array<DTypeRow, kMaxDType> kDTypes{{
     {DType::kBool, "bool", 8},
     {DType::kInt8, "int8", 8},
     {DType::kInt16, "int16", 16},
@@ -34,10 +34,26 @@ constexpr std::array<DTypeRow, 19> kDTypes{{
     {DType::kFloat8E5M2, "float8_e5m2", 8},
     {DType::kInt4, "int4", 4},
     {DType::kUInt4, "uint4", 4},
+    {DType::kFloat4E2M1FN, "float4_e2m1fn", 4},
+    {DType::kFloat6E2M3FN, "float6_e2m3fn", 6},
+    {DType::kFloat6E3M2FN, "float6_e3m2fn", 6},
+    {DType::kFloat8E8M0FNU, "float8_e8m0fnu", 8},
+    {DType::kFloat8E4M3FNUZ, "float8_e4m3fnuz", 8},
+    {DType::kFloat8E5M2FNUZ, "float8_e5m2fnuz", 8},
+    {DType::kInt2, "int2", 2},
+    {DType::kUInt2, "uint2", 2},
+    {DType::kFloat8E3M4, "float8_e3m4", 8},
+    {DType::kFloat8E4M3, "float8_e4m3", 8},
+    {DType::kFloat8E4M3B11FNUZ, "float8_e4m3b11fnuz", 8},
 }};
+static_assert([] {
+  for (size_t i = 0; i < kDTypes.size(); ++i)
+    if (static_cast<size_t>(kDTypes[i].dtype) != i + 1) return false;
+  return true;
+}(), "kDTypes is indexed by DType value - 1");
 }  // namespace
 
-bool dtype_valid(uint8_t value) noexcept { return value >= 1 && value <= 19; }
+bool dtype_valid(uint8_t value) noexcept { return value >= 1 && value <= kMaxDType; }
 
 std::string_view dtype_name(DType dtype) noexcept {
   auto v = static_cast<uint8_t>(dtype);
@@ -53,6 +69,11 @@ std::optional<DType> dtype_from_name(std::string_view name) noexcept {
 int dtype_bits(DType dtype) noexcept {
   auto v = static_cast<uint8_t>(dtype);
   return dtype_valid(v) ? kDTypes[v - 1].bits : 0;
+}
+
+bool dtype_packed(DType dtype) noexcept {
+  int bits = dtype_bits(dtype);
+  return bits > 0 && bits < 8;
 }
 
 uint64_t byte_length_for(DType dtype, std::span<const int64_t> shape) {

@@ -41,6 +41,8 @@ struct LeafOut {
 // Format version of an archive: the lowest that holds it (SPEC.md "Versioning").
 uint16_t format_major_of(const std::vector<LeafOut>& out, std::span<const LeafInput> leaves) {
   for (const auto& l : leaves)
+    if (static_cast<uint8_t>(l.meta.dtype) >= kFirstDTypeOf4) return format::kDTypeMajor;
+  for (const auto& l : leaves)
     if (!l.meta.shards.empty()) return format::kShardMajor;
   for (const auto& lo : out)
     if (lo.shuffle_bytes) return format::kFilterMajor;

@@ -3,6 +3,9 @@
 #include "format.h"
 #include "testutil.h"
 
+#include <cstring>
+#include <random>
+
 using namespace treecask;
 namespace fs = std::filesystem;
 
@@ -77,12 +80,14 @@ TEST_CASE("the must-fail golden vectors fail with their documented error") {
   // readers it was written for; since 2.0 exists, a 2.x reader reads the
   // header and then refuses the manifest's disagreeing major (format/vectors/
   // README.md). bad_major_3.cask played the first role until 3.0 existed, and
-  // is now refused the same way (header 3, manifest 2); bad_major_4.cask
-  // (header 4 over the 3.0 index) plays it now.
-  static_assert(format::kMajor == 3, "revisit the newer-major vectors");
+  // is now refused the same way (header 3, manifest 2), as is bad_major_4.cask
+  // (header 4 over the 3.0 index) since 4.0 exists; bad_major_5.cask (header
+  // 5 over the 4.0 dtypes vector) plays it now.
+  static_assert(format::kMajor == 4, "revisit the newer-major vectors");
   tc_test::expect_error(ErrorCode::kCorruption, [] { Archive::open(vectors() / "bad_newer_major.cask"); });
   tc_test::expect_error(ErrorCode::kCorruption, [] { Archive::open(vectors() / "bad_major_3.cask"); });
-  tc_test::expect_error(ErrorCode::kUnsupportedVersion, [] { Archive::open(vectors() / "bad_major_4.cask"); });
+  tc_test::expect_error(ErrorCode::kCorruption, [] { Archive::open(vectors() / "bad_major_4.cask"); });
+  tc_test::expect_error(ErrorCode::kUnsupportedVersion, [] { Archive::open(vectors() / "bad_major_5.cask"); });
   tc_test::expect_error(ErrorCode::kCorruption, [] { Archive::open(vectors() / "bad_truncated.cask"); });
   Archive a = Archive::open(vectors() / "bad_blob_checksum.cask");
   auto e = tc_test::expect_error(ErrorCode::kChecksumMismatch, [&] {
@@ -189,4 +194,59 @@ TEST_CASE("the writer checks shard references (SPEC.md rules R1-R4) before writi
   save(tmp / "index.cask", v.treedef, idx);
   CHECK(Archive::open(tmp / "index.cask").format_major() == 3);
   CHECK(Archive::open(vectors() / v.dir / "process_0.cask").format_major() == 1);
+}
+
+TEST_CASE("the v4.0 vector: every dtype of format 4.0, sub-byte slices across chunks") {
+  Archive a = Archive::open(vectors() / "v4_0_dtypes.cask");
+  golden::Vector v = golden::dtypes_vector();
+  CHECK(a.format_major() == 4);
+  for (int d = kFirstDTypeOf4; d <= kMaxDType; ++d) {
+    size_t i = a.index_of(dtype_name(DType(d)));
+    CHECK(a.leaf(i).dtype == DType(d));
+  }
+  CHECK(dtype_from_name("float6_e3m2fn") == DType::kFloat6E3M2FN);
+  CHECK(dtype_bits(DType::kInt2) == 2);
+  CHECK(dtype_bits(DType::kFloat6E2M3FN) == 6);
+  CHECK(dtype_bits(DType::kFloat8E8M0FNU) == 8);
+  CHECK(a.leaf(a.index_of("f6_big")).byte_length == 6825);
+  CHECK(a.leaf(a.index_of("f6_big")).num_chunks == 2);
+  // Element k of a packed leaf: bits [k * bits, (k + 1) * bits) of the
+  // little-endian bit stream (SPEC.md "Dtypes").
+  auto element = [](const std::vector<std::byte>& b, uint64_t k, unsigned bits) {
+    uint64_t bit = k * bits;
+    unsigned x = uint8_t(b[bit / 8]);
+    if (bit % 8 + bits > 8) x |= unsigned(uint8_t(b[bit / 8 + 1])) << 8;
+    return uint8_t((x >> (bit % 8)) & ((1u << bits) - 1));
+  };
+  std::mt19937 rng(4);
+  for (size_t i = 0; i < v.leaves.size(); ++i) {
+    const auto& m = v.leaves[i].meta;
+    const unsigned bits = unsigned(dtype_bits(m.dtype));
+    const uint64_t item = bits < 8 ? 1 : bits / 8;
+    auto bytes = v.leaves[i].bytes();
+    INFO(m.key_path);
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<int64_t> start(2), stop(2);
+      for (size_t d = 0; d < 2; ++d) {
+        int64_t x = rng() % (m.shape[d] + 1), y = rng() % (m.shape[d] + 1);
+        if (trial == 0) x = 0, y = m.shape[d];
+        start[d] = std::min(x, y);
+        stop[d] = std::max(x, y);
+      }
+      const int64_t rows = stop[0] - start[0], cols = stop[1] - start[1];
+      std::vector<std::byte> out(uint64_t(rows * cols) * item), want(out.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          uint64_t k = uint64_t((start[0] + r) * m.shape[1] + start[1] + c);
+          uint64_t o = uint64_t(r * cols + c) * item;
+          if (bits < 8) want[o] = std::byte(element(bytes, k, bits));
+          else std::memcpy(want.data() + o, bytes.data() + k * item, item);
+        }
+      a.read_slice(a.index_of(m.key_path), start, stop, out, {}, Verify::kYes);
+      CHECK(tc_test::same(out, want));
+    }
+  }
+  // Rows of a packed leaf that are not whole bytes: read_slice, not read_rows.
+  std::vector<std::byte> row(65);
+  tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { a.read_rows(a.index_of("i2_big"), 0, 1, row); });
 }

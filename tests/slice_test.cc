@@ -272,3 +272,165 @@ TEST_CASE("read_slice and read_bytes check their arguments before reading") {
   tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { a.read_bytes(0, 121, std::span(out).first(0)); });
   a.read_bytes(0, 120, std::span(out).first(0));
 }
+
+namespace {
+
+// Element `e` of a packed sub-byte leaf (SPEC.md "Dtypes": element k at bit
+// k * bits of the little-endian bit stream), as one byte.
+uint8_t sub_byte(std::span<const std::byte> leaf, uint64_t e, unsigned bits) {
+  uint64_t bit = e * bits;
+  unsigned v = static_cast<uint8_t>(leaf[bit / 8]);
+  if (bit % 8 + bits > 8) v |= unsigned(static_cast<uint8_t>(leaf[bit / 8 + 1])) << 8;
+  return static_cast<uint8_t>((v >> (bit % 8)) & ((1u << bits) - 1));
+}
+
+// Packs one-byte elements into `bits`-bit elements, padding bits zero.
+std::vector<std::byte> pack_bits(const std::vector<uint8_t>& elems, unsigned bits) {
+  std::vector<std::byte> out((elems.size() * bits + 7) / 8);
+  for (uint64_t k = 0; k < elems.size(); ++k) {
+    uint64_t bit = k * bits;
+    unsigned v = elems[k] & ((1u << bits) - 1);
+    out[bit / 8] |= std::byte((v << (bit % 8)) & 0xFF);
+    if (bit % 8 + bits > 8) out[bit / 8 + 1] |= std::byte(v >> (8 - bit % 8));
+  }
+  return out;
+}
+
+// C-order element indices of the box [start, stop) of `shape`.
+std::vector<uint64_t> box_elements(const std::vector<int64_t>& shape, const std::vector<int64_t>& start,
+                                   const std::vector<int64_t>& stop) {
+  std::vector<uint64_t> out;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (start[d] == stop[d]) return out;
+  std::vector<int64_t> i(start);
+  for (;;) {
+    uint64_t e = 0;
+    for (size_t d = 0; d < shape.size(); ++d) e = e * uint64_t(shape[d]) + uint64_t(i[d]);
+    out.push_back(e);
+    size_t d = shape.size();
+    for (;;) {
+      if (d == 0) return out;
+      --d;
+      if (++i[d] < stop[d]) break;
+      i[d] = start[d];
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a sharded sub-byte leaf reads any hyperslab across its boxes, strided too") {
+  // Sharded sub-byte leaves (int4, uint4, int2, float6, float4) of odd shapes, cut into boxes of odd sizes at
+  // odd offsets (a grid, as a mesh shards them) in two shard files; every
+  // read_slice is compared with the global array's elements, one per byte,
+  // and read() with the packed bytes a single-file save stores.
+  TempDir dir;
+  std::mt19937 rng(99);
+  const DType dtypes[] = {DType::kInt4, DType::kUInt4, DType::kInt2, DType::kFloat6E2M3FN, DType::kFloat4E2M1FN};
+  for (int round = 0; round < 15; ++round) {
+    const DType dt = dtypes[round % 5];
+    const unsigned bits = static_cast<unsigned>(dtype_bits(dt));
+    const size_t rank = 1 + rng() % 3;
+    std::vector<int64_t> shape(rank);
+    for (auto& s : shape) s = 1 + rng() % 13;
+    uint64_t count = 1;
+    for (auto s : shape) count *= uint64_t(s);
+    std::vector<uint8_t> elems(count);
+    for (auto& v : elems) v = static_cast<uint8_t>(rng() & ((1u << bits) - 1));
+    const std::vector<std::byte> global = pack_bits(elems, bits);
+    // Cuts per dimension: 1 to 3 boxes of random (often odd) sizes.
+    std::vector<std::vector<int64_t>> cuts(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      cuts[d] = {0};
+      for (int k = 0; k < 2; ++k)
+        if (shape[d] > 1 && rng() % 2) cuts[d].push_back(1 + rng() % (shape[d] - 1));
+      cuts[d].push_back(shape[d]);
+      std::sort(cuts[d].begin(), cuts[d].end());
+      cuts[d].erase(std::unique(cuts[d].begin(), cuts[d].end()), cuts[d].end());
+    }
+    auto step = dir / ("step" + std::to_string(round));
+    std::filesystem::create_directories(step);
+    LeafMeta global_meta;
+    global_meta.key_path = "w";
+    global_meta.dtype = dt;
+    global_meta.shape = shape;
+    FlatTree files[2];
+    std::vector<int64_t> idx(rank, 0);
+    for (size_t b = 0;; ++b) {
+      ShardRef r;
+      r.file = "process_" + std::to_string(b % 2) + ".cask";
+      r.key_path = "w@" + std::to_string(b);
+      std::vector<int64_t> bshape(rank);
+      for (size_t d = 0; d < rank; ++d) {
+        r.start.push_back(cuts[d][idx[d]]);
+        r.stop.push_back(cuts[d][idx[d] + 1]);
+        bshape[d] = r.stop.back() - r.start.back();
+      }
+      std::vector<uint8_t> be;
+      for (uint64_t e : box_elements(shape, r.start, r.stop)) be.push_back(elems[e]);
+      files[b % 2].add(r.key_path, dt, bshape, pack_bits(be, bits));
+      global_meta.shards.push_back(r);
+      size_t d = rank;
+      while (d > 0 && ++idx[d - 1] + 1 >= int64_t(cuts[d - 1].size())) idx[--d] = 0;
+      if (d == 0) break;
+    }
+    SaveOptions opt;
+    opt.chunk_size = 4096;
+    opt.compression = round % 3 == 0 ? Compression::kLZ4 : Compression::kNone;
+    for (int f = 0; f < 2; ++f)
+      if (!files[f].keys.empty()) files[f].save(step / ("process_" + std::to_string(f) + ".cask"), opt);
+    std::vector<LeafInput> idx_in{{global_meta, {}, std::nullopt}};
+    save(step / "index.cask", flat_dict_treedef({"w"}), idx_in);
+    ShardedArchive s = ShardedArchive::open(step);
+    INFO("round " << round << " dtype " << dtype_name(dt) << " boxes " << global_meta.shards.size());
+    // Whole leaf: packed, as a single-file archive stores it.
+    std::vector<std::byte> whole(global.size(), std::byte{0xEE});
+    s.read(0, whole);
+    CHECK(tc_test::same(whole, global));
+    for (int trial = 0; trial < 12; ++trial) {
+      std::vector<int64_t> start(rank), stop(rank), n(rank);
+      uint64_t c = 1;
+      for (size_t d = 0; d < rank; ++d) {
+        int64_t x = rng() % (shape[d] + 1), y = rng() % (shape[d] + 1);
+        if (trial == 0) x = 0, y = shape[d];
+        start[d] = std::min(x, y);
+        stop[d] = std::max(x, y);
+        n[d] = stop[d] - start[d];
+        c *= uint64_t(n[d]);
+      }
+      auto want = box_elements(shape, start, stop);
+      std::vector<std::byte> out(c, std::byte{0xAB});
+      s.read_slice(0, start, stop, out, {}, Verify::kYes);
+      bool ok = true;
+      for (size_t k = 0; k < want.size(); ++k) ok &= static_cast<uint8_t>(out[k]) == elems[want[k]];
+      CHECK(ok);
+      // A strided destination: every other byte of a padded buffer, innermost
+      // dimension padded by one element.
+      if (c == 0) continue;
+      std::vector<int64_t> str(rank);
+      int64_t st = 2;
+      for (size_t d = rank; d-- > 0;) str[d] = st, st *= n[d] + 1;
+      std::vector<std::byte> sout(size_t(st) + 4, std::byte{0xCD});
+      s.read_slice(0, start, stop, sout, str);
+      std::vector<std::byte> expect(sout.size(), std::byte{0xCD});
+      std::vector<int64_t> i(start);
+      for (size_t k = 0; k < want.size(); ++k) {
+        int64_t o = 0;
+        for (size_t d = 0; d < rank; ++d) o += (i[d] - start[d]) * str[d];
+        expect[size_t(o)] = std::byte(elems[want[k]]);
+        for (size_t d = rank; d-- > 0;) {
+          if (++i[d] < stop[d]) break;
+          i[d] = start[d];
+        }
+      }
+      CHECK(tc_test::same(sout, expect));
+    }
+    // Wrong sizes are refused before anything is read.
+    std::vector<std::byte> small(count > 0 ? count - 1 : 0);  // one byte per element is needed
+    if (count > 1) {
+      tc_test::expect_error(ErrorCode::kShapeMismatch, [&] {
+        s.read_slice(0, std::vector<int64_t>(rank, 0), shape, small);
+      });
+    }
+  }
+}

@@ -5,14 +5,26 @@
 using namespace treecask;
 
 TEST_CASE("dtype names round trip and sizes follow the spec") {
-  for (int v = 1; v <= 19; ++v) {
+  for (int v = 1; v <= kMaxDType; ++v) {
     auto d = static_cast<DType>(v);
     auto name = dtype_name(d);
     REQUIRE(dtype_from_name(name).has_value());
     CHECK(*dtype_from_name(name) == d);
   }
   CHECK(dtype_name(static_cast<DType>(0)) == "invalid");
-  CHECK(dtype_name(static_cast<DType>(20)) == "invalid");
+  CHECK(dtype_name(static_cast<DType>(kMaxDType + 1)) == "invalid");
+  CHECK_FALSE(dtype_valid(kMaxDType + 1));
+  // Format 4.0 dtypes: names as ml_dtypes spells them, bits per element.
+  CHECK(dtype_name(DType::kFloat4E2M1FN) == "float4_e2m1fn");
+  CHECK(dtype_name(DType::kFloat8E8M0FNU) == "float8_e8m0fnu");
+  CHECK(dtype_name(DType::kFloat8E4M3B11FNUZ) == "float8_e4m3b11fnuz");
+  CHECK(dtype_bits(DType::kFloat6E3M2FN) == 6);
+  CHECK(dtype_bits(DType::kUInt2) == 2);
+  CHECK(dtype_packed(DType::kFloat4E2M1FN));
+  CHECK_FALSE(dtype_packed(DType::kFloat8E4M3));
+  CHECK(byte_length_for(DType::kFloat6E2M3FN, std::vector<int64_t>{5}) == 4);  // 30 bits
+  CHECK(byte_length_for(DType::kInt2, std::vector<int64_t>{2, 3}) == 2);       // 12 bits
+  CHECK(shuffle_element_bytes(DType::kFloat8E5M2FNUZ) == 0);
   CHECK(dtype_bits(DType::kBFloat16) == 16);
   CHECK(dtype_bits(DType::kComplex128) == 128);
   CHECK(dtype_bits(DType::kInt4) == 4);

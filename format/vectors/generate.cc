@@ -42,6 +42,14 @@ int main(int argc, char** argv) {
     treecask::save(out / v.file, v.treedef, in, opt);
     std::printf("wrote %s\n", (out / v.file).c_str());
   }
+  if (major == 4) {
+    auto b = slurp(out / "v4_0_dtypes.cask");  // header record major version 4 -> 5
+    auto at = std::search(b.begin(), b.end(), "TREECASK", "TREECASK" + 8);
+    at[8] = 5;
+    spit(out / "bad_major_5.cask", b);
+    std::puts("wrote bad_major_5.cask");
+    return 0;
+  }
   if (major == 3) {
     // The sharded checkpoint directory: shard files (format 1.0) and index (3.0).
     golden::ShardedVector v = golden::sharded_vector();

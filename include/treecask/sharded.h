@@ -64,22 +64,29 @@ class TREECASK_API ShardedArchive {
   const Archive& file(std::string_view name) const;
 
   // Copies the whole global array of leaf `index` into `out` (C order,
-  // exactly byte_length bytes, else kShapeMismatch).
+  // exactly byte_length bytes, else kShapeMismatch): the bytes as a
+  // single-file archive stores them, as Archive::read gives them, so
+  // sub-byte dtypes (int4, uint4, ...) come packed (SPEC.md "Dtypes"). A
+  // packed leaf saved in several boxes is read unpacked into a temporary of
+  // one byte per element, then packed into `out`.
   void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault,
             unsigned threads = 0) const;
 
   // Copies the hyperslab [start, stop) of the global array (one entry per
   // dimension, 0 <= start[d] <= stop[d] <= shape[d]; both empty for a 0-d
-  // leaf) into `out`. With empty `out_byte_strides` the slice is written
-  // C-contiguous and out.size() must equal its byte length; otherwise element
+  // leaf) into `out`, as Archive::read_slice writes a box: one element per
+  // element size, and sub-byte dtypes (int4, uint4, ...) unpacked to one
+  // byte per element, the value in the low bits and the other bits zero (the
+  // ml_dtypes layout), whatever boxes the request crosses and wherever they
+  // start. With empty `out_byte_strides` the slice is written C-contiguous
+  // and out.size() must equal element count x element bytes; otherwise element
   // (i_0, ..., i_{r-1}) of the slice goes to byte sum(i_d * out_byte_strides[d])
   // of `out` (non-negative strides, every element inside `out`). Only the
   // parts of the saved boxes that intersect the request are read, each from
   // its shard file with Archive::read_slice semantics (only the chunks that
   // hold it, checksums verified per `verify`).
   // Throws kInvalidArgument (bad ranges or strides), kShapeMismatch (out too
-  // small / wrong size), kUnsupported (int4/uint4 slices that do not start and
-  // end on whole bytes of every box), kChecksumMismatch, kCorruption.
+  // small / wrong size), kChecksumMismatch, kCorruption.
   void read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
                   std::span<std::byte> out, std::span<const int64_t> out_byte_strides = {},
                   Verify verify = Verify::kDefault, unsigned threads = 0) const;

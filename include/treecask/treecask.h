@@ -17,9 +17,10 @@ TREECASK_API const char* library_version() noexcept;
 // "Versioning"). It reads every x.y with x <= kFormatMajor. It writes the
 // lowest version that holds the archive: 1.0, or 2.0 when a leaf has a filter
 // (SaveOptions::shuffle), or 3.0 when a leaf has shard references (the index
-// of a sharded checkpoint, include/treecask/sharded.h), so that older readers
-// keep reading the rest.
-inline constexpr uint16_t kFormatMajor = 3;
+// of a sharded checkpoint, include/treecask/sharded.h), or 4.0 when a leaf has
+// a dtype of format 4.0 (DType values 20-30), so that older readers keep
+// reading the rest.
+inline constexpr uint16_t kFormatMajor = 4;
 inline constexpr uint16_t kFormatMinor = 0;
 
 }  // namespace treecask

@@ -18,8 +18,12 @@
 
 namespace treecask {
 
-// Element type of a leaf. int4/uint4 pack two elements per byte, element 2k
-// in the low nibble of byte k (the ml_dtypes / JAX layout).
+// Element type of a leaf (SPEC.md "Dtypes"). The sub-byte dtypes (int2,
+// uint2, int4, uint4, float4_e2m1fn: 2 or 4 bits; float6_*: 6 bits) are
+// packed: element k occupies bits [k * bits, (k + 1) * bits) of the leaf's
+// bytes read as one little-endian bit stream (bit i is bit i % 8 of byte
+// i / 8), so int4 element 2k is the low nibble of byte k (the JAX/XLA
+// layout). Values 20-30 are format 4.0.
 enum class DType : uint8_t {
   kBool = 1,
   kInt8 = 2,
@@ -40,17 +44,40 @@ enum class DType : uint8_t {
   kFloat8E5M2 = 17,
   kInt4 = 18,
   kUInt4 = 19,
+  // Format 4.0 (safetensors 0.8 and ml_dtypes 0.5+ dtypes):
+  kFloat4E2M1FN = 20,    // 4 bits, packed: safetensors F4
+  kFloat6E2M3FN = 21,    // 6 bits, packed: safetensors F6_E2M3
+  kFloat6E3M2FN = 22,    // 6 bits, packed: safetensors F6_E3M2
+  kFloat8E8M0FNU = 23,   // safetensors F8_E8M0 (the MX scale type)
+  kFloat8E4M3FNUZ = 24,  // safetensors F8_E4M3FNUZ
+  kFloat8E5M2FNUZ = 25,  // safetensors F8_E5M2FNUZ
+  kInt2 = 26,            // 2 bits, packed
+  kUInt2 = 27,           // 2 bits, packed
+  kFloat8E3M4 = 28,
+  kFloat8E4M3 = 29,      // IEEE-like (has infinities); not float8_e4m3fn
+  kFloat8E4M3B11FNUZ = 30,
 };
+
+// The highest DType value this library knows; a file carrying a larger one
+// is refused as unsupported (SPEC.md "Dtypes").
+inline constexpr uint8_t kMaxDType = 30;
+// The first DType value of format 4.0: a leaf of this dtype or later needs a
+// file of format 4.0 or later.
+inline constexpr uint8_t kFirstDTypeOf4 = 20;
 
 // Name as NumPy / ml_dtypes spell it: "bool", "int8", ..., "bfloat16",
 // "float8_e4m3fn", "int4". Returns "invalid" for a value outside the enum.
 TREECASK_API std::string_view dtype_name(DType dtype) noexcept;
 // Inverse of dtype_name; std::nullopt for an unknown name.
 TREECASK_API std::optional<DType> dtype_from_name(std::string_view name) noexcept;
-// Bits per element: 4 for int4/uint4, 8 for bool, 8*itemsize otherwise; 0 if invalid.
+// Bits per element: 2 for int2/uint2, 4 for int4/uint4/float4_e2m1fn, 6 for
+// float6_*, 8 for bool, 8*itemsize otherwise; 0 if invalid.
 TREECASK_API int dtype_bits(DType dtype) noexcept;
 // True for a value inside the enum.
 TREECASK_API bool dtype_valid(uint8_t value) noexcept;
+
+// True for the packed sub-byte dtypes (dtype_bits < 8).
+TREECASK_API bool dtype_packed(DType dtype) noexcept;
 
 // Bytes that `shape` elements of `dtype` occupy: ceil(prod(shape) * bits / 8).
 // Throws Error(kInvalidArgument) for a negative dim, an invalid dtype or a
@@ -75,7 +102,7 @@ enum class Filter : uint8_t {
 };
 TREECASK_API std::string_view filter_name(Filter filter) noexcept;  // "none", "shuffle"
 // Bytes per element a byte shuffle of `dtype` works on: 2, 4, 8 or 16; 0 for
-// the dtypes it cannot apply to (bool, int8, uint8, float8, int4/uint4).
+// the dtypes it cannot apply to (bool, int8, uint8, float8_*, sub-byte dtypes).
 TREECASK_API unsigned shuffle_element_bytes(DType dtype) noexcept;
 
 // What a leaf was in the program that saved it. Python scalars are stored as

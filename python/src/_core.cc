@@ -793,7 +793,7 @@ NB_MODULE(_core, m) {
           },
           "index"_a, "start"_a, "stop"_a, "out"_a, "verify"_a = nb::none(), "threads"_a = 0,
           "Archive::read_slice: elements start[d] <= i_d < stop[d] of leaf `index` into `out`, any "
-          "writable buffer: C-contiguous of exactly the box's bytes (int4/uint4: one byte per "
+          "writable buffer: C-contiguous of exactly the box's bytes (sub-byte dtypes: one byte per "
           "element), or a strided view of the box's shape (NumPy strides, negative allowed). "
           "Releases the GIL; threads 0 = all cores for reads of >= 8 MiB of chunks.")
       .def(
@@ -828,7 +828,7 @@ NB_MODULE(_core, m) {
           },
           "index"_a, "offset"_a, "out"_a, "verify"_a = nb::none(),
           "Archive::read_bytes: raw leaf bytes [offset, offset + len(out)) into a writable "
-          "C-contiguous buffer (int4/uint4 stay packed). Releases the GIL.")
+          "C-contiguous buffer (sub-byte dtypes stay packed). Releases the GIL.")
       .def("verify", [](const treecask::Archive& a) {
         std::vector<treecask::Error> errors;
         {

@@ -430,7 +430,7 @@ class Archive:
         if name in _dtypes.PACKED:
             buf = np.empty(int(d["byte_length"]), np.uint8)
             self._c().read(i, buf, verify)
-            return _dtypes.unpack_nibbles(buf, name, shape)
+            return _dtypes.unpack_bits(buf, name, shape)
         out = np.empty(shape, _dtypes.to_numpy(name))
         self._c().read(i, out, verify)
         return out

@@ -484,19 +484,21 @@ class ShardedCheckpoint(_archive_class()):
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
         self._c()
         name, shape = d["dtype"], tuple(d["shape"])
-        if name in _dtypes.PACKED:
-            buf = np.empty(int(d["byte_length"]), np.uint8)
-            self._sharded.read(i, buf, verify)
-            return _dtypes.unpack_nibbles(buf, name, shape)
         out = np.empty(shape, _dtypes.to_numpy(name))
-        self._sharded.read(i, out, verify)
+        if name in _dtypes.PACKED:
+            # Sub-byte dtypes: a whole-box slice read unpacks them straight
+            # into the ml_dtypes array (one element per byte).
+            self._sharded.read_slice(i, [0] * len(shape), list(shape), out, None, verify)
+        else:
+            self._sharded.read(i, out, verify)
         return out
 
     def read_slice(self, key, index: Any = (), *, verify: Optional[bool] = None) -> np.ndarray:
         """``checkpoint.read(key)[index]`` for NumPy basic indexing with step 1
         (as :meth:`treecask.Archive.read_slice`) over the *global* array,
         reading only the saved boxes it intersects and, in each, only the
-        chunks that hold it. int4/uint4 leaves are read whole and sliced.
+        chunks that hold it. Sub-byte leaves (int4, uint4, ...) come one
+        element per byte, as ml_dtypes holds them.
         Raises KeyNotFoundError, InvalidArgumentError, ChecksumError."""
         from ._archive import _basic_box
 
@@ -504,11 +506,8 @@ class ShardedCheckpoint(_archive_class()):
         d = self._infos()[i]
         shape = tuple(int(s) for s in d["shape"])
         start, stop, drop = _basic_box(index, shape, self._path, d["key_path"])
-        if d["dtype"] in _dtypes.PACKED:
-            out = self._read_array(i, d, verify)[tuple(slice(b, e) for b, e in zip(start, stop))].copy()
-        else:
-            out = np.empty(tuple(e - b for b, e in zip(start, stop)), _dtypes.to_numpy(d["dtype"]))
-            self._sharded.read_slice(i, list(start), list(stop), out, None, verify)
+        out = np.empty(tuple(e - b for b, e in zip(start, stop)), _dtypes.to_numpy(d["dtype"]))
+        self._sharded.read_slice(i, list(start), list(stop), out, None, verify)
         if drop:
             out = out.reshape(tuple(n for k, n in enumerate(out.shape) if k not in drop))
         return out
@@ -523,8 +522,6 @@ class ShardedCheckpoint(_archive_class()):
         if len(shape) == 0:
             raise InvalidArgumentError("read_rows needs an array of rank >= 1", file=self._path,
                                        key_path=d["key_path"])
-        if d["dtype"] in _dtypes.PACKED:
-            return self._read_array(i, d)[start:stop].copy()
         return self._box(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]))
 
     def _place(self, i: int, sharding: Any) -> Any:
@@ -536,7 +533,6 @@ class ShardedCheckpoint(_archive_class()):
         impl = d["metadata"].get(J.KEY_IMPL_META)
         shape = tuple(d["shape"])
         dtype = _dtypes.to_numpy(d["dtype"])
-        packed = d["dtype"] in _dtypes.PACKED
         cache: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
 
         def fetch(index):
@@ -544,11 +540,8 @@ class ShardedCheckpoint(_archive_class()):
             k = (tuple(start), tuple(stop))
             block = cache.get(k)
             if block is None:
-                if packed:
-                    block = self._read_array(i, d)[tuple(slice(b, e) for b, e in zip(start, stop))]
-                else:
-                    block = np.empty([e - b for b, e in zip(start, stop)], dtype)
-                    self._sharded.read_slice(i, start, stop, block)
+                block = np.empty([e - b for b, e in zip(start, stop)], dtype)
+                self._sharded.read_slice(i, start, stop, block)
                 cache[k] = block
             return block if rest is None else block[rest]
 

@@ -1,6 +1,9 @@
 """Mapping between treecask dtype names and NumPy / ml_dtypes dtypes, and the
-int4/uint4 nibble packing (file: two elements per byte, element 2k in the low
-nibble of byte k; ml_dtypes: one element per byte)."""
+packing of the sub-byte dtypes (SPEC.md "Dtypes": in the file, element k
+occupies bits [k * bits, (k + 1) * bits) of the leaf's bytes read as one
+little-endian bit stream, so int4 element 2k is the low nibble of byte k; in
+memory, ml_dtypes holds one element per byte, the value in the low bits and
+the other bits zero)."""
 
 from __future__ import annotations
 
@@ -31,10 +34,27 @@ _NAME_TO_DTYPE: Dict[str, np.dtype] = {
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
     "int4": np.dtype(ml_dtypes.int4),
     "uint4": np.dtype(ml_dtypes.uint4),
+    # Format 4.0 (SPEC.md "Dtypes", values 20-30).
+    "float4_e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
+    "float6_e2m3fn": np.dtype(ml_dtypes.float6_e2m3fn),
+    "float6_e3m2fn": np.dtype(ml_dtypes.float6_e3m2fn),
+    "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "float8_e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "float8_e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "int2": np.dtype(ml_dtypes.int2),
+    "uint2": np.dtype(ml_dtypes.uint2),
+    "float8_e3m4": np.dtype(ml_dtypes.float8_e3m4),
+    "float8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
+    "float8_e4m3b11fnuz": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
 }
 _DTYPE_TO_NAME: Dict[np.dtype, str] = {v: k for k, v in _NAME_TO_DTYPE.items()}
 
-PACKED = frozenset({"int4", "uint4"})
+# Bits per element of the packed sub-byte dtypes.
+BITS: Dict[str, int] = {
+    "int2": 2, "uint2": 2, "int4": 4, "uint4": 4, "float4_e2m1fn": 4,
+    "float6_e2m3fn": 6, "float6_e3m2fn": 6,
+}
+PACKED = frozenset(BITS)
 # Native-byte-order dtypes whose array memory is their file bytes (all but the packed ones).
 PLAIN_NAMES: Dict[np.dtype, str] = {k: v for k, v in _DTYPE_TO_NAME.items() if v not in PACKED}
 PLAIN_DTYPES: Dict[str, np.dtype] = {v: k for k, v in PLAIN_NAMES.items()}
@@ -65,43 +85,72 @@ def to_name(dtype, *, key_path: str = "") -> str:
 
 
 def byte_length(name: str, shape) -> int:
+    """Bytes a leaf of dtype `name` and `shape` holds in the file:
+    ceil(elements * bits / 8) (SPEC.md "Dtypes")."""
     n = 1
     for d in shape:
         n *= int(d)
     if name in PACKED:
-        return (n + 1) // 2
+        return (n * BITS[name] + 7) // 8
     return n * _NAME_TO_DTYPE[name].itemsize
 
 
-def pack_nibbles(arr: np.ndarray) -> np.ndarray:
-    """int4/uint4 array (one element per byte) -> packed uint8 bytes."""
-    nibbles = np.ascontiguousarray(arr).reshape(-1).view(np.uint8) & np.uint8(0x0F)
-    if nibbles.size % 2:
-        nibbles = np.concatenate([nibbles, np.zeros(1, np.uint8)])
-    return (nibbles[0::2] | (nibbles[1::2] << np.uint8(4))).astype(np.uint8, copy=False)
+def pack_bits(arr: np.ndarray, name: str) -> np.ndarray:
+    """A sub-byte array (ml_dtypes: one element per byte) -> its packed file
+    bytes (uint8, 1-d), padding bits zero."""
+    bits = BITS[name]
+    v = np.ascontiguousarray(arr).reshape(-1).view(np.uint8) & np.uint8((1 << bits) - 1)
+    if bits in (2, 4):
+        per = 8 // bits
+        if v.size % per:
+            v = np.concatenate([v, np.zeros(per - v.size % per, np.uint8)])
+        v = v.reshape(-1, per)
+        out = v[:, 0].copy()
+        for k in range(1, per):
+            out |= v[:, k] << np.uint8(k * bits)
+        return out
+    # 6 bits: the little-endian bit stream of the elements' low `bits` bits.
+    stream = np.unpackbits(v[:, None], axis=1, bitorder="little")[:, :bits].reshape(-1)
+    return np.packbits(stream, bitorder="little")
 
 
-def unpack_nibbles(packed: np.ndarray, name: str, shape) -> np.ndarray:
-    """Packed uint8 bytes -> a fresh int4/uint4 array of `shape`."""
+def unpack_bits(packed: np.ndarray, name: str, shape) -> np.ndarray:
+    """Packed file bytes -> a fresh sub-byte array of `shape` (ml_dtypes:
+    one element per byte, the value in the low bits)."""
+    bits = BITS[name]
     n = 1
     for d in shape:
         n *= int(d)
     packed = np.asarray(packed, dtype=np.uint8).reshape(-1)
-    out = np.empty(packed.size * 2, np.uint8)
-    out[0::2] = packed & np.uint8(0x0F)
-    out[1::2] = packed >> np.uint8(4)
-    out = out[:n]
-    if name == "int4":
-        signed = (out.astype(np.int8) ^ np.int8(8)) - np.int8(8)
-        return signed.astype(ml_dtypes.int4).reshape(shape)
-    return out.astype(ml_dtypes.uint4).reshape(shape)
+    if bits in (2, 4):
+        per = 8 // bits
+        mask = np.uint8((1 << bits) - 1)
+        out = np.empty((packed.size, per), np.uint8)
+        for k in range(per):
+            out[:, k] = (packed >> np.uint8(k * bits)) & mask
+        out = out.reshape(-1)[:n]
+    else:
+        stream = np.unpackbits(packed, bitorder="little")[: n * bits].reshape(n, bits)
+        out = np.packbits(stream, axis=1, bitorder="little").reshape(-1)
+    return np.ascontiguousarray(out).view(_NAME_TO_DTYPE[name]).reshape(shape)
+
+
+# The names the package used while int4/uint4 were the only packed dtypes.
+def pack_nibbles(arr: np.ndarray) -> np.ndarray:
+    """int4/uint4 array (one element per byte) -> packed uint8 bytes."""
+    return pack_bits(arr, "uint4")
+
+
+def unpack_nibbles(packed: np.ndarray, name: str, shape) -> np.ndarray:
+    """Packed uint8 bytes -> a fresh int4/uint4 array of `shape`."""
+    return unpack_bits(packed, name, shape)
 
 
 def as_bytes(arr: np.ndarray, name: str) -> np.ndarray:
     """The file bytes of `arr` (C order, little-endian) as a 1-d uint8 array,
     without a copy where `arr` is already contiguous and native."""
     if name in PACKED:
-        return pack_nibbles(arr)
+        return pack_bits(arr, name)
     a = np.asarray(arr)
     if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and np.little_endian is False):
         a = a.astype(a.dtype.newbyteorder("<"))
@@ -112,5 +161,5 @@ def as_bytes(arr: np.ndarray, name: str) -> np.ndarray:
 def from_bytes(buf: np.ndarray, name: str, shape) -> np.ndarray:
     """An array of dtype `name` and `shape` over `buf` (a view where possible)."""
     if name in PACKED:
-        return unpack_nibbles(buf, name, shape)
+        return unpack_bits(buf, name, shape)
     return buf.view(_NAME_TO_DTYPE[name]).reshape(shape)

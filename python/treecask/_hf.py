@@ -93,7 +93,10 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
         shards, in a shard other than the index says, or absent from the
         index; an index entry no shard holds (``.file`` names the file,
         ``.key_path`` the tensor).
-      UnsupportedError: a safetensors dtype treecask lacks (F4, F6_*, F8_E8M0).
+      InvalidArgumentError: a malformed file, e.g. an F4 / F6_* tensor whose
+        elements do not fill whole bytes. (Every safetensors 0.8 dtype has a
+        treecask dtype; F4, F6_*, F8_E8M0 and the FNUZ float8s make a format
+        4.0 archive.)
       AlreadyExistsError: ``dst`` exists and ``overwrite`` is False.
     """
     if compression not in _COMPRESSION:
@@ -126,8 +129,10 @@ def export_safetensors(src: PathLike, dst: PathLike, *, max_shard_size: Union[in
     Raises:
       AlreadyExistsError: a file to write exists and ``overwrite`` is False
         (nothing is written).
-      UnsupportedError: a leaf safetensors cannot hold (complex128, int4,
-        uint4, Python scalar or str leaves), naming it.
+      UnsupportedError: a leaf safetensors cannot hold (complex128, int2,
+        uint2, int4, uint4, float8_e3m4, float8_e4m3, float8_e4m3b11fnuz,
+        float4/float6 leaves whose elements do not fill whole bytes, Python
+        scalar or str leaves), naming it.
       InvalidArgumentError: a bad ``max_shard_size``.
       What ``treecask.open`` and reading raise for ``src``; IoError.
     """

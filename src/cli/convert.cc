@@ -149,9 +149,8 @@ int export_safetensors_file(const ExportOptions& options, const Reader& reader, 
     if (info.value_kind != ValueKind::kArray) {
       throw unsupported("a Python scalar/str leaf; safetensors holds array leaves only");
     }
-    if (!safetensors_dtype(info.dtype)) {
-      throw unsupported("dtype " + std::string(dtype_name(info.dtype)) +
-                        " has no safetensors equivalent");
+    if (std::string why = safetensors_refusal(info.dtype, info.shape); !why.empty()) {
+      throw unsupported(why);
     }
     SafetensorsTensor t;
     t.name = flat ? def[0].keys[i] : info.key_path;

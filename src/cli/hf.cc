@@ -357,9 +357,8 @@ ShardedExport export_safetensors_sharded(const std::string& file, const std::str
     if (info.value_kind != ValueKind::kArray) {
       throw unsupported("a Python scalar/str leaf; safetensors holds array leaves only");
     }
-    if (!safetensors_dtype(info.dtype)) {
-      throw unsupported("dtype " + std::string(dtype_name(info.dtype)) +
-                        " has no safetensors equivalent");
+    if (std::string why = safetensors_refusal(info.dtype, info.shape); !why.empty()) {
+      throw unsupported(why);
     }
     Item it{i, {}};
     it.t.name = flat ? archive.treedef()[0].keys[i] : info.key_path;

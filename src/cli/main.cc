@@ -109,7 +109,7 @@ int run(int argc, char** argv) {
   get->add_flag("--overwrite", get_options.overwrite, "replace OUTPUT if it exists");
   get->footer(
       "Writes .npy format 1.0 (2.0 if the header exceeds 64 KiB), descr '<f4', '|b1', '<c16'...\n"
-      "bfloat16, float8_e4m3fn, float8_e5m2, int4 and uint4 have no NumPy descr and need\n"
+      "bfloat16, float8_*, float4/float6_*, int2/uint2 and int4/uint4 have no NumPy descr and need\n"
       "--raw (view the result with ml_dtypes). Prints\n"
       "\"wrote OUTPUT: <descr> <shape>, <file bytes> bytes (<data bytes> data bytes)\".\n"
       "Exit status: 0 ok; 6 no such key path; 9 OUTPUT exists; 10 dtype needs --raw;\n"
@@ -152,7 +152,8 @@ int run(int argc, char** argv) {
       "\"wrote OUTPUT from <format>[ (<index>, <k> shards)]: <n> leaves, <raw> raw bytes,\n"
       "<stored> stored bytes, <file> file bytes\".\n"
       "Exit status: 0 ok; 2 INPUT or a shard missing; 7 malformed INPUT or bad option value;\n"
-      "9 OUTPUT exists; 10 dtype treecask lacks (F4, F6_*, F8_E8M0); 8 I/O error.\n");
+      "9 OUTPUT exists; 8 I/O error. F4, F6_*, F8_E8M0 and the FNUZ float8s make a format 4.0\n"
+      "archive.\n");
 
   // ---- export
   ExportOptions export_options;
@@ -178,8 +179,8 @@ int run(int argc, char** argv) {
       "gets its own shard); every file written under a temporary name, the index renamed last;\n"
       "an imported sharded checkpoint's metadata is written back. Prints \"wrote OUTPUT:\n"
       "<k> shards, <n> tensors, <data> data bytes (max shard size <bytes> bytes), index <path>\".\n"
-      "Exit status: 0 ok; 10 a leaf safetensors cannot hold (complex128, int4, uint4, Python\n"
-      "scalar/str leaves); 5 checksum mismatch; 9 OUTPUT exists; 2, 3, 8 as for info.\n");
+      "Exit status: 0 ok; 10 a leaf safetensors cannot hold (complex128, int2/uint2, int4/uint4,\n"
+      "float8_e3m4/e4m3/e4m3b11fnuz, Python scalar/str leaves); 5 checksum mismatch; 9 OUTPUT exists; 2, 3, 8 as for info.\n");
 
   try {
     app.parse(argc, argv);

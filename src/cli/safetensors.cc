@@ -29,9 +29,12 @@ constexpr DTypeName kDTypes[] = {
     {"BF16", DType::kBFloat16},      {"F32", DType::kFloat32},
     {"F64", DType::kFloat64},        {"C64", DType::kComplex64},
     {"F8_E4M3", DType::kFloat8E4M3FN}, {"F8_E5M2", DType::kFloat8E5M2},
+    // safetensors 0.8 (treecask format 4.0). F4 and F6_* are packed: a
+    // tensor's bytes are its elements' bits, which treecask stores as they are.
+    {"F4", DType::kFloat4E2M1FN},    {"F6_E2M3", DType::kFloat6E2M3FN},
+    {"F6_E3M2", DType::kFloat6E3M2FN}, {"F8_E8M0", DType::kFloat8E8M0FNU},
+    {"F8_E4M3FNUZ", DType::kFloat8E4M3FNUZ}, {"F8_E5M2FNUZ", DType::kFloat8E5M2FNUZ},
 };
-// safetensors dtypes with no treecask equivalent.
-constexpr std::string_view kForeignDTypes[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0"};
 
 uint64_t read_u64_le(const std::byte* p) {
   uint64_t v = 0;
@@ -46,6 +49,17 @@ std::optional<std::string_view> safetensors_dtype(DType dtype) noexcept {
     if (d.dtype == dtype) return d.name;
   }
   return std::nullopt;
+}
+
+std::string safetensors_refusal(DType dtype, std::span<const int64_t> shape) {
+  if (!safetensors_dtype(dtype))
+    return "dtype " + std::string(dtype_name(dtype)) + " has no safetensors equivalent";
+  uint64_t elements = 1;
+  for (int64_t d : shape) elements *= static_cast<uint64_t>(d);  // bounded by the archive's checks
+  if (elements * static_cast<uint64_t>(dtype_bits(dtype)) % 8 != 0)
+    return std::to_string(elements) + " elements of " + std::string(dtype_name(dtype)) +
+           " do not fill whole bytes, which a safetensors tensor must";
+  return "";
 }
 
 SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& path) {
@@ -118,14 +132,7 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
     const std::string& dtype = dtype_it->get_ref<const std::string&>();
     auto known = std::find_if(std::begin(kDTypes), std::end(kDTypes),
                               [&](const DTypeName& d) { return d.name == dtype; });
-    if (known == std::end(kDTypes)) {
-      if (std::find(std::begin(kForeignDTypes), std::end(kForeignDTypes), dtype) !=
-          std::end(kForeignDTypes)) {
-        throw Error(ErrorCode::kUnsupported, path, name,
-                    "safetensors dtype " + dtype + " has no treecask equivalent");
-      }
-      throw invalid(name, "unknown dtype \"" + dtype + "\"");
-    }
+    if (known == std::end(kDTypes)) throw invalid(name, "unknown dtype \"" + dtype + "\"");
     t.dtype = known->dtype;
 
     auto shape_it = value.find("shape");
@@ -186,6 +193,12 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
     uint64_t bits = 0;
     if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dtype_bits(t.dtype)), &bits)) {
       throw invalid(t.name, "byte size overflows 64 bits");
+    }
+    if (bits % 8 != 0) {
+      throw invalid(t.name, std::to_string(elements) + " elements of " +
+                                std::string(*safetensors_dtype(t.dtype)) + " (" +
+                                std::to_string(dtype_bits(t.dtype)) +
+                                " bits each) do not fill whole bytes");
     }
     if (bits / 8 != t.end - t.begin) {
       throw invalid(t.name, where + " hold " + std::to_string(t.end - t.begin) +

@@ -44,14 +44,21 @@ struct SafetensorsHeader {
 // imply (checked arithmetic), and the last ends at the end of the file.
 // Stricter than the reference: duplicate JSON keys are refused (it keeps one
 // silently). Unknown fields inside a tensor entry are ignored, as it does.
-// Throws Error(kInvalidArgument, path, tensor name, ...) for a violation and
-// Error(kUnsupported) for a safetensors dtype treecask has no equivalent for
-// (F4, F6_E2M3, F6_E3M2, F8_E8M0).
+// Throws Error(kInvalidArgument, path, tensor name, ...) for a violation (an
+// unknown dtype; a sub-byte tensor, F4 / F6_*, whose elements do not fill
+// whole bytes, which the reference refuses too). Every safetensors 0.8 dtype
+// has a treecask equivalent; the bytes of F4 / F6_* tensors are kept as stored.
 SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& path);
 
-// The safetensors dtype name for `dtype` ("F32", "BF16", "F8_E4M3"...), or
-// std::nullopt when safetensors has none (complex128, int4, uint4).
+// The safetensors dtype name for `dtype` ("F32", "BF16", "F8_E4M3", "F4"...),
+// or std::nullopt when safetensors has none (complex128, int2, uint2, int4,
+// uint4, float8_e3m4, float8_e4m3, float8_e4m3b11fnuz).
 std::optional<std::string_view> safetensors_dtype(DType dtype) noexcept;
+
+// Why safetensors cannot hold a leaf of `dtype` and `shape` ("" when it can):
+// no safetensors dtype, or a sub-byte leaf whose elements do not fill whole
+// bytes (safetensors sizes a tensor as elements x bits / 8 exactly).
+std::string safetensors_refusal(DType dtype, std::span<const int64_t> shape);
 
 // The 8-byte length and the header JSON as the reference writer produces
 // them: compact JSON, "__metadata__" first when `has_metadata`, tensors in the

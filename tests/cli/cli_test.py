@@ -41,12 +41,16 @@ ALL_ST_DTYPES = {
     "F16": np.dtype(np.float16), "BF16": np.dtype(ml_dtypes.bfloat16),
     "F32": np.dtype(np.float32), "F64": np.dtype(np.float64), "C64": np.dtype(np.complex64),
     "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn), "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    # safetensors 0.8, treecask format 4.0
+    "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu), "F8_E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "F8_E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
 }
 TREECASK_NAMES = {
     "BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16",
     "U32": "uint32", "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16",
     "BF16": "bfloat16", "F32": "float32", "F64": "float64", "C64": "complex64",
     "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
 }
 
 
@@ -132,7 +136,7 @@ def test_roundtrip_every_safetensors_dtype(d):
     safetensors_from_arrays(src, arrays, metadata={"format": "pt", "b": "2", "a": "1"})
     for compression in ("auto", "none", "lz4"):
         cask = f"{d}/all.{compression}.cask"
-        expect(tc("import", src, cask, "--compression", compression), OK, out_contains="18 leaves")
+        expect(tc("import", src, cask, "--compression", compression), OK, out_contains="21 leaves")
         leaves = ls_json(cask)
         assert [l["key_path"] for l in leaves] == list(arrays), leaves
         for l in leaves:
@@ -145,8 +149,40 @@ def test_roundtrip_every_safetensors_dtype(d):
         if compression == "none":
             assert all(l["codec"] == "none" for l in leaves)
         out = f"{d}/all.{compression}.safetensors"
-        expect(tc("export", cask, out), OK, out_contains="18 tensors")
+        expect(tc("export", cask, out), OK, out_contains="21 tensors")
         assert same_file(src, out), f"export with --compression {compression} is not byte-identical"
+
+
+def test_roundtrip_packed_safetensors_dtypes(d):
+    """F4, F6_E2M3 and F6_E3M2 (packed: elements x bits / 8 bytes) import as
+    float4_e2m1fn / float6_e2m3fn / float6_e3m2fn leaves of format 4.0 with
+    the tensor's bytes unchanged, and export byte-identical."""
+    rng = np.random.default_rng(5)
+    tensors = [("f4", "F4", [3, 6], 9), ("f6a", "F6_E2M3", [4, 3], 9), ("f6b", "F6_E3M2", [8], 6),
+               ("f4_empty", "F4", [0, 2], 0), ("e8m0", "F8_E8M0", [5], 5)]
+    header, blobs, offset = {"__metadata__": {"quant": "mxfp"}}, [], 0
+    for name, dt, shape, n in tensors:
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [offset, offset + n]}
+        blobs.append(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+        offset += n
+    src = f"{d}/packed.safetensors"
+    write_safetensors(src, header, b"".join(blobs))
+    for compression in ("none", "lz4"):
+        cask = f"{d}/packed.{compression}.cask"
+        expect(tc("import", src, cask, "--compression", compression), OK, out_contains="5 leaves")
+        info = json.loads(expect(tc("info", cask, "--json"), OK).out)
+        assert info["format_version"] == "4.0", info
+        leaves = {l["key_path"]: l for l in ls_json(cask)}
+        assert leaves["f4"]["dtype"] == "float4_e2m1fn" and leaves["f4"]["bytes"] == 9
+        assert leaves["f6a"]["dtype"] == "float6_e2m3fn" and leaves["f6b"]["dtype"] == "float6_e3m2fn"
+        assert leaves["e8m0"]["dtype"] == "float8_e8m0fnu"
+        out = f"{d}/packed.{compression}.out.safetensors"
+        expect(tc("export", cask, out), OK, out_contains="5 tensors")
+        assert same_file(src, out), f"--compression {compression}: not byte-identical"
+    # An F6 tensor whose elements do not fill whole bytes is malformed (the reference refuses it).
+    write_safetensors(f"{d}/f6odd.safetensors", {"x": {"dtype": "F6_E2M3", "shape": [3], "data_offsets": [0, 2]}},
+                      b"\0\0")
+    expect(tc("import", f"{d}/f6odd.safetensors", f"{d}/f6odd.cask"), INVALID, err_contains="whole bytes")
 
 
 def test_roundtrip_reference_writer_files(d):
@@ -412,7 +448,7 @@ def test_usage_and_missing_files(d):
     for cmd in ("info", "ls", "verify", "get", "import", "export"):
         r = expect(tc(cmd, "--help"), OK, out_contains="Exit status")
         assert cmd in r.out
-    expect(tc("--version"), OK, out_contains="format 3.0")
+    expect(tc("--version"), OK, out_contains="format 4.0")
     missing = f"{d}/missing.cask"
     for args in (("info", missing), ("ls", missing), ("verify", missing),
                  ("get", missing, "w", "-o", f"{d}/w.npy"), ("export", missing, f"{d}/o.st"),
@@ -484,10 +520,10 @@ def test_malformed_safetensors(d):
         expect(tc("import", path, f"{d}/{name}.cask"), INVALID, err_contains=message)
     open(f"{d}/short.safetensors", "wb").write(b"\x08\0\0")
     expect(tc("import", f"{d}/short.safetensors", f"{d}/short.cask"), INVALID, err_contains="shorter")
-    write_safetensors(f"{d}/e8m0.safetensors",
-                      {"a": {"dtype": "F8_E8M0", "shape": [2], "data_offsets": [0, 2]}}, b"\0\0")
-    expect(tc("import", f"{d}/e8m0.safetensors", f"{d}/e8m0.cask"), UNSUPPORTED,
-           err_contains="F8_E8M0")
+    # A sub-byte tensor whose elements do not fill whole bytes (the reference refuses it too).
+    write_safetensors(f"{d}/f4odd.safetensors",
+                      {"a": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}, b"\0\0")
+    expect(tc("import", f"{d}/f4odd.safetensors", f"{d}/f4odd.cask"), INVALID, err_contains="whole bytes")
     # Messages name the file and the tensor.
     r = tc("import", f"{d}/overlap.safetensors", f"{d}/o.cask")
     assert r.err.startswith(f"treecask: {d}/overlap.safetensors: b: invalid argument: "), r

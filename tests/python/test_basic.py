@@ -14,13 +14,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import treecask
+from treecask import _dtypes
 from conftest import bits, trees_equal
 
 DTYPES = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
     "float8_e4m3fn", "float8_e5m2", "int4", "uint4",
+    # format 4.0
+    "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "float8_e8m0fnu", "float8_e4m3fnuz",
+    "float8_e5m2fnuz", "int2", "uint2", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz",
 ]
+NEW_IN_4 = set(DTYPES[19:])
 
 
 def np_dtype(name):
@@ -32,10 +37,8 @@ def sample(name, shape, rng):
     n = int(np.prod(shape))
     if name == "bool":
         return rng.integers(0, 2, n).astype(bool).reshape(shape)
-    if name == "int4":
-        return rng.integers(-8, 8, n).astype(dt).reshape(shape)
-    if name == "uint4":
-        return rng.integers(0, 16, n).astype(dt).reshape(shape)
+    if name in _dtypes.BITS:  # packed sub-byte dtypes: every bit pattern, one element per byte
+        return rng.integers(0, 1 << _dtypes.BITS[name], n, dtype=np.uint8).view(dt).reshape(shape)
     if dt.kind in "iu":
         info = np.iinfo(dt)
         return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True).reshape(shape)
@@ -55,9 +58,35 @@ def test_every_dtype_round_trips(cask, name):
     with treecask.open(cask) as a:
         info = a.info("matrix")
         assert info.dtype == np_dtype(name) and info.dtype_name == name and info.shape == (3, 5)
-        assert info.byte_length == (15 + 1) // 2 if name in ("int4", "uint4") else 15 * np_dtype(name).itemsize
+        assert info.byte_length == (15 * _dtypes.BITS.get(name, 8 * np_dtype(name).itemsize) + 7) // 8
         assert np.array_equal(bits(a["matrix"]), bits(tree["matrix"]))
         assert np.array_equal(bits(a.read("odd")), bits(tree["odd"]))
+        assert np.array_equal(bits(a.read_rows("matrix", 1, 3)), bits(tree["matrix"][1:3]))
+        assert np.array_equal(bits(a.read_slice("matrix", (slice(1, 3), slice(1, 4)))),
+                              bits(tree["matrix"][1:3, 1:4]))
+        # The writer writes format 4.0 only for the dtypes 4.0 added (SPEC.md "Versioning").
+        assert a.format_version == ((4, 0) if name in NEW_IN_4 else (1, 0))
+
+
+def test_sub_byte_dtypes_pack_as_the_spec_says(cask):
+    """SPEC.md "Dtypes": element k at bits [k*bits, (k+1)*bits) of the
+    little-endian bit stream, padding bits zero; ml_dtypes holds the value in
+    the low bits of one byte."""
+    x2 = np.array([1, -2, -1, 0, 1], ml_dtypes.int2)          # 2-bit: 01 10 11 00 | 01
+    f4 = np.array([0.5, -6.0, 3.0], ml_dtypes.float4_e2m1fn)  # 0x1, 0xF, 0x5
+    f6 = np.array([1.0, -0.5, 7.5, 0.125, 2.0], ml_dtypes.float6_e2m3fn)
+    treecask.save(cask, {"x2": x2, "f4": f4, "f6": f6}, durable=False, compression="none")
+    with treecask.open(cask) as a:
+        assert a.format_version == (4, 0)
+        raw = {k: bytes(a._c().view(a._index(k))) for k in ("x2", "f4", "f6")}
+        assert raw["x2"] == bytes([0b00111001, 0b01])
+        assert raw["f4"] == bytes([0x1 | 0xF << 4, 0x5])
+        codes = [int(c) for c in f6.view(np.uint8)]
+        stream = sum(c << (6 * k) for k, c in enumerate(codes))
+        assert raw["f6"] == stream.to_bytes(4, "little")  # 30 bits -> 4 bytes, 2 padding bits zero
+        for k, want in (("x2", x2), ("f4", f4), ("f6", f6)):
+            got = a[k]
+            assert got.dtype == want.dtype and np.array_equal(bits(got), bits(want))
 
 
 def test_int4_is_packed_two_per_byte_low_nibble_first(cask):
@@ -119,7 +148,7 @@ def test_archive_metadata_and_facts(cask):
         assert a.metadata == {"step": "10", "run": "x"}
         # No filter: written as 1.0 so that 1.x readers read it; FORMAT_VERSION is
         # the newest this library reads and writes.
-        assert a.format_version == (1, 0) and treecask.FORMAT_VERSION == (3, 0)
+        assert a.format_version == (1, 0) and treecask.FORMAT_VERSION == (4, 0)
         assert a.library_version == treecask.library_version()
         assert a.file_size == os.path.getsize(cask) and len(a) == 1 and list(a) == ["w"]
         assert a.created_unix_ns > 0

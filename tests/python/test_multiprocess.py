@@ -45,6 +45,17 @@ CHILD = textwrap.dedent(
     W = np.arange(64, dtype=np.float32).reshape(8, 8) * 0.5
     REP = (np.arange(15, dtype=np.int32) * 3).reshape(5, 3)
     HOST = np.arange(4.0)
+    import ml_dtypes
+    # Sub-byte leaves (packed two per byte in the files): saved in boxes of
+    # 2x6 (int4) and 4x3 (uint4) elements, restored in boxes that start
+    # mid-byte and cross the saved ones.
+    Q4 = ((np.arange(96) * 5) % 16 - 8).astype(ml_dtypes.int4).reshape(8, 12)
+    U4 = ((np.arange(96) * 7) % 16).astype(ml_dtypes.uint4).reshape(8, 12)
+
+    def check_sub_byte(path, m, q_spec, u_spec):
+        got = treecask.load(path, shardings={"q": NamedSharding(m, q_spec), "u": NamedSharding(m, u_spec)})
+        check(got["q"], Q4)
+        check(got["u"], U4)
 
     def mesh(shape):
         assert len(jax.devices()) == shape[0] * shape[1]
@@ -88,14 +99,19 @@ CHILD = textwrap.dedent(
         tree["step"] = 8
         treecask.save(root + "/ckpt", tree, overwrite=True, metadata={"run": "mp"})
         restore_and_check(root + "/ckpt", m, P("x", "y"), 8)
+        treecask.save(root + "/sub_byte", {"q": global_array(Q4, NamedSharding(m, P("x", "y"))),
+                                           "u": global_array(U4, NamedSharding(m, P("y", "x")))})
+        check_sub_byte(root + "/sub_byte", m, P("y", "x"), P("x", "y"))
         # The single-file archive the test wrote, placed onto this job's mesh.
         single = treecask.load(root + "/single.cask", shardings=NamedSharding(m, P("x", "y")))
         check(single["w"], W)
     elif scenario == "restore_1x8":
         restore_and_check(root + "/ckpt", mesh((2, 4)), P(None, "y"), 8)
+        check_sub_byte(root + "/sub_byte", mesh((2, 4)), P(None, "y"), P("x", "y"))
     elif scenario == "restore_4x2":
         m = mesh((8, 1))
         restore_and_check(root + "/ckpt", m, P("x", "y"), 8)
+        check_sub_byte(root + "/sub_byte", m, P("x", None), P(None, "y"))
         single = treecask.load(root + "/single.cask", shardings=NamedSharding(m, P("x", None)))
         check(single["w"], W)
     elif scenario == "kill":  # 2 x 4: a good save, then one that process 1 dies in
@@ -220,6 +236,22 @@ def test_two_process_save_restores_on_other_topologies(tmp_path):
         np.testing.assert_array_equal(c.read_slice("params/w", (slice(1, 7), slice(3, 6))), W[1:7, 3:6])
         np.testing.assert_array_equal(c.read_slice("params/w", (5, slice(2, None))), W[5, 2:])
         np.testing.assert_array_equal(c.read_rows("params/w", 3, 5), W[3:5])
+    # Sub-byte leaves saved in boxes of 2x6 / 4x3 elements: as NumPy, and any
+    # hyperslab (odd offsets, across boxes), one element per byte.
+    import ml_dtypes
+
+    q4 = ((np.arange(96) * 5) % 16 - 8).astype(ml_dtypes.int4).reshape(8, 12)
+    u4 = ((np.arange(96) * 7) % 16).astype(ml_dtypes.uint4).reshape(8, 12)
+    sub = treecask.load(tmp_path / "sub_byte")
+    assert sub["q"].dtype == q4.dtype and sub["u"].dtype == u4.dtype
+    np.testing.assert_array_equal(sub["q"], q4)
+    np.testing.assert_array_equal(sub["u"], u4)
+    with treecask.open(tmp_path / "sub_byte") as c:
+        assert isinstance(c, _distributed.ShardedCheckpoint) and c.info("q").shape == (8, 12)
+        for idx in [(slice(1, 7), slice(3, 10)), (5, slice(1, None)), (slice(None), 7), (slice(3, 4), slice(5, 6))]:
+            np.testing.assert_array_equal(c.read_slice("q", idx), q4[idx])
+            np.testing.assert_array_equal(c.read_slice("u", idx), u4[idx])
+        np.testing.assert_array_equal(c.read_rows("u", 3, 6), u4[3:6])
     plain = treecask.load(ckpt)
     np.testing.assert_array_equal(plain["params"]["w"], W)
     np.testing.assert_array_equal(plain["params"]["rep"], REP)
