@@ -13,6 +13,7 @@
 #include "codec.h"
 #include "format.h"
 #include "lmdb_env.h"
+#include "lmdb_layout.h"
 #include "manifest.h"
 #include "parallel.h"
 #include "treecask/commit.h"
@@ -129,13 +130,10 @@ class BlobWriter {
     MDB_val k{4, key}, v{value_len, nullptr};
     lmdb::check(mdb_put(txn_, dbi_, &k, &v, MDB_RESERVE | MDB_APPEND), file_, "mdb_put(blob)");
     auto* base = static_cast<std::byte*>(v.mv_data);
-    if (!map_base_) {
-      // An overflow value starts 16 bytes into its first page, whose first 8
-      // bytes are its page number (SPEC.md "LMDB container").
-      const std::byte* page = base - 16;
-      uint64_t pgno = format::get_u64(page);
-      if (reinterpret_cast<uintptr_t>(page) % page_size_ == 0) map_base_ = page - pgno * page_size_;
-    }
+    // A blob value (at least a page long) is an overflow value: it starts
+    // kOverflowDataOffset bytes into a page (SPEC.md "LMDB container").
+    if (!map_base_ && reinterpret_cast<uintptr_t>(base - lmdb::kOverflowDataOffset) % page_size_ == 0)
+      map_base_ = lmdb::map_base_of(base, page_size_);
     format::encode_blob_header({*id, payload}, base);
     std::memset(base + format::kBlobHeaderSize + payload, 0,
                 value_len - format::kBlobHeaderSize - payload);
