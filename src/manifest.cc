@@ -7,11 +7,11 @@
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <thread>
 #include <unordered_set>
 
 #include "codec.h"
 #include "format.h"
+#include "parallel.h"
 #include "treecask/treecask.h"
 
 namespace treecask {
@@ -721,49 +721,37 @@ constexpr size_t kBlockTables = 256;  // tables per unit of work in the parallel
 
 const char* const kVerifierFailed = "manifest fails the FlatBuffers verifier (or lacks identifier TCMF)";
 
-// One parse_manifest call. The work is shared by the calling thread and, for
-// large manifests, one worker thread started first thing, so that its
-// start-up overlaps the caller's work. Every piece of work is claimed by
-// whichever thread gets to it first, so a worker that starts late (a busy
-// or idle vCPU: 50-100 us here) only takes what is left, and the caller
-// never waits for it to start: the worker is detached and touches the Parser
-// only through work it claimed, which the caller waits for. Findings are
-// reported in the order of SPEC.md "Reader checks" whichever thread makes
-// them: checksum (17), verifier (19), treedef and key paths (20-21, 25), the
-// first leaf in index order (26-34), duplicate key paths (T10), coverage (35).
+// One parse_manifest call. For large manifests the work is shared by the
+// calling thread and one WorkQueue helper (parallel.h), started first thing
+// so that its start-up overlaps the caller's work; the queue's items are
+// claimed by whichever thread gets to them first, so a helper that starts
+// late only takes what is left. The stages: the checksum (queued first, so
+// the helper takes it while the caller verifies the root table), pass 1 in
+// blocks of tables, then the key-path index and coverage (queued while the
+// caller walks the treedef). Findings are reported in the order of SPEC.md
+// "Reader checks" whichever thread makes them: checksum (17), verifier (19),
+// treedef and key paths (20-21, 25), the first leaf in index order (26-34),
+// duplicate key paths (T10), coverage (35).
 class Parser {
  public:
   Parser(Manifest& m, const std::string& file, std::optional<uint64_t> checksum)
       : m_(m), file_(file), checksum_(checksum) {}
 
   void run(bool parallel) {
-    auto sh = std::make_shared<Shared>();
-    if (parallel) {
-      try {
-        std::thread(work, sh, this).detach();
-      } catch (...) {  // no thread to be had (EAGAIN): run alone
-      }
-    }
+    WorkQueue queue(parallel ? 1 : 0);
+    auto sum = queue.submit(1, [this](size_t) { sum_ok_ = checksum_matches(); });
     try {
       setup();
-      sh->n_blocks = n_blocks_;
-      sh->stage.store(kPass1, std::memory_order_release);
-      take_blocks(*sh, this);
-      while (sh->blocks_done.load(std::memory_order_acquire) != n_blocks_) std::this_thread::yield();
+      queue.wait(queue.submit(n_blocks_, [this](size_t b) { run_block(b); }));
       finish_pass1();
+      auto tail = queue.submit(1, [this](size_t) { index_and_coverage(); });
       walk();
-      if (!sh->tail_claimed.exchange(true))
-        index_and_coverage();
-      else
-        wait(sh->tail_done);
+      queue.wait(tail);
     } catch (...) {
-      int expect = kSetup;
-      sh->stage.compare_exchange_strong(expect, kAbandoned);
-      if (sh->tail_claimed.exchange(true)) wait(sh->tail_done);
-      settle_checksum(*sh);  // a damaged manifest is a checksum mismatch first
+      settle_checksum(queue, sum);  // a damaged manifest is a checksum mismatch first
       throw;
     }
-    settle_checksum(*sh);
+    settle_checksum(queue, sum);
     for (const auto& e : block_error_)
       if (e) std::rethrow_exception(e);
     if (index_error_) std::rethrow_exception(index_error_);
@@ -771,41 +759,6 @@ class Parser {
   }
 
  private:
-  enum Stage : int { kSetup, kPass1, kAbandoned };
-
-  // What the detached worker touches before it has claimed any work: shared
-  // by the caller and the worker, so it outlives whichever ends last.
-  struct Shared {
-    std::atomic<int> stage{kSetup};
-    size_t n_blocks = 0;  // written before stage becomes kPass1
-    std::atomic<size_t> next_block{0}, blocks_done{0};
-    std::atomic<bool> sum_claimed{false}, sum_done{false}, tail_claimed{false}, tail_done{false};
-    bool sum_ok = true;  // written before sum_done
-  };
-
-  static void wait(const std::atomic<bool>& done) {
-    while (!done.load(std::memory_order_acquire)) std::this_thread::yield();
-  }
-
-  // The worker: the checksum, then blocks of pass 1, then the key-path index
-  // and coverage while the caller walks the treedef; each only if unclaimed.
-  static void work(std::shared_ptr<Shared> sh, Parser* p) {
-    if (!sh->sum_claimed.exchange(true)) {
-      sh->sum_ok = p->checksum_matches();
-      sh->sum_done.store(true, std::memory_order_release);
-    }
-    int stage;
-    while ((stage = sh->stage.load(std::memory_order_acquire)) == kSetup) std::this_thread::yield();
-    if (stage != kPass1) return;
-    take_blocks(*sh, p);
-    // The tail reads what every block wrote: wait for the blocks still running.
-    while (sh->blocks_done.load(std::memory_order_acquire) != sh->n_blocks) std::this_thread::yield();
-    if (!sh->tail_claimed.exchange(true)) {
-      p->index_and_coverage();
-      sh->tail_done.store(true, std::memory_order_release);
-    }
-  }
-
   Error corrupt(std::string_view key, const std::string& what) const {
     return Error(ErrorCode::kCorruption, file_, std::string(key), what);
   }
@@ -813,12 +766,9 @@ class Parser {
   bool checksum_matches() const {
     return !checksum_ || format::xxh3(std::as_bytes(std::span(m_.data, m_.size)), 0) == *checksum_;
   }
-  void settle_checksum(Shared& sh) const {
-    if (!sh.sum_claimed.exchange(true))
-      sh.sum_ok = checksum_matches();
-    else
-      wait(sh.sum_done);
-    if (!sh.sum_ok)
+  void settle_checksum(WorkQueue& queue, const WorkQueue::Ticket& sum) const {
+    queue.wait(sum);  // runs it here unless the helper has
+    if (!sum_ok_)
       throw Error(ErrorCode::kChecksumMismatch, file_, "", "manifest does not match its XXH3 checksum");
   }
 
@@ -858,20 +808,17 @@ class Parser {
     node_error_.resize(node_blocks_);
   }
 
-  // Pass 1, in blocks taken by both threads: verify every node table and
-  // check it on its own; verify every leaf table and check the leaf. Never
-  // throws. Touches *p only for a block it claimed.
-  static void take_blocks(Shared& sh, Parser* p) {
-    for (size_t b; (b = sh.next_block.fetch_add(1, std::memory_order_relaxed)) < sh.n_blocks;) {
-      bool ok = false;
-      try {
-        ok = b < p->node_blocks_ ? p->node_block(b) : p->leaf_block(b);
-      } catch (...) {  // not a finding about the file (std::bad_alloc): rethrown as is
-        p->block_fatal_[b] = std::current_exception();
-      }
-      if (!ok) p->tables_ok_.store(false, std::memory_order_relaxed);
-      sh.blocks_done.fetch_add(1, std::memory_order_release);
+  // Pass 1, block `b` of the tables (nodes first, then leaves), on either
+  // thread: verify every node table and check it on its own; verify every
+  // leaf table and check the leaf. Never throws.
+  void run_block(size_t b) {
+    bool ok = false;
+    try {
+      ok = b < node_blocks_ ? node_block(b) : leaf_block(b);
+    } catch (...) {  // not a finding about the file (std::bad_alloc): rethrown as is
+      block_fatal_[b] = std::current_exception();
     }
+    if (!ok) tables_ok_.store(false, std::memory_order_relaxed);
   }
 
   bool node_block(size_t b) {
@@ -957,7 +904,7 @@ class Parser {
   // Needs every table verified; coverage also needs every leaf checked.
   void index_and_coverage() {
     if (!tables_ok_.load(std::memory_order_relaxed)) return;
-    try {  // on the worker, nothing may escape (std::terminate)
+    try {  // kept, to be reported after the leaves' own findings
       build_index(m_, file_);
     } catch (...) {
       index_error_ = std::current_exception();
@@ -983,6 +930,7 @@ class Parser {
   std::vector<std::exception_ptr> block_fatal_;  // what stopped a block that is not a finding
   std::vector<std::pair<size_t, std::string>> node_error_;  // the block's first node problem
   std::atomic<bool> tables_ok_{true};
+  bool sum_ok_ = true;  // written by the checksum item, read after waiting for it
   std::exception_ptr index_error_, coverage_error_;
 };
 

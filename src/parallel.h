@@ -1,12 +1,21 @@
-// parallel_for: the writer's and reader's only concurrency primitive.
+// The library's one concurrency primitive: WorkQueue, work shared by the
+// calling thread and helper threads, each item claimed by whichever thread
+// reaches it first; and parallel_for, a fan-out over it. The writer, the bulk
+// reads and the manifest parse all go through it. (save_async's background
+// save is a thread of its own: it runs save(), which fans out here.)
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace treecask {
@@ -18,9 +27,191 @@ inline unsigned resolve_threads(unsigned requested) {
   return hw ? hw : 1;
 }
 
+namespace detail {
+
+// How many times a waiting thread yields before it sleeps.
+inline constexpr int kSpins = 2000;
+
+// One submitted job: fn(i) for every i in [0, n), each i claimed once.
+struct Job {
+  std::function<void(size_t)> fn;
+  size_t n = 0;
+  std::atomic<size_t> next{0};      // the next unclaimed item (may run past n)
+  std::atomic<size_t> finished{0};  // items run or skipped
+  std::atomic<uint32_t> complete{0};  // 1 once finished == n (what wait() sleeps on)
+  std::atomic<bool> failed{false};
+  std::mutex error_mu;
+  std::exception_ptr error;  // the first exception an item threw
+
+  bool has_unclaimed() const { return next.load(std::memory_order_relaxed) < n; }
+
+  void count_finished(size_t k) {
+    if (finished.fetch_add(k, std::memory_order_acq_rel) + k == n) {
+      complete.store(1, std::memory_order_release);
+      complete.notify_all();
+    }
+  }
+
+  // Claims and runs items until none is left unclaimed. Items claimed after
+  // one failed are skipped. Never throws.
+  void run() {
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+      if (!failed.load(std::memory_order_relaxed)) {
+        try {
+          fn(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!error) error = std::current_exception();
+          failed.store(true, std::memory_order_relaxed);
+        }
+      }
+      count_finished(1);
+    }
+  }
+
+  // Claims every item no thread has claimed yet, without running it.
+  void cancel() {
+    size_t first = next.exchange(n, std::memory_order_relaxed);
+    if (first < n) count_finished(n - first);
+  }
+
+  // Blocks until every item has finished (run or skipped). Yields for a while
+  // first: the items left are usually a helper's last one, and on a busy VM a
+  // thread that sleeps can wait a scheduler tick to run again.
+  void wait_complete() const {
+    for (int spins = 0; spins < kSpins; ++spins) {
+      if (complete.load(std::memory_order_acquire) != 0) return;
+      std::this_thread::yield();
+    }
+    while (complete.load(std::memory_order_acquire) == 0) complete.wait(0, std::memory_order_acquire);
+  }
+};
+
+}  // namespace detail
+
+// Work shared by the calling thread and up to `helpers` threads started for
+// it. submit() queues a job of n items; wait() runs the job's unclaimed items
+// on the calling thread, waits for those another thread claimed, and rethrows
+// the first exception any item threw (items not yet begun when one failed are
+// skipped). Each item runs at most once, on whichever thread claims it first,
+// and jobs are taken in the order submitted. So a helper that starts late
+// (starting a thread costs 50-100 us on a VM) takes only what is left, and
+// the caller never waits for a thread to start, only for items already
+// running. With 0 helpers, or when no thread can be started (EAGAIN), every
+// item runs on the caller, in wait().
+//
+// Lifetime: helpers are detached and hold the queue's shared state, so it
+// outlives whichever ends last. A job's function runs only for claimed items,
+// and wait() (or the destructor) returns only once every claimed item has
+// finished, so the function may refer to the caller's stack. The destructor
+// cancels the items of unwaited jobs that no thread has claimed, waits for
+// the running ones, and tells the helpers to exit; it never waits for a
+// helper to start or to exit.
+//
+// Thread-safety: submit(), wait() and the destructor belong to the thread
+// that made the queue; the helpers only run items.
+class WorkQueue {
+ public:
+  using Ticket = std::shared_ptr<detail::Job>;
+
+  explicit WorkQueue(unsigned helpers) : shared_(std::make_shared<Shared>()) {
+    for (unsigned t = 0; t < helpers; ++t) {
+      // A thread that cannot start (std::system_error on EAGAIN,
+      // std::bad_alloc) leaves the work to the threads that did.
+      try {
+        std::thread(helper_main, shared_).detach();
+      } catch (...) {
+        break;
+      }
+    }
+  }
+  WorkQueue(const WorkQueue&) = delete;
+  WorkQueue& operator=(const WorkQueue&) = delete;
+
+  ~WorkQueue() {
+    std::vector<Ticket> jobs;  // (a vector: unlike a deque, it is made and swapped without allocating)
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->closed = true;
+      jobs.swap(shared_->jobs);
+      shared_->version.fetch_add(1, std::memory_order_release);
+    }
+    shared_->cv.notify_all();
+    for (auto& j : jobs) {
+      j->cancel();
+      j->wait_complete();
+    }
+  }
+
+  // Queues fn(i) for every i in [0, n). `fn` is copied into the job.
+  // Throws std::bad_alloc as is (nothing is queued then).
+  template <typename Fn>
+  Ticket submit(size_t n, Fn&& fn) {
+    auto job = std::make_shared<detail::Job>();
+    job->fn = std::forward<Fn>(fn);
+    job->n = n;
+    if (n == 0) {
+      job->complete.store(1, std::memory_order_relaxed);
+      return job;
+    }
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->jobs.push_back(job);
+      shared_->version.fetch_add(1, std::memory_order_release);
+    }
+    shared_->cv.notify_one();
+    return job;
+  }
+
+  // Runs `job`'s unclaimed items here, waits for the rest, and rethrows the
+  // first exception an item threw.
+  void wait(const Ticket& job) {
+    job->run();
+    job->wait_complete();
+    if (job->error) std::rethrow_exception(job->error);
+  }
+
+ private:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Ticket> jobs;  // front: the oldest job that may have unclaimed items
+    bool closed = false;
+    std::atomic<uint64_t> version{0};  // bumped on every submit and on close
+  };
+
+  // The oldest job with unclaimed items, or null once the queue is closed.
+  // Waits for one: yields for a while first (a job often follows soon: the
+  // parse hands over its next stage within microseconds), then sleeps.
+  static Ticket take(Shared& s) {
+    for (int spins = 0;;) {
+      uint64_t seen = s.version.load(std::memory_order_acquire);
+      {
+        std::unique_lock<std::mutex> lock(s.mu);
+        auto live = std::find_if(s.jobs.begin(), s.jobs.end(), [](const Ticket& j) { return j->has_unclaimed(); });
+        s.jobs.erase(s.jobs.begin(), live);
+        if (!s.jobs.empty()) return s.jobs.front();
+        if (s.closed) return nullptr;
+        if (spins >= detail::kSpins) {
+          s.cv.wait(lock, [&] { return s.version.load(std::memory_order_acquire) != seen; });
+          continue;
+        }
+      }
+      while (s.version.load(std::memory_order_acquire) == seen && spins++ < detail::kSpins) std::this_thread::yield();
+    }
+  }
+
+  static void helper_main(std::shared_ptr<Shared> s) {
+    while (Ticket job = take(*s)) job->run();
+  }
+
+  std::shared_ptr<Shared> shared_;
+};
+
 // Calls fn(i) for every i in [0, n) on up to `threads` threads (the calling
-// thread is one of them). The first exception thrown by any fn is rethrown
-// after all threads finish; remaining indices are skipped once one failed.
+// thread is one of them; the others are WorkQueue helpers). The first
+// exception thrown by any fn is rethrown after every started call finished;
+// remaining indices are skipped once one failed.
 template <typename Fn>
 void parallel_for(size_t n, unsigned threads, Fn&& fn) {
   threads = static_cast<unsigned>(std::min<size_t>(std::max(threads, 1u), n));
@@ -28,38 +219,8 @@ void parallel_for(size_t n, unsigned threads, Fn&& fn) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto work = [&] {
-    for (;;) {
-      size_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= n || failed.load(std::memory_order_relaxed)) return;
-      try {
-        fn(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (!error) error = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (unsigned t = 1; t < threads; ++t) {
-    // A thread that cannot start (std::system_error on EAGAIN, std::bad_alloc)
-    // must not escape here: the vector would destroy joinable threads, which is
-    // std::terminate. Run on the threads that did start instead.
-    try {
-      pool.emplace_back(work);
-    } catch (...) {
-      break;
-    }
-  }
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  WorkQueue queue(threads - 1);
+  queue.wait(queue.submit(n, [&fn](size_t i) { fn(i); }));
 }
 
 }  // namespace treecask
