@@ -508,8 +508,6 @@ const TreeDef& Archive::treedef() const noexcept { return impl_->manifest->treed
 size_t Archive::size() const noexcept { return impl_->manifest->leaves.size(); }
 
 LeafInfo Archive::leaf(size_t index) const {
-  if (index >= size())
-    throw Error(ErrorCode::kInvalidArgument, impl_->file, "", "leaf index out of range");
   const LeafRecord& r = impl_->rec(index);
   LeafInfo info;
   static_cast<LeafMeta&>(info) = leaf_meta_of(*r.fb);
@@ -691,10 +689,6 @@ std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>
     for (const auto& r : im.manifest->leaves) total += r.byte_length;
   for (size_t li = 0; li < size(); ++li) {
     const LeafRecord& r = im.rec(li);
-    if (progress) {
-      done += r.byte_length;
-      progress(done - r.byte_length, total);
-    }
     try {
       for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
         const fb::Chunk* c = r.chunks->Get(ci);
@@ -707,6 +701,10 @@ std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>
       }
     } catch (const Error& e) {
       errors.push_back(e);
+    }
+    if (progress) {
+      done += r.byte_length;
+      progress(done, total);
     }
   }
   return errors;

@@ -947,7 +947,7 @@ std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const
   } else {
     size_t cap = format::align_up(std::max<size_t>(bytes.size(), 1), 64);
     m->buffer = {static_cast<uint8_t*>(std::aligned_alloc(64, cap)), free_aligned};
-    if (!m->buffer) throw Error(ErrorCode::kIo, file, "", "out of memory for the manifest");
+    if (!m->buffer) throw std::bad_alloc();  // error.h: out of memory is std::bad_alloc
     std::memcpy(m->buffer.get(), bytes.data(), bytes.size());
     m->data = m->buffer.get();
   }

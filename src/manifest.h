@@ -115,7 +115,7 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
 // naming `file` and the leaf where there is one; std::bad_alloc as is.
 //
 // Manifests of `parallel_from` bytes or more are checked by the calling thread
-// and one worker thread together (tests and the fuzzer lower it to compare
+// and one WorkQueue helper thread (parallel.h) together (tests and the fuzzer lower it to compare
 // the two paths): starting a thread costs 50-100 us on a VM, more than the
 // checks of a small manifest.
 inline constexpr size_t kParallelManifestBytes = size_t{256} << 10;

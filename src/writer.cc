@@ -151,15 +151,17 @@ struct Pack {
   std::vector<std::pair<size_t, size_t>> members;  // (leaf index, first chunk)
 };
 
+// One save's blob writing. Built with designated initialisers (save()).
 struct Writer {
-  const std::string& file;
+  const std::string& file;            // the final path, for errors
   std::span<const LeafInput> leaves;
   const SaveOptions& opt;
-  unsigned threads;
+  unsigned threads;                   // resolve_threads(opt.threads)
   BlobWriter& blobs;
-  std::vector<LeafOut> out;
-  Pack pack;
-  uint64_t done = 0, total = 0;
+  std::vector<LeafOut> out{};         // how each leaf was stored, filled by add()
+  Pack pack{};                        // small leaves waiting for flush_pack()
+  uint64_t done = 0;                  // raw bytes written so far (progress)
+  uint64_t total = 0;                 // raw bytes of all leaves (progress)
 
   uint64_t chunk_count(uint64_t len) const { return (len + opt.chunk_size - 1) / opt.chunk_size; }
   std::span<const std::byte> chunk_src(size_t li, uint64_t ci) const {
@@ -456,7 +458,12 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     lmdb::check(mdb_dbi_open(txn.get(), format::kBlobDb, MDB_CREATE, &blob_dbi), file, "mdb_dbi_open(blobs)");
 
     BlobWriter blobs(txn.get(), blob_dbi, psize, fd, opt.durable, file);
-    Writer w{file, leaves, opt, resolve_threads(opt.threads), blobs, {}, {}, 0, total};
+    Writer w{.file = file,
+             .leaves = leaves,
+             .opt = opt,
+             .threads = resolve_threads(opt.threads),
+             .blobs = blobs,
+             .total = total};
     w.out.resize(leaves.size());
     for (size_t i = 0; i < leaves.size(); ++i) w.add(i);
     w.flush_pack();

@@ -18,7 +18,8 @@ TREECASK_API const char* library_version() noexcept;
 // lowest version that holds the archive: 1.0, or 2.0 when a leaf has a filter
 // (SaveOptions::shuffle), or 3.0 when a leaf has shard references (the index
 // of a sharded checkpoint, include/treecask/sharded.h), so that older readers
-// keep reading the rest.
+// keep reading the rest. Equal to the format's own constants (src/format.h
+// kMajor/kMinor; a static_assert in src/format.cc keeps them so).
 inline constexpr uint16_t kFormatMajor = 3;
 inline constexpr uint16_t kFormatMinor = 0;
 
