@@ -727,8 +727,8 @@ const char* const kVerifierFailed = "manifest fails the FlatBuffers verifier (or
 // claimed by whichever thread gets to them first, so a helper that starts
 // late only takes what is left. The stages: the checksum (queued first, so
 // the helper takes it while the caller verifies the root table), pass 1 in
-// blocks of tables, then the key-path index and coverage (queued while the
-// caller walks the treedef). Findings are reported in the order of SPEC.md
+// blocks of tables, then the key-path index and coverage (queued with pass 1,
+// to start when it ends, while the caller walks the treedef). Findings are reported in the order of SPEC.md
 // "Reader checks" whichever thread makes them: checksum (17), verifier (19),
 // treedef and key paths (20-21, 25), the first leaf in index order (26-34),
 // duplicate key paths (T10), coverage (35).
@@ -742,9 +742,12 @@ class Parser {
     auto sum = queue.submit(1, [this](size_t) { sum_ok_ = checksum_matches(); });
     try {
       setup();
-      queue.wait(queue.submit(n_blocks_, [this](size_t b) { run_block(b); }));
+      auto blocks = queue.submit(n_blocks_, [this](size_t b) { run_block(b); });
+      // Queued now, so that the helper starts it the moment pass 1 ends.
+      auto tail = queue.submit(1, [this](size_t) { index_and_coverage(); }, blocks);
+      queue.close();  // the last job: the helper ends once it has nothing left to take
+      queue.wait(blocks);
       finish_pass1();
-      auto tail = queue.submit(1, [this](size_t) { index_and_coverage(); });
       walk();
       queue.wait(tail);
     } catch (...) {
