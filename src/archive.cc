@@ -19,8 +19,6 @@
 
 namespace treecask {
 
-static_assert(format::kMajor == kFormatMajor, "the public and private format versions agree");
-
 struct Archive::Impl {
   std::string file;
   uint64_t file_size = 0;
@@ -388,18 +386,14 @@ slice::Plan Archive::Impl::slice_plan(size_t li, const Archive::SliceRequest& q)
 }
 
 namespace {
-// LMDB does not say where its map starts (me_mapaddr is only set with
-// MDB_FIXEDMAP). Every page begins with its page number, so the page holding
-// the header record gives the map base; the guess is confirmed by reading the
-// same 32 bytes with pread(). Returns nullptr when that fails: reads then copy
-// through the map instead of with pread().
+// The map base (lmdb::map_base_of) from the page holding the header record,
+// confirmed by reading the same 32 bytes with pread(): the page number it
+// rests on comes from the file. Returns nullptr when that fails: reads then
+// copy through the map instead of with pread().
 const std::byte* find_map_base(std::span<const std::byte> hdr, const lmdb::MetaInfo& meta, int fd,
                                uint64_t file_size) {
-  uintptr_t p = reinterpret_cast<uintptr_t>(hdr.data());
-  const auto* page = reinterpret_cast<const std::byte*>(p - p % meta.page_size);
-  uint64_t pgno = format::get_u64(page);
-  if (pgno > meta.last_page) return nullptr;
-  const std::byte* base = page - pgno * meta.page_size;
+  const std::byte* base = lmdb::map_base_of(hdr.data(), meta.page_size, meta.last_page);
+  if (!base) return nullptr;
   uint64_t off = static_cast<uint64_t>(hdr.data() - base);
   std::byte check[format::kHeaderSize];
   if (hdr.size() != sizeof check || off > file_size - sizeof check ||
@@ -556,8 +550,6 @@ const TreeDef& Archive::treedef() const noexcept { return impl_->manifest->treed
 size_t Archive::size() const noexcept { return impl_->manifest->leaves.size(); }
 
 LeafInfo Archive::leaf(size_t index) const {
-  if (index >= size())
-    throw Error(ErrorCode::kInvalidArgument, impl_->file, "", "leaf index out of range");
   const LeafRecord& r = impl_->rec(index);
   LeafInfo info;
   static_cast<LeafMeta&>(info) = leaf_meta_of(*r.fb);
@@ -743,10 +735,6 @@ std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>
     for (const auto& r : im.manifest->leaves) total += r.byte_length;
   for (size_t li = 0; li < size(); ++li) {
     const LeafRecord& r = im.rec(li);
-    if (progress) {
-      done += r.byte_length;
-      progress(done - r.byte_length, total);
-    }
     try {
       for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
         const fb::Chunk* c = r.chunks->Get(ci);
@@ -759,6 +747,10 @@ std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>
       }
     } catch (const Error& e) {
       errors.push_back(e);
+    }
+    if (progress) {
+      done += r.byte_length;
+      progress(done, total);
     }
   }
   return errors;

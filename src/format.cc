@@ -3,7 +3,13 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t, for Xxh3Stream
 #include <xxhash.h>
 
+#include "treecask/treecask.h"
+
 namespace treecask::format {
+
+// The public version constants (treecask.h) are the format's own, never a copy.
+static_assert(treecask::kFormatMajor == kMajor && treecask::kFormatMinor == kMinor,
+              "treecask.h's kFormatMajor/kFormatMinor must equal format.h's kMajor/kMinor");
 
 void encode_header(const Header& h, std::byte out[kHeaderSize]) {
   std::memcpy(out, kMagic.data(), 8);

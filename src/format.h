@@ -1,5 +1,5 @@
-// Every on-disk constant, limit and byte-order codec of format v1, in one
-// place (format/SPEC.md is the normative text; section names in comments).
+// Every on-disk constant, limit and byte-order codec of the format (1.0 to
+// 3.0), in one place (format/SPEC.md is the normative text; section names in comments).
 #pragma once
 
 #include <bit>
@@ -12,10 +12,10 @@
 
 namespace treecask::format {
 
-// LMDB stores its pages in host byte order; format v1 is defined for
-// little-endian 64-bit hosts only (SPEC.md "Byte order").
-static_assert(std::endian::native == std::endian::little, "treecask format v1 needs a little-endian host");
-static_assert(sizeof(void*) == 8, "treecask format v1 needs a 64-bit host");
+// LMDB stores its pages in host byte order; the format (every version) is
+// defined for little-endian 64-bit hosts only (SPEC.md "Byte order").
+static_assert(std::endian::native == std::endian::little, "the treecask format needs a little-endian host");
+static_assert(sizeof(void*) == 8, "the treecask format needs a 64-bit host");
 
 // ---- Versioning (SPEC.md "Versioning") ----
 // kMajor is the highest major this library reads and writes. A writer writes

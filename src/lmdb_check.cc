@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,16 +18,6 @@
 namespace treecask::lmdb {
 
 namespace {
-
-// MDB_node (branch and leaf pages): lo u16, hi u16, flags u16, ksize u16,
-// then the key, then (leaf pages only) the data. A leaf node's data size is
-// lo | hi << 16; a branch node's child page number is lo | hi << 16 | flags << 32.
-constexpr size_t kNodeHeaderSize = 8;
-constexpr uint16_t kNodeBigData = 0x01;  // F_BIGDATA: data is the page number of an overflow run
-constexpr uint16_t kNodeSubData = 0x02;  // F_SUBDATA: data is an MDB_db (a named database)
-constexpr uint16_t kNodeDupData = 0x04;  // F_DUPDATA: sorted duplicates (never in treecask)
-constexpr unsigned kMaxTreeDepth = 32;   // LMDB's CURSOR_STACK
-constexpr uint64_t kFirstDataPage = 2;   // pages 0 and 1 are the meta pages
 
 using Key = std::span<const std::byte>;
 
@@ -158,7 +149,7 @@ class Walker {
     using format::get_u16, format::get_u64;
     if (get_u64(p) != pgno)
       fail_page(pgno, "header says it is page " + std::to_string(get_u64(p)));
-    uint16_t flags = get_u16(p + 10) & ~(kPageDirty | kPageKeep);
+    uint16_t flags = get_u16(p + kPageFlagsOffset) & ~(kPageDirty | kPageKeep);
     bool is_leaf = level == depth_;
     uint16_t want = is_leaf ? kPageLeaf : kPageBranch;
     if (flags != want)
@@ -271,7 +262,7 @@ class Walker {
     using format::get_u16, format::get_u32, format::get_u64;
     std::string ov = "overflow page " + std::to_string(first) + " ";
     if (get_u64(h) != first) fail_page(pgno, at + ov + "has a header for page " + std::to_string(get_u64(h)));
-    uint16_t flags = get_u16(h + 10) & ~(kPageDirty | kPageKeep);
+    uint16_t flags = get_u16(h + kPageFlagsOffset) & ~(kPageDirty | kPageKeep);
     if (flags != kPageOverflow) fail_page(pgno, at + ov + "has flags 0x" + hex(flags));
     uint64_t pages = get_u32(h + 12);
     if (pages < need || pages > room)
@@ -330,6 +321,81 @@ std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
   } catch (const Defect& d) {
     return d.why;
   }
+  return {};
+}
+
+// ---- the meta pages (layout: lmdb_layout.h) ----
+namespace {
+
+struct RawMeta {
+  bool ok = false;
+  std::string why;
+  uint32_t magic = 0, version = 0, psize = 0;
+  uint64_t mapsize = 0, last_pg = 0, txnid = 0;
+  DbRecord main_db;
+};
+
+RawMeta read_meta(int fd, uint64_t offset, uint64_t file_size) {
+  RawMeta m;
+  std::array<std::byte, kMetaEnd> buf{};
+  if (offset + kMetaEnd > file_size) {
+    m.why = "file too short for an LMDB meta page (truncated?)";
+    return m;
+  }
+  ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(offset));
+  if (n != static_cast<ssize_t>(buf.size())) {
+    m.why = "cannot read LMDB meta page";
+    return m;
+  }
+  using format::get_u16, format::get_u32, format::get_u64;
+  const std::byte* p = buf.data();
+  uint16_t flags = get_u16(p + kPageFlagsOffset);
+  const std::byte* meta = p + kPageHeaderSize;
+  m.magic = get_u32(meta + kMetaMagicOffset);
+  m.version = get_u32(meta + kMetaVersionOffset);
+  m.mapsize = get_u64(meta + kMetaMapSizeOffset);
+  m.psize = get_u32(meta + kMetaDbsOffset);  // dbs[0].md_pad
+  m.last_pg = get_u64(meta + kMetaLastPageOffset);
+  m.txnid = get_u64(meta + kMetaTxnIdOffset);
+  m.main_db = decode_db_record(meta + kMetaDbsOffset + kDbRecordSize);
+  if (m.magic != kMetaMagic) { m.why = "no LMDB magic"; return m; }
+  if (!(flags & kPageMeta)) { m.why = "meta page lacks the P_META flag"; return m; }
+  if (m.version != kDataVersion) {
+    m.why = "LMDB data version " + std::to_string(m.version) + ", expected 1";
+    return m;
+  }
+  if (m.psize < 512 || m.psize > 65536 || (m.psize & (m.psize - 1)) != 0) {
+    m.why = "LMDB page size " + std::to_string(m.psize) + " is not a power of two in [512, 65536]";
+    return m;
+  }
+  m.ok = true;
+  return m;
+}
+}  // namespace
+
+std::string check_meta_pages(int fd, uint64_t file_size, MetaInfo* out, bool* not_lmdb) {
+  *not_lmdb = false;
+  RawMeta m0 = read_meta(fd, 0, file_size);
+  if (!m0.ok) {
+    *not_lmdb = m0.magic != kMetaMagic;
+    return "meta page 0: " + m0.why;
+  }
+  RawMeta m1 = read_meta(fd, m0.psize, file_size);
+  if (!m1.ok) return "meta page 1: " + m1.why;
+  if (m1.psize != m0.psize) return "the two LMDB meta pages disagree on the page size";
+  const RawMeta& m = m1.txnid > m0.txnid ? m1 : m0;
+  // Pages 0 and 1 are the metas; data needs at least root pages beyond them.
+  if (m.last_pg < 1 || m.last_pg >= (uint64_t{1} << 40))
+    return "LMDB last page number " + std::to_string(m.last_pg) + " is out of range";
+  uint64_t need = (m.last_pg + 1) * m.psize;
+  if (need > file_size)
+    return "file is truncated: LMDB needs " + std::to_string(need) + " bytes, file has " +
+           std::to_string(file_size);
+  out->page_size = m.psize;
+  out->last_page = m.last_pg;
+  out->txnid = m.txnid;
+  out->map_size = m.mapsize;
+  out->main_db = m.main_db;
   return {};
 }
 

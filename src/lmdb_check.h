@@ -1,5 +1,6 @@
 // Structural validation of an untrusted LMDB file before LMDB maps it
-// (SPEC.md "Reader checks").
+// (SPEC.md "Reader checks"): check_meta_pages(), then check_structure(). The
+// layout they read is described in lmdb_layout.h.
 //
 // LMDB trusts its file: a page number, node offset, key size or data size
 // read from a damaged page is followed without a bounds check, so a crafted
@@ -14,9 +15,16 @@
 #include <cstdint>
 #include <string>
 
-#include "lmdb_env.h"
+#include "lmdb_layout.h"
 
 namespace treecask::lmdb {
+
+// Reads both meta pages of the LMDB file open at `fd` (size `file_size`
+// bytes) and checks: the page flags, magic 0xBEEFC0DE, data version 1, a page
+// size that is a power of two in [512, 65536], and that the newest meta's last
+// page lies inside the file. Returns "" and fills `out` when valid, else a
+// description; `not_lmdb` is set when the file is not LMDB at all.
+std::string check_meta_pages(int fd, uint64_t file_size, MetaInfo* out, bool* not_lmdb);
 
 // What check_structure() walked, for tests and diagnostics.
 struct StructureStats {

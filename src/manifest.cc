@@ -2,15 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <thread>
 #include <unordered_set>
 
 #include "codec.h"
 #include "format.h"
+#include "parallel.h"
+#include "treecask/treecask.h"
 
 namespace treecask {
 
@@ -391,7 +393,92 @@ bool elements_aligned(const V* v) {
 
 uint64_t hash_path(std::string_view p) { return format::xxh3(std::as_bytes(std::span(p)), 0); }
 
+flatbuffers::Offset<FbKeyValues> build_kv(flatbuffers::FlatBufferBuilder& b, const KeyValues& kvs) {
+  std::vector<flatbuffers::Offset<fb::KeyValue>> v;
+  for (const auto& [k, val] : kvs)
+    v.push_back(fb::CreateKeyValue(b, b.CreateString(k), b.CreateString(val)));
+  return b.CreateVector(v);
+}
+
 }  // namespace
+
+// ---- the encoder (the writer's half of this file) ----
+
+std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInput> leaves,
+                                    const std::vector<std::string>& paths, const std::vector<LeafOut>& out,
+                                    const std::vector<uint64_t>& payloads, uint16_t major,
+                                    const SaveOptions& opt) {
+  flatbuffers::FlatBufferBuilder b(1024 + leaves.size() * 256);
+  std::vector<flatbuffers::Offset<fb::Node>> nodes;
+  nodes.reserve(def.size());
+  for (const auto& n : def) {
+    auto tn = n.type_name.empty() ? 0 : b.CreateString(n.type_name);
+    auto keys = n.keys.empty() ? 0 : b.CreateVectorOfStrings(n.keys);
+    fb::NodeBuilder nb(b);
+    nb.add_kind(static_cast<fb::NodeKind>(n.kind));
+    nb.add_arity(n.arity);
+    if (!tn.IsNull()) nb.add_type_name(tn);
+    if (!keys.IsNull()) nb.add_keys(keys);
+    nodes.push_back(nb.Finish());
+  }
+  std::vector<flatbuffers::Offset<fb::Leaf>> lv;
+  lv.reserve(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const LeafMeta& m = leaves[i].meta;
+    auto kp = b.CreateString(paths[i]);
+    auto shape = b.CreateVector(m.shape);
+    std::vector<fb::Chunk> cs;
+    cs.reserve(out[i].chunks.size());
+    for (const auto& c : out[i].chunks) cs.emplace_back(c.blob, c.flags, c.offset, c.stored, c.checksum);
+    auto chunks = b.CreateVectorOfStructs(cs);
+    auto axes = m.logical_axes.empty() ? 0 : b.CreateVectorOfStrings(m.logical_axes);
+    flatbuffers::Offset<fb::Sharding> sh = 0;
+    if (m.sharding) {
+      std::vector<flatbuffers::Offset<fb::Axes>> spec;
+      for (const auto& d : m.sharding->spec) spec.push_back(fb::CreateAxes(b, b.CreateVectorOfStrings(d)));
+      sh = fb::CreateSharding(b, b.CreateVectorOfStrings(m.sharding->mesh_axis_names),
+                              b.CreateVector(m.sharding->mesh_axis_sizes), b.CreateVector(spec));
+    }
+    auto md = m.metadata.empty() ? 0 : build_kv(b, m.metadata);
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::ShardRef>>> refs = 0;
+    uint64_t byte_length = leaves[i].data.size();
+    if (!m.shards.empty()) {
+      std::vector<flatbuffers::Offset<fb::ShardRef>> rv;
+      rv.reserve(m.shards.size());
+      for (const auto& r : m.shards)
+        rv.push_back(fb::CreateShardRef(b, b.CreateString(r.file), b.CreateString(r.key_path),
+                                        b.CreateVector(r.start), b.CreateVector(r.stop)));
+      refs = b.CreateVector(rv);
+      byte_length = byte_length_for(m.dtype, m.shape);
+    }
+    fb::LeafBuilder leaf(b);
+    leaf.add_key_path(kp);
+    leaf.add_value_kind(static_cast<fb::ValueKind>(m.value_kind));
+    leaf.add_dtype(static_cast<fb::DType>(m.dtype));
+    leaf.add_shape(shape);
+    leaf.add_byte_length(byte_length);
+    leaf.add_codec(static_cast<fb::Codec>(out[i].codec));
+    leaf.add_chunk_size(leaves[i].data.empty() ? 0 : opt.chunk_size);
+    leaf.add_chunks(chunks);
+    if (!axes.IsNull()) leaf.add_logical_axes(axes);
+    if (!sh.IsNull()) leaf.add_sharding(sh);
+    if (!md.IsNull()) leaf.add_metadata(md);
+    if (out[i].shuffle_bytes) leaf.add_filter(fb::Filter::ByteShuffle);
+    if (!refs.IsNull()) leaf.add_shards(refs);
+    lv.push_back(leaf.Finish());
+  }
+  std::vector<flatbuffers::Offset<fb::Blob>> bv;
+  for (uint64_t p : payloads) bv.push_back(fb::CreateBlob(b, p));
+  auto created = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  auto root = fb::CreateManifest(b, major, format::kMinor,
+                                 b.CreateString(library_version()), created,
+                                 build_kv(b, opt.metadata), b.CreateVector(nodes),
+                                 b.CreateVector(lv), b.CreateVector(bv));
+  fb::FinishManifestBuffer(b, root);
+  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
+}
 
 std::vector<std::string> leaf_key_paths(const TreeDef& def, ErrorCode code, const std::string& file) {
   std::vector<std::string> paths;
@@ -645,49 +732,40 @@ constexpr size_t kBlockTables = 256;  // tables per unit of work in the parallel
 
 const char* const kVerifierFailed = "manifest fails the FlatBuffers verifier (or lacks identifier TCMF)";
 
-// One parse_manifest call. The work is shared by the calling thread and, for
-// large manifests, one worker thread started first thing, so that its
-// start-up overlaps the caller's work. Every piece of work is claimed by
-// whichever thread gets to it first, so a worker that starts late (a busy
-// or idle vCPU: 50-100 us here) only takes what is left, and the caller
-// never waits for it to start: the worker is detached and touches the Parser
-// only through work it claimed, which the caller waits for. Findings are
-// reported in the order of SPEC.md "Reader checks" whichever thread makes
-// them: checksum (17), verifier (19), treedef and key paths (20-21, 25), the
-// first leaf in index order (26-34), duplicate key paths (T10), coverage (35).
+// One parse_manifest call. For large manifests the work is shared by the
+// calling thread and one WorkQueue helper (parallel.h), started first thing
+// so that its start-up overlaps the caller's work; the queue's items are
+// claimed by whichever thread gets to them first, so a helper that starts
+// late only takes what is left. The stages: the checksum (queued first, so
+// the helper takes it while the caller verifies the root table), pass 1 in
+// blocks of tables, then the key-path index and coverage (queued with pass 1,
+// to start when it ends, while the caller walks the treedef). Findings are reported in the order of SPEC.md
+// "Reader checks" whichever thread makes them: checksum (17), verifier (19),
+// treedef and key paths (20-21, 25), the first leaf in index order (26-34),
+// duplicate key paths (T10), coverage (35).
 class Parser {
  public:
   Parser(Manifest& m, const std::string& file, std::optional<uint64_t> checksum)
       : m_(m), file_(file), checksum_(checksum) {}
 
   void run(bool parallel) {
-    auto sh = std::make_shared<Shared>();
-    if (parallel) {
-      try {
-        std::thread(work, sh, this).detach();
-      } catch (...) {  // no thread to be had (EAGAIN): run alone
-      }
-    }
+    WorkQueue queue(parallel ? 1 : 0);
+    auto sum = queue.submit(1, [this](size_t) { sum_ok_ = checksum_matches(); });
     try {
       setup();
-      sh->n_blocks = n_blocks_;
-      sh->stage.store(kPass1, std::memory_order_release);
-      take_blocks(*sh, this);
-      while (sh->blocks_done.load(std::memory_order_acquire) != n_blocks_) std::this_thread::yield();
+      auto blocks = queue.submit(n_blocks_, [this](size_t b) { run_block(b); });
+      // Queued now, so that the helper starts it the moment pass 1 ends.
+      auto tail = queue.submit(1, [this](size_t) { index_and_coverage(); }, blocks);
+      queue.close();  // the last job: the helper ends once it has nothing left to take
+      queue.wait(blocks);
       finish_pass1();
       walk();
-      if (!sh->tail_claimed.exchange(true))
-        index_and_coverage();
-      else
-        wait(sh->tail_done);
+      queue.wait(tail);
     } catch (...) {
-      int expect = kSetup;
-      sh->stage.compare_exchange_strong(expect, kAbandoned);
-      if (sh->tail_claimed.exchange(true)) wait(sh->tail_done);
-      settle_checksum(*sh);  // a damaged manifest is a checksum mismatch first
+      settle_checksum(queue, sum);  // a damaged manifest is a checksum mismatch first
       throw;
     }
-    settle_checksum(*sh);
+    settle_checksum(queue, sum);
     for (const auto& e : block_error_)
       if (e) std::rethrow_exception(e);
     if (index_error_) std::rethrow_exception(index_error_);
@@ -695,41 +773,6 @@ class Parser {
   }
 
  private:
-  enum Stage : int { kSetup, kPass1, kAbandoned };
-
-  // What the detached worker touches before it has claimed any work: shared
-  // by the caller and the worker, so it outlives whichever ends last.
-  struct Shared {
-    std::atomic<int> stage{kSetup};
-    size_t n_blocks = 0;  // written before stage becomes kPass1
-    std::atomic<size_t> next_block{0}, blocks_done{0};
-    std::atomic<bool> sum_claimed{false}, sum_done{false}, tail_claimed{false}, tail_done{false};
-    bool sum_ok = true;  // written before sum_done
-  };
-
-  static void wait(const std::atomic<bool>& done) {
-    while (!done.load(std::memory_order_acquire)) std::this_thread::yield();
-  }
-
-  // The worker: the checksum, then blocks of pass 1, then the key-path index
-  // and coverage while the caller walks the treedef; each only if unclaimed.
-  static void work(std::shared_ptr<Shared> sh, Parser* p) {
-    if (!sh->sum_claimed.exchange(true)) {
-      sh->sum_ok = p->checksum_matches();
-      sh->sum_done.store(true, std::memory_order_release);
-    }
-    int stage;
-    while ((stage = sh->stage.load(std::memory_order_acquire)) == kSetup) std::this_thread::yield();
-    if (stage != kPass1) return;
-    take_blocks(*sh, p);
-    // The tail reads what every block wrote: wait for the blocks still running.
-    while (sh->blocks_done.load(std::memory_order_acquire) != sh->n_blocks) std::this_thread::yield();
-    if (!sh->tail_claimed.exchange(true)) {
-      p->index_and_coverage();
-      sh->tail_done.store(true, std::memory_order_release);
-    }
-  }
-
   Error corrupt(std::string_view key, const std::string& what) const {
     return Error(ErrorCode::kCorruption, file_, std::string(key), what);
   }
@@ -737,12 +780,9 @@ class Parser {
   bool checksum_matches() const {
     return !checksum_ || format::xxh3(std::as_bytes(std::span(m_.data, m_.size)), 0) == *checksum_;
   }
-  void settle_checksum(Shared& sh) const {
-    if (!sh.sum_claimed.exchange(true))
-      sh.sum_ok = checksum_matches();
-    else
-      wait(sh.sum_done);
-    if (!sh.sum_ok)
+  void settle_checksum(WorkQueue& queue, const WorkQueue::Ticket& sum) const {
+    queue.wait(sum);  // runs it here unless the helper has
+    if (!sum_ok_)
       throw Error(ErrorCode::kChecksumMismatch, file_, "", "manifest does not match its XXH3 checksum");
   }
 
@@ -782,20 +822,17 @@ class Parser {
     node_error_.resize(node_blocks_);
   }
 
-  // Pass 1, in blocks taken by both threads: verify every node table and
-  // check it on its own; verify every leaf table and check the leaf. Never
-  // throws. Touches *p only for a block it claimed.
-  static void take_blocks(Shared& sh, Parser* p) {
-    for (size_t b; (b = sh.next_block.fetch_add(1, std::memory_order_relaxed)) < sh.n_blocks;) {
-      bool ok = false;
-      try {
-        ok = b < p->node_blocks_ ? p->node_block(b) : p->leaf_block(b);
-      } catch (...) {  // not a finding about the file (std::bad_alloc): rethrown as is
-        p->block_fatal_[b] = std::current_exception();
-      }
-      if (!ok) p->tables_ok_.store(false, std::memory_order_relaxed);
-      sh.blocks_done.fetch_add(1, std::memory_order_release);
+  // Pass 1, block `b` of the tables (nodes first, then leaves), on either
+  // thread: verify every node table and check it on its own; verify every
+  // leaf table and check the leaf. Never throws.
+  void run_block(size_t b) {
+    bool ok = false;
+    try {
+      ok = b < node_blocks_ ? node_block(b) : leaf_block(b);
+    } catch (...) {  // not a finding about the file (std::bad_alloc): rethrown as is
+      block_fatal_[b] = std::current_exception();
     }
+    if (!ok) tables_ok_.store(false, std::memory_order_relaxed);
   }
 
   bool node_block(size_t b) {
@@ -881,7 +918,7 @@ class Parser {
   // Needs every table verified; coverage also needs every leaf checked.
   void index_and_coverage() {
     if (!tables_ok_.load(std::memory_order_relaxed)) return;
-    try {  // on the worker, nothing may escape (std::terminate)
+    try {  // kept, to be reported after the leaves' own findings
       build_index(m_, file_);
     } catch (...) {
       index_error_ = std::current_exception();
@@ -907,6 +944,7 @@ class Parser {
   std::vector<std::exception_ptr> block_fatal_;  // what stopped a block that is not a finding
   std::vector<std::pair<size_t, std::string>> node_error_;  // the block's first node problem
   std::atomic<bool> tables_ok_{true};
+  bool sum_ok_ = true;  // written by the checksum item, read after waiting for it
   std::exception_ptr index_error_, coverage_error_;
 };
 
@@ -923,7 +961,7 @@ std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const
   } else {
     size_t cap = format::align_up(std::max<size_t>(bytes.size(), 1), 64);
     m->buffer = {static_cast<uint8_t*>(std::aligned_alloc(64, cap)), free_aligned};
-    if (!m->buffer) throw Error(ErrorCode::kIo, file, "", "out of memory for the manifest");
+    if (!m->buffer) throw std::bad_alloc();  // error.h: out of memory is std::bad_alloc
     std::memcpy(m->buffer.get(), bytes.data(), bytes.size());
     m->data = m->buffer.get();
   }

@@ -14,6 +14,7 @@
 
 #include "treecask/error.h"
 #include "treecask/types.h"
+#include "treecask/writer.h"
 #include "treecask_generated.h"
 
 namespace treecask {
@@ -69,6 +70,41 @@ struct Manifest {
   mutable TreeDef treedef_cache;
 };
 
+// ---- Encoding (the writer's half; parse_manifest below is the reader's) ----
+
+// One chunk as the writer stored it (SPEC.md "Chunks and checksums"): blob id,
+// flags (kChunkStoredRaw), byte offset in the blob's payload, stored bytes,
+// and XXH3-64 of the stored bytes seeded with chunk_seed(leaf, chunk).
+struct ChunkOut {
+  uint32_t blob = 0;
+  uint32_t flags = 0;
+  uint64_t offset = 0;
+  uint64_t stored = 0;
+  uint64_t checksum = 0;
+};
+
+// How the writer stored one leaf: its codec, its filter and its chunks.
+struct LeafOut {
+  Codec codec = Codec::kNone;
+  uint8_t shuffle_bytes = 0;  // byte shuffle by this element size before LZ4; 0 = no filter
+  std::vector<ChunkOut> chunks;
+};
+
+// Encodes the manifest FlatBuffer (schema/treecask.fbs, SPEC.md "Manifest")
+// of an archive of format `major`.0: the treedef's nodes, one Leaf per input
+// (key path paths[i], the meta of leaves[i], the codec, filter and chunks of
+// out[i], chunk size opt.chunk_size), one Blob per entry of `payloads`
+// (payload bytes by blob id), opt.metadata, this library's version and the
+// current time. REQUIRES: everything already checked by save() (the inputs
+// follow SPEC.md; paths, leaves and out have one entry per leaf). Returns the
+// finished buffer (identifier TCMF); parse_manifest accepts it.
+std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInput> leaves,
+                                    const std::vector<std::string>& paths, const std::vector<LeafOut>& out,
+                                    const std::vector<uint64_t>& payloads, uint16_t major,
+                                    const SaveOptions& opt);
+
+// ---- Decoding ----
+
 // Checks `bytes` as SPEC.md "Reader checks" 17-35 say: when `checksum` is
 // given, XXH3-64 (seed 0) of the bytes against it (kChecksumMismatch, which
 // takes precedence over every other finding); the FlatBuffers verifier; every
@@ -79,7 +115,7 @@ struct Manifest {
 // naming `file` and the leaf where there is one; std::bad_alloc as is.
 //
 // Manifests of `parallel_from` bytes or more are checked by the calling thread
-// and one worker thread together (tests and the fuzzer lower it to compare
+// and one WorkQueue helper thread (parallel.h) together (tests and the fuzzer lower it to compare
 // the two paths): starting a thread costs 50-100 us on a VM, more than the
 // checks of a small manifest.
 inline constexpr size_t kParallelManifestBytes = size_t{256} << 10;

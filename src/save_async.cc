@@ -1,5 +1,7 @@
 // save_async(): a snapshot of the caller's leaf bytes, then save() on a
 // background thread (include/treecask/writer.h).
+#include "treecask/writer.h"
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "treecask/writer.h"
 
 namespace treecask {
 namespace {

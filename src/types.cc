@@ -1,8 +1,9 @@
+#include "treecask/types.h"
+
 #include <array>
 
 #include "treecask/error.h"
 #include "treecask/treecask.h"
-#include "treecask/types.h"
 
 namespace treecask {
 

@@ -1,18 +1,21 @@
 // save(): plan, write blobs straight into a pre-allocated LMDB map, write the
-// manifest, commit, truncate, fsync, rename (SPEC.md "Atomic commit").
+// manifest (encoded by build_manifest, manifest.cc), commit, truncate, fsync,
+// rename (SPEC.md "Atomic commit").
+#include "treecask/writer.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <memory>
 
 #include "codec.h"
 #include "format.h"
 #include "lmdb_env.h"
+#include "lmdb_layout.h"
 #include "manifest.h"
 #include "parallel.h"
 #include "treecask/commit.h"
@@ -23,20 +26,6 @@ namespace treecask {
 namespace {
 
 using format::align_up;
-
-struct ChunkOut {
-  uint32_t blob = 0;
-  uint32_t flags = 0;
-  uint64_t offset = 0;
-  uint64_t stored = 0;
-  uint64_t checksum = 0;
-};
-
-struct LeafOut {
-  Codec codec = Codec::kNone;
-  uint8_t shuffle_bytes = 0;  // byte shuffle by this element size before LZ4; 0 = no filter
-  std::vector<ChunkOut> chunks;
-};
 
 // Format version of an archive: the lowest that holds it (SPEC.md "Versioning").
 uint16_t format_major_of(const std::vector<LeafOut>& out, std::span<const LeafInput> leaves) {
@@ -131,13 +120,10 @@ class BlobWriter {
     MDB_val k{4, key}, v{value_len, nullptr};
     lmdb::check(mdb_put(txn_, dbi_, &k, &v, MDB_RESERVE | MDB_APPEND), file_, "mdb_put(blob)");
     auto* base = static_cast<std::byte*>(v.mv_data);
-    if (!map_base_) {
-      // An overflow value starts 16 bytes into its first page, whose first 8
-      // bytes are its page number (SPEC.md "LMDB container").
-      const std::byte* page = base - 16;
-      uint64_t pgno = format::get_u64(page);
-      if (reinterpret_cast<uintptr_t>(page) % page_size_ == 0) map_base_ = page - pgno * page_size_;
-    }
+    // A blob value (at least a page long) is an overflow value: it starts
+    // kOverflowDataOffset bytes into a page (SPEC.md "LMDB container").
+    if (!map_base_ && reinterpret_cast<uintptr_t>(base - lmdb::kOverflowDataOffset) % page_size_ == 0)
+      map_base_ = lmdb::map_base_of(base, page_size_);
     format::encode_blob_header({*id, payload}, base);
     std::memset(base + format::kBlobHeaderSize + payload, 0,
                 value_len - format::kBlobHeaderSize - payload);
@@ -167,15 +153,17 @@ struct Pack {
   std::vector<std::pair<size_t, size_t>> members;  // (leaf index, first chunk)
 };
 
+// One save's blob writing. Built with designated initialisers (save()).
 struct Writer {
-  const std::string& file;
+  const std::string& file;            // the final path, for errors
   std::span<const LeafInput> leaves;
   const SaveOptions& opt;
-  unsigned threads;
+  unsigned threads;                   // resolve_threads(opt.threads)
   BlobWriter& blobs;
-  std::vector<LeafOut> out;
-  Pack pack;
-  uint64_t done = 0, total = 0;
+  std::vector<LeafOut> out{};         // how each leaf was stored, filled by add()
+  Pack pack{};                        // small leaves waiting for flush_pack()
+  uint64_t done = 0;                  // raw bytes written so far (progress)
+  uint64_t total = 0;                 // raw bytes of all leaves (progress)
 
   uint64_t chunk_count(uint64_t len) const { return (len + opt.chunk_size - 1) / opt.chunk_size; }
   std::span<const std::byte> chunk_src(size_t li, uint64_t ci) const {
@@ -348,91 +336,6 @@ struct Writer {
   }
 };
 
-flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::KeyValue>>> build_kv(
-    flatbuffers::FlatBufferBuilder& b, const KeyValues& kvs) {
-  std::vector<flatbuffers::Offset<fb::KeyValue>> v;
-  for (const auto& [k, val] : kvs)
-    v.push_back(fb::CreateKeyValue(b, b.CreateString(k), b.CreateString(val)));
-  return b.CreateVector(v);
-}
-
-std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInput> leaves,
-                                    const std::vector<std::string>& paths,
-                                    const std::vector<LeafOut>& out,
-                                    const std::vector<uint64_t>& payloads,
-                                    uint16_t major, const SaveOptions& opt) {
-  flatbuffers::FlatBufferBuilder b(1024 + leaves.size() * 256);
-  std::vector<flatbuffers::Offset<fb::Node>> nodes;
-  nodes.reserve(def.size());
-  for (const auto& n : def) {
-    auto tn = n.type_name.empty() ? 0 : b.CreateString(n.type_name);
-    auto keys = n.keys.empty() ? 0 : b.CreateVectorOfStrings(n.keys);
-    fb::NodeBuilder nb(b);
-    nb.add_kind(static_cast<fb::NodeKind>(n.kind));
-    nb.add_arity(n.arity);
-    if (!tn.IsNull()) nb.add_type_name(tn);
-    if (!keys.IsNull()) nb.add_keys(keys);
-    nodes.push_back(nb.Finish());
-  }
-  std::vector<flatbuffers::Offset<fb::Leaf>> lv;
-  lv.reserve(leaves.size());
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    const LeafMeta& m = leaves[i].meta;
-    auto kp = b.CreateString(paths[i]);
-    auto shape = b.CreateVector(m.shape);
-    std::vector<fb::Chunk> cs;
-    cs.reserve(out[i].chunks.size());
-    for (const auto& c : out[i].chunks) cs.emplace_back(c.blob, c.flags, c.offset, c.stored, c.checksum);
-    auto chunks = b.CreateVectorOfStructs(cs);
-    auto axes = m.logical_axes.empty() ? 0 : b.CreateVectorOfStrings(m.logical_axes);
-    flatbuffers::Offset<fb::Sharding> sh = 0;
-    if (m.sharding) {
-      std::vector<flatbuffers::Offset<fb::Axes>> spec;
-      for (const auto& d : m.sharding->spec) spec.push_back(fb::CreateAxes(b, b.CreateVectorOfStrings(d)));
-      sh = fb::CreateSharding(b, b.CreateVectorOfStrings(m.sharding->mesh_axis_names),
-                              b.CreateVector(m.sharding->mesh_axis_sizes), b.CreateVector(spec));
-    }
-    auto md = m.metadata.empty() ? 0 : build_kv(b, m.metadata);
-    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::ShardRef>>> refs = 0;
-    uint64_t byte_length = leaves[i].data.size();
-    if (!m.shards.empty()) {
-      std::vector<flatbuffers::Offset<fb::ShardRef>> rv;
-      rv.reserve(m.shards.size());
-      for (const auto& r : m.shards)
-        rv.push_back(fb::CreateShardRef(b, b.CreateString(r.file), b.CreateString(r.key_path),
-                                        b.CreateVector(r.start), b.CreateVector(r.stop)));
-      refs = b.CreateVector(rv);
-      byte_length = byte_length_for(m.dtype, m.shape);
-    }
-    fb::LeafBuilder leaf(b);
-    leaf.add_key_path(kp);
-    leaf.add_value_kind(static_cast<fb::ValueKind>(m.value_kind));
-    leaf.add_dtype(static_cast<fb::DType>(m.dtype));
-    leaf.add_shape(shape);
-    leaf.add_byte_length(byte_length);
-    leaf.add_codec(static_cast<fb::Codec>(out[i].codec));
-    leaf.add_chunk_size(leaves[i].data.empty() ? 0 : opt.chunk_size);
-    leaf.add_chunks(chunks);
-    if (!axes.IsNull()) leaf.add_logical_axes(axes);
-    if (!sh.IsNull()) leaf.add_sharding(sh);
-    if (!md.IsNull()) leaf.add_metadata(md);
-    if (out[i].shuffle_bytes) leaf.add_filter(fb::Filter::ByteShuffle);
-    if (!refs.IsNull()) leaf.add_shards(refs);
-    lv.push_back(leaf.Finish());
-  }
-  std::vector<flatbuffers::Offset<fb::Blob>> bv;
-  for (uint64_t p : payloads) bv.push_back(fb::CreateBlob(b, p));
-  auto created = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count();
-  auto root = fb::CreateManifest(b, major, format::kMinor,
-                                 b.CreateString(library_version()), created,
-                                 build_kv(b, opt.metadata), b.CreateVector(nodes),
-                                 b.CreateVector(lv), b.CreateVector(bv));
-  fb::FinishManifestBuffer(b, root);
-  return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
-}
-
 void put_meta(MDB_txn* txn, MDB_dbi dbi, std::string_view key, std::span<const std::byte> value,
               const std::string& file) {
   MDB_val k{key.size(), const_cast<char*>(key.data())};
@@ -557,7 +460,12 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     lmdb::check(mdb_dbi_open(txn.get(), format::kBlobDb, MDB_CREATE, &blob_dbi), file, "mdb_dbi_open(blobs)");
 
     BlobWriter blobs(txn.get(), blob_dbi, psize, fd, opt.durable, file);
-    Writer w{file, leaves, opt, resolve_threads(opt.threads), blobs, {}, {}, 0, total};
+    Writer w{.file = file,
+             .leaves = leaves,
+             .opt = opt,
+             .threads = resolve_threads(opt.threads),
+             .blobs = blobs,
+             .total = total};
     w.out.resize(leaves.size());
     for (size_t i = 0; i < leaves.size(); ++i) w.add(i);
     w.flush_pack();

@@ -17,48 +17,11 @@
 
 using namespace treecask;
 using tc_test::FlatTree;
+using tc_test::Sample;
 using tc_test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A small archive with every storage path a reader has: raw and LZ4 leaves
-// packed into one shared blob, a multi-chunk raw leaf, an LZ4 leaf with its
-// own blob and a chunk stored raw, an empty leaf and a scalar.
-struct Sample {
-  TempDir dir;
-  FlatTree tree;
-  fs::path path;
-  std::vector<std::byte> bytes;
-  uint32_t page = 0;
-
-  Sample() {
-    tree.add_random("raw/f32", DType::kFloat32, {300}, 11);
-    tree.add("lz4/i32", DType::kInt32, {1024}, tc_test::compressible_bytes(4096, 12));
-    tree.leaves.back().compression = Compression::kLZ4;
-    tree.add_random("raw/two_chunks", DType::kUInt8, {6000}, 13);
-    tree.add("big/lz4", DType::kInt16, {40000}, tc_test::compressible_bytes(80000, 14));
-    tree.leaves.back().compression = Compression::kLZ4;
-    tree.add_random("lz4/noise", DType::kUInt8, {4100}, 15);  // LZ4 leaf, chunk 0 stored raw
-    tree.leaves.back().compression = Compression::kLZ4;
-    tree.add("empty", DType::kFloat32, {0, 3}, {});
-    tree.add_random("scalar", DType::kInt64, {}, 16);
-    SaveOptions opt;
-    opt.compression = Compression::kNone;
-    opt.chunk_size = 4096;
-    opt.durable = false;
-    path = dir / "sample.cask";
-    tree.save(path, opt);
-    bytes = tc_test::read_file(path);
-    lmdb::MetaInfo meta;
-    bool not_lmdb;
-    int fd = ::open(path.c_str(), O_RDONLY);
-    REQUIRE(fd >= 0);
-    REQUIRE(lmdb::check_meta_pages(fd, bytes.size(), &meta, &not_lmdb).empty());
-    ::close(fd);
-    page = meta.page_size;
-  }
-};
 
 // Runs the reader over candidate file contents held in an in-memory file, and
 // keeps score: how many opens failed with which code, how many leaf reads
@@ -224,78 +187,6 @@ std::vector<bool> dense_bytes(const Sample& s) {
 
 }  // namespace
 
-TEST_CASE("the structure check walks every database of a real archive and accepts it") {
-  Sample s;
-  int fd = ::open(s.path.c_str(), O_RDONLY);
-  REQUIRE(fd >= 0);
-  lmdb::MetaInfo meta;
-  bool not_lmdb;
-  REQUIRE(lmdb::check_meta_pages(fd, s.bytes.size(), &meta, &not_lmdb).empty());
-  lmdb::StructureStats st;
-  CHECK(lmdb::check_structure(fd, s.bytes.size(), meta, &st) == "");
-  ::close(fd);
-  CHECK(st.named_dbs == 2);
-  CHECK(st.tree_pages >= 3);
-  CHECK(st.overflow_runs >= 2);  // the manifest or the blobs live in overflow pages
-  // Only headers are read: never more pages than the tree plus one per run.
-  CHECK(st.pages_read == st.tree_pages + st.overflow_runs);
-  MESSAGE("sample archive: " << s.bytes.size() << " bytes, " << st.tree_pages << " tree pages, "
-                             << st.overflow_runs << " overflow runs of " << st.overflow_pages
-                             << " pages");
-
-  // The option skips the walk for trusted files; the archive reads the same.
-  OpenOptions trusted;
-  trusted.validate_structure = false;
-  Archive a = Archive::open(s.path, trusted);
-  std::vector<std::byte> out(s.tree.data[0].size());
-  a.read(0, out);
-  CHECK(tc_test::same(out, s.tree.data[0]));
-}
-
-TEST_CASE("damaged B-tree pages are corruption errors before LMDB sees them") {
-  Sample s;
-  auto corrupt = [&](const std::function<void(std::vector<std::byte>&)>& edit) {
-    auto b = s.bytes;
-    edit(b);
-    auto p = s.dir / "damaged.cask";
-    tc_test::write_file(p, b);
-    auto e = tc_test::expect_error(ErrorCode::kCorruption, [&] { Archive::open(p); });
-    CHECK(e.message().find("LMDB") != std::string::npos);
-    return e;
-  };
-  size_t pages = s.bytes.size() / s.page;
-  std::vector<size_t> leaves;
-  for (size_t p = 2; p < pages; ++p)
-    if (format::get_u64(s.bytes.data() + p * s.page) == p &&
-        (format::get_u16(s.bytes.data() + p * s.page + 10) & lmdb::kPageLeaf))
-      leaves.push_back(p);
-  REQUIRE(leaves.size() >= 3);
-  for (size_t p : leaves) {
-    std::byte* base = nullptr;
-    INFO("leaf page " << p);
-    // A node offset that points past the page.
-    corrupt([&](auto& b) { base = b.data() + p * s.page; format::put_u16(base + 16, 0xfff0); });
-    // A key size that runs past the page.
-    corrupt([&](auto& b) {
-      base = b.data() + p * s.page;
-      format::put_u16(base + format::get_u16(base + 16) + 6, 0x7fff);
-    });
-    // Upper bound beyond the page.
-    corrupt([&](auto& b) { base = b.data() + p * s.page; format::put_u16(base + 14, 0xffff); });
-    // A page that says it is another page.
-    corrupt([&](auto& b) { base = b.data() + p * s.page; format::put_u64(base, p + 1); });
-    // A leaf that turns into a branch page.
-    corrupt([&](auto& b) { base = b.data() + p * s.page; format::put_u16(base + 10, lmdb::kPageBranch); });
-  }
-  // The main DB's root pointing at a meta page, at itself through a named DB, past the end.
-  for (uint64_t root : {uint64_t{0}, uint64_t{1}, uint64_t{pages}, uint64_t{1} << 50}) {
-    INFO("main root " << root);
-    corrupt([&](auto& b) {
-      for (int m = 0; m < 2; ++m) format::put_u64(b.data() + m * s.page + 16 + 72 + 40, root);
-    });
-  }
-}
-
 TEST_CASE("bit flips: every bit of the index pages and manifest, one bit of every other byte") {
   Sample s;
   Harness h(s);
@@ -392,35 +283,4 @@ TEST_CASE("two leaves' payloads swapped, and a payload replaced by another leaf'
     CHECK(!errors.empty());
     for (const auto& e : errors) CHECK(e.code() == ErrorCode::kChecksumMismatch);
   }
-}
-
-TEST_CASE("a manifest [long] vector off 8-byte alignment is corrupt, not undefined behaviour") {
-  // The FlatBuffers 2.0 verifier checks only that a vector's 4-byte length
-  // prefix is aligned, so it accepts [long] elements on a 4-byte boundary and
-  // reading them is undefined behaviour (UBSan in fuzz/manifest_fuzzer.cc).
-  // Craft one: append a copy of leaf 0's shape vector whose elements start at
-  // 4 mod 8, and point the leaf's shape field at it.
-  Sample s;
-  tc_test::rewrite_archive(s.path, s.dir / "misaligned.cask", [](tc_test::Crafted& c) {
-    auto& buf = c.manifest;
-    const fb::Leaf* leaf = fb::GetManifest(buf.data())->leaves()->Get(0);
-    const auto* shape = leaf->shape();
-    REQUIRE(shape != nullptr);
-    // The field: the table starts with a signed offset back to its vtable,
-    // whose entry at VT_SHAPE is the field's offset inside the table.
-    auto* base = reinterpret_cast<const std::byte*>(buf.data());
-    size_t table = reinterpret_cast<const uint8_t*>(leaf) - buf.data();
-    size_t vtable = table - static_cast<int32_t>(format::get_u32(base + table));
-    size_t field = table + format::get_u16(base + vtable + fb::Leaf::VT_SHAPE);
-    size_t old_vec = reinterpret_cast<const uint8_t*>(shape) - buf.data();
-    size_t bytes = 4 + 8 * shape->size();
-    std::vector<uint8_t> copy(buf.begin() + old_vec, buf.begin() + old_vec + bytes);
-    while (buf.size() % 8 != 0) buf.push_back(0);
-    size_t new_vec = buf.size();  // length prefix at 0 mod 8, so the int64s start at 4 mod 8
-    buf.insert(buf.end(), copy.begin(), copy.end());
-    format::put_u32(reinterpret_cast<std::byte*>(buf.data()) + field, static_cast<uint32_t>(new_vec - field));
-  });
-  auto e = tc_test::expect_error(ErrorCode::kCorruption, [&] { Archive::open(s.dir / "misaligned.cask"); });
-  INFO(std::string(e.what()));
-  CHECK(e.message().find("8-byte aligned") != std::string::npos);
 }

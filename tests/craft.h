@@ -1,15 +1,71 @@
-// Crafting damaged archives for tests: copy an archive into a new LMDB file
-// while editing its header record or manifest, or damage raw file bytes.
+// Crafting damaged archives for tests: small real archives to start from
+// (save_sample, Sample), copying an archive into a new LMDB file while editing
+// its header record or manifest, or damaging raw file bytes.
 #pragma once
 
+#include <fcntl.h>
 #include <lmdb.h>
+#include <unistd.h>
 
 #include <functional>
 
 #include "format.h"
+#include "lmdb_check.h"
 #include "testutil.h"
 
 namespace tc_test {
+
+// Saves a three-leaf archive (two raw float32 leaves and a compressible
+// int32 one, compression `c`) built in `t` to dir/good.cask and returns its path.
+inline fs::path save_sample(const TempDir& dir, FlatTree& t, treecask::Compression c = treecask::Compression::kNone) {
+  t.add_random("layer/w", treecask::DType::kFloat32, {2000}, 1);
+  t.add_random("layer/b", treecask::DType::kFloat32, {2000}, 2);
+  t.add("z", treecask::DType::kInt32, {50000}, tc_test::compressible_bytes(200000, 3));
+  treecask::SaveOptions opt;
+  opt.compression = c;
+  opt.overwrite = true;
+  auto p = dir / "good.cask";
+  t.save(p, opt);
+  return p;
+}
+
+// A small archive with every storage path a reader has: raw and LZ4 leaves
+// packed into one shared blob, a multi-chunk raw leaf, an LZ4 leaf with its
+// own blob and a chunk stored raw, an empty leaf and a scalar.
+struct Sample {
+  TempDir dir;
+  FlatTree tree;
+  fs::path path;
+  std::vector<std::byte> bytes;
+  uint32_t page = 0;
+
+  Sample() {
+    tree.add_random("raw/f32", treecask::DType::kFloat32, {300}, 11);
+    tree.add("lz4/i32", treecask::DType::kInt32, {1024}, tc_test::compressible_bytes(4096, 12));
+    tree.leaves.back().compression = treecask::Compression::kLZ4;
+    tree.add_random("raw/two_chunks", treecask::DType::kUInt8, {6000}, 13);
+    tree.add("big/lz4", treecask::DType::kInt16, {40000}, tc_test::compressible_bytes(80000, 14));
+    tree.leaves.back().compression = treecask::Compression::kLZ4;
+    tree.add_random("lz4/noise", treecask::DType::kUInt8, {4100}, 15);  // LZ4 leaf, chunk 0 stored raw
+    tree.leaves.back().compression = treecask::Compression::kLZ4;
+    tree.add("empty", treecask::DType::kFloat32, {0, 3}, {});
+    tree.add_random("scalar", treecask::DType::kInt64, {}, 16);
+    treecask::SaveOptions opt;
+    opt.compression = treecask::Compression::kNone;
+    opt.chunk_size = 4096;
+    opt.durable = false;
+    path = dir / "sample.cask";
+    tree.save(path, opt);
+    bytes = tc_test::read_file(path);
+    treecask::lmdb::MetaInfo meta;
+    bool not_lmdb;
+    int fd = ::open(path.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(treecask::lmdb::check_meta_pages(fd, bytes.size(), &meta, &not_lmdb).empty());
+    ::close(fd);
+    page = meta.page_size;
+  }
+};
 
 struct Crafted {
   treecask::format::Header header;

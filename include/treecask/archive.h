@@ -47,6 +47,10 @@ struct LeafInfo : LeafMeta {
 // some copy of the Archive lives. All const methods are safe to call from
 // many threads at once. Many processes may open the same file: they share one
 // copy of its pages in the page cache.
+//
+// Every method that takes a leaf index throws Error(kInvalidArgument) when
+// the index is not below size(). Out of memory is std::bad_alloc, as
+// error.h says.
 class TREECASK_API Archive {
  public:
   // Maps `path` read-only (works on read-only files and directories; takes no
@@ -69,7 +73,9 @@ class TREECASK_API Archive {
   const TreeDef& treedef() const noexcept;
 
   size_t size() const noexcept;  // number of leaves
-  LeafInfo leaf(size_t index) const;  // REQUIRES: index < size()
+  // What the manifest says about leaf `index`. Throws kInvalidArgument when
+  // index >= size().
+  LeafInfo leaf(size_t index) const;
   std::optional<size_t> find(std::string_view key_path) const noexcept;
   // Like find(), but throws Error(kKeyNotFound) naming the key path.
   size_t index_of(std::string_view key_path) const;
@@ -90,6 +96,10 @@ class TREECASK_API Archive {
 
   // Copies (decompressing where needed) the whole leaf into `out`.
   // REQUIRES out.size() == byte_length, else Error(kShapeMismatch).
+  // Threads: a leaf of 8 MiB or more is read by
+  // std::thread::hardware_concurrency() threads (its chunks shared among the
+  // calling thread and helpers started for the call); a smaller one by the
+  // calling thread alone. read_many() takes a thread count.
   void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault) const;
 
   // Copies many leaves at once: outs[k] receives leaf indices[k] (each
@@ -179,7 +189,8 @@ class TREECASK_API Archive {
   // Checks every chunk of every leaf: its checksum and, for LZ4 chunks,
   // decoding to exactly the declared size. Returns one Error per damaged leaf
   // (empty: intact). `progress`, when set, is called after each leaf with
-  // (raw bytes checked, raw bytes in all), from the calling thread.
+  // (raw bytes checked so far, raw bytes in all), from the calling thread; the
+  // last call reports (total, total).
   std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
 
   struct Impl;

@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "treecask/treecask.h"
-#include "cli/hf.h"  // treecask_interop (src/cli)
+#include "hf.h"  // treecask_interop (src/cli)
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -85,6 +85,16 @@ void translate_error(const std::exception_ptr& p, void*) {
     }
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   }
+}
+
+// A leaf index at or past the end: kInvalidArgument, as every C++ Archive
+// method that takes an index throws (treecask.errors.InvalidArgumentError,
+// which is also an IndexError). Checked before the GIL is released.
+void check_index(const treecask::Archive& a, size_t i) {
+  if (i >= a.size())
+    throw treecask::Error(treecask::ErrorCode::kInvalidArgument, a.path(), "",
+                          "leaf index " + std::to_string(i) + " out of range (archive has " +
+                              std::to_string(a.size()) + " leaves)");
 }
 
 // ---- conversions --------------------------------------------------------------
@@ -658,7 +668,7 @@ NB_MODULE(_core, m) {
       .def("__len__", &treecask::Archive::size)
       .def("leaf",
            [](const treecask::Archive& a, size_t i) {
-             if (i >= a.size()) throw nb::index_error("leaf index out of range");
+             check_index(a, i);
              return leaf_info_to_dict(a.leaf(i));
            })
       .def("leaves",
@@ -676,7 +686,7 @@ NB_MODULE(_core, m) {
       .def(
           "view",
           [](const treecask::Archive& a, size_t i, std::optional<bool> verify) {
-            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            check_index(a, i);
             std::span<const std::byte> s;
             {
               nb::gil_scoped_release release;
@@ -688,7 +698,7 @@ NB_MODULE(_core, m) {
       .def(
           "view_parts",
           [](const treecask::Archive& a, size_t i, std::optional<bool> verify) {
-            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            check_index(a, i);
             std::vector<std::span<const std::byte>> parts;
             {
               nb::gil_scoped_release release;
@@ -703,7 +713,9 @@ NB_MODULE(_core, m) {
           "leaf_columns",
           [](const treecask::Archive& a, size_t first, size_t count) {
             if (first > a.size() || count > a.size() - first)
-              throw nb::index_error("leaf index out of range");
+              throw treecask::Error(treecask::ErrorCode::kInvalidArgument, a.path(), "",
+                                    std::to_string(count) + " leaves from index " + std::to_string(first) +
+                                        " run past the archive's " + std::to_string(a.size()));
             std::vector<nb::object> names(256);  // one str per dtype, shared by its leaves
             nb::list dtypes, shapes;
             std::string kinds(count, '\0'), has_metadata(count, '\0');
@@ -742,7 +754,7 @@ NB_MODULE(_core, m) {
       .def(
           "read",
           [](const treecask::Archive& a, size_t i, nb::handle out, std::optional<bool> verify) {
-            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            check_index(a, i);
             Buffer buf(out, true);
             nb::gil_scoped_release release;
             a.read(i, {buf.data(), buf.size()}, to_verify(verify));
@@ -758,7 +770,7 @@ NB_MODULE(_core, m) {
             bufs.reserve(outs.size());
             spans.reserve(outs.size());
             for (size_t k = 0; k < indices.size(); ++k) {
-              if (indices[k] >= a.size()) throw nb::index_error("leaf index out of range");
+              check_index(a, indices[k]);
               bufs.emplace_back(outs[k], true);
               spans.emplace_back(bufs.back().data(), bufs.back().size());
             }
@@ -773,7 +785,7 @@ NB_MODULE(_core, m) {
           "read_rows",
           [](const treecask::Archive& a, size_t i, int64_t begin, int64_t end, nb::handle out,
              std::optional<bool> verify) {
-            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            check_index(a, i);
             Buffer buf(out, true);
             nb::gil_scoped_release release;
             a.read_rows(i, begin, end, {buf.data(), buf.size()}, to_verify(verify));
@@ -785,7 +797,7 @@ NB_MODULE(_core, m) {
           [](const treecask::Archive& a, size_t i, const std::vector<int64_t>& start,
              const std::vector<int64_t>& stop, nb::handle out, std::optional<bool> verify,
              unsigned threads) {
-            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            check_index(a, i);
             SliceDest dest(out);
             treecask::Archive::SliceRequest q = dest.request(a, i, start, stop);
             nb::gil_scoped_release release;
@@ -801,7 +813,7 @@ NB_MODULE(_core, m) {
           [](const treecask::Archive& a, size_t i, const std::vector<std::vector<int64_t>>& starts,
              const std::vector<std::vector<int64_t>>& stops, nb::list outs, std::optional<bool> verify,
              unsigned threads) {
-            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            check_index(a, i);
             if (starts.size() != stops.size() || starts.size() != outs.size())
               throw nb::value_error("read_slices: one start, stop and output per box");
             std::vector<SliceDest> dests;  // reserved: never moved once held
@@ -821,7 +833,7 @@ NB_MODULE(_core, m) {
           "read_bytes",
           [](const treecask::Archive& a, size_t i, uint64_t offset, nb::handle out,
              std::optional<bool> verify) {
-            if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            check_index(a, i);
             Buffer buf(out, true);
             nb::gil_scoped_release release;
             a.read_bytes(i, offset, {buf.data(), buf.size()}, to_verify(verify));

@@ -293,7 +293,8 @@ class Archive:
     def _index(self, key: Union[str, int]) -> int:
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if not 0 <= int(key) < len(self):
-                raise KeyNotFoundError(f"leaf index {key} out of range", file=self._path)
+                raise InvalidArgumentError(f"leaf index {key} out of range (archive has {len(self)} leaves)",
+                                           file=self._path)
             return int(key)
         if not isinstance(key, str):
             raise InvalidArgumentError(f"a key path is a str, got {type(key).__name__}", file=self._path)

@@ -114,8 +114,9 @@ class KeyNotFoundError(Error, KeyError):
     code_name = "key not found"
 
 
-class InvalidArgumentError(Error, ValueError, TypeError):
-    """The caller passed something the format forbids (``kInvalidArgument``)."""
+class InvalidArgumentError(Error, ValueError, TypeError, IndexError):
+    """The caller passed something the format forbids (``kInvalidArgument``),
+    including a leaf index out of range (hence also an ``IndexError``)."""
 
     code = 7
     code_name = "invalid argument"

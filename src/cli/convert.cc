@@ -1,4 +1,6 @@
 // import (.safetensors / .npz -> archive) and export (archive -> .safetensors).
+#include "commands.h"
+
 #include <algorithm>
 #include <cctype>
 #include <iostream>
@@ -6,11 +8,10 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
-#include "cli/hf.h"
-#include "cli/npz.h"
-#include "cli/safetensors.h"
-#include "cli/util.h"
+#include "hf.h"
+#include "npz.h"
+#include "safetensors.h"
+#include "util.h"
 #include "treecask/treecask.h"
 
 namespace treecask::cli {

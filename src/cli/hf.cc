@@ -1,4 +1,4 @@
-#include "cli/hf.h"
+#include "hf.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/safetensors.h"
-#include "cli/util.h"
+#include "safetensors.h"
+#include "util.h"
 
 namespace treecask::cli {
 namespace fs = std::filesystem;

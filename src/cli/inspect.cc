@@ -1,4 +1,6 @@
 // info, ls, verify, get: the commands that read an archive.
+#include "commands.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -6,9 +8,8 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
-#include "cli/npy.h"
-#include "cli/util.h"
+#include "npy.h"
+#include "util.h"
 #include "treecask/treecask.h"
 
 namespace treecask::cli {

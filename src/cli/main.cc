@@ -5,7 +5,7 @@
 #include <iostream>
 #include <new>
 
-#include "cli/commands.h"
+#include "commands.h"
 #include "treecask/treecask.h"
 
 namespace treecask::cli {

@@ -1,4 +1,4 @@
-#include "cli/npz.h"
+#include "npz.h"
 
 #include <zip.h>
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/npy.h"
+#include "npy.h"
 
 namespace treecask::cli {
 

@@ -1,4 +1,4 @@
-#include "cli/safetensors.h"
+#include "safetensors.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/util.h"
+#include "util.h"
 #include "treecask/error.h"
 
 namespace treecask::cli {

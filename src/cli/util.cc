@@ -1,4 +1,4 @@
-#include "cli/util.h"
+#include "util.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

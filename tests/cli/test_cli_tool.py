@@ -1,10 +1,12 @@
-#!/usr/bin/env python3
-"""Tests of the `treecask` command-line tool on small synthetic inputs.
+"""Tests of the `treecask` command-line tool on small synthetic inputs, run by
+pytest like every other Python-driven test (tests/python/test_cli.py covers
+archives passed between the CLI and the Python package).
 
-Usage: cli_test.py /path/to/treecask [-k SUBSTRING]
+Usage: TREECASK_CLI=/path/to/treecask python -m pytest tests/cli [-k SUBSTRING]
+(ctest's `cli` entry does this through run_cli_test.sh with the built binary.)
 
-Needs numpy, safetensors and ml_dtypes (the project's .venv has them); exits 77
-(ctest's SKIP_RETURN_CODE) when they are missing. Each test works in its own
+Needs numpy, safetensors and ml_dtypes (the project's .venv has them); skipped
+when they are missing or TREECASK_CLI is unset. Each test works in its own
 temporary directory. Checks: import/export round trip of every safetensors
 dtype (byte-identical files), .npz import, get -> .npy, ls --json, info, verify
 on intact and damaged archives, every documented exit status, and malformed
@@ -15,20 +17,24 @@ import os
 import pty
 import struct
 import subprocess
-import sys
-import tempfile
-import traceback
 import zipfile
 
-try:
-    import ml_dtypes
-    import numpy as np
-    from safetensors.numpy import load_file, save_file
-except ImportError as e:  # pragma: no cover
-    print(f"SKIP: {e}")
-    sys.exit(77)
+import pytest
 
-TREECASK = None
+ml_dtypes = pytest.importorskip("ml_dtypes")
+np = pytest.importorskip("numpy")
+load_file = pytest.importorskip("safetensors.numpy").load_file
+save_file = pytest.importorskip("safetensors.numpy").save_file
+
+TREECASK = os.path.abspath(os.environ["TREECASK_CLI"]) if os.environ.get("TREECASK_CLI") else None
+pytestmark = pytest.mark.skipif(
+    not TREECASK, reason="TREECASK_CLI is not set (point it at the built CLI, e.g. build/src/cli/treecask)")
+
+
+@pytest.fixture
+def d(tmp_path):
+    """The test's own temporary directory, as a str."""
+    return str(tmp_path)
 
 # Exit statuses, docs/cli.md "Exit codes".
 OK, USAGE, NOT_FOUND, NOT_ARCHIVE, DAMAGED, KEY_NOT_FOUND, INVALID, EXISTS, UNSUPPORTED = (
@@ -562,29 +568,3 @@ def test_progress_only_on_a_terminal(d):
     last = out.replace(b"\r\x1b[K", b"\n").splitlines()[-1]
     assert last.startswith(b"wrote "), out
 
-
-def main():
-    global TREECASK
-    args = sys.argv[1:]
-    if not args:
-        print(__doc__)
-        return 1
-    TREECASK = os.path.abspath(args[0])
-    only = args[2] if len(args) > 2 and args[1] == "-k" else ""
-    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and only in n]
-    failed = []
-    for name, fn in tests:
-        with tempfile.TemporaryDirectory(prefix="treecask_cli_") as d:
-            try:
-                fn(d)
-                print(f"ok    {name}")
-            except Exception:
-                failed.append(name)
-                print(f"FAIL  {name}")
-                traceback.print_exc()
-    print(f"{len(tests) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
