@@ -95,14 +95,16 @@ _RSS_PROBE = textwrap.dedent("""
             flat.append(x)
     walk(tree)
     for x in flat:  # touch every page of every leaf
-        np.asarray(x).view(np.uint8).reshape(-1)[::4096].sum()
+        np.asarray(x).reshape(-1).view(np.uint8)[::4096].sum()
     print(status("RssAnon") - a0, status("RssFile") - f0, sum(x.nbytes for x in flat))
 """)
 
 
 def rss_of_load(path: str, copy: bool) -> Tuple[int, int, int]:
     r = subprocess.run([sys.executable, "-c", _RSS_PROBE, path, "1" if copy else "0"], capture_output=True,
-                       text=True, env=os.environ, timeout=600, check=True)
+                       text=True, env=os.environ, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr)
     anon, file, nbytes = map(int, r.stdout.split())
     return anon, file, nbytes
 
@@ -112,6 +114,9 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=1.0, help="size of the LLM-shaped tree")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--core", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build",
+                                                   "bench", "treecask_bench_core"),
+                    help="treecask_bench_core, for the C++ open-to-first-tensor row (skipped when absent)")
     args = ap.parse_args()
     import ml_dtypes  # noqa: F401  (safetensors' numpy loader needs bfloat16 registered)
     from safetensors import safe_open
@@ -139,6 +144,22 @@ def main() -> None:
     rows.append(("open to first tensor, 10,000 leaves: treecask `open(p)[key]` vs safetensors "
                  "`safe_open`+`get_tensor`", pair("treecask", tc_first, "safetensors", st_first,
                                                   args.rounds, 50), "x"))
+    if os.path.exists(args.core):
+        # C++: `treecask_bench_core --open-first` on the same file (Archive::open + index_of +
+        # verified view; its own median of 50 calls) in a child process, each round right
+        # after the Python safetensors figure of that round.
+        tcs, sts = [], []
+        for r in range(args.rounds):
+            out = subprocess.run([args.core, "--open-first", tc, key, "50"], capture_output=True, text=True,
+                                 check=True).stdout
+            tcs.append(float(out) / 1e3)
+            sts.append(median_call(st_first, 50))
+        ratios = [b / a for a, b in zip(tcs, sts)]
+        rows.append(("open to first tensor, 10,000 leaves, C++: `Archive::open` + `index_of` + verified "
+                     "`view` vs safetensors (Python, Rust core) `safe_open`+`get_tensor`",
+                     {"a": "treecask C++", "b": "safetensors", "ta": statistics.median(tcs),
+                      "tb": statistics.median(sts), "ratio": statistics.median(ratios), "lo": min(ratios),
+                      "hi": max(ratios)}, "x"))
     for p in (tc, st):
         os.remove(p)
 

@@ -568,17 +568,23 @@ class _LeafInfos(collections.abc.Sequence):
 
     def __init__(self, core):
         self._core = core
-        self._items: List[Optional[Dict[str, Any]]] = [None] * len(core)
+        self._n = len(core)
+        self._items: Dict[int, Dict[str, Any]] = {}  # built on first access: no list of n Nones
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._n
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        d = self._items[i]
+            return [self[k] for k in range(*i.indices(self._n))]
+        d = self._items.get(i)
         if d is None:
-            d = self._items[i] = self._core.leaf(i if i >= 0 else len(self._items) + i)
+            if not -self._n <= i < self._n:
+                raise IndexError("leaf index out of range")
+            i = i if i >= 0 else self._n + i
+            d = self._items.get(i)
+            if d is None:
+                d = self._items[i] = self._core.leaf(i)
         return d
 
 
