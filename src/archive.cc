@@ -2,7 +2,6 @@
 #include "treecask/archive.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -641,14 +640,9 @@ std::vector<std::optional<std::span<const std::byte>>> Archive::view_many(std::s
   parallel_for(jobs.size(), resolve_threads(threads), [&](size_t j) {
     const fb::Chunk* c = im.rec(jobs[j].leaf).chunks->Get(jobs[j].chunk);
     auto s = im.stored(c);
-#ifdef MADV_POPULATE_READ
-    // One call maps the chunk's pages (an EINVAL on older kernels is harmless:
-    // the hash below then faults them in as before).
-    static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    uintptr_t lo = reinterpret_cast<uintptr_t>(s.data()) & ~(page - 1);
-    uintptr_t hi = reinterpret_cast<uintptr_t>(s.data() + s.size());
-    if (s.size() >= (64u << 10)) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_READ);
-#endif
+    // Hashed through the map: each page fault maps a run of pages already in
+    // the page cache (fault-around). MADV_POPULATE_READ on each chunk first
+    // was measured slower (docs/performance.md, "Serving paths").
     im.expect_checksum(jobs[j].leaf, jobs[j].chunk, c,
                        format::xxh3(s, format::chunk_seed(jobs[j].leaf, jobs[j].chunk)));
   });

@@ -93,10 +93,8 @@ class TREECASK_API Archive {
   // view(indices[k]) for a raw leaf stored in one part (a 0-byte leaf: an
   // empty span), and std::nullopt for a leaf that has no zero-copy view (LZ4,
   // several parts): read those with read(). The chunks of all viewed leaves
-  // are shared among `threads` threads (0 = all cores); each thread asks the
-  // kernel to map a chunk's pages in one call (MADV_POPULATE_READ, where the
-  // kernel has it) before hashing it, instead of one page fault per 64 KiB.
-  // Mapped pages are page cache: resident memory grows by no private page.
+  // are shared among `threads` threads (0 = all cores), hashed through the
+  // map. Mapped pages are page cache: resident memory grows by no private page.
   // Throws kInvalidArgument (index out of range), kUnsupported (a leaf of a
   // sharded checkpoint's index), kChecksumMismatch naming the first damaged
   // leaf found.
