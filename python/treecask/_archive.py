@@ -880,7 +880,13 @@ def _assemble(a: Archive, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], 
             return _rebuild_box(a, type_name, fields, first + leaf0, path)
         return fields
 
-    return rec(base)
+    try:
+        return rec(base)
+    finally:
+        # rec refers to itself through its closure: a reference cycle that would keep
+        # `values` (every leaf: the whole tree's memory, or its map) alive after the
+        # caller drops the tree, until the cyclic GC happens to run.
+        del rec
 
 
 def _rebuild_box(a: Archive, type_name: str, fields: Dict[str, Any], first_leaf: int,
@@ -922,7 +928,10 @@ def _load_plain(a: Archive, start: T.TNode, resolver) -> Any:
             return _rebuild_box(a, n.type_name, fields, n.first_leaf, n.path)
         return fields
 
-    return rec(start)
+    try:
+        return rec(start)
+    finally:
+        del rec  # break the closure's self-reference (see _assemble)
 
 
 def _is_box_node(n: T.TNode) -> bool:

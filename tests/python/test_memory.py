@@ -183,3 +183,22 @@ def test_load_without_copy_costs_no_private_memory(cask):
     assert out["0"][1] == out["1"][1] == 64 << 20
     assert out["0"][0] <= 4 << 20, out  # views: the file's pages are page cache, not RssAnon
     assert out["1"][0] >= 60 << 20, out  # the copying load, for contrast
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_a_loaded_tree_is_freed_when_dropped(cask, copy):
+    """No reference cycle holds a loaded tree: its memory (or its map) goes with its last
+    reference, not whenever the cyclic GC happens to run."""
+    import gc
+    import weakref
+
+    treecask.save(cask, {"a": {"w": np.ones((64, 64), np.float32)}, "b": [np.zeros(3), 2]}, durable=False)
+    gc.collect()
+    gc.disable()
+    try:
+        t = treecask.load(cask, copy=copy)
+        ref = weakref.ref(t["a"]["w"])
+        del t
+        assert ref() is None
+    finally:
+        gc.enable()
