@@ -4,6 +4,7 @@
 // beside memcpy of the same bytes in the same run, as a ratio.
 //
 // Usage: treecask_bench_core [DIR] [--gib N]   (DIR: scratch directory, default /tmp)
+//        treecask_bench_core --open-first PATH KEY N   (see open_first)
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -132,8 +133,24 @@ int partial_read(const char* path, const char* key) {
   return after - before <= long(v.size() / 1024) + 1024 ? 0 : 1;
 }
 
+// `--open-first PATH KEY N`: the median of N calls of Archive::open (default
+// options: structure validation and checksums on) + index_of + a verified
+// view of KEY, after N warm-up calls, in ms on stdout. bench/server_paths.py
+// runs it on the archive it times safetensors on, between its rounds.
+int open_first(const char* path, const char* key, int n) {
+  auto once = [&] {
+    treecask::Archive a = treecask::Archive::open(path);
+    auto v = a.view(a.index_of(key), treecask::Verify::kYes);
+    if (v.empty()) std::abort();
+  };
+  for (int i = 0; i < n; ++i) once();
+  std::printf("%.6f\n", median_seconds(n, once) * 1e3);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--partial") return partial_read(argv[2], argv[3]);
+  if (argc == 5 && std::string(argv[1]) == "--open-first") return open_first(argv[2], argv[3], std::atoi(argv[4]));
   fs::path dir = "/tmp";
   double gib = 1.0;
   for (int i = 1; i < argc; ++i) {

@@ -82,7 +82,10 @@ struct Archive::Impl {
   // Copies mapped bytes to `out` with pread() from the same inode: a bulk copy
   // out of the page cache costs no page faults on a fresh mapping (the mapped
   // path faults every 4 KiB page; llama.cpp #9244). Falls back to memcpy.
-  static constexpr uint64_t kCopyPiece = 128 << 10;  // bytes copied, then hashed, at a time
+  // Bytes copied, then hashed, at a time: small enough to be hashed from L2,
+  // large enough that the pread() calls cost little (512 KiB read one 4 MiB
+  // leaf ~6% faster than 128 KiB on this VM, full loads alike; docs/performance.md).
+  static constexpr uint64_t kCopyPiece = 512 << 10;
   void copy_out(std::span<const std::byte> src, std::byte* out) const {
     uint64_t off = static_cast<uint64_t>(src.data() - map_base);
     size_t done = 0;
@@ -403,6 +406,10 @@ const std::byte* find_map_base(std::span<const std::byte> hdr, const lmdb::MetaI
   return base;
 }
 
+// LMDB's page header (PAGEHDRSZ): an overflow value starts this far into its first page.
+constexpr uint64_t kOverflowPageHeader = 16;
+static_assert(kOverflowPageHeader + format::kBlobHeaderSize <= lmdb::StructureStats::kOverflowHeadSize);
+
 [[noreturn]] void open_fail(ErrorCode code, const std::string& file, const std::string& what) {
   throw Error(code, file, "", what);
 }
@@ -436,9 +443,10 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
               not_lmdb ? "not a treecask archive (" + why + ")" : why);
 
   // 1b. Every LMDB page the reads below can reach, still before LMDB sees the file.
+  lmdb::StructureStats structure;  // with the head of every overflow run: the blob headers
   if (options.validate_structure) {
     bool other_lmdb = false;
-    if (std::string why = lmdb::check_structure(fd, impl->file_size, meta, nullptr, &other_lmdb);
+    if (std::string why = lmdb::check_structure(fd, impl->file_size, meta, &structure, &other_lmdb);
         !why.empty())
       open_fail(other_lmdb ? ErrorCode::kNotAnArchive : ErrorCode::kCorruption, file,
                 other_lmdb ? "not a treecask archive (" + why + ")" : why);
@@ -516,15 +524,25 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
     auto v = get(blob_dbi, key, "mdb_get(blob)");
     std::string where = "blob " + std::to_string(id) + ": ";
     if (v.data() == nullptr) open_fail(ErrorCode::kCorruption, file, where + "missing");
-    // Read the 48-byte header with pread rather than through the map, so that
-    // opening touches no page of leaf data (resident memory stays flat).
+    // The 48-byte header comes from the structure check's read of the value's
+    // first overflow page when it made one (a blob is an LMDB overflow value:
+    // its first page is a 16-byte page header, then the value), else from a
+    // pread; never through the map, so that opening touches no page of leaf
+    // data (resident memory stays flat).
     std::byte head[format::kBlobHeaderSize];
     if (v.size() < sizeof head)
       open_fail(ErrorCode::kCorruption, file, where + "value shorter than its 48-byte header");
     uint64_t off = static_cast<uint64_t>(v.data() - impl->map_base);
-    if (!impl->map_base || off > impl->file_size - sizeof head ||
-        ::pread(fd, head, sizeof head, static_cast<off_t>(off)) != static_cast<ssize_t>(sizeof head))
+    const auto* cached = impl->map_base && off >= kOverflowPageHeader &&
+                                 (off - kOverflowPageHeader) % meta.page_size == 0
+                             ? structure.overflow_head((off - kOverflowPageHeader) / meta.page_size)
+                             : nullptr;
+    if (cached) {
+      std::memcpy(head, cached->data() + kOverflowPageHeader, sizeof head);
+    } else if (!impl->map_base || off > impl->file_size - sizeof head ||
+               ::pread(fd, head, sizeof head, static_cast<off_t>(off)) != static_cast<ssize_t>(sizeof head)) {
       std::memcpy(head, v.data(), sizeof head);
+    }
     format::BlobHeader bh;
     if (std::string why = format::decode_blob_header(head, v.size(), &bh); !why.empty())
       open_fail(ErrorCode::kCorruption, file, where + why);
@@ -622,6 +640,49 @@ std::span<const std::byte> Archive::view(size_t index, Verify verify) const {
                     " parts (SPEC.md \"Large leaves\"); use view_parts() or read()");
   auto parts = view_parts(index, verify);
   return parts.front();
+}
+
+std::vector<std::optional<std::span<const std::byte>>> Archive::view_many(std::span<const size_t> indices,
+                                                                          Verify verify,
+                                                                          unsigned threads) const {
+  const Impl& im = *impl_;
+  std::vector<std::optional<std::span<const std::byte>>> out(indices.size());
+  struct Job {
+    size_t leaf;
+    uint32_t chunk;
+  };
+  std::vector<Job> jobs;
+  const bool check = im.want_verify(verify);
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const LeafRecord& r = im.data_rec(indices[k]);
+    if (r.codec != Codec::kNone || r.num_parts > 1) continue;  // no view: the caller reads it
+    if (r.byte_length == 0) {
+      out[k] = view(indices[k], Verify::kNo);
+      continue;
+    }
+    out[k] = im.stored(r.chunks->Get(0));  // widened below: one part is contiguous
+    for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
+      if (ci > 0) {
+        auto s = im.stored(r.chunks->Get(ci));
+        *out[k] = {out[k]->data(), static_cast<size_t>(s.data() + s.size() - out[k]->data())};
+      }
+      if (check) jobs.push_back({indices[k], ci});
+    }
+    if (out[k]->size() != r.byte_length)  // the manifest check makes one part contiguous
+      throw Error(ErrorCode::kCorruption, im.file, im.key(indices[k]),
+                  "the chunks of a one-part leaf are not contiguous");
+  }
+  if (jobs.empty()) return out;
+  parallel_for(jobs.size(), resolve_threads(threads), [&](size_t j) {
+    const fb::Chunk* c = im.rec(jobs[j].leaf).chunks->Get(jobs[j].chunk);
+    auto s = im.stored(c);
+    // Hashed through the map: each page fault maps a run of pages already in
+    // the page cache (fault-around). MADV_POPULATE_READ on each chunk first
+    // was measured slower (docs/performance.md, "Serving paths").
+    im.expect_checksum(jobs[j].leaf, jobs[j].chunk, c,
+                       format::xxh3(s, format::chunk_seed(jobs[j].leaf, jobs[j].chunk)));
+  });
+  return out;
 }
 
 void Archive::read(size_t index, std::span<std::byte> out, Verify verify) const {

@@ -257,8 +257,11 @@ class Walker {
     if (need > room)
       fail_page(pgno, at + "value of " + std::to_string(dsize) + " bytes at page " +
                           std::to_string(first) + " runs past the last page");
-    std::byte h[kPageHeaderSize];
-    read(first, h, sizeof h);
+    // The page header and, right after it, the value's first bytes (kept for
+    // the caller: a treecask blob's own header), in one read.
+    std::array<std::byte, StructureStats::kOverflowHeadSize> head{};
+    std::byte* h = head.data();
+    read(first, h, std::min<uint64_t>(head.size(), psize_));
     using format::get_u16, format::get_u32, format::get_u64;
     std::string ov = "overflow page " + std::to_string(first) + " ";
     if (get_u64(h) != first) fail_page(pgno, at + ov + "has a header for page " + std::to_string(get_u64(h)));
@@ -269,6 +272,7 @@ class Walker {
       fail_page(pgno, at + ov + "claims " + std::to_string(pages) + " pages; the value needs " +
                           std::to_string(need) + " and " + std::to_string(room) + " remain");
     extents_.emplace_back(first, first + pages);
+    stats_.overflow_heads.emplace_back(first, head);
     count_.overflow += pages;
     ++stats_.overflow_runs;
     stats_.overflow_pages += pages;
@@ -289,6 +293,13 @@ class Walker {
 };
 
 }  // namespace
+
+const std::array<std::byte, StructureStats::kOverflowHeadSize>* StructureStats::overflow_head(
+    uint64_t pgno) const {
+  auto it = std::lower_bound(overflow_heads.begin(), overflow_heads.end(), pgno,
+                             [](const auto& e, uint64_t p) { return e.first < p; });
+  return it != overflow_heads.end() && it->first == pgno ? &it->second : nullptr;
+}
 
 std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
                             StructureStats* stats, bool* not_archive) {
@@ -318,6 +329,8 @@ std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
       w.walk(n.db, what, false, nullptr);
     }
     w.check_overlaps();
+    std::sort(st.overflow_heads.begin(), st.overflow_heads.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
   } catch (const Defect& d) {
     return d.why;
   }

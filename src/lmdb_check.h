@@ -12,8 +12,12 @@
 // mdb_stat) only touch pages checked here.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lmdb_layout.h"
 
@@ -33,6 +37,14 @@ struct StructureStats {
   uint64_t overflow_runs = 0;   // F_BIGDATA values
   uint64_t overflow_pages = 0;  // pages those runs cover (bounds-checked, not read)
   uint64_t named_dbs = 0;       // named-database records in the main DB
+  // The first kOverflowHeadSize bytes of each overflow run's first page (its
+  // 16-byte page header, then the value's first 48 bytes), sorted by page
+  // number: read once here, they spare the caller a second read of each value's
+  // own header (Archive::open's blob headers).
+  static constexpr size_t kOverflowHeadSize = 64;
+  std::vector<std::pair<uint64_t, std::array<std::byte, kOverflowHeadSize>>> overflow_heads;
+  // The head of the overflow run starting at page `pgno`, or nullptr.
+  const std::array<std::byte, kOverflowHeadSize>* overflow_head(uint64_t pgno) const;
 };
 
 // REQUIRES: `meta` is what check_meta_pages() returned for the same `fd` and

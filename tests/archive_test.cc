@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -167,4 +168,49 @@ TEST_CASE("progress reports bytes done out of the total") {
   t.save(dir / "p.cask", opt);
   CHECK(total == 400040);
   CHECK(last == total);
+}
+
+TEST_CASE("view_many: views of the raw one-part leaves, none for the others, a damaged chunk refused") {
+  TempDir dir;
+  FlatTree t;
+  t.add_random("raw_big", DType::kFloat32, {40000}, 1);       // three 64 KiB chunks
+  t.add_random("raw_small", DType::kUInt8, {100}, 2);         // packed with other small leaves
+  t.add("raw_empty", DType::kFloat32, {0}, {});
+  t.add("lz4", DType::kInt32, {30000}, tc_test::compressible_bytes(120000, 3));
+  t.add_random("parts", DType::kUInt8, {300000}, 4);          // > max_part_bytes: two parts
+  SaveOptions opt;
+  opt.compression = Compression::kAuto;
+  opt.chunk_size = 65536;
+  opt.max_part_bytes = 196608;
+  t.save(dir / "vm.cask", opt);
+  Archive a = Archive::open(dir / "vm.cask");
+  std::vector<size_t> all(a.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  auto views = a.view_many(all, Verify::kYes);
+  REQUIRE(views.size() == a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    LeafInfo info = a.leaf(i);
+    INFO(info.key_path);
+    bool viewable = info.codec == Codec::kNone && info.num_parts <= 1;
+    REQUIRE(views[i].has_value() == viewable);
+    if (!viewable) continue;
+    CHECK(tc_test::same(*views[i], t.data[a.index_of(info.key_path)]));
+    CHECK(views[i]->data() == a.view(i).data());  // the map itself, not a copy
+  }
+  CHECK(a.leaf(a.index_of("lz4")).codec == Codec::kLZ4);
+  CHECK(a.leaf(a.index_of("parts")).num_parts == 2);
+
+  // One flipped byte in raw_big's last chunk (found by its last 10 bytes): refused, naming the leaf.
+  size_t big = a.index_of("raw_big");
+  auto v = a.view(big, Verify::kNo);
+  std::vector<std::byte> bytes = tc_test::read_file(dir / "vm.cask");
+  std::vector<std::byte> last(v.end() - 10, v.end());
+  auto at = std::search(bytes.begin(), bytes.end(), last.begin(), last.end());
+  REQUIRE(at != bytes.end());
+  *at ^= std::byte{1};
+  tc_test::write_file(dir / "bad.cask", bytes);
+  Archive b = Archive::open(dir / "bad.cask");
+  Error e = tc_test::expect_error(ErrorCode::kChecksumMismatch, [&] { b.view_many(all); });
+  CHECK(e.key_path() == "raw_big");
+  CHECK(b.view_many(all, Verify::kNo).size() == all.size());  // unverified: no check
 }

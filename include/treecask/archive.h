@@ -94,6 +94,19 @@ class TREECASK_API Archive {
   std::vector<std::span<const std::byte>> view_parts(size_t index,
                                                      Verify verify = Verify::kDefault) const;
 
+  // Zero-copy views of many leaves at once, each leaf's chunks checksummed
+  // once when asked (the whole-tree load without a copy). out[k] is
+  // view(indices[k]) for a raw leaf stored in one part (a 0-byte leaf: an
+  // empty span), and std::nullopt for a leaf that has no zero-copy view (LZ4,
+  // several parts): read those with read(). The chunks of all viewed leaves
+  // are shared among `threads` threads (0 = all cores), hashed through the
+  // map. Mapped pages are page cache: resident memory grows by no private page.
+  // Throws kInvalidArgument (index out of range), kUnsupported (a leaf of a
+  // sharded checkpoint's index), kChecksumMismatch naming the first damaged
+  // leaf found.
+  std::vector<std::optional<std::span<const std::byte>>> view_many(
+      std::span<const size_t> indices, Verify verify = Verify::kDefault, unsigned threads = 0) const;
+
   // Copies (decompressing where needed) the whole leaf into `out`.
   // REQUIRES out.size() == byte_length, else Error(kShapeMismatch).
   // Threads: a leaf of 8 MiB or more is read by

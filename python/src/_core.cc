@@ -710,6 +710,35 @@ NB_MODULE(_core, m) {
           },
           "index"_a, "verify"_a = nb::none())
       .def(
+          "view_many",
+          [](const treecask::Archive& a, const std::vector<size_t>& indices, std::optional<bool> verify) {
+            for (size_t i : indices)
+              if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            std::vector<std::optional<std::span<const std::byte>>> spans;
+            {
+              nb::gil_scoped_release release;
+              spans = a.view_many(indices, to_verify(verify));
+            }
+            // One owner for all the views: a heap copy of the Archive (the map).
+            auto* keep = new treecask::Archive(a);
+            nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<treecask::Archive*>(p); });
+            static const std::byte kEmpty[64] = {};
+            nb::list out;
+            for (const auto& s : spans) {
+              if (!s) {
+                out.append(nb::none());
+                continue;
+              }
+              const void* data = s->empty() ? static_cast<const void*>(kEmpty) : s->data();
+              out.append(nb::cast(ByteView(data, {s->size()}, owner)));
+            }
+            return out;
+          },
+          "indices"_a, "verify"_a = nb::none(),
+          "Archive::view_many: read-only uint8 views of the mapped file, one per index (None for "
+          "a leaf with no zero-copy view: LZ4 or several parts), every chunk checksummed once by "
+          "all cores (GIL released). The views keep the map alive.")
+      .def(
           "leaf_columns",
           [](const treecask::Archive& a, size_t first, size_t count) {
             if (first > a.size() || count > a.size() - first)

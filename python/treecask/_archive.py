@@ -371,28 +371,45 @@ class Archive:
         return list(self._c().verify())
 
     def load(self, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
-             missing: str = "error", extra: str = "ignore") -> Any:
+             missing: str = "error", extra: str = "ignore", copy: bool = True) -> Any:
         """Restores the tree (or a subtree): see :func:`treecask.load`."""
-        return _load(self, like, subtree=subtree, shardings=shardings, missing=missing, extra=extra)
+        return _load(self, like, subtree=subtree, shardings=shardings, missing=missing, extra=extra,
+                     copy=copy)
 
     # -- internals --
-    def _values(self, first: int, count: int) -> List[Any]:
+    def _values(self, first: int, count: int, copy: bool = True) -> List[Any]:
         """``[self._value(i) for i in range(first, first + count)]``, with every
         array read by one bulk call (all cores, pread + checksum in one pass)
-        and no per-leaf dict: the leaf descriptions come as columns."""
+        and no per-leaf dict: the leaf descriptions come as columns.
+
+        With ``copy=False`` the arrays are read-only: views of the mapped file
+        for the leaves that have one (raw, one part, not int4/uint4; their
+        chunks checksummed once by one ``view_many`` call on all cores), fresh
+        read-only copies for the others (LZ4, several parts, int4/uint4)."""
         c = self._c()
         names, shapes, kinds, has_metadata = c.leaf_columns(first, count)
         plain = _dtypes.PLAIN_DTYPES
-        empty = np.empty
-        arrays: List[Any] = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
-        if not _dtypes.PACKED.isdisjoint(names):  # int4 / uint4 leaves: unpacked one by one below
-            todo = [(first + k, x) for k, x in enumerate(arrays) if x is not None]
-            c.read_many([i for i, _ in todo], [x for _, x in todo], None)
-            for k, x in enumerate(arrays):
-                if x is None:
-                    arrays[k] = self._read_array(first + k, self._infos()[first + k])
+        if not copy:
+            views = c.view_many(list(range(first, first + count)), None)
+            arrays = []
+            for k, (n, s, v) in enumerate(zip(names, shapes, views)):
+                if v is not None and n in plain:
+                    arr = v.view(plain[n]).reshape(s)
+                else:  # no view of the map: a fresh copy, read-only like the views
+                    arr = self._read_array(first + k, self._infos()[first + k])
+                    arr.flags.writeable = False
+                arrays.append(arr)
         else:
-            c.read_many(list(range(first, first + count)), arrays, None)
+            empty = np.empty
+            arrays = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
+            if not _dtypes.PACKED.isdisjoint(names):  # int4 / uint4 leaves: unpacked one by one below
+                todo = [(first + k, x) for k, x in enumerate(arrays) if x is not None]
+                c.read_many([i for i, _ in todo], [x for _, x in todo], None)
+                for k, x in enumerate(arrays):
+                    if x is None:
+                        arrays[k] = self._read_array(first + k, self._infos()[first + k])
+            else:
+                c.read_many(list(range(first, first + count)), arrays, None)
         if kinds.count(_codec.ARRAY) != count or has_metadata.count(0) != count:
             for k in range(count):
                 kind = kinds[k]
@@ -552,17 +569,23 @@ class _LeafInfos(collections.abc.Sequence):
 
     def __init__(self, core):
         self._core = core
-        self._items: List[Optional[Dict[str, Any]]] = [None] * len(core)
+        self._n = len(core)
+        self._items: Dict[int, Dict[str, Any]] = {}  # built on first access: no list of n Nones
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._n
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        d = self._items[i]
+            return [self[k] for k in range(*i.indices(self._n))]
+        d = self._items.get(i)
         if d is None:
-            d = self._items[i] = self._core.leaf(i if i >= 0 else len(self._items) + i)
+            if not -self._n <= i < self._n:
+                raise IndexError("leaf index out of range")
+            i = i if i >= 0 else self._n + i
+            d = self._items.get(i)
+            if d is None:
+                d = self._items[i] = self._core.leaf(i)
         return d
 
 
@@ -682,7 +705,7 @@ def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
 
 
 def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
-         missing: str = "error", extra: str = "ignore") -> Any:
+         missing: str = "error", extra: str = "ignore", copy: bool = True) -> Any:
     """Restores a pytree from an archive.
 
     Args:
@@ -712,6 +735,20 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         leaf the checkpoint lacks (a model that gained a field since the save).
       extra: "ignore" (default) or "error": fail when the checkpoint (subtree)
         has leaves ``like`` does not ask for.
+      copy: True (default): every array leaf is a fresh, writable array.
+        False: no copy -- every array leaf is a *read-only* ``numpy.ndarray``
+        that views the memory-mapped file, for the servers that only read
+        weights: each leaf's chunks are checksummed (XXH3) once, by all cores,
+        before the call returns, and the tree costs no memory beyond the file's
+        pages in the page cache, which other processes mapping the same file
+        share. The map stays alive as long as any of the arrays does. Leaves
+        that have no view of the map (``Archive.info(key).zero_copy`` False:
+        LZ4-compressed, stored in several parts, int4/uint4, or any leaf of a
+        sharded checkpoint directory) come back as fresh arrays, also
+        read-only; scalars, strings and PRNG keys as with ``copy=True``. Only
+        without ``like`` and ``shardings`` (InvalidArgumentError otherwise).
+        Writing to a leaf raises ``ValueError`` (NumPy's read-only flag);
+        ``np.array(leaf)`` makes a writable copy of one leaf.
 
     Returns:
       The restored tree.
@@ -725,12 +762,16 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         names the key path and both dtypes/shapes).
     """
     with open(path) as a:  # a file, or a sharded checkpoint directory
-        return _load(a, like, subtree=subtree, shardings=shardings, missing=missing, extra=extra)
+        return _load(a, like, subtree=subtree, shardings=shardings, missing=missing, extra=extra,
+                     copy=copy)
 
 
 def _load(a: Archive, like: Any, *, subtree: Optional[str], shardings: Any, missing: str,
-          extra: str) -> Any:
+          extra: str, copy: bool = True) -> Any:
     file = a.path
+    if not copy and (like is not None or shardings is not None):
+        raise InvalidArgumentError("copy=False returns read-only NumPy views of the file; it does not "
+                                   "combine with like or shardings", file=file)
     if missing not in ("error", "from_like"):
         raise InvalidArgumentError(f"missing must be 'error' or 'from_like', got {missing!r}", file=file)
     if extra not in ("ignore", "error"):
@@ -746,7 +787,7 @@ def _load(a: Archive, like: Any, *, subtree: Optional[str], shardings: Any, miss
             raise not_found()
         first, count, nodes = sub
         try:
-            return _assemble(a, nodes, first, a._values(first, count), prefix)
+            return _assemble(a, nodes, first, a._values(first, count, copy), prefix)
         except Error as e:
             raise _with_file(e, file) from None
     start = a._start(prefix)
@@ -840,7 +881,13 @@ def _assemble(a: Archive, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], 
             return _rebuild_box(a, type_name, fields, first + leaf0, path)
         return fields
 
-    return rec(base)
+    try:
+        return rec(base)
+    finally:
+        # rec refers to itself through its closure: a reference cycle that would keep
+        # `values` (every leaf: the whole tree's memory, or its map) alive after the
+        # caller drops the tree, until the cyclic GC happens to run.
+        del rec
 
 
 def _rebuild_box(a: Archive, type_name: str, fields: Dict[str, Any], first_leaf: int,
@@ -882,7 +929,10 @@ def _load_plain(a: Archive, start: T.TNode, resolver) -> Any:
             return _rebuild_box(a, n.type_name, fields, n.first_leaf, n.path)
         return fields
 
-    return rec(start)
+    try:
+        return rec(start)
+    finally:
+        del rec  # break the closure's self-reference (see _assemble)
 
 
 def _is_box_node(n: T.TNode) -> bool:

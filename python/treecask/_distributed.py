@@ -475,8 +475,17 @@ class ShardedCheckpoint(_archive_class()):
         self._c()
         return list(self._sharded.verify())
 
-    def _values(self, first: int, count: int) -> List[Any]:
-        return [self._value(i) for i in range(first, first + count)]
+    def _values(self, first: int, count: int, copy: bool = True) -> List[Any]:
+        """Leaves [first, first + count) as _value gives them; with copy=False
+        (load(copy=False)) the arrays are made read-only: a global array of a
+        sharded checkpoint is assembled from boxes in several files, so it is
+        always a fresh copy, never a view of one map."""
+        values = [self._value(i) for i in range(first, first + count)]
+        if not copy:
+            for v in values:
+                if isinstance(v, np.ndarray):
+                    v.flags.writeable = False
+        return values
 
     def _prefetch(self, indices) -> None:
         return None
