@@ -183,6 +183,10 @@ class Archive:
     The mapping stays alive while the Archive or any view from it lives, even
     after :meth:`close`. Use it as a context manager to close it promptly.
 
+    A leaf is named by its key path (str; KeyNotFoundError when absent) or by
+    its index in pre-order (int; InvalidArgumentError, which is also an
+    IndexError, when out of range) in every method below.
+
     Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError.
     """
 
@@ -383,9 +387,9 @@ class Archive:
         and no per-leaf dict: the leaf descriptions come as columns.
 
         With ``copy=False`` the arrays are read-only: views of the mapped file
-        for the leaves that have one (raw, one part, not int4/uint4; their
+        for the leaves that have one (raw, one part, not a packed sub-byte dtype; their
         chunks checksummed once by one ``view_many`` call on all cores), fresh
-        read-only copies for the others (LZ4, several parts, int4/uint4)."""
+        read-only copies for the others (LZ4, several parts, sub-byte dtypes)."""
         c = self._c()
         names, shapes, kinds, has_metadata = c.leaf_columns(first, count)
         plain = _dtypes.PLAIN_DTYPES
