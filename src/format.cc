@@ -94,7 +94,17 @@ const Xxh3Impl kXxh3{xxh3_generic, xxh3_generic_reset, xxh3_generic_update, xxh3
 uint64_t xxh3(std::span<const std::byte> bytes, uint64_t seed) {
   return kXxh3.oneshot(bytes.data(), bytes.size(), seed);
 }
-Xxh3Stream::Xxh3Stream(uint64_t seed) { kXxh3.reset(state_, seed); }
+// The state is zeroed before the reset: XXH3_64bits_reset_withSeed reads the
+// state's old seed and external-secret fields and skips deriving the seeded
+// secret when they say it is already there (xxhash.h: a state placed on the
+// stack needs XXH3_INITSTATE or a memset before a seeded reset). Left as the
+// stack happened to be, a stream whose memory held its own seed hashed with
+// a stale secret: a spurious checksum mismatch on the first chunk a reader's
+// frame hashed.
+Xxh3Stream::Xxh3Stream(uint64_t seed) {
+  std::memset(state_, 0, sizeof state_);
+  kXxh3.reset(state_, seed);
+}
 void Xxh3Stream::update(std::span<const std::byte> bytes) { kXxh3.update(state_, bytes.data(), bytes.size()); }
 uint64_t Xxh3Stream::digest() const { return kXxh3.digest(state_); }
 

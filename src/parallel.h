@@ -239,9 +239,11 @@ class WorkQueue {
 // before it returns). The first exception thrown by any fn is rethrown after
 // all threads finish; remaining indices are skipped once one failed.
 //
-// (Not built on WorkQueue: running the writer's and the reads' fan-outs on
-// it made slice_test's "naive gather" fail intermittently with a checksum
-// mismatch, which was not understood in time; see the branch's report.)
+// (Not built on WorkQueue. Running the writer's and the reads' fan-outs on it
+// once made slice_test's "naive gather" fail intermittently with a checksum
+// mismatch; that was not WorkQueue's doing but format::Xxh3Stream starting
+// from whatever its stack memory held (fixed in format.cc), which the other
+// threads' stack layout happened to expose.)
 template <typename Fn>
 void parallel_for(size_t n, unsigned threads, Fn&& fn) {
   threads = static_cast<unsigned>(std::min<size_t>(std::max(threads, 1u), n));

@@ -214,3 +214,40 @@ TEST_CASE("view_many: views of the raw one-part leaves, none for the others, a d
   CHECK(e.key_path() == "raw_big");
   CHECK(b.view_many(all, Verify::kNo).size() == all.size());  // unverified: no check
 }
+
+namespace {
+// Fills 256 KiB of this thread's stack below the caller's frame with what a
+// finished checksum stream leaves behind: every 64-byte block holds `seed`
+// at the word where XXH3_state_t keeps its seed (byte 552 of the state,
+// word 5 of a 64-byte block) and zero where it keeps its external-secret
+// pointer (byte 568, word 7), and junk everywhere else. A reader's 64-byte
+// aligned stream state placed anywhere in that memory then sees its own
+// seed in the seed field before it is reset.
+[[gnu::noinline]] void leave_stale_hash_state_on_stack(uint64_t seed) {
+  alignas(64) volatile uint64_t junk[32768];
+  for (size_t i = 0; i < 32768; ++i) junk[i] = i % 8 == 5 ? seed : i % 8 == 7 ? 0 : 0x5a5a5a5a5a5a5a5aull + i;
+  (void)junk[0];
+}
+}  // namespace
+
+TEST_CASE("a checked read is right whatever the stack held before it (the checksum stream starts clean)") {
+  TempDir dir;
+  FlatTree t;
+  t.add_random("a", DType::kFloat32, {3000}, 1);  // 3 chunks of 4096 bytes
+  t.add_random("b", DType::kFloat32, {3000}, 2);
+  SaveOptions opt;
+  opt.compression = Compression::kNone;
+  opt.chunk_size = 4096;
+  t.save(dir / "s.cask", opt);
+  Archive a = Archive::open(dir / "s.cask");
+  std::vector<std::byte> out(t.data[1].size());
+  for (uint64_t ci = 0; ci < 3; ++ci) {
+    leave_stale_hash_state_on_stack((uint64_t{1} << 32) | ci);  // leaf 1's chunk seed (SPEC.md)
+    CHECK_NOTHROW(a.read(1, out, Verify::kYes));
+    CHECK(tc_test::same(out, t.data[1]));
+    leave_stale_hash_state_on_stack((uint64_t{1} << 32) | ci);
+    std::vector<std::byte> part(5000);
+    CHECK_NOTHROW(a.read_bytes(1, 3000, part, Verify::kYes));
+    CHECK(tc_test::same(part, std::span(t.data[1]).subspan(3000, 5000)));
+  }
+}

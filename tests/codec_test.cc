@@ -4,6 +4,12 @@
 #include "format.h"
 #include "testutil.h"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t's layout, to plant a stale state
+#include <xxhash.h>
+
+#include <cstddef>
+#include <new>
+
 using namespace treecask;
 
 // SPEC.md "Test vectors": the known answers an implementer checks against.
@@ -28,6 +34,36 @@ TEST_CASE("checksum and codec known answers from SPEC.md, whole and in pieces") 
       f::Xxh3Stream s(0x1234);
       for (size_t at = 0; at < len; at += piece) s.update(bytes.subspan(at, std::min(piece, len - at)));
       CHECK(s.digest() == f::xxh3(bytes, 0x1234));
+    }
+  }
+}
+
+// A stream's memory may hold anything when it is made (a reader's stack frame
+// that an earlier stream used): here, its own seed in the seed field and a
+// null external secret, the state a finished stream with that seed leaves,
+// but junk where the derived secret was. XXH3_64bits_reset_withSeed trusts
+// those two fields unless the state was zeroed first (xxhash.h,
+// XXH3_INITSTATE), so without the constructor's memset the digest came from
+// the junk: a spurious kChecksumMismatch on valid chunks (archive_test.cc has
+// the end-to-end case).
+TEST_CASE("Xxh3Stream gives the one-shot digest whatever its memory held before") {
+  namespace f = treecask::format;
+  static_assert(offsetof(XXH3_state_t, extSecret) + sizeof(void*) <= sizeof(f::Xxh3Stream));
+  auto data = tc_test::random_bytes(10000, 3);
+  for (uint64_t seed : {f::chunk_seed(0, 1), f::chunk_seed(2, 0), f::chunk_seed(7, 12345)}) {
+    for (int junk : {0x00, 0x5a, 0xff}) {
+      CAPTURE(seed);
+      CAPTURE(junk);
+      alignas(f::Xxh3Stream) unsigned char mem[sizeof(f::Xxh3Stream)];
+      std::memset(mem, junk, sizeof mem);
+      const void* null_secret = nullptr;
+      std::memcpy(mem + offsetof(XXH3_state_t, seed), &seed, sizeof seed);
+      std::memcpy(mem + offsetof(XXH3_state_t, extSecret), &null_secret, sizeof null_secret);
+      auto* s = new (mem) f::Xxh3Stream(seed);
+      s->update(std::span(data).first(4000));
+      s->update(std::span(data).subspan(4000));
+      CHECK(s->digest() == f::xxh3(data, seed));
+      s->~Xxh3Stream();
     }
   }
 }
