@@ -660,17 +660,16 @@ std::vector<std::optional<std::span<const std::byte>>> Archive::view_many(std::s
       out[k] = view(indices[k], Verify::kNo);
       continue;
     }
-    out[k] = im.stored(r.chunks->Get(0));  // widened below: one part is contiguous
-    for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
-      if (ci > 0) {
-        auto s = im.stored(r.chunks->Get(ci));
-        *out[k] = {out[k]->data(), static_cast<size_t>(s.data() + s.size() - out[k]->data())};
-      }
-      if (check) jobs.push_back({indices[k], ci});
-    }
-    if (out[k]->size() != r.byte_length)  // the manifest check makes one part contiguous
+    // One raw part: its chunks are contiguous (checked at open), so the leaf
+    // runs from its first chunk's first byte to its last chunk's last byte.
+    const auto first = im.stored(r.chunks->Get(0));
+    const auto last = im.stored(r.chunks->Get(r.num_chunks() - 1));
+    out[k] = std::span<const std::byte>(first.data(), static_cast<size_t>(last.data() + last.size() - first.data()));
+    if (out[k]->size() != r.byte_length)
       throw Error(ErrorCode::kCorruption, im.file, im.key(indices[k]),
                   "the chunks of a one-part leaf are not contiguous");
+    if (check)
+      for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) jobs.push_back({indices[k], ci});
   }
   if (jobs.empty()) return out;
   parallel_for(jobs.size(), resolve_threads(threads), [&](size_t j) {

@@ -160,7 +160,7 @@ void ShardedArchive::read(size_t index, std::span<std::byte> out, Verify verify,
     throw Error(ErrorCode::kInvalidArgument, im.dir, "", "leaf index " + std::to_string(index) + " out of range");
   LeafInfo info = im.index.leaf(index);
   std::vector<int64_t> start(info.shape.size(), 0);
-  if (dtype_bits(info.dtype) % 8 == 0) return read_slice(index, start, info.shape, out, {}, verify, threads);
+  if (!dtype_packed(info.dtype)) return read_slice(index, start, info.shape, out, {}, verify, threads);
   // Sub-byte dtypes: a whole-leaf read gives the stored (packed) bytes, as
   // Archive::read does. One box holding the whole leaf is copied as stored;
   // otherwise the boxes are read unpacked (one byte per element) into a
@@ -199,8 +199,7 @@ void ShardedArchive::read_slice(size_t index, std::span<const int64_t> start, st
   }
   // Bytes per element in `out`: sub-byte dtypes (int4, uint4, ...) are
   // unpacked to one byte per element, as Archive::read_slice writes them.
-  const int bits = dtype_bits(info.dtype);
-  const size_t item = bits % 8 != 0 ? 1 : size_t(bits / 8);
+  const size_t item = dtype_packed(info.dtype) ? 1 : size_t(dtype_bits(info.dtype) / 8);
   const uint64_t want = count * item;
   std::vector<int64_t> strides(out_byte_strides.begin(), out_byte_strides.end());
   if (strides.empty()) {

@@ -101,9 +101,10 @@ class TREECASK_API Archive {
   // several parts): read those with read(). The chunks of all viewed leaves
   // are shared among `threads` threads (0 = all cores), hashed through the
   // map. Mapped pages are page cache: resident memory grows by no private page.
-  // Throws kInvalidArgument (index out of range), kUnsupported (a leaf of a
-  // sharded checkpoint's index), kChecksumMismatch naming the first damaged
-  // leaf found.
+  // The spans are valid while this Archive lives, as view()'s. Throws
+  // kInvalidArgument (index out of range), kUnsupported (a leaf of a sharded
+  // checkpoint's index), kCorruption (a one-part leaf whose chunks are not
+  // contiguous), kChecksumMismatch naming the first damaged leaf found.
   std::vector<std::optional<std::span<const std::byte>>> view_many(
       std::span<const size_t> indices, Verify verify = Verify::kDefault, unsigned threads = 0) const;
 
