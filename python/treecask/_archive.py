@@ -29,6 +29,15 @@ PathLike = Union[str, "os.PathLike[str]"]
 _COMPRESSION = {"auto": 0, "none": 1, "lz4": 2}
 
 
+def _compression_code(compression: str, file: str) -> int:
+    """The core's code of a ``compression`` option (SPEC.md "Codecs"; the C++
+    ``treecask::Compression``). Raises InvalidArgumentError naming ``file``."""
+    if compression not in _COMPRESSION:
+        raise InvalidArgumentError(
+            f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}", file=file)
+    return _COMPRESSION[compression]
+
+
 # ---- public value types ---------------------------------------------------------
 
 
@@ -406,7 +415,7 @@ class Archive:
         else:
             empty = np.empty
             arrays = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
-            if not _dtypes.PACKED.isdisjoint(names):  # int4 / uint4 leaves: unpacked one by one below
+            if not _dtypes.PACKED.isdisjoint(names):  # sub-byte leaves: unpacked one by one below
                 todo = [(first + k, x) for k, x in enumerate(arrays) if x is not None]
                 c.read_many([i for i, _ in todo], [x for _, x in todo], None)
                 for k, x in enumerate(arrays):
@@ -582,14 +591,12 @@ class _LeafInfos(collections.abc.Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(self._n))]
+        if not -self._n <= i < self._n:
+            raise IndexError("leaf index out of range")
+        i = i if i >= 0 else self._n + i
         d = self._items.get(i)
         if d is None:
-            if not -self._n <= i < self._n:
-                raise IndexError("leaf index out of range")
-            i = i if i >= 0 else self._n + i
-            d = self._items.get(i)
-            if d is None:
-                d = self._items[i] = self._core.leaf(i)
+            d = self._items[i] = self._core.leaf(i)
         return d
 
 
@@ -654,9 +661,7 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
       IoError: the OS refused (e.g. ENOSPC); any previous file is untouched.
     """
     p = os.fspath(path)
-    if compression not in _COMPRESSION:
-        raise InvalidArgumentError(
-            f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}", file=p)
+    code = _compression_code(compression, p)
     md: List[Tuple[str, str]] = []
     for k, v in (metadata or {}).items():
         if not isinstance(k, str) or not isinstance(v, str):
@@ -667,7 +672,7 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
 
     if _distributed.active():
         try:
-            return _distributed.save(p, tree, metadata=dict(md), compression=_COMPRESSION[compression],
+            return _distributed.save(p, tree, metadata=dict(md), compression=code,
                                      overwrite=bool(overwrite), chunk_size=chunk_size, threads=int(threads),
                                      durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
         except Error as e:
@@ -679,7 +684,7 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
         kinds, dtypes, shapes, datas, more = _codec.encode_all(key_paths, objs, extras)
     except Error as e:
         raise _with_file(e, p) from None
-    st = _core.save(p, nodes, key_paths, kinds, dtypes, shapes, datas, more, _COMPRESSION[compression],
+    st = _core.save(p, nodes, key_paths, kinds, dtypes, shapes, datas, more, code,
                     chunk_size, int(threads), bool(overwrite), bool(durable), md, max_part_bytes,
                     bool(shuffle))
     return SaveStats(**{k: int(v) for k, v in st.items()})
@@ -747,7 +752,7 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         pages in the page cache, which other processes mapping the same file
         share. The map stays alive as long as any of the arrays does. Leaves
         that have no view of the map (``Archive.info(key).zero_copy`` False:
-        LZ4-compressed, stored in several parts, int4/uint4, or any leaf of a
+        LZ4-compressed, stored in several parts, a packed sub-byte dtype, or any leaf of a
         sharded checkpoint directory) come back as fresh arrays, also
         read-only; scalars, strings and PRNG keys as with ``copy=True``. Only
         without ``like`` and ``shardings`` (InvalidArgumentError otherwise).

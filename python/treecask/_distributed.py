@@ -276,7 +276,7 @@ def run(s: _Save):
     from ._archive import SaveStats
 
     client = _client()
-    pid, nproc, key, p, o = s.pid, s.nproc, s.key, s.path, s.options
+    pid, key, p, o = s.pid, s.key, s.path, s.options
     timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
 
     # Step 1: process 0 prepares the temporary directory.

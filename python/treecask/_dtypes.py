@@ -84,17 +84,6 @@ def to_name(dtype, *, key_path: str = "") -> str:
     return name
 
 
-def byte_length(name: str, shape) -> int:
-    """Bytes a leaf of dtype `name` and `shape` holds in the file:
-    ceil(elements * bits / 8) (SPEC.md "Dtypes")."""
-    n = 1
-    for d in shape:
-        n *= int(d)
-    if name in PACKED:
-        return (n * BITS[name] + 7) // 8
-    return n * _NAME_TO_DTYPE[name].itemsize
-
-
 def pack_bits(arr: np.ndarray, name: str) -> np.ndarray:
     """A sub-byte array (ml_dtypes: one element per byte) -> its packed file
     bytes (uint8, 1-d), padding bits zero."""
@@ -133,17 +122,6 @@ def unpack_bits(packed: np.ndarray, name: str, shape) -> np.ndarray:
         stream = np.unpackbits(packed, bitorder="little")[: n * bits].reshape(n, bits)
         out = np.packbits(stream, axis=1, bitorder="little").reshape(-1)
     return np.ascontiguousarray(out).view(_NAME_TO_DTYPE[name]).reshape(shape)
-
-
-# The names the package used while int4/uint4 were the only packed dtypes.
-def pack_nibbles(arr: np.ndarray) -> np.ndarray:
-    """int4/uint4 array (one element per byte) -> packed uint8 bytes."""
-    return pack_bits(arr, "uint4")
-
-
-def unpack_nibbles(packed: np.ndarray, name: str, shape) -> np.ndarray:
-    """Packed uint8 bytes -> a fresh int4/uint4 array of `shape`."""
-    return unpack_bits(packed, name, shape)
 
 
 def as_bytes(arr: np.ndarray, name: str) -> np.ndarray:

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
 from . import _core
-from ._archive import SaveStats
+from ._archive import SaveStats, _compression_code
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-_COMPRESSION = {"auto": 0, "none": 1, "lz4": 2}
 
 #: Archive metadata key holding a sharded checkpoint's index "metadata" (JSON).
 HF_INDEX_METADATA = "treecask.hf.index_metadata"
@@ -99,12 +98,8 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
         4.0 archive.)
       AlreadyExistsError: ``dst`` exists and ``overwrite`` is False.
     """
-    if compression not in _COMPRESSION:
-        from .errors import InvalidArgumentError
-
-        raise InvalidArgumentError(f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}",
-                                   file=os.fspath(dst))
-    r = _core.import_safetensors(os.fspath(src), os.fspath(dst), _COMPRESSION[compression], chunk_size,
+    r = _core.import_safetensors(os.fspath(src), os.fspath(dst), _compression_code(compression, os.fspath(dst)),
+                                 chunk_size,
                                  int(threads), bool(shuffle), bool(overwrite), bool(durable))
     return SafetensorsImport(kind=r["kind"], index=r["index"], files=tuple(r["files"]),
                              stats=SaveStats(**{k: int(v) for k, v in r["stats"].items()}))

@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 from . import _codec, _core, _distributed
 from . import _jaxutil as J
 from . import _tree as T
-from ._archive import _COMPRESSION, _with_file, load, save
+from ._archive import _compression_code, _with_file, load, save
 from ._archive import open as open_archive
 from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError
 
@@ -167,9 +167,7 @@ def _save_async(path: str, tree: Any, *, metadata: Mapping[str, str], pool: Any 
     instead of reusing the buffer (the step then pays the copy, the save
     nothing), and ``x.delete()`` frees it only when the save lets go.
     ``tests/python/test_manager.py`` checks both."""
-    if compression not in _COMPRESSION:
-        raise InvalidArgumentError(
-            f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}", file=path)
+    code = _compression_code(compression, path)
     md = list(metadata.items())
     try:
         nodes, key_paths, objs, extras = T.to_treedef(tree)
@@ -181,7 +179,7 @@ def _save_async(path: str, tree: Any, *, metadata: Mapping[str, str], pool: Any 
         raise _with_file(e, path) from None
     borrowed = [J.is_jax_array(x) for x in objs]
     return _core.save_async(path, nodes, key_paths, kinds, dtypes, shapes, datas, more,
-                            _COMPRESSION[compression], chunk_size, int(threads), False, bool(durable),
+                            code, chunk_size, int(threads), False, bool(durable),
                             md, max_part_bytes, bool(shuffle), borrowed, pool)
 
 
@@ -192,11 +190,9 @@ def _prepare_distributed(path: str, tree: Any, *, metadata: Mapping[str, str], s
     """The caller's half of a multi-process save of a step
     (``_distributed.prepare``); with ``snapshot`` safe from the caller as
     :func:`_save_async` is."""
-    if compression not in _COMPRESSION:
-        raise InvalidArgumentError(
-            f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}", file=path)
+    code = _compression_code(compression, path)
     try:
-        return _distributed.prepare(path, tree, metadata=metadata, compression=_COMPRESSION[compression],
+        return _distributed.prepare(path, tree, metadata=metadata, compression=code,
                                     overwrite=False, chunk_size=chunk_size, threads=threads,
                                     durable=durable, max_part_bytes=max_part_bytes, shuffle=shuffle,
                                     snapshot=snapshot)
