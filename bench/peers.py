@@ -711,6 +711,19 @@ CONTENDERS: Dict[str, Contender] = {c.name: c for c in [
 # ======================================================================================
 
 
+def median_call(fn: Callable[[], Any], reps: int, warmup: bool = True) -> float:
+    """Median seconds of `reps` calls of fn (after one call not counted, with
+    `warmup`): the fixed-count timer of the benchmarks beside this one."""
+    if warmup:
+        fn()
+    ts: List[float] = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
 def _median_loop(fn: Callable[[], Any], min_reps: int = 3, max_reps: int = 21, budget_s: float = 3.0):
     """Median of repeated calls: at least one, then more while under min_reps or
     the time budget (a slow call, e.g. a whole-file read, runs once)."""

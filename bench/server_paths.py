@@ -43,17 +43,6 @@ import peers  # noqa: E402  (build, flatten, leaf_key, prewarm)
 import treecask  # noqa: E402
 
 
-def median_call(fn: Callable[[], Any], reps: int) -> float:
-    """Median seconds of `reps` calls of fn, after one call not counted."""
-    fn()
-    xs = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        xs.append(time.perf_counter() - t0)
-    return statistics.median(xs)
-
-
 def pair(name_a: str, fa: Callable, name_b: str, fb: Callable, rounds: int, reps: int,
          before: Callable[[], Any] = lambda: None) -> Dict[str, Any]:
     """Interleaved rounds of a and b; per-round medians; ratio b / a per round."""
@@ -62,7 +51,7 @@ def pair(name_a: str, fa: Callable, name_b: str, fb: Callable, rounds: int, reps
         order = [(fa, ta), (fb, tb)] if r % 2 == 0 else [(fb, tb), (fa, ta)]
         for f, out in order:
             before()
-            out.append(median_call(f, reps))
+            out.append(peers.median_call(f, reps))
     ratios = [b / a for a, b in zip(ta, tb)]
     return {"a": name_a, "b": name_b, "ta": statistics.median(ta), "tb": statistics.median(tb),
             "ratio": statistics.median(ratios), "lo": min(ratios), "hi": max(ratios)}
@@ -153,7 +142,7 @@ def main() -> None:
             out = subprocess.run([args.core, "--open-first", tc, key, "50"], capture_output=True, text=True,
                                  check=True).stdout
             tcs.append(float(out) / 1e3)
-            sts.append(median_call(st_first, 50))
+            sts.append(peers.median_call(st_first, 50))
         ratios = [b / a for a, b in zip(tcs, sts)]
         rows.append(("open to first tensor, 10,000 leaves, C++: `Archive::open` + `index_of` + verified "
                      "`view` vs safetensors (Python, Rust core) `safe_open`+`get_tensor`",
