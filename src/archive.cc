@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "codec.h"
 #include "format.h"
@@ -191,20 +193,24 @@ struct Archive::Impl {
     unsigned nthreads = threads ? threads
                                 : (nchunks * r.chunk_size >= (uint64_t{8} << 20) ? resolve_threads(0) : 1);
     nthreads = static_cast<unsigned>(std::min<uint64_t>(nthreads, nchunks));
-    std::atomic<uint64_t> next{0};
-    std::atomic<bool> failed{false};
-    parallel_for(nthreads, nthreads, [&](size_t) {
-      Scratch scratch;
-      for (;;) {
-        uint64_t k = next.fetch_add(1, std::memory_order_relaxed);
-        if (k >= nchunks || failed.load(std::memory_order_relaxed)) return;
-        try {
-          chunk_to_plans(li, c0 + k, plans, upb, verify, scratch);
-        } catch (...) {
-          failed = true;
-          throw;
+    // One Scratch per thread at most: an item takes a free one (or makes
+    // one) and gives it back, so a thread's buffers are reused chunk after
+    // chunk without knowing which thread runs which chunk.
+    std::mutex free_mu;
+    std::vector<std::unique_ptr<Scratch>> free_scratch;
+    parallel_for(nchunks, nthreads, [&](size_t k) {
+      std::unique_ptr<Scratch> scratch;
+      {
+        std::lock_guard<std::mutex> lock(free_mu);
+        if (!free_scratch.empty()) {
+          scratch = std::move(free_scratch.back());
+          free_scratch.pop_back();
         }
       }
+      if (!scratch) scratch = std::make_unique<Scratch>();
+      chunk_to_plans(li, c0 + k, plans, upb, verify, *scratch);
+      std::lock_guard<std::mutex> lock(free_mu);
+      free_scratch.push_back(std::move(scratch));
     });
   }
 
