@@ -94,16 +94,6 @@ struct Shard {
   SafetensorsHeader header;
 };
 
-// {name: value} of a JSON object; throws naming `path` if `v` is not one of strings.
-void require_string_map(const OJson& v, const std::string& path, const std::string& what) {
-  if (!v.is_object()) throw Error(ErrorCode::kInvalidArgument, path, "", what + " is not an object");
-  for (const auto& [k, x] : v.items()) {
-    if (!x.is_string()) {
-      throw Error(ErrorCode::kInvalidArgument, path, k, what + " value is not a string");
-    }
-  }
-}
-
 std::string compact(const OJson& v) { return v.dump(-1, ' ', false, OJson::error_handler_t::strict); }
 
 SafetensorsImport import_sharded(const std::string& index_path, const std::string& output,
@@ -111,22 +101,50 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
   auto invalid = [&](const std::string& file, const std::string& key, const std::string& why) {
     return Error(ErrorCode::kInvalidArgument, file, key, why);
   };
-  OJson index;
   const std::string text = read_text(index_path);
   if (text.size() > kSafetensorsMaxHeader) {  // untrusted input: the same cap as a header
     throw invalid(index_path, "", "safetensors index is " + std::to_string(text.size()) +
                                       " bytes, over the limit of " +
                                       std::to_string(kSafetensorsMaxHeader));
   }
+  // weight_map's entries go straight into `shard_of` (tensor -> shard file)
+  // as the parser meets them and are dropped from the DOM: an OJson object
+  // searches its entries linearly on every insert, which is quadratic at the
+  // tens of thousands of tensors a large model's index lists. The rest of
+  // the index (its "metadata") stays an OJson, in the file's key order.
+  std::map<std::string, std::string> shard_of;
+  bool in_weight_map = false;
+  std::string last_top_key, tensor;
+  OJson::parser_callback_t divert_weight_map = [&](int depth, OJson::parse_event_t event, OJson& parsed) {
+    using E = OJson::parse_event_t;
+    if (event == E::key && depth == 1) {
+      last_top_key = parsed.get_ref<const std::string&>();
+    } else if (event == E::object_start && depth == 1 && last_top_key == "weight_map") {
+      in_weight_map = true;
+    } else if (in_weight_map && event == E::object_end && depth == 1) {
+      in_weight_map = false;
+    } else if (in_weight_map && event == E::key && depth == 2) {
+      tensor = parsed.get_ref<const std::string&>();
+      return false;  // (a kept key is inserted into the DOM before its value)
+    } else if (in_weight_map && depth == 2) {  // a value: a string, else a container starting
+      if (event != E::value || !parsed.is_string())
+        throw invalid(index_path, tensor, "\"weight_map\" value is not a string");
+      if (!shard_of.emplace(tensor, parsed.get_ref<const std::string&>()).second)
+        throw invalid(index_path, tensor, "\"weight_map\" lists the tensor twice");
+      return false;
+    }
+    return true;
+  };
+  OJson index;
   try {
-    index = OJson::parse(text);
+    index = OJson::parse(text, divert_weight_map);
   } catch (const OJson::exception& e) {
     throw invalid(index_path, "", std::string("safetensors index is not valid JSON: ") + e.what());
   }
   if (!index.is_object()) throw invalid(index_path, "", "safetensors index is not a JSON object");
   auto wm = index.find("weight_map");
   if (wm == index.end()) throw invalid(index_path, "", "safetensors index has no \"weight_map\"");
-  require_string_map(*wm, index_path, "\"weight_map\"");
+  if (!wm->is_object()) throw invalid(index_path, "", "\"weight_map\" is not an object");
   std::optional<OJson> index_metadata;
   if (auto md = index.find("metadata"); md != index.end() && !md->is_null()) {
     if (!md->is_object()) throw invalid(index_path, "", "\"metadata\" is not an object");
@@ -134,17 +152,14 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
   }
 
   // The shards, in file name order (model-00001-of-... first).
-  std::map<std::string, std::string> shard_of;  // tensor -> shard file, per the index
   std::set<std::string> shard_names;
-  for (const auto& [tensor, file] : wm->items()) {
-    const std::string& f = file.get_ref<const std::string&>();
+  for (const auto& [tensor, f] : shard_of) {
     if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos ||
         f == "." || f == "..") {
       throw invalid(index_path, tensor,
                     "weight_map names shard \"" + f + "\"; a shard must be a file name in the "
                     "index's directory");
     }
-    shard_of.emplace(tensor, f);
     shard_names.insert(f);
   }
   const fs::path dir = fs::path(index_path).parent_path();

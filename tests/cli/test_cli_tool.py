@@ -519,6 +519,10 @@ def test_malformed_safetensors(d):
         "duplicate": (b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
                       b'"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}', "duplicate"),
         "junk_after": (b'{} x', "not valid UTF-8 JSON"),
+        "duplicate_field": (b'{"a":{"dtype":"U8","shape":[1],"dtype":"U8","data_offsets":[0,1]}}', "duplicate"),
+        "duplicate_metadata": (b'{"__metadata__":{"k":"1","k":"2"}}', "duplicate"),
+        "nested_metadata": (b'{"__metadata__":{"k":{"x":"1"},"j":"2"}}', "not a string"),
+        "metadata_after_array": (b'{"__metadata__":{"a":"1","k":[{"x":"1"}],"j":"2"}}', "not a string"),
     }
     for name, (text, message) in raw_cases.items():
         path = f"{d}/{name}.safetensors"
@@ -533,6 +537,24 @@ def test_malformed_safetensors(d):
     # Messages name the file and the tensor.
     r = tc("import", f"{d}/overlap.safetensors", f"{d}/o.cask")
     assert r.err.startswith(f"treecask: {d}/overlap.safetensors: b: invalid argument: "), r
+
+
+def test_many_tensors_keep_their_order_both_ways(d):
+    """A 20,000-tensor file (names out of sorted order, metadata keys too)
+    imports in file order and exports byte-identical: the header parse keeps
+    the text's order although its objects are sorted maps."""
+    n = 20_000
+    names = [f"t{(i * 7919) % n}" for i in range(n)]  # a permutation, not sorted
+    header, offset = {"__metadata__": {"zeta": "1", "alpha": "2", "mid": "3"}}, 0
+    for name in names:
+        header[name] = {"dtype": "U8", "shape": [1], "data_offsets": [offset, offset + 1]}
+        offset += 1
+    write_safetensors(f"{d}/many.safetensors", header, bytes(i % 251 for i in range(n)))
+    expect(tc("import", f"{d}/many.safetensors", f"{d}/many.cask"), OK)
+    ls = expect(tc("ls", "--json", f"{d}/many.cask"), OK)
+    assert [leaf["key_path"] for leaf in json.loads(ls.out)] == names
+    expect(tc("export", f"{d}/many.cask", f"{d}/many.out.safetensors"), OK)
+    assert open(f"{d}/many.out.safetensors", "rb").read() == open(f"{d}/many.safetensors", "rb").read()
 
 
 def test_metadata_null_and_unknown_fields(d):

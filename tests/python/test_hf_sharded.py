@@ -274,6 +274,24 @@ def test_malformed_index_refused(tmp_path, case, error, message):
     assert not dst.exists()
 
 
+@pytest.mark.parametrize("text,key,message", [
+    ('{"weight_map": {"w": 1}}', "w", "value is not a string"),
+    ('{"weight_map": {"w": {"f": "x.safetensors"}}}', "w", "value is not a string"),
+    ('{"weight_map": {"w": ["x.safetensors"]}}', "w", "value is not a string"),
+    ('{"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}}', "w", "lists the tensor twice"),
+    ('{"weight_map": ["w"]}', "", "is not an object"),
+    ('{"metadata": 3, "weight_map": {}}', "", "is not an object"),
+    ('{"metadata": {}}', "", "has no \"weight_map\""),
+    ('{"weight_map": {"w": "a.safetensors"', "", "not valid JSON"),
+])
+def test_malformed_index_json_refused(tmp_path, text, key, message):
+    """The index's JSON itself is checked, naming the index file and the tensor where there is one."""
+    (tmp_path / "model.safetensors.index.json").write_text(text)
+    with pytest.raises(treecask.InvalidArgumentError, match=message) as e:
+        treecask.import_safetensors(tmp_path, tmp_path / "x.cask")
+    assert e.value.file == str(tmp_path / "model.safetensors.index.json") and e.value.key_path == key
+
+
 def test_directory_with_one_file_and_errors(tmp_path):
     ts = tensors()
     d = tmp_path / "single"
