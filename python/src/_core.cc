@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <exception>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -346,6 +347,14 @@ treecask::DType dtype_of(nb::handle name, const std::string& key_path) {
   return *dt;
 }
 
+// {name: value} of enumerators of E, as a Python dict of ints.
+template <class E>
+nb::dict enum_values(std::initializer_list<std::pair<const char*, E>> rows) {
+  nb::dict d;
+  for (const auto& [name, value] : rows) d[name] = static_cast<int>(value);
+  return d;
+}
+
 treecask::Verify to_verify(std::optional<bool> v) {
   if (!v) return treecask::Verify::kDefault;
   return *v ? treecask::Verify::kYes : treecask::Verify::kNo;
@@ -533,6 +542,9 @@ NB_MODULE(_core, m) {
   m.attr("FORMAT_MAJOR") = treecask::kFormatMajor;
   m.attr("FORMAT_MINOR") = treecask::kFormatMinor;
   m.def("library_version", [] { return std::string(treecask::library_version()); });
+  // Every dtype the core knows: its name, bits per element (treecask::dtype_bits) and
+  // whether it is packed (treecask::dtype_packed: sub-byte, several elements per byte).
+  // The Python package keeps only the NumPy / ml_dtypes objects; these numbers are the core's.
   m.def("dtype_names", [] {
     std::vector<std::string> names;
     for (int v = 0; v < 256; ++v)
@@ -540,12 +552,38 @@ NB_MODULE(_core, m) {
         names.emplace_back(treecask::dtype_name(static_cast<treecask::DType>(v)));
     return names;
   });
-  m.def("byte_length_for", [](const std::string& dtype, std::vector<int64_t> shape) {
-    std::optional<treecask::DType> dt = treecask::dtype_from_name(dtype);
-    if (!dt)
-      throw treecask::Error(treecask::ErrorCode::kInvalidArgument, "", "",
-                            "unsupported dtype '" + dtype + "'");
-    return treecask::byte_length_for(*dt, shape);
+  m.def("dtype_bits", [](nb::handle dtype) { return treecask::dtype_bits(dtype_of(dtype, "")); }, "dtype"_a,
+        "Bits per element of a dtype name (treecask::dtype_bits); InvalidArgumentError if unknown.");
+  m.def("dtype_packed", [](nb::handle dtype) { return treecask::dtype_packed(dtype_of(dtype, "")); },
+        "dtype"_a, "True for the packed sub-byte dtypes (treecask::dtype_packed).");
+  m.def(
+      "byte_length_for",
+      [](nb::handle dtype, std::vector<int64_t> shape) { return treecask::byte_length_for(dtype_of(dtype, ""), shape); },
+      "dtype"_a, "shape"_a,
+      "Bytes that `shape` elements of a dtype occupy in the file (treecask::byte_length_for: "
+      "packed for sub-byte dtypes); InvalidArgumentError for an unknown dtype or a bad shape.");
+  // The numeric values of the enums the package passes across, taken from the C++ enums
+  // (include/treecask/types.h, writer.h), by the names the package uses.
+  m.attr("NODE_KINDS") = enum_values<treecask::NodeKind>({
+      {"leaf", treecask::NodeKind::kLeaf},
+      {"none", treecask::NodeKind::kNone},
+      {"dict", treecask::NodeKind::kDict},
+      {"list", treecask::NodeKind::kList},
+      {"tuple", treecask::NodeKind::kTuple},
+      {"namedtuple", treecask::NodeKind::kNamedTuple},
+      {"dataclass", treecask::NodeKind::kDataclass},
+  });
+  m.attr("VALUE_KINDS") = enum_values<treecask::ValueKind>({
+      {"array", treecask::ValueKind::kArray},
+      {"int", treecask::ValueKind::kInt},
+      {"float", treecask::ValueKind::kFloat},
+      {"bool", treecask::ValueKind::kBool},
+      {"str", treecask::ValueKind::kStr},
+  });
+  m.attr("COMPRESSIONS") = enum_values<treecask::Compression>({
+      {"auto", treecask::Compression::kAuto},
+      {"none", treecask::Compression::kNone},
+      {"lz4", treecask::Compression::kLZ4},
   });
   // The one commit path (include/treecask/commit.h), for the multi-process directory commit.
   m.def(
@@ -740,13 +778,14 @@ NB_MODULE(_core, m) {
           "all cores (GIL released). The views keep the map alive.")
       .def(
           "leaf_columns",
-          [](const treecask::Archive& a, size_t first, size_t count) {
+          [](const treecask::Archive& a, size_t first, size_t count, bool storage) {
             if (first > a.size() || count > a.size() - first)
               throw treecask::Error(treecask::ErrorCode::kInvalidArgument, a.path(), "",
                                     std::to_string(count) + " leaves from index " + std::to_string(first) +
                                         " run past the archive's " + std::to_string(a.size()));
             std::vector<nb::object> names(256);  // one str per dtype, shared by its leaves
-            nb::list dtypes, shapes;
+            std::vector<nb::object> codec_names(256);  // one str per codec
+            nb::list dtypes, shapes, codecs, parts;
             std::string kinds(count, '\0'), has_metadata(count, '\0');
             for (size_t k = 0; k < count; ++k) {
               treecask::LeafInfo li = a.leaf(first + k);
@@ -759,13 +798,24 @@ NB_MODULE(_core, m) {
               shapes.append(nb::tuple(nb::cast(li.shape)));
               kinds[k] = static_cast<char>(li.value_kind);
               has_metadata[k] = li.metadata.empty() ? 0 : 1;
+              if (storage) {
+                nb::object& codec = codec_names[static_cast<uint8_t>(li.codec)];
+                if (!codec.is_valid()) {
+                  std::string_view cn = treecask::codec_name(li.codec);
+                  codec = nb::str(cn.data(), cn.size());
+                }
+                codecs.append(codec);
+                parts.append(li.num_parts);
+              }
             }
-            return nb::make_tuple(dtypes, shapes, nb::bytes(kinds.data(), kinds.size()),
-                                  nb::bytes(has_metadata.data(), has_metadata.size()));
+            nb::bytes kind_bytes(kinds.data(), kinds.size()), metadata_bytes(has_metadata.data(), has_metadata.size());
+            if (storage) return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, codecs, parts);
+            return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes);
           },
-          "first"_a, "count"_a,
+          "first"_a, "count"_a, "storage"_a = false,
           "Leaves [first, first + count) as columns: (dtype names, shapes as tuples, value kinds "
-          "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata).")
+          "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata), and with storage=True "
+          "also (codec names, numbers of parts): what treecask._types.zero_copy asks.")
       .def(
           "subtree_nodes",
           [](const treecask::Archive& a, const std::vector<std::string>& components) -> nb::object {
