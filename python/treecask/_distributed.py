@@ -273,7 +273,7 @@ def run(s: _Save):
     1-3), on any thread of every process; the coordination client's waits
     release the GIL. Returns the checkpoint's SaveStats (all files); raises
     in every process what failed in any (the message names the process)."""
-    from ._archive import SaveStats
+    from ._types import SaveStats
 
     client = _client()
     pid, key, p, o = s.pid, s.key, s.path, s.options
@@ -487,8 +487,10 @@ class ShardedCheckpoint(_archive_class()):
                     v.flags.writeable = False
         return values
 
-    def _prefetch(self, indices) -> None:
-        return None
+    def _prefetch(self, indices) -> Dict[int, np.ndarray]:
+        """Nothing: a global array is assembled from boxes in several files,
+        read when the restore asks for it (_restore._array)."""
+        return {}
 
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
         self._c()

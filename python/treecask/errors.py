@@ -180,3 +180,12 @@ def _from_core(code: int, code_name: str, file: str, key_path: str, message: str
     """Called by the C++ exception translator: the instance for one treecask::Error."""
     cls = _BY_CODE.get(code, Error)
     return cls(message, file=file, key_path=key_path, what=what)
+
+
+def _with_file(e: Error, path: str) -> Error:
+    """`e`, or when it names no file a copy of it (same class, message and key
+    path) naming `path`: errors raised below the file level (encoding a leaf,
+    walking a tree) get the file the call was about."""
+    if e.file:
+        return e
+    return type(e)(e.message, file=path, key_path=e.key_path)
