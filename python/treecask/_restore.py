@@ -28,6 +28,7 @@ from .errors import (
     _with_file,
 )
 
+
 def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
          missing: str = "error", extra: str = "ignore", copy: bool = True) -> Any:
     """Restores a pytree from an archive.
@@ -336,22 +337,11 @@ def _check(info: Dict[str, Any], x: Any, key_path: str, file: str) -> None:
         raise ShapeError(f"the template expects {expected}, the checkpoint has {got}", file=file,
                          key_path=key_path)
 
-    if isinstance(x, bool):
-        if name != "bool" or shape != ():
-            bad("a bool")
-        return
-    if isinstance(x, int):
-        if name not in _INT_NAMES or shape != ():
-            bad("an int")
-        return
-    if isinstance(x, float):
-        if name not in _FLOAT_NAMES or shape != ():
-            bad("a float")
-        return
-    if isinstance(x, complex):
-        if name not in _COMPLEX_NAMES or shape != ():
-            bad("a complex")
-        return
+    for scalar_type, names, expected in _SCALAR_TEMPLATES:  # bool before int: a bool is an int
+        if isinstance(x, scalar_type):
+            if name not in names or shape != ():
+                bad(expected)
+            return
     if isinstance(x, str):
         if kind != _codec.STR:
             bad("a str")
@@ -426,3 +416,6 @@ def _join(prefix: Sequence[str], comps: Sequence[str]) -> str:
 _FLOAT_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"})
 _INT_NAMES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "int4", "uint4"})
 _COMPLEX_NAMES = frozenset({"complex64", "complex128"})
+# (Python scalar type of a template leaf, the dtypes it restores from, what the error says it expects).
+_SCALAR_TEMPLATES = ((bool, frozenset({"bool"}), "a bool"), (int, _INT_NAMES, "an int"),
+                     (float, _FLOAT_NAMES, "a float"), (complex, _COMPLEX_NAMES, "a complex"))
