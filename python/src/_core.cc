@@ -580,6 +580,16 @@ NB_MODULE(_core, m) {
       {"bool", treecask::ValueKind::kBool},
       {"str", treecask::ValueKind::kStr},
   });
+  // ErrorCode values by their names (error_code_name): treecask.errors' classes take theirs here.
+  {
+    nb::dict codes;
+    for (int v = 1; v < 256; ++v) {
+      std::string_view name = treecask::error_code_name(static_cast<treecask::ErrorCode>(v));
+      if (name != treecask::error_code_name(static_cast<treecask::ErrorCode>(0)))  // "unknown error"
+        codes[nb::str(name.data(), name.size())] = v;
+    }
+    m.attr("ERROR_CODES") = codes;
+  }
   m.attr("COMPRESSIONS") = enum_values<treecask::Compression>({
       {"auto", treecask::Compression::kAuto},
       {"none", treecask::Compression::kNone},

@@ -340,6 +340,16 @@ def test_errors_pickle_and_keep_attributes():
         assert issubclass(cls, treecask.Error)
 
 
+def test_every_core_error_code_has_its_class():
+    """treecask.errors has one class per C++ ErrorCode, with the core's number and name."""
+    from treecask import _core, errors
+
+    classes = {cls.code_name: cls for cls in errors._BY_CODE.values()}
+    assert sorted(classes) == sorted(_core.ERROR_CODES)
+    for name, code in _core.ERROR_CODES.items():
+        assert classes[name].code == code and errors._BY_CODE[code] is classes[name]
+
+
 # ---- templates (like) without jax ------------------------------------------------------
 
 
