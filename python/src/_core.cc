@@ -88,6 +88,20 @@ void translate_error(const std::exception_ptr& p, void*) {
   }
 }
 
+// a.verify() (Archive or ShardedArchive), GIL released: one treecask.errors instance per
+// damaged leaf.
+template <class A>
+nb::list verify_to_python(const A& a) {
+  std::vector<treecask::Error> errors;
+  {
+    nb::gil_scoped_release release;
+    errors = a.verify();
+  }
+  nb::list out;
+  for (const treecask::Error& e : errors) out.append(error_to_python(e));
+  return out;
+}
+
 // A leaf index at or past the end: kInvalidArgument, as every C++ Archive
 // method that takes an index throws (treecask.errors.InvalidArgumentError,
 // which is also an IndexError). Checked before the GIL is released.
@@ -497,17 +511,11 @@ void register_interop(nb::module_& m) {
           nb::gil_scoped_release release;
           r = treecask::cli::import_safetensors(src, dst, opt);
         }
-        nb::dict stats;
-        stats["file_bytes"] = r.stats.file_bytes;
-        stats["raw_bytes"] = r.stats.raw_bytes;
-        stats["stored_bytes"] = r.stats.stored_bytes;
-        stats["num_leaves"] = r.stats.num_leaves;
-        stats["num_blobs"] = r.stats.num_blobs;
         nb::dict d;
         d["kind"] = r.kind;
         d["index"] = r.index;
         d["files"] = r.files;
-        d["stats"] = stats;
+        d["stats"] = save_stats_to_python(r.stats);
         return d;
       },
       "src"_a, "dst"_a, "compression"_a = 0, "chunk_size"_a = nb::none(), "threads"_a = 0,
@@ -930,16 +938,7 @@ NB_MODULE(_core, m) {
           "index"_a, "offset"_a, "out"_a, "verify"_a = nb::none(),
           "Archive::read_bytes: raw leaf bytes [offset, offset + len(out)) into a writable "
           "C-contiguous buffer (sub-byte dtypes stay packed). Releases the GIL.")
-      .def("verify", [](const treecask::Archive& a) {
-        std::vector<treecask::Error> errors;
-        {
-          nb::gil_scoped_release release;
-          errors = a.verify();
-        }
-        nb::list out;
-        for (const treecask::Error& e : errors) out.append(error_to_python(e));
-        return out;
-      });
+      .def("verify", &verify_to_python<treecask::Archive>);
 
   register_interop(m);  // interop block above
 
@@ -976,14 +975,5 @@ NB_MODULE(_core, m) {
           "index"_a, "start"_a, "stop"_a, "out"_a, "out_byte_strides"_a = nb::none(), "verify"_a = nb::none(),
           "Copies the hyperslab [start, stop) of the global array of leaf `index` into `out` (a writable "
           "C-contiguous buffer; C order unless out_byte_strides is given).")
-      .def("verify", [](const treecask::ShardedArchive& s) {
-        std::vector<treecask::Error> errors;
-        {
-          nb::gil_scoped_release release;
-          errors = s.verify();
-        }
-        nb::list out;
-        for (const treecask::Error& e : errors) out.append(error_to_python(e));
-        return out;
-      });
+      .def("verify", &verify_to_python<treecask::ShardedArchive>);
 }
