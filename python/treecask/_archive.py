@@ -370,18 +370,37 @@ class Archive:
         return jax.make_array_from_callback(shape, sharding, fetch, dtype=dtype)
 
 
-def _index_box(index: Any, shape: Tuple[int, ...]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
-    """(start, stop) of a shard index (a tuple of step-1 slices, as
-    Sharding.devices_indices_map gives) over an array of `shape`."""
+def _index_bounds(index: Any, shape: Tuple[int, ...]) -> Tuple[List[int], List[int], Optional[Tuple[Any, ...]]]:
+    """(start, stop, leftover) of a device's index over an array of `shape`
+    (a slice or a tuple of slices, as Sharding.devices_indices_map and
+    jax.make_array_from_callback give it): the box [start, stop) holding it,
+    and the indexing still to apply to that box, None when it is the box
+    itself (every slice of step 1); a dimension sliced with another step is
+    taken whole and sliced by the leftover."""
     index = tuple(index) if isinstance(index, tuple) else (index,)
-    start, stop = [], []
-    for k, n in enumerate(shape):
-        sl = index[k] if k < len(index) else slice(None)
-        a, b, step = sl.indices(n)
-        if step != 1:
-            raise InvalidArgumentError(f"a shard index with step {step} along dimension {k}")
-        start.append(a)
-        stop.append(max(a, b))
+    start, stop, rest, plain = [], [], [], True
+    for d, n in enumerate(shape):
+        sl = index[d] if d < len(index) else slice(None)
+        b, e, step = sl.indices(n)
+        if step == 1:
+            start.append(b)
+            stop.append(max(b, e))
+            rest.append(slice(None))
+        else:
+            start.append(0)
+            stop.append(n)
+            rest.append(sl)
+            plain = False
+    return start, stop, None if plain else tuple(rest)
+
+
+def _index_box(index: Any, shape: Tuple[int, ...]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """(start, stop) of a shard index of step-1 slices (_index_bounds);
+    InvalidArgumentError for a slice of another step."""
+    start, stop, rest = _index_bounds(index, shape)
+    if rest is not None:
+        k, sl = next((k, sl) for k, sl in enumerate(rest) if sl != slice(None))
+        raise InvalidArgumentError(f"a shard index with step {sl.indices(shape[k])[2]} along dimension {k}")
     return tuple(start), tuple(stop)
 
 
