@@ -768,8 +768,7 @@ NB_MODULE(_core, m) {
       .def(
           "view_many",
           [](const treecask::Archive& a, const std::vector<size_t>& indices, std::optional<bool> verify) {
-            for (size_t i : indices)
-              if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            for (size_t i : indices) check_index(a, i);
             std::vector<std::optional<std::span<const std::byte>>> spans;
             {
               nb::gil_scoped_release release;
