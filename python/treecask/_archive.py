@@ -266,16 +266,11 @@ class Archive:
                     arr.flags.writeable = False
         else:
             names, shapes, kinds, has_metadata = c.leaf_columns(first, count)
-            empty = np.empty
-            arrays = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
-            if not _dtypes.PACKED.isdisjoint(names):  # sub-byte leaves: unpacked one by one below
-                todo = [(first + k, x) for k, x in enumerate(arrays) if x is not None]
-                c.read_many([i for i, _ in todo], [x for _, x in todo], None)
+            arrays = self._read_many(list(range(first, first + count)), names, shapes)
+            if not _dtypes.PACKED.isdisjoint(names):  # sub-byte leaves: unpacked one by one
                 for k, x in enumerate(arrays):
                     if x is None:
                         arrays[k] = self._read_array(first + k, self._infos()[first + k])
-            else:
-                c.read_many(list(range(first, first + count)), arrays, None)
         if kinds.count(_codec.ARRAY) != count or has_metadata.count(0) != count:
             for k in range(count):
                 kind = kinds[k]
@@ -288,24 +283,30 @@ class Archive:
                     arrays[k] = _codec.kind_value(kind, arrays[k])
         return arrays
 
-    def _prefetch(self, indices) -> Dict[int, np.ndarray]:
-        """{leaf index: array} of the leaves among `indices` other than the
-        sub-byte ones, read by one bulk call (all cores, pread + checksum in
-        one pass): the arrays a restore into a template takes its leaves from
-        (_restore._like)."""
-        infos = self._infos()
-        todo, outs, arrays = [], [], {}
-        for i in indices:
-            d = infos[i]
-            if d["dtype"] in _dtypes.PACKED:
-                continue
-            arr = np.empty(tuple(d["shape"]), _dtypes.to_numpy(d["dtype"]))
-            todo.append(int(i))
-            outs.append(arr)
-            arrays[int(i)] = arr
-        if todo:
-            self._c().read_many(todo, outs, None)
+    def _read_many(self, indices: List[int], names: Sequence[str], shapes: Sequence[Tuple[int, ...]]) -> List[Any]:
+        """Fresh arrays of the leaves `indices` (of dtype names `names` and
+        shapes `shapes`), read by one bulk call (all cores, pread + checksum in
+        one pass); None for the packed sub-byte leaves, which the caller reads
+        one by one (_read_array unpacks them)."""
+        plain = _dtypes.PLAIN_DTYPES
+        empty = np.empty
+        arrays = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
+        if _dtypes.PACKED.isdisjoint(names):
+            self._c().read_many(indices, arrays, None)
+        else:
+            todo = [k for k, x in enumerate(arrays) if x is not None]
+            self._c().read_many([indices[k] for k in todo], [arrays[k] for k in todo], None)
         return arrays
+
+    def _prefetch(self, indices: Sequence[int]) -> Dict[int, np.ndarray]:
+        """{leaf index: array} of the leaves among `indices` other than the
+        sub-byte ones, read by one bulk call (_read_many): the arrays a
+        restore into a template takes its leaves from (_restore._like)."""
+        infos = self._infos()
+        todo = [int(i) for i in indices]
+        ds = [infos[i] for i in todo]
+        arrays = self._read_many(todo, [d["dtype"] for d in ds], [tuple(d["shape"]) for d in ds])
+        return {i: x for i, x in zip(todo, arrays) if x is not None}
 
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
         """A fresh, writable array of leaf i (description `d`): sub-byte dtypes
