@@ -327,6 +327,16 @@ std::optional<treecask::Sharding> sharding_from_python(nb::handle obj) {
   return s;
 }
 
+// The one rule for whether the Python package hands out a leaf as a NumPy view of the
+// map (LeafInfo.zero_copy, Archive[key], load(copy=False)): what Archive::view serves --
+// a raw leaf stored in at most one part (include/treecask/archive.h; a 0-byte leaf has
+// none) -- of a dtype whose elements are whole bytes. A packed sub-byte dtype
+// (dtype_packed) is held one element per byte in NumPy (ml_dtypes), so its leaves are
+// unpacked into fresh arrays instead.
+bool zero_copy(treecask::Codec codec, uint64_t num_parts, treecask::DType dtype) {
+  return codec == treecask::Codec::kNone && num_parts <= 1 && !treecask::dtype_packed(dtype);
+}
+
 nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   nb::dict d;
   d["key_path"] = nb::str(li.key_path.data(), li.key_path.size());
@@ -344,6 +354,7 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   d["chunk_size"] = li.chunk_size;
   d["num_chunks"] = li.num_chunks;
   d["num_parts"] = li.num_parts;
+  d["zero_copy"] = zero_copy(li.codec, li.num_parts, li.dtype);
   // Format 3.0 (sharded checkpoints): (file, key_path, start, stop) per saved box.
   nb::list shards;
   for (const auto& r : li.shards)
@@ -560,6 +571,18 @@ NB_MODULE(_core, m) {
         names.emplace_back(treecask::dtype_name(static_cast<treecask::DType>(v)));
     return names;
   });
+  m.def(
+      "zero_copy",
+      [](std::string_view codec, uint64_t num_parts, nb::handle dtype) {
+        for (int v = 0; v < 256; ++v)  // the codec of that name (codec_name)
+          if (treecask::codec_name(static_cast<treecask::Codec>(v)) == codec)
+            return zero_copy(static_cast<treecask::Codec>(v), num_parts, dtype_of(dtype, ""));
+        throw treecask::Error(treecask::ErrorCode::kInvalidArgument, "", "",
+                              "unknown codec '" + std::string(codec) + "'");
+      },
+      "codec"_a, "num_parts"_a, "dtype"_a,
+      "Whether a leaf of this codec name, number of parts and dtype name is handed out as a "
+      "NumPy view of the map (the binding's zero_copy rule; LeafInfo.zero_copy).");
   m.def("dtype_bits", [](nb::handle dtype) { return treecask::dtype_bits(dtype_of(dtype, "")); }, "dtype"_a,
         "Bits per element of a dtype name (treecask::dtype_bits); InvalidArgumentError if unknown.");
   m.def("dtype_packed", [](nb::handle dtype) { return treecask::dtype_packed(dtype_of(dtype, "")); },
@@ -795,15 +818,14 @@ NB_MODULE(_core, m) {
           "all cores (GIL released). The views keep the map alive.")
       .def(
           "leaf_columns",
-          [](const treecask::Archive& a, size_t first, size_t count, bool storage) {
+          [](const treecask::Archive& a, size_t first, size_t count, bool with_zero_copy) {
             if (first > a.size() || count > a.size() - first)
               throw treecask::Error(treecask::ErrorCode::kInvalidArgument, a.path(), "",
                                     std::to_string(count) + " leaves from index " + std::to_string(first) +
                                         " run past the archive's " + std::to_string(a.size()));
             std::vector<nb::object> names(256);  // one str per dtype, shared by its leaves
-            std::vector<nb::object> codec_names(256);  // one str per codec
-            nb::list dtypes, shapes, codecs, parts;
-            std::string kinds(count, '\0'), has_metadata(count, '\0');
+            nb::list dtypes, shapes;
+            std::string kinds(count, '\0'), has_metadata(count, '\0'), views(with_zero_copy ? count : 0, '\0');
             for (size_t k = 0; k < count; ++k) {
               treecask::LeafInfo li = a.leaf(first + k);
               nb::object& name = names[static_cast<uint8_t>(li.dtype)];
@@ -815,24 +837,17 @@ NB_MODULE(_core, m) {
               shapes.append(nb::tuple(nb::cast(li.shape)));
               kinds[k] = static_cast<char>(li.value_kind);
               has_metadata[k] = li.metadata.empty() ? 0 : 1;
-              if (storage) {
-                nb::object& codec = codec_names[static_cast<uint8_t>(li.codec)];
-                if (!codec.is_valid()) {
-                  std::string_view cn = treecask::codec_name(li.codec);
-                  codec = nb::str(cn.data(), cn.size());
-                }
-                codecs.append(codec);
-                parts.append(li.num_parts);
-              }
+              if (with_zero_copy) views[k] = zero_copy(li.codec, li.num_parts, li.dtype) ? 1 : 0;
             }
             nb::bytes kind_bytes(kinds.data(), kinds.size()), metadata_bytes(has_metadata.data(), has_metadata.size());
-            if (storage) return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, codecs, parts);
+            if (with_zero_copy)
+              return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, nb::bytes(views.data(), views.size()));
             return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes);
           },
-          "first"_a, "count"_a, "storage"_a = false,
+          "first"_a, "count"_a, "zero_copy"_a = false,
           "Leaves [first, first + count) as columns: (dtype names, shapes as tuples, value kinds "
-          "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata), and with storage=True "
-          "also (codec names, numbers of parts): what treecask._types.zero_copy asks.")
+          "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata), and with zero_copy=True "
+          "also 1/0 per leaf as bytes: whether the package views it in the map (zero_copy()).")
       .def(
           "subtree_nodes",
           [](const treecask::Archive& a, const std::vector<std::string>& components) -> nb::object {

@@ -6,6 +6,7 @@ Turning leaves back into a pytree is ``_restore.py``'s job."""
 from __future__ import annotations
 
 import collections.abc
+import itertools
 import math
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -18,7 +19,7 @@ from . import _tree as T
 from . import _core
 # The public types lived here before _types.py; pickles written then name
 # treecask._archive.LeafInfo (and ShardingInfo, TreeNode, SaveStats): keep them importable.
-from ._types import LeafInfo, PathLike, SaveStats, ShardingInfo, TreeNode, leaf_info, zero_copy  # noqa: F401
+from ._types import LeafInfo, PathLike, SaveStats, ShardingInfo, TreeNode, leaf_info  # noqa: F401
 from .errors import Error, InvalidArgumentError
 
 
@@ -174,7 +175,7 @@ class Archive:
         i = self._index(key)
         d = self._infos()[i]
         name, shape = d["dtype"], tuple(d["shape"])
-        if zero_copy(d["codec"], d["num_parts"], name):
+        if d["zero_copy"]:  # the binding's one rule (_core.zero_copy)
             if d["byte_length"] == 0:
                 arr = np.empty(shape, _dtypes.to_numpy(name))
             else:
@@ -248,22 +249,23 @@ class Archive:
         and no per-leaf dict: the leaf descriptions come as columns.
 
         With ``copy=False`` the arrays are read-only: views of the mapped file
-        for the leaves that have one (:func:`zero_copy`; their chunks
-        checksummed once by one ``view_many`` call on all cores), fresh
-        read-only copies for the others (LZ4, several parts, sub-byte dtypes)."""
+        for the leaves that have one (``LeafInfo.zero_copy``, the binding's
+        rule, as a column; their chunks checksummed once by one ``view_many``
+        call on all cores), fresh read-only copies for the others (LZ4,
+        several parts, sub-byte dtypes)."""
         c = self._c()
-        plain = _dtypes.PLAIN_DTYPES
         if not copy:
-            names, shapes, kinds, has_metadata, codecs, parts = c.leaf_columns(first, count, True)
-            viewed = [k for k in range(count) if zero_copy(codecs[k], parts[k], names[k])]
-            views = c.view_many([first + k for k in viewed], None)
-            arrays: List[Any] = [None] * count
-            for k, v in zip(viewed, views):
-                arrays[k] = v.view(plain[names[k]]).reshape(shapes[k])
-            for k in range(count):
-                if arrays[k] is None:  # no view of the map: a fresh copy, read-only like the views
-                    arr = arrays[k] = self._read_array(first + k, self._infos()[first + k])
+            names, shapes, kinds, has_metadata, zero_copy = c.leaf_columns(first, count, True)
+            views = iter(c.view_many(list(itertools.compress(range(first, first + count), zero_copy)), None))
+            plain = _dtypes.PLAIN_DTYPES
+            arrays: List[Any] = []
+            for k, (n, s, z) in enumerate(zip(names, shapes, zero_copy)):
+                if z:
+                    arrays.append(next(views).view(plain[n]).reshape(s))
+                else:  # no view of the map: a fresh copy, read-only like the views
+                    arr = self._read_array(first + k, self._infos()[first + k])
                     arr.flags.writeable = False
+                    arrays.append(arr)
         else:
             names, shapes, kinds, has_metadata = c.leaf_columns(first, count)
             arrays = self._read_many(list(range(first, first + count)), names, shapes)

@@ -1,6 +1,5 @@
 """The public value types: LeafInfo (what the manifest says about one leaf),
-ShardingInfo, TreeNode (one treedef node) and SaveStats; and the one rule for
-whether a leaf can be a zero-copy view of the mapped file (:func:`zero_copy`).
+ShardingInfo, TreeNode (one treedef node) and SaveStats.
 
 The classes' ``__module__`` is ``treecask``, where users import them from, so
 that a pickle names ``treecask.LeafInfo`` whatever private module defines it
@@ -17,22 +16,11 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _codec, _dtypes
+from . import _codec, _core, _dtypes
 from . import _jaxutil as J
 from .errors import InvalidArgumentError
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-def zero_copy(codec: str, num_parts: int, dtype_name: str) -> bool:
-    """True when a leaf can be returned as a NumPy view of the mapped file:
-    stored raw (``codec`` "none") in at most one part, which is what the
-    core's ``Archive::view`` serves (include/treecask/archive.h; a 0-byte leaf
-    has 0 parts), and of a dtype whose NumPy memory is its file bytes: not a
-    packed sub-byte dtype, which ml_dtypes holds one element per byte
-    (SPEC.md "Dtypes"). The one rule: ``LeafInfo.zero_copy``,
-    ``Archive.__getitem__`` and ``load(copy=False)`` all ask it."""
-    return codec == "none" and num_parts <= 1 and dtype_name not in _dtypes.PACKED
 
 
 @dataclass(frozen=True)
@@ -97,9 +85,10 @@ class LeafInfo:
 
     @property
     def zero_copy(self) -> bool:
-        """True when ``archive[key]`` is a view of the mapped file (:func:`zero_copy`:
-        raw, one part, not a packed sub-byte dtype)."""
-        return zero_copy(self.codec, self.num_parts, self.dtype_name)
+        """True when ``archive[key]`` is a view of the mapped file: raw, in one
+        part, not a packed sub-byte dtype (``_core.zero_copy``, the one rule,
+        which ``Archive[key]`` and ``load(copy=False)`` follow too)."""
+        return _core.zero_copy(self.codec, self.num_parts, self.dtype_name)
 
 
 def leaf_info(d: Dict[str, Any]) -> LeafInfo:
