@@ -571,6 +571,16 @@ NB_MODULE(_core, m) {
         names.emplace_back(treecask::dtype_name(static_cast<treecask::DType>(v)));
     return names;
   });
+  m.def("dtype_bits", [](nb::handle dtype) { return treecask::dtype_bits(dtype_of(dtype, "")); }, "dtype"_a,
+        "Bits per element of a dtype name (treecask::dtype_bits); InvalidArgumentError if unknown.");
+  m.def("dtype_packed", [](nb::handle dtype) { return treecask::dtype_packed(dtype_of(dtype, "")); },
+        "dtype"_a, "True for the packed sub-byte dtypes (treecask::dtype_packed).");
+  m.def(
+      "byte_length_for",
+      [](nb::handle dtype, std::vector<int64_t> shape) { return treecask::byte_length_for(dtype_of(dtype, ""), shape); },
+      "dtype"_a, "shape"_a,
+      "Bytes that `shape` elements of a dtype occupy in the file (treecask::byte_length_for: "
+      "packed for sub-byte dtypes); InvalidArgumentError for an unknown dtype or a bad shape.");
   m.def(
       "zero_copy",
       [](std::string_view codec, uint64_t num_parts, nb::handle dtype) {
@@ -583,16 +593,6 @@ NB_MODULE(_core, m) {
       "codec"_a, "num_parts"_a, "dtype"_a,
       "Whether a leaf of this codec name, number of parts and dtype name is handed out as a "
       "NumPy view of the map (the binding's zero_copy rule; LeafInfo.zero_copy).");
-  m.def("dtype_bits", [](nb::handle dtype) { return treecask::dtype_bits(dtype_of(dtype, "")); }, "dtype"_a,
-        "Bits per element of a dtype name (treecask::dtype_bits); InvalidArgumentError if unknown.");
-  m.def("dtype_packed", [](nb::handle dtype) { return treecask::dtype_packed(dtype_of(dtype, "")); },
-        "dtype"_a, "True for the packed sub-byte dtypes (treecask::dtype_packed).");
-  m.def(
-      "byte_length_for",
-      [](nb::handle dtype, std::vector<int64_t> shape) { return treecask::byte_length_for(dtype_of(dtype, ""), shape); },
-      "dtype"_a, "shape"_a,
-      "Bytes that `shape` elements of a dtype occupy in the file (treecask::byte_length_for: "
-      "packed for sub-byte dtypes); InvalidArgumentError for an unknown dtype or a bad shape.");
   // The numeric values of the enums the package passes across, taken from the C++ enums
   // (include/treecask/types.h, writer.h), by the names the package uses.
   m.attr("NODE_KINDS") = enum_values<treecask::NodeKind>({
