@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <exception>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -85,6 +86,20 @@ void translate_error(const std::exception_ptr& p, void*) {
     }
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   }
+}
+
+// a.verify() (Archive or ShardedArchive), GIL released: one treecask.errors instance per
+// damaged leaf.
+template <class A>
+nb::list verify_to_python(const A& a) {
+  std::vector<treecask::Error> errors;
+  {
+    nb::gil_scoped_release release;
+    errors = a.verify();
+  }
+  nb::list out;
+  for (const treecask::Error& e : errors) out.append(error_to_python(e));
+  return out;
 }
 
 // A leaf index at or past the end: kInvalidArgument, as every C++ Archive
@@ -312,6 +327,16 @@ std::optional<treecask::Sharding> sharding_from_python(nb::handle obj) {
   return s;
 }
 
+// The one rule for whether the Python package hands out a leaf as a NumPy view of the
+// map (LeafInfo.zero_copy, Archive[key], load(copy=False)): what Archive::view serves --
+// a raw leaf stored in at most one part (include/treecask/archive.h; a 0-byte leaf has
+// none) -- of a dtype whose elements are whole bytes. A packed sub-byte dtype
+// (dtype_packed) is held one element per byte in NumPy (ml_dtypes), so its leaves are
+// unpacked into fresh arrays instead.
+bool zero_copy(treecask::Codec codec, uint64_t num_parts, treecask::DType dtype) {
+  return codec == treecask::Codec::kNone && num_parts <= 1 && !treecask::dtype_packed(dtype);
+}
+
 nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   nb::dict d;
   d["key_path"] = nb::str(li.key_path.data(), li.key_path.size());
@@ -329,6 +354,7 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   d["chunk_size"] = li.chunk_size;
   d["num_chunks"] = li.num_chunks;
   d["num_parts"] = li.num_parts;
+  d["zero_copy"] = zero_copy(li.codec, li.num_parts, li.dtype);
   // Format 3.0 (sharded checkpoints): (file, key_path, start, stop) per saved box.
   nb::list shards;
   for (const auto& r : li.shards)
@@ -344,6 +370,14 @@ treecask::DType dtype_of(nb::handle name, const std::string& key_path) {
     throw treecask::Error(treecask::ErrorCode::kInvalidArgument, "", key_path,
                           "unsupported dtype '" + dtype + "'");
   return *dt;
+}
+
+// {name: value} of enumerators of E, as a Python dict of ints.
+template <class E>
+nb::dict enum_values(std::initializer_list<std::pair<const char*, E>> rows) {
+  nb::dict d;
+  for (const auto& [name, value] : rows) d[name] = static_cast<int>(value);
+  return d;
 }
 
 treecask::Verify to_verify(std::optional<bool> v) {
@@ -488,17 +522,11 @@ void register_interop(nb::module_& m) {
           nb::gil_scoped_release release;
           r = treecask::cli::import_safetensors(src, dst, opt);
         }
-        nb::dict stats;
-        stats["file_bytes"] = r.stats.file_bytes;
-        stats["raw_bytes"] = r.stats.raw_bytes;
-        stats["stored_bytes"] = r.stats.stored_bytes;
-        stats["num_leaves"] = r.stats.num_leaves;
-        stats["num_blobs"] = r.stats.num_blobs;
         nb::dict d;
         d["kind"] = r.kind;
         d["index"] = r.index;
         d["files"] = r.files;
-        d["stats"] = stats;
+        d["stats"] = save_stats_to_python(r.stats);
         return d;
       },
       "src"_a, "dst"_a, "compression"_a = 0, "chunk_size"_a = nb::none(), "threads"_a = 0,
@@ -533,6 +561,9 @@ NB_MODULE(_core, m) {
   m.attr("FORMAT_MAJOR") = treecask::kFormatMajor;
   m.attr("FORMAT_MINOR") = treecask::kFormatMinor;
   m.def("library_version", [] { return std::string(treecask::library_version()); });
+  // Every dtype the core knows: its name, bits per element (treecask::dtype_bits) and
+  // whether it is packed (treecask::dtype_packed: sub-byte, several elements per byte).
+  // The Python package keeps only the NumPy / ml_dtypes objects; these numbers are the core's.
   m.def("dtype_names", [] {
     std::vector<std::string> names;
     for (int v = 0; v < 256; ++v)
@@ -540,12 +571,60 @@ NB_MODULE(_core, m) {
         names.emplace_back(treecask::dtype_name(static_cast<treecask::DType>(v)));
     return names;
   });
-  m.def("byte_length_for", [](const std::string& dtype, std::vector<int64_t> shape) {
-    std::optional<treecask::DType> dt = treecask::dtype_from_name(dtype);
-    if (!dt)
-      throw treecask::Error(treecask::ErrorCode::kInvalidArgument, "", "",
-                            "unsupported dtype '" + dtype + "'");
-    return treecask::byte_length_for(*dt, shape);
+  m.def("dtype_bits", [](nb::handle dtype) { return treecask::dtype_bits(dtype_of(dtype, "")); }, "dtype"_a,
+        "Bits per element of a dtype name (treecask::dtype_bits); InvalidArgumentError if unknown.");
+  m.def("dtype_packed", [](nb::handle dtype) { return treecask::dtype_packed(dtype_of(dtype, "")); },
+        "dtype"_a, "True for the packed sub-byte dtypes (treecask::dtype_packed).");
+  m.def(
+      "byte_length_for",
+      [](nb::handle dtype, std::vector<int64_t> shape) { return treecask::byte_length_for(dtype_of(dtype, ""), shape); },
+      "dtype"_a, "shape"_a,
+      "Bytes that `shape` elements of a dtype occupy in the file (treecask::byte_length_for: "
+      "packed for sub-byte dtypes); InvalidArgumentError for an unknown dtype or a bad shape.");
+  m.def(
+      "zero_copy",
+      [](std::string_view codec, uint64_t num_parts, nb::handle dtype) {
+        for (int v = 0; v < 256; ++v)  // the codec of that name (codec_name)
+          if (treecask::codec_name(static_cast<treecask::Codec>(v)) == codec)
+            return zero_copy(static_cast<treecask::Codec>(v), num_parts, dtype_of(dtype, ""));
+        throw treecask::Error(treecask::ErrorCode::kInvalidArgument, "", "",
+                              "unknown codec '" + std::string(codec) + "'");
+      },
+      "codec"_a, "num_parts"_a, "dtype"_a,
+      "Whether a leaf of this codec name, number of parts and dtype name is handed out as a "
+      "NumPy view of the map (the binding's zero_copy rule; LeafInfo.zero_copy).");
+  // The numeric values of the enums the package passes across, taken from the C++ enums
+  // (include/treecask/types.h, writer.h), by the names the package uses.
+  m.attr("NODE_KINDS") = enum_values<treecask::NodeKind>({
+      {"leaf", treecask::NodeKind::kLeaf},
+      {"none", treecask::NodeKind::kNone},
+      {"dict", treecask::NodeKind::kDict},
+      {"list", treecask::NodeKind::kList},
+      {"tuple", treecask::NodeKind::kTuple},
+      {"namedtuple", treecask::NodeKind::kNamedTuple},
+      {"dataclass", treecask::NodeKind::kDataclass},
+  });
+  m.attr("VALUE_KINDS") = enum_values<treecask::ValueKind>({
+      {"array", treecask::ValueKind::kArray},
+      {"int", treecask::ValueKind::kInt},
+      {"float", treecask::ValueKind::kFloat},
+      {"bool", treecask::ValueKind::kBool},
+      {"str", treecask::ValueKind::kStr},
+  });
+  // ErrorCode values by their names (error_code_name): treecask.errors' classes take theirs here.
+  {
+    nb::dict codes;
+    for (int v = 1; v < 256; ++v) {
+      std::string_view name = treecask::error_code_name(static_cast<treecask::ErrorCode>(v));
+      if (name != treecask::error_code_name(static_cast<treecask::ErrorCode>(0)))  // "unknown error"
+        codes[nb::str(name.data(), name.size())] = v;
+    }
+    m.attr("ERROR_CODES") = codes;
+  }
+  m.attr("COMPRESSIONS") = enum_values<treecask::Compression>({
+      {"auto", treecask::Compression::kAuto},
+      {"none", treecask::Compression::kNone},
+      {"lz4", treecask::Compression::kLZ4},
   });
   // The one commit path (include/treecask/commit.h), for the multi-process directory commit.
   m.def(
@@ -712,8 +791,7 @@ NB_MODULE(_core, m) {
       .def(
           "view_many",
           [](const treecask::Archive& a, const std::vector<size_t>& indices, std::optional<bool> verify) {
-            for (size_t i : indices)
-              if (i >= a.size()) throw nb::index_error("leaf index out of range");
+            for (size_t i : indices) check_index(a, i);
             std::vector<std::optional<std::span<const std::byte>>> spans;
             {
               nb::gil_scoped_release release;
@@ -740,14 +818,14 @@ NB_MODULE(_core, m) {
           "all cores (GIL released). The views keep the map alive.")
       .def(
           "leaf_columns",
-          [](const treecask::Archive& a, size_t first, size_t count) {
+          [](const treecask::Archive& a, size_t first, size_t count, bool with_zero_copy) {
             if (first > a.size() || count > a.size() - first)
               throw treecask::Error(treecask::ErrorCode::kInvalidArgument, a.path(), "",
                                     std::to_string(count) + " leaves from index " + std::to_string(first) +
                                         " run past the archive's " + std::to_string(a.size()));
             std::vector<nb::object> names(256);  // one str per dtype, shared by its leaves
             nb::list dtypes, shapes;
-            std::string kinds(count, '\0'), has_metadata(count, '\0');
+            std::string kinds(count, '\0'), has_metadata(count, '\0'), views(with_zero_copy ? count : 0, '\0');
             for (size_t k = 0; k < count; ++k) {
               treecask::LeafInfo li = a.leaf(first + k);
               nb::object& name = names[static_cast<uint8_t>(li.dtype)];
@@ -759,13 +837,17 @@ NB_MODULE(_core, m) {
               shapes.append(nb::tuple(nb::cast(li.shape)));
               kinds[k] = static_cast<char>(li.value_kind);
               has_metadata[k] = li.metadata.empty() ? 0 : 1;
+              if (with_zero_copy) views[k] = zero_copy(li.codec, li.num_parts, li.dtype) ? 1 : 0;
             }
-            return nb::make_tuple(dtypes, shapes, nb::bytes(kinds.data(), kinds.size()),
-                                  nb::bytes(has_metadata.data(), has_metadata.size()));
+            nb::bytes kind_bytes(kinds.data(), kinds.size()), metadata_bytes(has_metadata.data(), has_metadata.size());
+            if (with_zero_copy)
+              return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, nb::bytes(views.data(), views.size()));
+            return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes);
           },
-          "first"_a, "count"_a,
+          "first"_a, "count"_a, "zero_copy"_a = false,
           "Leaves [first, first + count) as columns: (dtype names, shapes as tuples, value kinds "
-          "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata).")
+          "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata), and with zero_copy=True "
+          "also 1/0 per leaf as bytes: whether the package views it in the map (zero_copy()).")
       .def(
           "subtree_nodes",
           [](const treecask::Archive& a, const std::vector<std::string>& components) -> nb::object {
@@ -870,16 +952,7 @@ NB_MODULE(_core, m) {
           "index"_a, "offset"_a, "out"_a, "verify"_a = nb::none(),
           "Archive::read_bytes: raw leaf bytes [offset, offset + len(out)) into a writable "
           "C-contiguous buffer (sub-byte dtypes stay packed). Releases the GIL.")
-      .def("verify", [](const treecask::Archive& a) {
-        std::vector<treecask::Error> errors;
-        {
-          nb::gil_scoped_release release;
-          errors = a.verify();
-        }
-        nb::list out;
-        for (const treecask::Error& e : errors) out.append(error_to_python(e));
-        return out;
-      });
+      .def("verify", &verify_to_python<treecask::Archive>);
 
   register_interop(m);  // interop block above
 
@@ -916,14 +989,5 @@ NB_MODULE(_core, m) {
           "index"_a, "start"_a, "stop"_a, "out"_a, "out_byte_strides"_a = nb::none(), "verify"_a = nb::none(),
           "Copies the hyperslab [start, stop) of the global array of leaf `index` into `out` (a writable "
           "C-contiguous buffer; C order unless out_byte_strides is given).")
-      .def("verify", [](const treecask::ShardedArchive& s) {
-        std::vector<treecask::Error> errors;
-        {
-          nb::gil_scoped_release release;
-          errors = s.verify();
-        }
-        nb::list out;
-        for (const treecask::Error& e : errors) out.append(error_to_python(e));
-        return out;
-      });
+      .def("verify", &verify_to_python<treecask::ShardedArchive>);
 }

@@ -19,16 +19,10 @@ See docs/python.md.
 """
 
 from . import _core
-from ._archive import (
-    Archive,
-    LeafInfo,
-    SaveStats,
-    ShardingInfo,
-    TreeNode,
-    load,
-    open,
-    save,
-)
+from ._archive import Archive, open
+from ._restore import load
+from ._save import save
+from ._types import LeafInfo, SaveStats, ShardingInfo, TreeNode
 # CheckpointManager (python/treecask/_manager.py, issue 9)
 from ._manager import CheckpointManager
 from .errors import (

@@ -6,14 +6,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _dtypes
+from . import _core, _dtypes
 from . import _jaxutil as J
 from ._boxes import Extras
 from .errors import InvalidArgumentError
 
-# ValueKind values (include/treecask/types.h).
-ARRAY, INT, FLOAT, BOOL, STR = range(5)
-VALUE_KIND_NAMES = ("array", "int", "float", "bool", "str")
+# ValueKind values, from the core's enum (include/treecask/types.h; SPEC.md "Scalar leaves").
+ARRAY, INT, FLOAT, BOOL, STR = (_core.VALUE_KINDS[k] for k in ("array", "int", "float", "bool", "str"))
+VALUE_KIND_NAMES = {value: name for name, value in _core.VALUE_KINDS.items()}  # value -> name
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -89,8 +89,8 @@ def encode_all(key_paths: List[str], objs: List[Any], extras: List[Optional[Extr
     """The leaf columns _core.save takes: (value kinds, dtype names, shapes,
     data buffers, {leaf position: (logical axes, sharding, metadata)} for the
     leaves that have any). Each leaf is encoded as encode() does; a plain
-    NumPy array (C-contiguous, native byte order, not int4/uint4, no box
-    metadata) is passed as it is, its buffer being its bytes."""
+    NumPy array (C-contiguous, native byte order, not a packed sub-byte
+    dtype, no box metadata) is passed as it is, its buffer being its bytes."""
     plain = _dtypes.PLAIN_NAMES
     ndarray = np.ndarray
     # First guess: every leaf a plain array (whole-column passes are cheaper

@@ -57,6 +57,8 @@ from . import _jaxutil as J
 from . import _tree as T
 from . import _core
 from . import errors as E
+from ._archive import Archive, _basic_box, _index_bounds, _index_box, _LeafInfos
+from ._types import SaveStats
 from .errors import Error, InvalidArgumentError
 
 INDEX = "index.cask"
@@ -218,8 +220,6 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     global _save_counter
     import jax
 
-    from ._archive import _index_box  # _archive imports this module
-
     s = _Save()
     s.path = os.path.abspath(path)
     s.pid, s.nproc = jax.process_index(), jax.process_count()
@@ -273,8 +273,6 @@ def run(s: _Save):
     1-3), on any thread of every process; the coordination client's waits
     release the GIL. Returns the checkpoint's SaveStats (all files); raises
     in every process what failed in any (the message names the process)."""
-    from ._archive import SaveStats
-
     client = _client()
     pid, key, p, o = s.pid, s.key, s.path, s.options
     timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
@@ -387,34 +385,7 @@ def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
 # ---- restore ---------------------------------------------------------------------------
 
 
-def slice_bounds(index: Any, shape: Tuple[int, ...]) -> Tuple[List[int], List[int], Optional[Tuple[Any, ...]]]:
-    """(start, stop, leftover) of a device's index (a tuple of slices, as
-    jax.make_array_from_callback passes it): leftover is the indexing still
-    to apply to the [start, stop) block (None when it is the block itself)."""
-    index = tuple(index) if isinstance(index, tuple) else (index,)
-    start, stop, rest, plain = [], [], [], True
-    for d, n in enumerate(shape):
-        sl = index[d] if d < len(index) else slice(None)
-        b, e, step = sl.indices(n)
-        if step == 1:
-            start.append(b)
-            stop.append(max(b, e))
-            rest.append(slice(None))
-        else:
-            start.append(0)
-            stop.append(n)
-            rest.append(sl)
-            plain = False
-    return start, stop, None if plain else tuple(rest)
-
-
-def _archive_class():
-    from ._archive import Archive
-
-    return Archive
-
-
-class ShardedCheckpoint(_archive_class()):
+class ShardedCheckpoint(Archive):
     """A sharded checkpoint directory opened for reading: the same interface
     as :class:`treecask.Archive` (keys, info, ``[]``, read, read_rows, load,
     verify), over the *global* arrays. Leaf infos carry the global shape;
@@ -456,8 +427,6 @@ class ShardedCheckpoint(_archive_class()):
 
     def _infos(self):
         if self._raw_infos is None:
-            from ._archive import _LeafInfos
-
             self._c()
             self._raw_infos = _LeafInfos(self._sharded)
         return self._raw_infos
@@ -487,8 +456,10 @@ class ShardedCheckpoint(_archive_class()):
                     v.flags.writeable = False
         return values
 
-    def _prefetch(self, indices) -> None:
-        return None
+    def _prefetch(self, indices) -> Dict[int, np.ndarray]:
+        """Nothing: a global array is assembled from boxes in several files,
+        read when the restore asks for it (_restore._array)."""
+        return {}
 
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
         self._c()
@@ -509,8 +480,6 @@ class ShardedCheckpoint(_archive_class()):
         chunks that hold it. Sub-byte leaves (int4, uint4, ...) come one
         element per byte, as ml_dtypes holds them.
         Raises KeyNotFoundError, InvalidArgumentError, ChecksumError."""
-        from ._archive import _basic_box
-
         i = self._index(key)
         d = self._infos()[i]
         shape = tuple(int(s) for s in d["shape"])
@@ -545,7 +514,7 @@ class ShardedCheckpoint(_archive_class()):
         cache: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
 
         def fetch(index):
-            start, stop, rest = slice_bounds(index, shape)
+            start, stop, rest = _index_bounds(index, shape)
             k = (tuple(start), tuple(stop))
             block = cache.get(k)
             if block is None:

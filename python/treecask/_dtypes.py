@@ -12,8 +12,11 @@ from typing import Dict
 import ml_dtypes
 import numpy as np
 
+from . import _core
 from .errors import InvalidArgumentError
 
+# The NumPy / ml_dtypes dtype of each of the core's dtype names (Python-only
+# knowledge; tests/python/test_basic.py checks the names are the core's).
 _NAME_TO_DTYPE: Dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
     "int8": np.dtype(np.int8),
@@ -49,11 +52,9 @@ _NAME_TO_DTYPE: Dict[str, np.dtype] = {
 }
 _DTYPE_TO_NAME: Dict[np.dtype, str] = {v: k for k, v in _NAME_TO_DTYPE.items()}
 
-# Bits per element of the packed sub-byte dtypes.
-BITS: Dict[str, int] = {
-    "int2": 2, "uint2": 2, "int4": 4, "uint4": 4, "float4_e2m1fn": 4,
-    "float6_e2m3fn": 6, "float6_e3m2fn": 6,
-}
+# Bits per element of the packed sub-byte dtypes, from the core (treecask::dtype_bits,
+# dtype_packed: include/treecask/types.h).
+BITS: Dict[str, int] = {n: _core.dtype_bits(n) for n in _core.dtype_names() if _core.dtype_packed(n)}
 PACKED = frozenset(BITS)
 # Native-byte-order dtypes whose array memory is their file bytes (all but the packed ones).
 PLAIN_NAMES: Dict[np.dtype, str] = {k: v for k, v in _DTYPE_TO_NAME.items() if v not in PACKED}

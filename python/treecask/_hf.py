@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
 from . import _core
-from ._archive import SaveStats, _compression_code
-
-PathLike = Union[str, "os.PathLike[str]"]
+from ._save import _compression_code
+from ._types import PathLike, SaveStats
 
 
 #: Archive metadata key holding a sharded checkpoint's index "metadata" (JSON).

@@ -36,16 +36,16 @@ import shutil
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import _codec, _core, _distributed
 from . import _jaxutil as J
 from . import _tree as T
-from ._archive import _compression_code, _with_file, load, save
 from ._archive import open as open_archive
-from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError
-
-PathLike = Union[str, "os.PathLike[str]"]
+from ._restore import load
+from ._save import _compression_code, save
+from ._types import PathLike
+from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError, _with_file
 
 #: Archive metadata keys the manager writes into every step (SPEC.md "Checkpoint directories").
 STEP_KEY = "treecask.step"

@@ -20,14 +20,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import _archive
 from . import _jaxutil as J
+from . import _save
 from . import _tree as T
-from ._archive import SaveStats
 from ._boxes import Extras
+from ._types import PathLike, SaveStats
 from .errors import InvalidArgumentError, NotFoundError, UnsupportedError
-
-PathLike = _archive.PathLike
 
 # Archive metadata keys written by import_orbax (docs/python.md "Migrating from
 # Orbax checkpoints").
@@ -327,6 +325,6 @@ def import_orbax(src: PathLike, dst: PathLike, *, item: Optional[str] = None,
     if custom:
         md[META_CUSTOM] = json.dumps(custom, sort_keys=True)
     md.update(metadata or {})
-    stats = _archive.save(d, tree, metadata=md, _leaf_extras=extras, **save_options)
+    stats = _save.save(d, tree, metadata=md, _leaf_extras=extras, **save_options)
     return OrbaxImport(checkpoint=checkpoint, step=step_no, items=tuple(items), skipped=tuple(skipped),
                        num_leaves=stats.num_leaves, num_sharded=len(extras), stats=stats)

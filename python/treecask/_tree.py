@@ -23,34 +23,25 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _boxes
+from . import _boxes, _core
 from . import _jaxutil as J
 from .errors import InvalidArgumentError
 
-# NodeKind values (include/treecask/types.h; fixed by the format).
-LEAF, NONE, DICT, LIST, TUPLE, NAMEDTUPLE, DATACLASS = range(7)
-KIND_NAMES = ("leaf", "none", "dict", "list", "tuple", "namedtuple", "dataclass")
+# NodeKind values, from the core's enum (include/treecask/types.h; fixed by the format).
+LEAF, NONE, DICT, LIST, TUPLE, NAMEDTUPLE, DATACLASS = (
+    _core.NODE_KINDS[k] for k in ("leaf", "none", "dict", "list", "tuple", "namedtuple", "dataclass"))
+KIND_NAMES = {value: name for name, value in _core.NODE_KINDS.items()}  # value -> name
 
 # What a leaf holds.
 DATA, STATIC = "data", "static"
 
-
-def escape_key(component: str) -> str:
-    return component.replace("~", "~0").replace("/", "~1")
-
-
-def unescape_key(component: str) -> str:
-    return component.replace("~1", "/").replace("~0", "~")
-
-
-def join_path(components: Sequence[str]) -> str:
-    return "/".join(escape_key(c) for c in components)
-
-
-def split_path(path: str) -> List[str]:
-    if path == "":
-        return []
-    return [unescape_key(c) for c in path.split("/")]
+# Key paths (SPEC.md "Key paths"), the core's own functions (include/treecask/types.h):
+# escape_key(component) escapes "~" as "~0" and "/" as "~1"; join_path(components) joins
+# escaped components with "/"; split_path(path) is its inverse and raises
+# InvalidArgumentError (naming the path) for a "~" not followed by 0 or 1.
+escape_key: Callable[[str], str] = _core.escape_key
+join_path: Callable[[Sequence[str]], str] = _core.join_key_path
+split_path: Callable[[str], List[str]] = _core.split_key_path
 
 
 @dataclass

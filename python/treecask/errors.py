@@ -22,6 +22,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from . import _core
+
+# treecask::ErrorCode values by their names (error_code_name; include/treecask/error.h),
+# from the core: each class below names its code, the number is the core's.
+_CODES = _core.ERROR_CODES
+
 __all__ = [
     "Error",
     "NotFoundError",
@@ -75,79 +81,79 @@ def _rebuild(cls, message, file, key_path, what):
 class NotFoundError(Error, FileNotFoundError):
     """The file does not exist (C++ ``kNotFound``)."""
 
-    code = 1
     code_name = "not found"
+    code = _CODES[code_name]
 
 
 class NotAnArchiveError(Error, ValueError):
     """The file exists but is not a treecask archive (``kNotAnArchive``)."""
 
-    code = 2
     code_name = "not an archive"
+    code = _CODES[code_name]
 
 
 class VersionError(Error):
     """The archive uses a format major version this library cannot read (``kUnsupportedVersion``)."""
 
-    code = 3
     code_name = "unsupported version"
+    code = _CODES[code_name]
 
 
 class CorruptionError(Error):
     """The archive's structure is damaged or violates the spec (``kCorruption``)."""
 
-    code = 4
     code_name = "corruption"
+    code = _CODES[code_name]
 
 
 class ChecksumError(CorruptionError):
     """Stored bytes do not match their XXH3 checksum (``kChecksumMismatch``)."""
 
-    code = 5
     code_name = "checksum mismatch"
+    code = _CODES[code_name]
 
 
 class KeyNotFoundError(Error, KeyError):
     """No leaf or subtree with this key path (``kKeyNotFound``)."""
 
-    code = 6
     code_name = "key not found"
+    code = _CODES[code_name]
 
 
 class InvalidArgumentError(Error, ValueError, TypeError, IndexError):
     """The caller passed something the format forbids (``kInvalidArgument``),
     including a leaf index out of range (hence also an ``IndexError``)."""
 
-    code = 7
     code_name = "invalid argument"
+    code = _CODES[code_name]
 
 
 class ShapeError(Error, ValueError):
     """A dtype, shape or byte length disagrees with what was expected (``kShapeMismatch``)."""
 
-    code = 8
     code_name = "shape mismatch"
+    code = _CODES[code_name]
 
 
 class IoError(Error, OSError):
     """The operating system refused (open, write, fsync, rename...) (``kIo``)."""
 
-    code = 9
     code_name = "I/O error"
+    code = _CODES[code_name]
 
 
 class AlreadyExistsError(Error, FileExistsError):
     """``save`` without ``overwrite=True`` onto an existing path (``kAlreadyExists``)."""
 
-    code = 10
     code_name = "already exists"
+    code = _CODES[code_name]
 
 
 class UnsupportedError(Error):
     """A valid request the reader cannot serve this way (``kUnsupported``)."""
 
-    code = 11
     code_name = "unsupported"
+    code = _CODES[code_name]
 
 
 class StructureError(Error, ValueError):
@@ -180,3 +186,12 @@ def _from_core(code: int, code_name: str, file: str, key_path: str, message: str
     """Called by the C++ exception translator: the instance for one treecask::Error."""
     cls = _BY_CODE.get(code, Error)
     return cls(message, file=file, key_path=key_path, what=what)
+
+
+def _with_file(e: Error, path: str) -> Error:
+    """`e`, or when it names no file a copy of it (same class, message and key
+    path) naming `path`: errors raised below the file level (encoding a leaf,
+    walking a tree) get the file the call was about."""
+    if e.file:
+        return e
+    return type(e)(e.message, file=path, key_path=e.key_path)

@@ -140,6 +140,34 @@ def test_key_paths_are_escaped(cask):
     assert trees_equal(treecask.load(cask, subtree="c~0d"), {"e": np.zeros(1)})
 
 
+def test_key_path_escapes_are_the_cores(cask):
+    """A key path is split by the core's own rule (SPEC.md "Key paths"): a "~"
+    not followed by 0 or 1 is an InvalidArgumentError, for load(subtree=...) as
+    for the C++ API, naming the file and the key path."""
+    treecask.save(cask, {"a~b": {"c": np.ones(1)}}, durable=False)
+    for bad in ("a~b", "a~2b/c", "x~"):
+        with pytest.raises(treecask.InvalidArgumentError) as e:
+            treecask.load(cask, subtree=bad)
+        assert e.value.file == str(cask) and e.value.key_path == bad and "RFC 6901" in str(e.value)
+    assert np.array_equal(treecask.load(cask, subtree="a~0b/c"), np.ones(1))
+
+
+def test_the_dtype_table_is_the_cores():
+    """_dtypes names exactly the core's dtypes, and its packed ones and their
+    widths are the core's (treecask::dtype_packed, dtype_bits), so a leaf's
+    byte length is what the core computes (byte_length_for)."""
+    from treecask import _core
+
+    assert sorted(_dtypes._NAME_TO_DTYPE) == sorted(_core.dtype_names()) == sorted(DTYPES)
+    assert _dtypes.PACKED == {"int2", "uint2", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"}
+    for name in DTYPES:
+        bits = _dtypes.BITS.get(name, 8 * _dtypes.to_numpy(name).itemsize)
+        assert _core.dtype_bits(name) == bits, name
+        assert _core.byte_length_for(name, [3, 5]) == (15 * bits + 7) // 8, name
+    with pytest.raises(treecask.InvalidArgumentError):
+        _core.dtype_bits("int3")
+
+
 def test_archive_metadata_and_facts(cask):
     stats = treecask.save(cask, {"w": np.ones(4, np.float32)}, metadata={"step": "10", "run": "x"},
                           durable=False)
@@ -310,6 +338,16 @@ def test_errors_pickle_and_keep_attributes():
     assert issubclass(treecask.ChecksumError, treecask.CorruptionError)
     for cls in (treecask.NotFoundError, treecask.StructureError, treecask.VersionError, treecask.IoError):
         assert issubclass(cls, treecask.Error)
+
+
+def test_every_core_error_code_has_its_class():
+    """treecask.errors has one class per C++ ErrorCode, with the core's number and name."""
+    from treecask import _core, errors
+
+    classes = {cls.code_name: cls for cls in errors._BY_CODE.values()}
+    assert sorted(classes) == sorted(_core.ERROR_CODES)
+    for name, code in _core.ERROR_CODES.items():
+        assert classes[name].code == code and errors._BY_CODE[code] is classes[name]
 
 
 # ---- templates (like) without jax ------------------------------------------------------

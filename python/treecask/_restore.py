@@ -1,0 +1,421 @@
+"""Restore: an archive's leaves and treedef back into a pytree -- :func:`load`,
+``Archive.load`` and the restore into a template (``like``).
+
+Without a template the archive's treedef is walked once (:func:`_assemble`)
+over leaf values read first: in bulk (``Archive._values``), or one by one onto
+jax shardings. With a template, the template's tree is rebuilt with each of its
+array leaves read from the leaf at the same key path (:func:`_like`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _boxes, _codec, _dtypes
+from . import _jaxutil as J
+from . import _tree as T
+from ._archive import Archive, open
+from ._types import PathLike
+from .errors import (
+    Error,
+    InvalidArgumentError,
+    KeyNotFoundError,
+    ShapeError,
+    StructureError,
+    _with_file,
+)
+
+
+def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
+         missing: str = "error", extra: str = "ignore", copy: bool = True) -> Any:
+    """Restores a pytree from an archive.
+
+    Args:
+      path: the archive file.
+      like: optional template. Without it the tree comes back as nested dicts,
+        lists and tuples (namedtuples and dataclasses as dicts of their fields)
+        of writable ``numpy.ndarray`` leaves and Python scalars / strings, with
+        Flax ``Partitioned`` / ``LogicallyPartitioned``, NNX variables and Penzai
+        ``NamedArray`` / ``NamedArrayView`` / ``Parameter`` boxes rebuilt when
+        those libraries are installed. With it, the result has exactly
+        ``like``'s structure and types: each array leaf of ``like``
+        (``numpy.ndarray``, ``jax.Array``, ``jax.ShapeDtypeStruct``, NumPy or
+        Python scalar, ``str``) is read from the leaf at the same key path and
+        returned as the same type (jax arrays on ``like``'s sharding); every
+        other leaf (functions, static fields) is taken from ``like``. Leaves
+        ``like`` lacks are not read (Orbax partial restore).
+      subtree: key path prefix (e.g. ``"params/encoder"``): restore only that
+        part, reading only its bytes; ``like`` then describes that part. The
+        cost is opening the file plus that part: the C++ core walks the
+        treedef to it, and only its nodes and leaves reach Python.
+      shardings: place arrays onto jax shardings, each device's N-d box read
+        straight into its own buffer, each chunk once (Archive._place): one
+        ``jax.sharding.Sharding`` for every array, a pytree of shardings (or None) with the result's structure (a subtree may stand
+        for everything under it), or a callable ``(key_path, LeafInfo) ->
+        Sharding | None``. Overrides ``like``'s own shardings.
+      missing: "error" (default) or "from_like": keep ``like``'s value for a
+        leaf the checkpoint lacks (a model that gained a field since the save).
+      extra: "ignore" (default) or "error": fail when the checkpoint (subtree)
+        has leaves ``like`` does not ask for.
+      copy: True (default): every array leaf is a fresh, writable array.
+        False: no copy -- every array leaf is a *read-only* ``numpy.ndarray``
+        that views the memory-mapped file, for the servers that only read
+        weights: each leaf's chunks are checksummed (XXH3) once, by all cores,
+        before the call returns, and the tree costs no memory beyond the file's
+        pages in the page cache, which other processes mapping the same file
+        share. The map stays alive as long as any of the arrays does. Leaves
+        that have no view of the map (``Archive.info(key).zero_copy`` False:
+        LZ4-compressed, stored in several parts, a packed sub-byte dtype, or any leaf of a
+        sharded checkpoint directory) come back as fresh arrays, also
+        read-only; scalars, strings and PRNG keys as with ``copy=True``. Only
+        without ``like`` and ``shardings`` (InvalidArgumentError otherwise).
+        Writing to a leaf raises ``ValueError`` (NumPy's read-only flag);
+        ``np.array(leaf)`` makes a writable copy of one leaf.
+
+    Returns:
+      The restored tree.
+
+    Raises:
+      NotFoundError, NotAnArchiveError, VersionError, CorruptionError, ChecksumError;
+      KeyNotFoundError: ``subtree`` names nothing in the archive;
+      StructureError: ``like`` asks for a leaf the checkpoint lacks (missing="error")
+        or the checkpoint has leaves ``like`` lacks (extra="error");
+      ShapeError: a leaf's dtype or shape differs from ``like``'s (the message
+        names the key path and both dtypes/shapes);
+      InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
+        key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
+    """
+    with open(path) as a:  # a file, or a sharded checkpoint directory
+        return restore(a, like, subtree=subtree, shardings=shardings, missing=missing, extra=extra,
+                       copy=copy)
+
+
+
+def restore(a: Archive, like: Any, *, subtree: Optional[str], shardings: Any, missing: str,
+            extra: str, copy: bool = True) -> Any:
+    """What :func:`load` and ``Archive.load`` return, from the open archive `a`
+    (arguments and errors as :func:`load`'s)."""
+    file = a.path
+    if not copy and (like is not None or shardings is not None):
+        raise InvalidArgumentError("copy=False returns read-only NumPy views of the file; it does not "
+                                   "combine with like or shardings", file=file)
+    if missing not in ("error", "from_like"):
+        raise InvalidArgumentError(f"missing must be 'error' or 'from_like', got {missing!r}", file=file)
+    if extra not in ("ignore", "error"):
+        raise InvalidArgumentError(f"extra must be 'ignore' or 'error', got {extra!r}", file=file)
+    try:
+        prefix = tuple(T.split_path(subtree)) if subtree else ()
+    except Error as e:
+        raise _with_file(e, file) from None
+
+    def not_found():
+        return KeyNotFoundError(f"no subtree '{subtree}' in the archive", file=file, key_path=subtree or "")
+
+    if like is None:  # only the subtree's nodes and leaves reach Python
+        sub = a._subtree(prefix)
+        if sub is None:
+            raise not_found()
+        first, count, nodes = sub
+        resolver = _sharding_resolver(shardings, a) if shardings is not None else None
+        try:
+            if resolver is None:
+                values = a._values(first, count, copy)
+            else:
+                values = [_placed(a, i, resolver, len(prefix)) for i in range(first, first + count)]
+            return _assemble(a, nodes, first, values, prefix)
+        except Error as e:
+            raise _with_file(e, file) from None
+    start = a._start(prefix)
+    if start is None:
+        raise not_found()
+    resolver = _sharding_resolver(shardings, a)
+    try:
+        return _like(a, start, prefix, like, resolver, missing, extra, bulk=shardings is None)
+    except Error as e:
+        raise _with_file(e, file) from None
+
+
+def _placed(a: Archive, i: int, resolver: Callable[[Tuple[str, ...], int], Any], base: int) -> Any:
+    """Leaf i, an array placed on the sharding `resolver` gives for its key
+    path components past the first `base` (those of the restored root), or
+    as Archive._value gives it when there is none (and for scalars, strings)."""
+    d = a._infos()[i]
+    s = resolver(tuple(T.split_path(d["key_path"])[base:]), i)
+    if s is not None and d["value_kind"] == _codec.ARRAY:
+        return a._place(i, s)
+    return a._value(i)
+
+
+def _sharding_resolver(shardings: Any, a: Archive) -> Callable[[Tuple[str, ...], int], Any]:
+    """(components relative to the restored root, leaf index) -> Sharding or None."""
+    if shardings is None:
+        return lambda comps, i: None
+    jax = J.import_jax()
+    if jax is None:
+        raise InvalidArgumentError("shardings needs jax")
+    if isinstance(shardings, jax.sharding.Sharding):
+        s = J.concrete_sharding(shardings)
+        return lambda comps, i: s
+    if callable(shardings):
+        return lambda comps, i: J.concrete_sharding(shardings(T.join_path(comps), a.info(i)))
+    node = T.build(shardings, strict=False)
+    table: Dict[Tuple[str, ...], Any] = {}
+
+    def collect(n: T.PNode, comps: Tuple[str, ...]):
+        if n.kind == T.LEAF:
+            table[comps] = n.obj
+            return
+        if n.kind == T.NONE:
+            table[comps] = None
+            return
+        names = n.keys if n.kind in (T.DICT, T.NAMEDTUPLE, T.DATACLASS) else [str(k) for k in range(len(n.children))]
+        for name, c in zip(names, n.children):
+            collect(c, comps + (name,))
+
+    collect(node, ())
+
+    def resolve(comps, i):
+        for k in range(len(comps), -1, -1):
+            if comps[:k] in table:
+                return J.concrete_sharding(table[comps[:k]])
+        return None
+
+    return resolve
+
+
+def _assemble(a: Archive, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], first: int,
+              values: List[Any], base: Tuple[str, ...]) -> Any:
+    """The tree of the pre-order treedef `nodes` (the subtree at components
+    `base` whose first leaf is leaf `first`) with leaf k taken from
+    values[k]: dicts for dict, namedtuple and dataclass nodes (known boxes
+    rebuilt, _rebuild_box), lists, tuples, None. The one walk of an archive's
+    treedef into a tree; the caller reads the leaves first (a leaf's key path
+    says where it lies: SPEC.md "Key paths")."""
+    pos = 0
+    li = 0
+
+    def rec(path: Tuple[str, ...]) -> Any:
+        nonlocal pos, li
+        kind, arity, type_name, keys = nodes[pos]
+        pos += 1
+        if kind == T.LEAF:
+            li += 1
+            return values[li - 1]
+        if kind == T.NONE:
+            return None
+        named = kind in (T.DICT, T.NAMEDTUPLE, T.DATACLASS)
+        leaf0 = li
+        children = []
+        for j in range(arity):
+            child_kind = nodes[pos][0]
+            if child_kind == T.LEAF:  # leaves and None inline: a tree of many small leaves lives here
+                children.append(values[li])
+                li += 1
+                pos += 1
+            elif child_kind == T.NONE:
+                children.append(None)
+                pos += 1
+            else:
+                children.append(rec(path + (keys[j] if named else str(j),)))
+        if kind == T.LIST:
+            return children
+        if kind == T.TUPLE:
+            return tuple(children)
+        fields = dict(zip(keys, children))
+        if kind == T.DATACLASS and li > leaf0:
+            return _rebuild_box(a, type_name, fields, first + leaf0, path)
+        return fields
+
+    try:
+        return rec(base)
+    finally:
+        # rec refers to itself through its closure: a reference cycle that would keep
+        # `values` (every leaf: the whole tree's memory, or its map) alive after the
+        # caller drops the tree, until the cyclic GC happens to run.
+        del rec
+
+
+def _rebuild_box(a: Archive, type_name: str, fields: Dict[str, Any], first_leaf: int,
+                 path: Tuple[str, ...]) -> Any:
+    """A known box of `type_name` rebuilt from its fields and its first leaf's
+    description; the fields as a dict when the type is not known (or, with a
+    warning, when rebuilding fails)."""
+    k = _boxes.known(type_name)
+    if k is not None:
+        box, cls = k
+        try:
+            return box.rebuild(cls, fields, a._infos()[first_leaf])
+        except Exception as e:  # e.g. an incompatible library version
+            warnings.warn(f"treecask: could not rebuild {type_name} at "
+                          f"'{T.join_path(path)}' ({e}); returning its fields as a dict")
+    return fields
+
+
+def _is_box_node(n: T.TNode) -> bool:
+    return n.kind == T.DATACLASS and n.num_leaves == 1 and _boxes.known(n.type_name) is not None
+
+
+def _like(a: Archive, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolver,
+          missing: str, extra: str, bulk: bool = False) -> Any:
+    """`like` rebuilt with each of its data leaves read from the archive leaf at
+    the same key path under the node `start` (components `prefix`), checked
+    against it (_check) and converted to its type (_convert). With `bulk`, the
+    leaves it reads are first read by one bulk call (Archive._prefetch)."""
+    file = a.path
+    pt = T.build(like, strict=False)
+    flags = dict(T.box_components(pt))
+
+    # Plan: which archive leaf each data leaf of `like` comes from.
+    plan: Dict[Tuple[str, ...], Optional[int]] = {}
+    for comps, leaf in T.iter_leaves(pt):
+        if leaf.leaf_kind != T.DATA:
+            continue
+        idx = _resolve(start, comps, flags.get(comps, ()))
+        if idx is None:
+            if missing == "error" or J.is_shape_dtype_struct(leaf.obj):
+                why = ("the checkpoint has no leaf here"
+                       + ("" if missing == "error" else " and like holds no value to keep (a ShapeDtypeStruct)"))
+                raise StructureError(
+                    why + ("; pass missing='from_like' to keep like's value" if missing == "error" else ""),
+                    file=file, key_path=_join(prefix, comps))
+        else:
+            _check(a._infos()[idx], leaf.obj, _join(prefix, comps), file)
+        plan[comps] = idx
+
+    if extra == "error":
+        used = {i for i in plan.values() if i is not None}
+        unused = [a._infos()[i]["key_path"] for i in range(start.first_leaf, start.first_leaf + start.num_leaves)
+                  if i not in used]
+        if unused:
+            more = f" (and {len(unused) - 5} more)" if len(unused) > 5 else ""
+            raise StructureError(
+                f"the checkpoint has {len(unused)} leaves the template lacks: {', '.join(unused[:5])}{more}",
+                file=file, key_path=unused[0])
+
+    pre = a._prefetch(sorted({i for i in plan.values() if i is not None})) if bulk else {}
+
+    def leaf_value(comps, leaf: T.PNode):
+        if leaf.leaf_kind != T.DATA:
+            return leaf.obj
+        idx = plan.get(comps)
+        if idx is None:
+            return leaf.obj
+        return _convert(a, idx, leaf.obj, resolver(comps, idx), pre)
+
+    return T.rebuild(pt, leaf_value)
+
+
+def _resolve(start: T.TNode, comps: Tuple[str, ...], flags: Tuple[bool, ...]) -> Optional[int]:
+    n = T.find_node(start, comps)
+    if n is not None:
+        if n.kind == T.LEAF:
+            return n.first_leaf
+        if _is_box_node(n):  # saved boxed, template unboxed
+            return n.first_leaf
+        return None
+    if any(flags):  # template boxed, saved unboxed
+        bare = tuple(c for c, f in zip(comps, flags) if not f)
+        n = T.find_node(start, bare)
+        if n is not None and n.kind == T.LEAF:
+            return n.first_leaf
+    return None
+
+
+def _shape_str(name: str, shape: Sequence[int]) -> str:
+    return f"{name}[{', '.join(str(int(s)) for s in shape)}]"
+
+
+def _check(info: Dict[str, Any], x: Any, key_path: str, file: str) -> None:
+    """Raises ShapeError when leaf `info` cannot restore template leaf `x`."""
+    name, shape, kind = info["dtype"], tuple(info["shape"]), info["value_kind"]
+    got = _shape_str(name, shape) + ("" if kind == _codec.ARRAY else f" ({_codec.VALUE_KIND_NAMES[kind]})")
+
+    def bad(expected: str):
+        raise ShapeError(f"the template expects {expected}, the checkpoint has {got}", file=file,
+                         key_path=key_path)
+
+    for scalar_type, names, expected in _SCALAR_TEMPLATES:  # bool before int: a bool is an int
+        if isinstance(x, scalar_type):
+            if name not in names or shape != ():
+                bad(expected)
+            return
+    if isinstance(x, str):
+        if kind != _codec.STR:
+            bad("a str")
+        return
+    xshape = tuple(int(s) for s in x.shape)
+    if kind in (_codec.INT, _codec.FLOAT, _codec.BOOL) and xshape == ():
+        # A Python scalar in the file restores into any 0-d array of its kind.
+        try:
+            xname = _dtypes.to_name(x.dtype)
+        except Error:
+            xname = ""
+        ok = {_codec.INT: _INT_NAMES, _codec.FLOAT: _FLOAT_NAMES, _codec.BOOL: {"bool"}}[kind]
+        if xname not in ok:
+            bad(f"a 0-d {xname or x.dtype} array")
+        return
+    if J.is_prng_dtype(x.dtype):
+        if J.KEY_IMPL_META not in info["metadata"] or shape[: len(xshape)] != xshape:
+            bad(f"a PRNG key array {x.dtype}[{', '.join(map(str, xshape))}]")
+        return
+    try:
+        xname = _dtypes.to_name(x.dtype)
+    except Error:
+        xname = str(np.dtype(x.dtype))
+    if xname != name or xshape != shape:
+        bad(_shape_str(xname, xshape))
+
+
+def _array(a: Archive, i: int, d: Dict[str, Any], pre: Dict[int, np.ndarray]) -> np.ndarray:
+    """Leaf i's array (description `d`): taken out of `pre` (Archive._prefetch's
+    arrays) when it is there, else read now."""
+    arr = pre.pop(i, None)
+    return a._read_array(i, d) if arr is None else arr
+
+
+def _convert(a: Archive, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarray]) -> Any:
+    """Leaf i as the type of template leaf `x`, placed on `sharding` when it is
+    an array and `sharding` is not None; its array taken from `pre` when there."""
+    if isinstance(x, (bool, int, float, complex, str)):
+        v = a._value(i, pre.pop(i, None))
+        if isinstance(v, np.ndarray):
+            v = v[()].item() if v.shape == () else v
+        return type(x)(v)
+    d = a._infos()[i]
+    scalar = d["value_kind"] in (_codec.INT, _codec.FLOAT, _codec.BOOL)
+    if isinstance(x, np.generic):
+        arr = _array(a, i, d, pre)
+        return arr.astype(x.dtype)[()] if scalar else arr[()]
+    if J.is_jax_array(x) or J.is_shape_dtype_struct(x):
+        import jax
+
+        if sharding is None:
+            sharding = J.concrete_sharding(getattr(x, "sharding", None))
+        if scalar:  # a Python scalar in the file, cast to the template's 0-d dtype
+            arr = _array(a, i, d, pre).astype(x.dtype)
+            return jax.device_put(arr, sharding) if sharding is not None else jax.numpy.asarray(arr)
+        if sharding is not None:
+            return a._place(i, sharding)
+        v = a._value(i, pre.pop(i, None))
+        return v if J.is_jax_array(v) else jax.numpy.asarray(v)
+    if sharding is not None and not scalar:
+        return a._place(i, sharding)
+    if scalar and isinstance(x, np.ndarray):
+        return _array(a, i, d, pre).astype(x.dtype)
+    return a._value(i, pre.pop(i, None))
+
+
+def _join(prefix: Sequence[str], comps: Sequence[str]) -> str:
+    return T.join_path(list(prefix) + list(comps))
+
+
+# The format's dtypes a Python scalar of each type restores from (SPEC.md "Scalar leaves").
+_FLOAT_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"})
+_INT_NAMES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "int4", "uint4"})
+_COMPLEX_NAMES = frozenset({"complex64", "complex128"})
+# (Python scalar type of a template leaf, the dtypes it restores from, what the error says it expects).
+_SCALAR_TEMPLATES = ((bool, frozenset({"bool"}), "a bool"), (int, _INT_NAMES, "an int"),
+                     (float, _FLOAT_NAMES, "a float"), (complex, _COMPLEX_NAMES, "a complex"))

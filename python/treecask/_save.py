@@ -1,0 +1,109 @@
+"""save(): one pytree -> one archive file (or, in a multi-process jax job, a
+sharded checkpoint directory; ``_distributed.py``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List, Mapping, Optional, Tuple
+
+from . import _codec, _core
+from . import _tree as T
+from ._types import PathLike, SaveStats
+from .errors import Error, InvalidArgumentError, _with_file
+
+# The core's Compression values by option name (include/treecask/writer.h; SPEC.md "Codecs").
+_COMPRESSION = _core.COMPRESSIONS
+
+
+def _compression_code(compression: str, file: str) -> int:
+    """The core's code of a ``compression`` option (SPEC.md "Codecs"; the C++
+    ``treecask::Compression``). Raises InvalidArgumentError naming ``file``."""
+    if compression not in _COMPRESSION:
+        raise InvalidArgumentError(
+            f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}", file=file)
+    return _COMPRESSION[compression]
+
+
+def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = None,
+         compression: str = "auto", overwrite: bool = False, chunk_size: Optional[int] = None,
+         threads: int = 0, durable: bool = True, max_part_bytes: Optional[int] = None,
+         shuffle: bool = False, _leaf_extras: Optional[Mapping[str, Any]] = None) -> SaveStats:
+    """Saves a pytree as one archive file, atomically.
+
+    In a ``jax.distributed`` job of more than one process, call it the same
+    way in every process: ``path`` becomes a sharded checkpoint directory
+    (``index.cask`` + ``process_<k>.cask``; format 3.0), each process writing
+    only its replica-0 shards, committed atomically across processes (see
+    docs/python.md "Multi-process save and restore"). An error in any process
+    is raised in every process.
+
+    Args:
+      path: the archive file to create (written to a temporary file in the same
+        directory and renamed into place when complete).
+      tree: any pytree of arrays (``numpy.ndarray``, ``jax.Array`` -- sharded
+        ones are gathered --, NumPy scalars), Python ``int`` / ``float`` /
+        ``bool`` / ``complex`` / ``str`` and ``None``, in dicts, lists, tuples,
+        namedtuples and (with jax) any registered pytree node (dataclasses,
+        ``eqx.Module``, ``flax.struct``, ``TrainState``, optax states, Flax /
+        Penzai boxes). Callables (e.g. activation functions) are not saved:
+        they are recorded as None and restored from ``like``. Dtypes: bool,
+        (u)int8..64, float16/32/64, complex64/128, bfloat16, the float8
+        types, and the sub-byte int2/uint2, int4/uint4, float4_e2m1fn and
+        float6 types (packed in the file); the full table is docs/python.md
+        "Dtypes" (SPEC.md "Dtypes").
+      metadata: archive-level ``str -> str`` key-values.
+      compression: "auto" (LZ4 where it saves >= 10%; such leaves are not
+        zero-copy readable), "none" (always raw, zero-copy) or "lz4".
+      overwrite: replace an existing file at ``path``.
+      chunk_size: raw bytes per checksum/compression chunk (a multiple of 64 in
+        [4096, 64 MiB]; default 1 MiB).
+      threads: compression/hashing threads (0: all cores).
+      durable: fsync the file and its directory before returning.
+      max_part_bytes: advanced: the largest zero-copy piece of a raw leaf (a
+        multiple of chunk_size, at most 1 GiB, the default); larger leaves are
+        stored in several parts and read by copy.
+      shuffle: byte-shuffle each chunk of the LZ4-coded leaves whose dtype has
+        2, 4, 8 or 16 bytes per element before compressing it (Blosc's
+        shuffle; SPEC.md "Filters"): bf16/fp32 weights, which plain LZ4 barely
+        shrinks, then compress. Use with ``compression="lz4"`` (or "auto",
+        whose probe then tries shuffled samples). The file is format 2.0, which
+        treecask 0.1 refuses (VersionError); without it, format 1.0.
+
+    Returns:
+      SaveStats (file size, raw and stored bytes, leaf and blob counts).
+
+    Raises:
+      InvalidArgumentError: an unsupported leaf type or dtype, a non-str key
+        path component that is empty, duplicate key paths, bad metadata or
+        options (the message names the key path).
+      AlreadyExistsError: ``path`` exists and ``overwrite`` is False.
+      IoError: the OS refused (e.g. ENOSPC); any previous file is untouched.
+    """
+    p = os.fspath(path)
+    code = _compression_code(compression, p)
+    md: List[Tuple[str, str]] = []
+    for k, v in (metadata or {}).items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise InvalidArgumentError("archive metadata must map str to str", file=p)
+        md.append((k, v))
+    # ---- multi-process (jax.distributed, > 1 process): a sharded checkpoint directory ----
+    from . import _distributed
+
+    if _distributed.active():
+        try:
+            return _distributed.save(p, tree, metadata=dict(md), compression=code,
+                                     overwrite=bool(overwrite), chunk_size=chunk_size, threads=int(threads),
+                                     durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
+        except Error as e:
+            raise _with_file(e, p) from None
+    try:
+        nodes, key_paths, objs, extras = T.to_treedef(tree)
+        if _leaf_extras:  # private (treecask.import_orbax): {key path: _boxes.Extras}
+            extras = [_leaf_extras.get(kp, ex) for kp, ex in zip(key_paths, extras)]
+        kinds, dtypes, shapes, datas, more = _codec.encode_all(key_paths, objs, extras)
+    except Error as e:
+        raise _with_file(e, p) from None
+    st = _core.save(p, nodes, key_paths, kinds, dtypes, shapes, datas, more, code,
+                    chunk_size, int(threads), bool(overwrite), bool(durable), md, max_part_bytes,
+                    bool(shuffle))
+    return SaveStats(**{k: int(v) for k, v in st.items()})

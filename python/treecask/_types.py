@@ -1,0 +1,145 @@
+"""The public value types: LeafInfo (what the manifest says about one leaf),
+ShardingInfo, TreeNode (one treedef node) and SaveStats.
+
+The classes' ``__module__`` is ``treecask``, where users import them from, so
+that a pickle names ``treecask.LeafInfo`` whatever private module defines it
+(pickles written before they moved here name ``treecask._archive.LeafInfo``,
+which still resolves: ``_archive.py`` imports them). Their annotations are
+objects, not strings (no ``from __future__ import annotations``), so
+``typing.get_type_hints`` needs no names from that module.
+"""
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _codec, _core, _dtypes
+from . import _jaxutil as J
+from .errors import InvalidArgumentError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class ShardingInfo:
+    """How a leaf was sharded when saved: a mesh (axis names and sizes) and a
+    PartitionSpec with, per dimension, the mesh axes that shard it."""
+
+    mesh_axis_names: Tuple[str, ...]
+    mesh_axis_sizes: Tuple[int, ...]
+    spec: Tuple[Tuple[str, ...], ...]
+
+    def partition_spec(self):
+        """The spec as a ``jax.sharding.PartitionSpec`` (imports jax)."""
+        import jax
+
+        return jax.sharding.PartitionSpec(*J.lists_to_spec(self.spec))
+
+    def to_jax(self, devices: Optional[Sequence[Any]] = None):
+        """A ``jax.sharding.NamedSharding`` over a mesh of the saved shape built
+        from ``devices`` (default: all devices; their count must equal the
+        product of the mesh axis sizes, else InvalidArgumentError)."""
+        import jax
+
+        devs = list(devices) if devices is not None else jax.devices()
+        n = math.prod(self.mesh_axis_sizes)
+        if len(devs) != n:
+            raise InvalidArgumentError(
+                f"the saved mesh has {n} devices, {len(devs)} were given")
+        mesh = jax.sharding.Mesh(np.array(devs).reshape(self.mesh_axis_sizes), self.mesh_axis_names)
+        return jax.sharding.NamedSharding(mesh, self.partition_spec())
+
+
+@dataclass(frozen=True)
+class LeafInfo:
+    """What the manifest says about one leaf.
+
+    ``dtype`` is the NumPy / ml_dtypes dtype (``dtype_name`` the format's name),
+    ``shape`` the array shape (for a ``str`` leaf: its UTF-8 byte count),
+    ``value_kind`` what the saving program had ("array", "int", "float",
+    "bool", "str"), ``codec`` "none" (zero-copy readable) or "lz4",
+    ``filter`` "none" or "shuffle" (bytes shuffled before LZ4; format 2.0,
+    SPEC.md "Filters"), ``byte_length`` raw bytes, ``stored_bytes`` bytes in
+    the file.
+    """
+
+    key_path: str
+    index: int
+    dtype: np.dtype
+    dtype_name: str
+    shape: Tuple[int, ...]
+    value_kind: str
+    codec: str
+    filter: str
+    byte_length: int
+    stored_bytes: int
+    chunk_size: int
+    num_chunks: int
+    num_parts: int
+    logical_axes: Tuple[str, ...]
+    sharding: Optional[ShardingInfo]
+    metadata: Mapping[str, str]
+
+    @property
+    def zero_copy(self) -> bool:
+        """True when ``archive[key]`` is a view of the mapped file: raw, in one
+        part, not a packed sub-byte dtype (``_core.zero_copy``, the one rule,
+        which ``Archive[key]`` and ``load(copy=False)`` follow too)."""
+        return _core.zero_copy(self.codec, self.num_parts, self.dtype_name)
+
+
+def leaf_info(d: Dict[str, Any]) -> LeafInfo:
+    """The LeafInfo of a leaf description as ``_core.Archive.leaf`` gives it."""
+    sh = d["sharding"]
+    sharding = None
+    if sh is not None:
+        sharding = ShardingInfo(tuple(sh[0]), tuple(int(s) for s in sh[1]), tuple(tuple(a) for a in sh[2]))
+    return LeafInfo(
+        key_path=d["key_path"],
+        index=int(d["index"]),
+        dtype=_dtypes.to_numpy(d["dtype"]),
+        dtype_name=d["dtype"],
+        shape=tuple(int(s) for s in d["shape"]),
+        value_kind=_codec.VALUE_KIND_NAMES[d["value_kind"]],
+        codec=d["codec"],
+        filter=d["filter"],
+        byte_length=int(d["byte_length"]),
+        stored_bytes=int(d["stored_bytes"]),
+        chunk_size=int(d["chunk_size"]),
+        num_chunks=int(d["num_chunks"]),
+        num_parts=int(d["num_parts"]),
+        logical_axes=tuple(d["logical_axes"]),
+        sharding=sharding,
+        metadata=dict(d["metadata"]),
+    )
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """One treedef node (pre-order): ``kind`` is one of "leaf", "none", "dict",
+    "list", "tuple", "namedtuple", "dataclass"; ``keys`` are dict keys or field
+    names (empty for lists and tuples)."""
+
+    kind: str
+    arity: int
+    type_name: str
+    keys: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SaveStats:
+    """What save() wrote: file size, raw and stored leaf bytes, leaf and blob counts."""
+
+    file_bytes: int
+    raw_bytes: int
+    stored_bytes: int
+    num_leaves: int
+    num_blobs: int
+
+
+for _cls in (ShardingInfo, LeafInfo, TreeNode, SaveStats):
+    _cls.__module__ = "treecask"
+del _cls
