@@ -332,9 +332,10 @@ std::optional<treecask::Sharding> sharding_from_python(nb::handle obj) {
 // a raw leaf stored in at most one part (include/treecask/archive.h; a 0-byte leaf has
 // none) -- of a dtype whose elements are whole bytes. A packed sub-byte dtype
 // (dtype_packed) is held one element per byte in NumPy (ml_dtypes), so its leaves are
-// unpacked into fresh arrays instead.
-bool zero_copy(treecask::Codec codec, uint64_t num_parts, treecask::DType dtype) {
-  return codec == treecask::Codec::kNone && num_parts <= 1 && !treecask::dtype_packed(dtype);
+// unpacked into fresh arrays instead. A leaf of a sharded checkpoint's index (format 3.0,
+// `sharded`: it lists saved boxes) has its bytes in other files: assembled, never viewed.
+bool zero_copy(treecask::Codec codec, uint64_t num_parts, treecask::DType dtype, bool sharded) {
+  return codec == treecask::Codec::kNone && num_parts <= 1 && !treecask::dtype_packed(dtype) && !sharded;
 }
 
 nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
@@ -354,7 +355,7 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   d["chunk_size"] = li.chunk_size;
   d["num_chunks"] = li.num_chunks;
   d["num_parts"] = li.num_parts;
-  d["zero_copy"] = zero_copy(li.codec, li.num_parts, li.dtype);
+  d["zero_copy"] = zero_copy(li.codec, li.num_parts, li.dtype, !li.shards.empty());
   // Format 3.0 (sharded checkpoints): (file, key_path, start, stop) per saved box.
   nb::list shards;
   for (const auto& r : li.shards)
@@ -583,16 +584,17 @@ NB_MODULE(_core, m) {
       "packed for sub-byte dtypes); InvalidArgumentError for an unknown dtype or a bad shape.");
   m.def(
       "zero_copy",
-      [](std::string_view codec, uint64_t num_parts, nb::handle dtype) {
+      [](std::string_view codec, uint64_t num_parts, nb::handle dtype, bool sharded) {
         for (int v = 0; v < 256; ++v)  // the codec of that name (codec_name)
           if (treecask::codec_name(static_cast<treecask::Codec>(v)) == codec)
-            return zero_copy(static_cast<treecask::Codec>(v), num_parts, dtype_of(dtype, ""));
+            return zero_copy(static_cast<treecask::Codec>(v), num_parts, dtype_of(dtype, ""), sharded);
         throw treecask::Error(treecask::ErrorCode::kInvalidArgument, "", "",
                               "unknown codec '" + std::string(codec) + "'");
       },
-      "codec"_a, "num_parts"_a, "dtype"_a,
-      "Whether a leaf of this codec name, number of parts and dtype name is handed out as a "
-      "NumPy view of the map (the binding's zero_copy rule; LeafInfo.zero_copy).");
+      "codec"_a, "num_parts"_a, "dtype"_a, "sharded"_a = false,
+      "Whether a leaf of this codec name, number of parts and dtype name, listing saved boxes "
+      "in other files or not (sharded), is handed out as a NumPy view of the map (the "
+      "binding's zero_copy rule; LeafInfo.zero_copy).");
   // The numeric values of the enums the package passes across, taken from the C++ enums
   // (include/treecask/types.h, writer.h), by the names the package uses.
   m.attr("NODE_KINDS") = enum_values<treecask::NodeKind>({
@@ -837,7 +839,7 @@ NB_MODULE(_core, m) {
               shapes.append(nb::tuple(nb::cast(li.shape)));
               kinds[k] = static_cast<char>(li.value_kind);
               has_metadata[k] = li.metadata.empty() ? 0 : 1;
-              if (with_zero_copy) views[k] = zero_copy(li.codec, li.num_parts, li.dtype) ? 1 : 0;
+              if (with_zero_copy) views[k] = zero_copy(li.codec, li.num_parts, li.dtype, !li.shards.empty()) ? 1 : 0;
             }
             nb::bytes kind_bytes(kinds.data(), kinds.size()), metadata_bytes(has_metadata.data(), has_metadata.size());
             if (with_zero_copy)

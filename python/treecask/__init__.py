@@ -22,7 +22,7 @@ from . import _core
 from ._archive import Archive, open
 from ._restore import load
 from ._save import save
-from ._types import LeafInfo, SaveStats, ShardingInfo, TreeNode
+from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
 # CheckpointManager (python/treecask/_manager.py, issue 9)
 from ._manager import CheckpointManager
 from .errors import (
@@ -67,6 +67,7 @@ __all__ = [
     "LeafInfo",
     "SaveStats",
     "ShardingInfo",
+    "ShardBox",
     "TreeNode",
     "ShardedCheckpoint",
     "save",

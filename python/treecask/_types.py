@@ -12,7 +12,7 @@ objects, not strings (no ``from __future__ import annotations``), so
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -53,6 +53,18 @@ class ShardingInfo:
         return jax.sharding.NamedSharding(mesh, self.partition_spec())
 
 
+class ShardBox(NamedTuple):
+    """One saved box of a leaf of a sharded checkpoint (format 3.0, SPEC.md
+    "Checkpoint directories"): the elements ``[start, stop)`` per dimension of
+    the global array, stored as the leaf ``key_path`` of the shard ``file``
+    (a file name in the checkpoint directory)."""
+
+    file: str
+    key_path: str
+    start: Tuple[int, ...]
+    stop: Tuple[int, ...]
+
+
 @dataclass(frozen=True)
 class LeafInfo:
     """What the manifest says about one leaf.
@@ -63,7 +75,9 @@ class LeafInfo:
     "bool", "str"), ``codec`` "none" (zero-copy readable) or "lz4",
     ``filter`` "none" or "shuffle" (bytes shuffled before LZ4; format 2.0,
     SPEC.md "Filters"), ``byte_length`` raw bytes, ``stored_bytes`` bytes in
-    the file.
+    the file. ``shards``: for a leaf of a sharded checkpoint
+    (:class:`treecask.ShardedCheckpoint`), the saved boxes it is assembled
+    from (ShardBox), else empty.
     """
 
     key_path: str
@@ -82,13 +96,15 @@ class LeafInfo:
     logical_axes: Tuple[str, ...]
     sharding: Optional[ShardingInfo]
     metadata: Mapping[str, str]
+    shards: Tuple[ShardBox, ...] = ()
 
     @property
     def zero_copy(self) -> bool:
         """True when ``archive[key]`` is a view of the mapped file: raw, in one
-        part, not a packed sub-byte dtype (``_core.zero_copy``, the one rule,
-        which ``Archive[key]`` and ``load(copy=False)`` follow too)."""
-        return _core.zero_copy(self.codec, self.num_parts, self.dtype_name)
+        part, not a packed sub-byte dtype, not assembled from a sharded
+        checkpoint's boxes (``_core.zero_copy``, the one rule, which
+        ``Archive[key]`` and ``load(copy=False)`` follow too)."""
+        return _core.zero_copy(self.codec, self.num_parts, self.dtype_name, bool(self.shards))
 
 
 def leaf_info(d: Dict[str, Any]) -> LeafInfo:
@@ -114,6 +130,7 @@ def leaf_info(d: Dict[str, Any]) -> LeafInfo:
         logical_axes=tuple(d["logical_axes"]),
         sharding=sharding,
         metadata=dict(d["metadata"]),
+        shards=tuple(ShardBox(f, k, tuple(b), tuple(e)) for f, k, b, e in d["shards"]),
     )
 
 
@@ -140,6 +157,6 @@ class SaveStats:
     num_blobs: int
 
 
-for _cls in (ShardingInfo, LeafInfo, TreeNode, SaveStats):
+for _cls in (ShardingInfo, ShardBox, LeafInfo, TreeNode, SaveStats):
     _cls.__module__ = "treecask"
 del _cls

@@ -232,6 +232,12 @@ def test_two_process_save_restores_on_other_topologies(tmp_path):
         assert c.metadata["run"] == "mp" and c.metadata["treecask.processes"] == "2"
         info = c.info("params/w")
         assert info.shape == (8, 8) and info.sharding.spec == (("x",), ("y",))
+        # Its saved boxes, and no view of a map: c["params/w"] is assembled from them.
+        assert sorted(info.shards) == sorted(
+            treecask.ShardBox(f"process_{r // 4}.cask", f"params~1w@{r}:{r + 2},{c0}:{c0 + 4}", (r, c0), (r + 2, c0 + 4))
+            for r in (0, 2, 4, 6) for c0 in (0, 4))
+        assert not info.zero_copy and c["params/w"].flags.owndata
+        assert treecask.open(ckpt / "process_0.cask").info("params~1w@0:2,0:4").shards == ()
         assert c.verify() == []
         np.testing.assert_array_equal(c.read_slice("params/w", (slice(1, 7), slice(3, 6))), W[1:7, 3:6])
         np.testing.assert_array_equal(c.read_slice("params/w", (5, slice(2, None))), W[5, 2:])
