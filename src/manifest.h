@@ -118,10 +118,18 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
 // and one WorkQueue helper thread (parallel.h) together (tests and the fuzzer lower it to compare
 // the two paths): starting a thread costs 50-100 us on a VM, more than the
 // checks of a small manifest.
+//
+// A leaf without logical axes, sharding, metadata or shard references is
+// verified and checked in one pass over its table; any other leaf, and any
+// leaf that pass does not accept, goes through the generated FlatBuffers
+// verifier and the full checks, which decide and name the finding.
+// `full_leaf_check` sends every leaf that way (tests and the fuzzer compare
+// the two).
 inline constexpr size_t kParallelManifestBytes = size_t{256} << 10;
 std::unique_ptr<Manifest> parse_manifest(std::span<const std::byte> bytes, const std::string& file,
                                          bool borrow = false, std::optional<uint64_t> checksum = std::nullopt,
-                                         size_t parallel_from = kParallelManifestBytes);
+                                         size_t parallel_from = kParallelManifestBytes,
+                                         bool full_leaf_check = false);
 
 // Reads FlatBuffers strings into the public types.
 LeafMeta leaf_meta_of(const fb::Leaf& leaf);
