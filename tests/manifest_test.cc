@@ -329,3 +329,53 @@ TEST_CASE("the one-pass leaf check accepts and fills exactly what the full check
   }
   CHECK(rejected > runs / 4);  // the damage reached the checks
 }
+
+// Check 35 (coverage) takes one pass when the chunks come in the writer's
+// order and buckets and sorts them otherwise: both must reach the verdict
+// SPEC.md "Coverage" gives.
+TEST_CASE("coverage: chunks in any order tile their blob; a hole, an overlap or a tail is corrupt") {
+  TempDir dir;
+  FlatTree t;
+  for (int i = 0; i < 4; ++i) t.add_random("k" + std::to_string(i), DType::kFloat32, {64}, i + 1);  // 256 B each
+  t.save(dir / "good.cask");
+  std::vector<uint8_t> man;
+  tc_test::rewrite_archive(dir / "good.cask", dir / "copy.cask", [&](tc_test::Crafted& c) { man = c.manifest; });
+  auto chunk = [](std::vector<uint8_t>& m, int leaf) {
+    return const_cast<fb::Chunk*>(fb::GetMutableManifest(m.data())->mutable_leaves()->GetMutableObject(leaf)->chunks()->Get(0));
+  };
+  auto verdict = [](const std::vector<uint8_t>& m) -> std::string {
+    try {
+      parse_manifest(std::as_bytes(std::span(m)), "m");
+      return {};
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kCorruption);
+      return e.what();
+    }
+  };
+  REQUIRE(verdict(man).empty());
+  REQUIRE(chunk(man, 0)->blob() == chunk(man, 1)->blob());
+  // Leaves 0 and 1 trade places in the blob: still a tiling, out of order.
+  auto swapped = man;
+  const uint64_t o0 = chunk(swapped, 0)->offset(), o1 = chunk(swapped, 1)->offset();
+  chunk(swapped, 0)->mutate_offset(o1);
+  chunk(swapped, 1)->mutate_offset(o0);
+  CHECK(verdict(swapped).empty());
+  // The last leaf moved 64 bytes on runs past the payload (a leaf's own check).
+  auto hole = swapped;
+  chunk(hole, 3)->mutate_offset(chunk(man, 3)->offset() + 64);
+  CHECK(verdict(hole).find("past the end") != std::string::npos);
+  auto gap = man;
+  fb::GetMutableManifest(gap.data())->mutable_blobs()->GetMutableObject(chunk(gap, 0)->blob())->mutate_payload_length(
+      fb::GetManifest(gap.data())->blobs()->Get(chunk(gap, 0)->blob())->payload_length() + 64);
+  CHECK(verdict(gap).find("unreferenced bytes at its end") != std::string::npos);
+  auto over = man;
+  chunk(over, 2)->mutate_offset(chunk(over, 1)->offset());
+  CHECK(verdict(over).find("overlap") != std::string::npos);
+  // Out of order and with a hole of 128 bytes after the first extent: the
+  // bucketed check sorts, then names the hole before the overlap after it.
+  auto mid_hole = man;
+  chunk(mid_hole, 0)->mutate_offset(chunk(man, 3)->offset());
+  chunk(mid_hole, 3)->mutate_offset(chunk(man, 0)->offset());
+  chunk(mid_hole, 1)->mutate_offset(chunk(man, 1)->offset() + 128);
+  CHECK(verdict(mid_hole).find("has a hole of 128 bytes") != std::string::npos);
+}
