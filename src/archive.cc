@@ -32,7 +32,7 @@ struct Archive::Impl {
   int fd = -1;                              // the mapped inode, for bulk pread()
   // Each blob's header (and, with structure validation, its LMDB overflow
   // page header) is checked before the first use of the blob's bytes, not
-  // at open (SPEC.md "Reader checks", "Blob headers"): an open then reads no
+  // at open (SPEC.md "Before a blob's first use", step 38): an open reads no
   // page per blob. 1 once checked; a failed check is not remembered, so every
   // use of a bad blob fails.
   struct BlobSite {
