@@ -1064,6 +1064,7 @@ class Parser {
         r.key_path = sv(leaf->key_path());
         continue;
       }
+      r = LeafRecord{};  // check_leaf_record counts from zero
       if (!verifier.VerifyTable(leaf)) return false;
       r.fb = leaf;
       r.key_path = sv(leaf->key_path());
