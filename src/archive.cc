@@ -32,6 +32,18 @@ struct Archive::Impl {
   std::vector<const std::byte*> blob_data;  // payload start per blob id
   const std::byte* map_base = nullptr;      // file offset 0 in the map
   int fd = -1;                              // the mapped inode, for bulk pread()
+  // Each blob's header (and, with structure validation, its LMDB overflow
+  // page header) is checked before the first use of the blob's bytes, not
+  // at open (SPEC.md "Before a blob's first use", step 38): an open reads no
+  // page per blob. 1 once checked; a failed check is not remembered, so every
+  // use of a bad blob fails.
+  struct BlobSite {
+    uint64_t value_size = 0;                 // the LMDB value: 48-byte header + payload + padding
+    uint64_t overflow_page = UINT64_MAX;     // first page of its overflow run, when the structure check saw one
+  };
+  std::vector<BlobSite> blob_site;
+  std::unique_ptr<std::atomic<uint8_t>[]> blob_checked;
+  uint64_t page_size = 0, last_page = 0;
 
   ~Impl() {
     if (fd >= 0) ::close(fd);
@@ -63,9 +75,20 @@ struct Archive::Impl {
   uint64_t raw_size(const LeafRecord& r, uint64_t ci) const {
     return std::min(r.chunk_size, r.byte_length - ci * r.chunk_size);
   }
-  std::span<const std::byte> stored(const fb::Chunk* c) const {
-    return {blob_data[c->blob()] + c->offset(), c->stored_size()};
+  // The stored bytes of chunk `c` of leaf `li`, once its blob's header is
+  // checked (check_blob; throws what it throws).
+  std::span<const std::byte> stored(size_t li, const fb::Chunk* c) const {
+    const uint32_t b = c->blob();
+    if (blob_checked[b].load(std::memory_order_acquire) == 0) check_blob(b, li);
+    return {blob_data[b] + c->offset(), c->stored_size()};
   }
+  // The checks of blob `id` that open leaves to its first use: its LMDB
+  // overflow page header when the structure check saw the run (check_structure's
+  // rule, lmdb::check_overflow_head) and its 48-byte header (magic, id,
+  // reserved bytes, payload length = the manifest's). Read with pread(), never
+  // through the map, so a check maps no page. Throws Error(kCorruption) naming
+  // the file and leaf `li`, whose read needed the blob.
+  void check_blob(uint32_t id, size_t li) const;
   // Throws kChecksumMismatch unless `digest` is chunk `ci`'s stored checksum.
   void expect_checksum(size_t li, uint64_t ci, const fb::Chunk* c, uint64_t digest) const {
     if (digest != c->checksum())
@@ -74,7 +97,7 @@ struct Archive::Impl {
   }
   void check_chunk(size_t li, uint64_t ci) const {
     const fb::Chunk* c = rec(li).chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
-    expect_checksum(li, ci, c, format::xxh3(stored(c), format::chunk_seed(li, ci)));
+    expect_checksum(li, ci, c, format::xxh3(stored(li, c), format::chunk_seed(li, ci)));
   }
   // True when the chunk's stored bytes are its raw bytes: a None leaf, or a
   // chunk stored raw in an LZ4 leaf without a filter.
@@ -120,7 +143,7 @@ struct Archive::Impl {
   void decode_chunk(size_t li, uint64_t ci, std::byte* out, bool verify, Scratch* scratch = nullptr) const {
     const LeafRecord& r = rec(li);
     const fb::Chunk* c = r.chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
-    auto src = stored(c);
+    auto src = stored(li, c);
     uint64_t raw = raw_size(r, ci);
     if (chunk_is_raw(r, c)) {
       if (!verify) return copy_out(src, out);
@@ -305,7 +328,7 @@ struct Archive::Impl {
     // of the page cache, hashed and scattered while the piece is in cache.
     // The checksum is compared once the whole chunk is hashed, as
     // decode_chunk does for a raw chunk copied straight into place.
-    auto src = stored(c);
+    auto src = stored(li, c);
     std::byte* buf = scratch.chunk.get(std::min<uint64_t>(kCopyPiece, raw));
     format::Xxh3Stream hash(format::chunk_seed(li, ci));
     for (uint64_t at = 0; at < raw; at += kCopyPiece) {
@@ -421,6 +444,40 @@ static_assert(kOverflowPageHeader + format::kBlobHeaderSize <= lmdb::StructureSt
 }
 }  // namespace
 
+void Archive::Impl::check_blob(uint32_t id, size_t li) const {
+  const BlobSite& site = blob_site[id];
+  const std::byte* value = blob_data[id] - format::kBlobHeaderSize;
+  auto bad = [&](const std::string& what) {
+    return Error(ErrorCode::kCorruption, file, key(li), "blob " + std::to_string(id) + ": " + what);
+  };
+  // The overflow page header (16 bytes) and the blob header after it, in one
+  // read when the value starts an overflow run; else the blob header alone.
+  std::byte head[kOverflowPageHeader + format::kBlobHeaderSize];
+  const bool run = site.overflow_page != UINT64_MAX;
+  const size_t skip = run ? 0 : kOverflowPageHeader;  // bytes of `head` not read
+  const std::byte* from = value - (run ? kOverflowPageHeader : 0);
+  const size_t n = sizeof head - skip;
+  bool got = false;
+  if (map_base && fd >= 0) {
+    const uint64_t off = static_cast<uint64_t>(from - map_base);
+    got = off <= file_size && n <= file_size - off &&
+          ::pread(fd, head + skip, n, static_cast<off_t>(off)) == static_cast<ssize_t>(n);
+  }
+  if (!got) std::memcpy(head + skip, from, n);  // no pread() (no map base): through the map
+  if (run) {
+    if (std::string why = lmdb::check_overflow_head(std::span(head, kOverflowPageHeader), site.overflow_page,
+                                                    site.value_size, page_size, last_page);
+        !why.empty())
+      throw bad("LMDB overflow page " + std::to_string(site.overflow_page) + " " + why);
+  }
+  format::BlobHeader bh;
+  const auto& blob_head = *reinterpret_cast<const std::byte(*)[format::kBlobHeaderSize]>(head + kOverflowPageHeader);
+  if (std::string why = format::decode_blob_header(blob_head, site.value_size, &bh); !why.empty()) throw bad(why);
+  if (bh.blob_id != id || bh.payload_length != manifest->blob_payload[id])
+    throw bad("header does not match the manifest");
+  blob_checked[id].store(1, std::memory_order_release);
+}
+
 Archive Archive::open(const std::filesystem::path& path, const OpenOptions& options) {
   auto impl = std::make_shared<Impl>();
   impl->file = path.string();
@@ -449,10 +506,11 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
               not_lmdb ? "not a treecask archive (" + why + ")" : why);
 
   // 1b. Every LMDB page the reads below can reach, still before LMDB sees the file.
-  lmdb::StructureStats structure;  // with the head of every overflow run: the blob headers
+  lmdb::StructureStats structure;  // with the first page of every overflow run (not read: check_blob does)
   if (options.validate_structure) {
     bool other_lmdb = false;
-    if (std::string why = lmdb::check_structure(fd, impl->file_size, meta, &structure, &other_lmdb);
+    if (std::string why = lmdb::check_structure(fd, impl->file_size, meta, &structure, &other_lmdb,
+                                                /*read_overflow_heads=*/false);
         !why.empty())
       open_fail(other_lmdb ? ErrorCode::kNotAnArchive : ErrorCode::kCorruption, file,
                 other_lmdb ? "not a treecask archive (" + why + ")" : why);
@@ -523,41 +581,40 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
               "blob database has " + std::to_string(bst.ms_entries) + " entries, manifest lists " +
                   std::to_string(m.blob_payload.size()));
   impl->map_base = find_map_base(hdr, meta, fd, impl->file_size);
-  impl->blob_data.resize(m.blob_payload.size());
-  for (uint32_t id = 0; id < m.blob_payload.size(); ++id) {
+  impl->page_size = meta.page_size;
+  impl->last_page = meta.last_page;
+  const size_t n_blobs = m.blob_payload.size();
+  impl->blob_data.resize(n_blobs);
+  impl->blob_site.resize(n_blobs);
+  impl->blob_checked.reset(new std::atomic<uint8_t>[n_blobs]);
+  for (uint32_t id = 0; id < n_blobs; ++id) {
+    impl->blob_checked[id].store(0, std::memory_order_relaxed);
     std::byte key[4];
     format::put_blob_key(key, id);
     auto v = get(blob_dbi, key, "mdb_get(blob)");
-    std::string where = "blob " + std::to_string(id) + ": ";
-    if (v.data() == nullptr) open_fail(ErrorCode::kCorruption, file, where + "missing");
-    // The 48-byte header comes from the structure check's read of the value's
-    // first overflow page when it made one (a blob is an LMDB overflow value:
-    // its first page is a 16-byte page header, then the value), else from a
-    // pread; never through the map, so that opening touches no page of leaf
-    // data (resident memory stays flat).
-    std::byte head[format::kBlobHeaderSize];
-    if (v.size() < sizeof head)
-      open_fail(ErrorCode::kCorruption, file, where + "value shorter than its 48-byte header");
-    uint64_t off = static_cast<uint64_t>(v.data() - impl->map_base);
-    const auto* cached = impl->map_base && off >= kOverflowPageHeader &&
-                                 (off - kOverflowPageHeader) % meta.page_size == 0
-                             ? structure.overflow_head((off - kOverflowPageHeader) / meta.page_size)
-                             : nullptr;
-    if (cached) {
-      std::memcpy(head, cached->data() + kOverflowPageHeader, sizeof head);
-    } else if (!impl->map_base || off > impl->file_size - sizeof head ||
-               ::pread(fd, head, sizeof head, static_cast<off_t>(off)) != static_cast<ssize_t>(sizeof head)) {
-      std::memcpy(head, v.data(), sizeof head);
-    }
-    format::BlobHeader bh;
-    if (std::string why = format::decode_blob_header(head, v.size(), &bh); !why.empty())
-      open_fail(ErrorCode::kCorruption, file, where + why);
-    if (bh.blob_id != id || bh.payload_length != m.blob_payload[id])
-      open_fail(ErrorCode::kCorruption, file, where + "header does not match the manifest");
+    if (v.data() == nullptr) open_fail(ErrorCode::kCorruption, file, "blob " + std::to_string(id) + ": missing");
+    // Sizes and alignment come from the manifest and the LMDB node, so they
+    // are checked here without reading the value; its header is checked at
+    // the blob's first use (check_blob).
+    if (v.size() < format::kBlobHeaderSize)
+      open_fail(ErrorCode::kCorruption, file,
+                "blob " + std::to_string(id) + ": value shorter than its 48-byte header");
+    if (m.blob_payload[id] > v.size() - format::kBlobHeaderSize)
+      open_fail(ErrorCode::kCorruption, file,
+                "blob " + std::to_string(id) + ": blob payload length exceeds the stored value");
     const std::byte* data = v.data() + format::kBlobHeaderSize;
     if (reinterpret_cast<uintptr_t>(data) % format::kAlignment != 0)
-      open_fail(ErrorCode::kCorruption, file, where + "payload is not 64-byte aligned in the map");
+      open_fail(ErrorCode::kCorruption, file,
+                "blob " + std::to_string(id) + ": payload is not 64-byte aligned in the map");
     impl->blob_data[id] = data;
+    Impl::BlobSite& site = impl->blob_site[id];
+    site.value_size = v.size();
+    // The run the structure check bounded (a blob is an LMDB overflow value:
+    // its first page is a 16-byte page header, then the value).
+    uint64_t off = static_cast<uint64_t>(v.data() - impl->map_base);
+    if (impl->map_base && off >= kOverflowPageHeader && (off - kOverflowPageHeader) % meta.page_size == 0 &&
+        structure.overflow_head((off - kOverflowPageHeader) / meta.page_size))
+      site.overflow_page = (off - kOverflowPageHeader) / meta.page_size;
   }
   impl->fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   return Archive(std::move(impl));
@@ -622,7 +679,7 @@ std::vector<std::span<const std::byte>> Archive::view_parts(size_t index, Verify
   for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
     const fb::Chunk* c = r.chunks->Get(ci);
     if (check) im.check_chunk(index, ci);
-    auto s = im.stored(c);
+    auto s = im.stored(index, c);
     if (!parts.empty() && parts.back().data() + parts.back().size() == s.data())
       parts.back() = {parts.back().data(), parts.back().size() + s.size()};
     else
@@ -668,8 +725,8 @@ std::vector<std::optional<std::span<const std::byte>>> Archive::view_many(std::s
     }
     // One raw part: its chunks are contiguous (checked at open), so the leaf
     // runs from its first chunk's first byte to its last chunk's last byte.
-    const auto first = im.stored(r.chunks->Get(0));
-    const auto last = im.stored(r.chunks->Get(r.num_chunks() - 1));
+    const auto first = im.stored(indices[k], r.chunks->Get(0));
+    const auto last = im.stored(indices[k], r.chunks->Get(r.num_chunks() - 1));
     out[k] = std::span<const std::byte>(first.data(), static_cast<size_t>(last.data() + last.size() - first.data()));
     if (out[k]->size() != r.byte_length)
       throw Error(ErrorCode::kCorruption, im.file, im.key(indices[k]),
@@ -680,7 +737,7 @@ std::vector<std::optional<std::span<const std::byte>>> Archive::view_many(std::s
   if (jobs.empty()) return out;
   parallel_for(jobs.size(), resolve_threads(threads), [&](size_t j) {
     const fb::Chunk* c = im.rec(jobs[j].leaf).chunks->Get(jobs[j].chunk);
-    auto s = im.stored(c);
+    auto s = im.stored(jobs[j].leaf, c);
     // Hashed through the map: each page fault maps a run of pages already in
     // the page cache (fault-around). MADV_POPULATE_READ on each chunk first
     // was measured slower (docs/performance.md, "Serving paths").

@@ -59,8 +59,8 @@ struct Defect {
 
 class Walker {
  public:
-  Walker(int fd, const MetaInfo& meta, StructureStats& stats)
-      : fd_(fd), psize_(meta.page_size), last_(meta.last_page), stats_(stats) {}
+  Walker(int fd, const MetaInfo& meta, StructureStats& stats, bool read_heads)
+      : fd_(fd), read_heads_(read_heads), psize_(meta.page_size), last_(meta.last_page), stats_(stats) {}
 
   struct Named {
     std::string name;
@@ -258,19 +258,18 @@ class Walker {
       fail_page(pgno, at + "value of " + std::to_string(dsize) + " bytes at page " +
                           std::to_string(first) + " runs past the last page");
     // The page header and, right after it, the value's first bytes (kept for
-    // the caller: a treecask blob's own header), in one read.
+    // the caller: a treecask blob's own header), in one read; or, when the
+    // caller checks the head itself before using the value, nothing.
     std::array<std::byte, StructureStats::kOverflowHeadSize> head{};
-    std::byte* h = head.data();
-    read(first, h, std::min<uint64_t>(head.size(), psize_));
-    using format::get_u16, format::get_u32, format::get_u64;
-    std::string ov = "overflow page " + std::to_string(first) + " ";
-    if (get_u64(h) != first) fail_page(pgno, at + ov + "has a header for page " + std::to_string(get_u64(h)));
-    uint16_t flags = get_u16(h + kPageFlagsOffset) & ~(kPageDirty | kPageKeep);
-    if (flags != kPageOverflow) fail_page(pgno, at + ov + "has flags 0x" + hex(flags));
-    uint64_t pages = get_u32(h + 12);
-    if (pages < need || pages > room)
-      fail_page(pgno, at + ov + "claims " + std::to_string(pages) + " pages; the value needs " +
-                          std::to_string(need) + " and " + std::to_string(room) + " remain");
+    uint64_t pages = need;
+    if (read_heads_) {
+      std::byte* h = head.data();
+      read(first, h, std::min<uint64_t>(head.size(), psize_));
+      if (std::string why = check_overflow_head(std::span(h, kPageHeaderSize), first, dsize, psize_, last_);
+          !why.empty())
+        fail_page(pgno, at + "overflow page " + std::to_string(first) + " " + why);
+      pages = format::get_u32(h + 12);
+    }
     extents_.emplace_back(first, first + pages);
     stats_.overflow_heads.emplace_back(first, head);
     count_.overflow += pages;
@@ -279,6 +278,7 @@ class Walker {
   }
 
   int fd_;
+  bool read_heads_ = true;
   uint64_t psize_;
   uint64_t last_;
   StructureStats& stats_;
@@ -301,8 +301,25 @@ const std::array<std::byte, StructureStats::kOverflowHeadSize>* StructureStats::
   return it != overflow_heads.end() && it->first == pgno ? &it->second : nullptr;
 }
 
+std::string check_overflow_head(std::span<const std::byte> head, uint64_t first, uint64_t value_size,
+                                uint64_t page_size, uint64_t last_page) {
+  using format::get_u16, format::get_u32, format::get_u64;
+  const std::byte* h = head.data();
+  if (head.size() < kPageHeaderSize || first > last_page) return "lies outside the file";
+  const uint64_t need = (kPageHeaderSize - 1 + value_size) / page_size + 1;  // OVPAGES
+  const uint64_t room = last_page - first + 1;
+  if (get_u64(h) != first) return "has a header for page " + std::to_string(get_u64(h));
+  uint16_t flags = get_u16(h + kPageFlagsOffset) & ~(kPageDirty | kPageKeep);
+  if (flags != kPageOverflow) return "has flags 0x" + hex(flags);
+  uint64_t pages = get_u32(h + 12);
+  if (pages < need || pages > room)
+    return "claims " + std::to_string(pages) + " pages; the value needs " + std::to_string(need) + " and " +
+           std::to_string(room) + " remain";
+  return {};
+}
+
 std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
-                            StructureStats* stats, bool* not_archive) {
+                            StructureStats* stats, bool* not_archive, bool read_overflow_heads) {
   if (not_archive) *not_archive = false;
   StructureStats local;
   StructureStats& st = stats ? *stats : local;
@@ -317,7 +334,7 @@ std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
            " (treecask writes 0)";
   }
   try {
-    Walker w(fd, meta, st);
+    Walker w(fd, meta, st, read_overflow_heads);
     std::vector<Walker::Named> named;
     const std::string main_name = "LMDB main DB";
     w.walk(meta.main_db, main_name, true, &named);

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,7 +80,23 @@ struct StructureStats {
 // defect found. Sets *not_archive (when given) if the file is sound LMDB but
 // of a kind treecask never writes (main DB flags other than 0). I/O errors
 // are reported as defects. Thread-safe: uses only pread() on `fd`.
+//
+// With `read_overflow_heads` false, the first page of an overflow run is not
+// read: the run's bounds and overlaps are checked over the pages its value
+// needs, and stats->overflow_heads lists each run's first page with a zeroed
+// head. The caller then checks that page's header with check_overflow_head()
+// before it uses the value (Archive: before the first read of a blob, SPEC.md
+// "Reader checks"), so an open costs no read per value.
 std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
-                            StructureStats* stats = nullptr, bool* not_archive = nullptr);
+                            StructureStats* stats = nullptr, bool* not_archive = nullptr,
+                            bool read_overflow_heads = true);
+
+// The header of the first page of an overflow run at page `first` holding a
+// value of `value_size` bytes, in a file whose last page is `last_page`
+// (check_structure's rule): its own page number, P_OVERFLOW (P_DIRTY and
+// P_KEEP ignored), and a page count covering the value without passing the
+// last page. `head` is the page's first 16 bytes. Returns "" or the defect.
+std::string check_overflow_head(std::span<const std::byte> head, uint64_t first, uint64_t value_size,
+                                uint64_t page_size, uint64_t last_page);
 
 }  // namespace treecask::lmdb

@@ -201,3 +201,86 @@ TEST_CASE("save rejects bad input before writing anything") {
     t.save(dir / "no-such-dir" / "x.cask");
   });
 }
+
+// SPEC.md "Reader checks" 36-37: a blob's 48-byte header and its LMDB
+// overflow page header are checked before the first use of the blob's bytes,
+// not at open. A damaged header of a blob nothing reads leaves open and the
+// other leaves alone; every read, view and verify() of a leaf in that blob
+// fails, naming the file and the leaf, and no byte of the blob is returned.
+TEST_CASE("a damaged blob header fails the reads of that blob, not open") {
+  TempDir dir;
+  FlatTree t;
+  t.add_random("a", DType::kFloat32, {32768}, 1);  // 128 KiB: not packed, a blob each
+  t.add_random("b", DType::kFloat32, {32768}, 2);
+  t.add_random("c", DType::kUInt8, {100}, 3);
+  SaveOptions opt;
+  opt.chunk_size = 16384;
+  auto good = dir / "good.cask";
+  t.save(good, opt);
+  const auto bytes = tc_test::read_file(good);
+  // The header of the blob holding b's first part: the last blob magic before
+  // b's bytes; a's bytes lie in another blob.
+  const size_t pa = tc_test::find_bytes(bytes, std::span(t.data[0]).subspan(0, 64));
+  const size_t pb = tc_test::find_bytes(bytes, std::span(t.data[1]).subspan(0, 64));
+  REQUIRE(pa != SIZE_MAX);
+  REQUIRE(pb != SIZE_MAX);
+  size_t header = SIZE_MAX;
+  const auto magic = std::as_bytes(std::span(format::kBlobMagic));
+  for (size_t from = 0;;) {
+    size_t hit = tc_test::find_bytes(std::span(bytes).subspan(from), magic);
+    if (hit == SIZE_MAX || from + hit >= pb) break;
+    header = from + hit;
+    from = header + 1;
+  }
+  REQUIRE(header != SIZE_MAX);
+  REQUIRE(header >= 16);
+  REQUIRE((pa < header || pa > pb));
+  const size_t payload = header + 48;
+  struct Case {
+    const char* name;
+    size_t at;  // byte to damage, relative to the payload
+    const char* says;
+  };
+  const Case cases[] = {
+      {"magic", payload - 48, "bad blob magic"},
+      {"id", payload - 48 + 8, "header does not match the manifest"},
+      {"reserved", payload - 48 + 30, "reserved blob header bytes"},
+      {"length", payload - 48 + 16, "blob payload length"},
+      {"page_flags", payload - 64 + 10, "LMDB overflow page"},
+      {"page_number", payload - 64, "LMDB overflow page"},
+  };
+  for (const auto& k : cases) {
+    for (bool validate : {true, false}) {
+      CAPTURE(k.name);
+      CAPTURE(validate);
+      if (!validate && std::string(k.says) == "LMDB overflow page") continue;  // checked with the structure only
+      auto damaged = bytes;
+      damaged[k.at] ^= std::byte{0x21};
+      auto p = dir / (std::string(k.name) + ".cask");
+      tc_test::write_file(p, damaged);
+      OpenOptions o;
+      o.validate_structure = validate;
+      Archive a = Archive::open(p, o);  // open reads no blob header
+      std::vector<std::byte> out(131072);
+      a.read(0, out);
+      CHECK(tc_test::same(out, t.data[0]));
+      auto expect_b = [&](const std::function<void()>& f) {
+        auto e = tc_test::expect_error(ErrorCode::kCorruption, f);
+        CHECK(e.key_path() == "b");
+        CHECK(e.file() == p.string());
+        CHECK(std::string(e.what()).find(k.says) != std::string::npos);
+      };
+      expect_b([&] { a.read(1, out); });
+      expect_b([&] { a.read(1, out, Verify::kNo); });  // unchecked reads too: the header is structure
+      expect_b([&] { (void)a.view_parts(1, Verify::kNo); });
+      expect_b([&] { a.read_bytes(1, 0, std::span(out).subspan(0, 16)); });
+      expect_b([&] { (void)a.view_many(std::vector<size_t>{0, 1}, Verify::kNo); });
+      std::vector<std::byte> c(100);
+      a.read(2, c);
+      CHECK(tc_test::same(c, t.data[2]));
+      auto errors = a.verify();
+      REQUIRE(errors.size() == 1);
+      CHECK(errors[0].key_path() == "b");
+    }
+  }
+}
