@@ -23,7 +23,8 @@ struct OpenOptions {
   // Before LMDB maps the file, walk every B-tree page its reads can reach
   // (page headers, node bounds, key order, overflow runs, no cycles; SPEC.md
   // "Reader checks"), so that a damaged or hostile file is an Error, never a
-  // crash. Costs one pread per index page (not per tensor byte). Turn off only
+  // crash. Costs one pread per index page (not per tensor byte; the first page
+  // of each blob's overflow run is read at the blob's first use). Turn off only
   // for files you trust, e.g. ones this process just wrote.
   bool validate_structure = true;
 };
@@ -58,7 +59,12 @@ class TREECASK_API Archive {
   // length, the LMDB B-tree structure (unless options.validate_structure is
   // false), the header record, the manifest checksum, the FlatBuffers verifier
   // and every manifest invariant of SPEC.md "Reader checks" before returning.
-  // Cost is proportional to the manifest, not to the tensor bytes.
+  // Cost is proportional to the manifest, not to the tensor bytes: no blob is
+  // read here. A blob's own header (and its LMDB overflow page header) is
+  // checked before the first use of any of its bytes (SPEC.md "Before a
+  // blob's first use"), so an archive whose only damage is a blob header
+  // opens, and every view, read or verify() that needs that blob throws
+  // kCorruption naming the leaf.
   // Throws Error: kNotFound, kNotAnArchive, kUnsupportedVersion (newer major
   // version), kCorruption (truncated file, bad manifest), kIo.
   static Archive open(const std::filesystem::path& path, const OpenOptions& options = {});
