@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "codec.h"
@@ -439,6 +440,19 @@ const std::byte* find_map_base(std::span<const std::byte> hdr, const lmdb::MetaI
 constexpr uint64_t kOverflowPageHeader = 16;
 static_assert(kOverflowPageHeader + format::kBlobHeaderSize <= lmdb::StructureStats::kOverflowHeadSize);
 
+// The first page of the overflow run that holds `value` (an LMDB value at
+// `base` + its offset: page header, then the value), when the structure walk
+// bounded one there; else nullopt (no map base, an in-page value, or no walk).
+std::optional<uint64_t> overflow_run_of(const std::byte* base, std::span<const std::byte> value,
+                                        const lmdb::MetaInfo& meta, const lmdb::StructureStats& structure) {
+  if (!base) return std::nullopt;
+  const uint64_t off = static_cast<uint64_t>(value.data() - base);
+  if (off < kOverflowPageHeader || (off - kOverflowPageHeader) % meta.page_size != 0) return std::nullopt;
+  const uint64_t pg = (off - kOverflowPageHeader) / meta.page_size;
+  if (!structure.overflow_head(pg)) return std::nullopt;
+  return pg;
+}
+
 [[noreturn]] void open_fail(ErrorCode code, const std::string& file, const std::string& what) {
   throw Error(code, file, "", what);
 }
@@ -566,6 +580,17 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
     open_fail(ErrorCode::kCorruption, file,
               "manifest is " + std::to_string(man.size()) + " bytes, header says " +
                   std::to_string(h.manifest_length));
+  impl->map_base = find_map_base(hdr, meta, fd, impl->file_size);
+  // A manifest in an LMDB overflow run: the run's first page header (S11),
+  // which the structure walk bounded but did not read, before its bytes are used.
+  if (auto pg = overflow_run_of(impl->map_base, man, meta, structure)) {
+    std::byte head[kOverflowPageHeader];
+    if (::pread(fd, head, sizeof head, static_cast<off_t>(*pg * meta.page_size)) != static_cast<ssize_t>(sizeof head))
+      open_fail(ErrorCode::kCorruption, file, "manifest: short read of LMDB overflow page " + std::to_string(*pg));
+    if (std::string why = lmdb::check_overflow_head(head, *pg, man.size(), meta.page_size, meta.last_page);
+        !why.empty())
+      open_fail(ErrorCode::kCorruption, file, "manifest: LMDB overflow page " + std::to_string(*pg) + " " + why);
+  }
 
   // 4. Manifest: checksum, FlatBuffers verifier and every semantic invariant.
   impl->manifest = parse_manifest(man, file, /*borrow=*/true, h.manifest_checksum);
@@ -580,7 +605,6 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
     open_fail(ErrorCode::kCorruption, file,
               "blob database has " + std::to_string(bst.ms_entries) + " entries, manifest lists " +
                   std::to_string(m.blob_payload.size()));
-  impl->map_base = find_map_base(hdr, meta, fd, impl->file_size);
   impl->page_size = meta.page_size;
   impl->last_page = meta.last_page;
   const size_t n_blobs = m.blob_payload.size();
@@ -609,12 +633,7 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
     impl->blob_data[id] = data;
     Impl::BlobSite& site = impl->blob_site[id];
     site.value_size = v.size();
-    // The run the structure check bounded (a blob is an LMDB overflow value:
-    // its first page is a 16-byte page header, then the value).
-    uint64_t off = static_cast<uint64_t>(v.data() - impl->map_base);
-    if (impl->map_base && off >= kOverflowPageHeader && (off - kOverflowPageHeader) % meta.page_size == 0 &&
-        structure.overflow_head((off - kOverflowPageHeader) / meta.page_size))
-      site.overflow_page = (off - kOverflowPageHeader) / meta.page_size;
+    site.overflow_page = overflow_run_of(impl->map_base, v, meta, structure).value_or(UINT64_MAX);
   }
   impl->fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   return Archive(std::move(impl));

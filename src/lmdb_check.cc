@@ -260,15 +260,16 @@ class Walker {
     // The page header and, right after it, the value's first bytes (kept for
     // the caller: a treecask blob's own header), in one read; or, when the
     // caller checks the head itself before using the value, nothing.
+    // Counted and checked for overlap by the pages the value needs
+    // (OVPAGES, SPEC.md S4 and S10), whatever the header's mp_pages says.
     std::array<std::byte, StructureStats::kOverflowHeadSize> head{};
-    uint64_t pages = need;
+    const uint64_t pages = need;
     if (read_heads_) {
       std::byte* h = head.data();
       read(first, h, std::min<uint64_t>(head.size(), psize_));
       if (std::string why = check_overflow_head(std::span(h, kPageHeaderSize), first, dsize, psize_, last_);
           !why.empty())
         fail_page(pgno, at + "overflow page " + std::to_string(first) + " " + why);
-      pages = format::get_u32(h + 12);
     }
     extents_.emplace_back(first, first + pages);
     stats_.overflow_heads.emplace_back(first, head);

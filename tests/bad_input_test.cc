@@ -284,3 +284,29 @@ TEST_CASE("a damaged blob header fails the reads of that blob, not open") {
     }
   }
 }
+
+// SPEC.md S11: a manifest large enough for an LMDB overflow run has that
+// run's first page header checked before the manifest's bytes are used, as a
+// blob's is (the structure walk bounds the run without reading it).
+TEST_CASE("a damaged overflow page header of the manifest fails open") {
+  TempDir dir;
+  FlatTree t;
+  for (int i = 0; i < 300; ++i) t.add_random("leaf_" + std::to_string(i), DType::kUInt8, {4}, i);
+  auto good = dir / "good.cask";
+  t.save(good);
+  const auto bytes = tc_test::read_file(good);
+  const size_t tcmf = tc_test::find_bytes(bytes, std::as_bytes(std::span("TCMF", 4)));
+  REQUIRE(tcmf != SIZE_MAX);
+  const size_t page_header = tcmf - 4 - 16;  // root offset, then the identifier
+  REQUIRE(page_header % 4096 == 0);           // the manifest starts an overflow run
+  auto damaged = bytes;
+  damaged[page_header + 10] ^= std::byte{0x04};  // mp_flags: P_OVERFLOW no longer alone
+  auto p = dir / "bad.cask";
+  tc_test::write_file(p, damaged);
+  auto e = tc_test::expect_error(ErrorCode::kCorruption, [&] { (void)Archive::open(p); });
+  CHECK(std::string(e.what()).find("manifest: LMDB overflow page") != std::string::npos);
+  CHECK(e.file() == p.string());
+  OpenOptions trusted;
+  trusted.validate_structure = false;  // no walk: the page header is not checked
+  CHECK(Archive::open(p, trusted).size() == 300);
+}
