@@ -159,9 +159,11 @@ def test_the_dtype_table_is_the_cores():
     from treecask import _core
 
     assert sorted(_dtypes._NAME_TO_DTYPE) == sorted(_core.dtype_names()) == sorted(DTYPES)
-    assert _dtypes.PACKED == {"int2", "uint2", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"}
+    packed_bits = {"int2": 2, "uint2": 2, "int4": 4, "uint4": 4, "float4_e2m1fn": 4, "float6_e2m3fn": 6,
+                   "float6_e3m2fn": 6}  # SPEC.md "Dtypes"
+    assert _dtypes.PACKED == set(packed_bits) and _dtypes.BITS == packed_bits
     for name in DTYPES:
-        bits = _dtypes.BITS.get(name, 8 * _dtypes.to_numpy(name).itemsize)
+        bits = packed_bits.get(name, 8 * _dtypes.to_numpy(name).itemsize)
         assert _core.dtype_bits(name) == bits, name
         assert _core.byte_length_for(name, [3, 5]) == (15 * bits + 7) // 8, name
     with pytest.raises(treecask.InvalidArgumentError):
@@ -341,13 +343,16 @@ def test_errors_pickle_and_keep_attributes():
 
 
 def test_every_core_error_code_has_its_class():
-    """treecask.errors has one class per C++ ErrorCode, with the core's number and name."""
+    """treecask.errors has one class per C++ ErrorCode, with the core's number and name: the
+    stable codes of include/treecask/error.h, which the CLI's exit status also follows."""
     from treecask import _core, errors
 
-    classes = {cls.code_name: cls for cls in errors._BY_CODE.values()}
-    assert sorted(classes) == sorted(_core.ERROR_CODES)
-    for name, code in _core.ERROR_CODES.items():
-        assert classes[name].code == code and errors._BY_CODE[code] is classes[name]
+    stable = {"not found": 1, "not an archive": 2, "unsupported version": 3, "corruption": 4,
+              "checksum mismatch": 5, "key not found": 6, "invalid argument": 7, "shape mismatch": 8,
+              "I/O error": 9, "already exists": 10, "unsupported": 11}
+    assert _core.ERROR_CODES == stable
+    assert {cls.code_name: cls.code for cls in errors._BY_CODE.values()} == stable
+    assert errors.NotFoundError.code == 1 and errors.UnsupportedError.code == 11
 
 
 # ---- templates (like) without jax ------------------------------------------------------
