@@ -257,22 +257,22 @@ class Archive:
         if not copy:
             names, shapes, kinds, has_metadata, zero_copy = c.leaf_columns(first, count, True)
             views = iter(c.view_many(list(itertools.compress(range(first, first + count), zero_copy)), None))
+            # No view of the map: fresh copies in one bulk read, read-only like the views.
+            rest = [k for k, z in enumerate(zero_copy) if not z]
+            copies = iter(self._read_many([first + k for k in rest], [names[k] for k in rest],
+                                          [shapes[k] for k in rest]))
             plain = _dtypes.PLAIN_DTYPES
             arrays: List[Any] = []
-            for k, (n, s, z) in enumerate(zip(names, shapes, zero_copy)):
+            for n, s, z in zip(names, shapes, zero_copy):
                 if z:
                     arrays.append(next(views).view(plain[n]).reshape(s))
-                else:  # no view of the map: a fresh copy, read-only like the views
-                    arr = self._read_array(first + k, self._infos()[first + k])
+                else:
+                    arr = next(copies)
                     arr.flags.writeable = False
                     arrays.append(arr)
         else:
             names, shapes, kinds, has_metadata = c.leaf_columns(first, count)
             arrays = self._read_many(list(range(first, first + count)), names, shapes)
-            if not _dtypes.PACKED.isdisjoint(names):  # sub-byte leaves: unpacked one by one
-                for k, x in enumerate(arrays):
-                    if x is None:
-                        arrays[k] = self._read_array(first + k, self._infos()[first + k])
         if kinds.count(_codec.ARRAY) != count or has_metadata.count(0) != count:
             for k in range(count):
                 kind = kinds[k]
@@ -286,29 +286,29 @@ class Archive:
         return arrays
 
     def _read_many(self, indices: List[int], names: Sequence[str], shapes: Sequence[Tuple[int, ...]]) -> List[Any]:
-        """Fresh arrays of the leaves `indices` (of dtype names `names` and
-        shapes `shapes`), read by one bulk call (all cores, pread + checksum in
-        one pass); None for the packed sub-byte leaves, which the caller reads
-        one by one (_read_array unpacks them)."""
+        """Fresh, writable arrays of the leaves `indices` (of dtype names
+        `names` and shapes `shapes`): one bulk call (all cores, pread +
+        checksum in one pass) for the whole-byte dtypes; the packed sub-byte
+        leaves one by one (_read_array unpacks them)."""
         plain = _dtypes.PLAIN_DTYPES
         empty = np.empty
         arrays = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
         if _dtypes.PACKED.isdisjoint(names):
             self._c().read_many(indices, arrays, None)
-        else:
-            todo = [k for k, x in enumerate(arrays) if x is not None]
-            self._c().read_many([indices[k] for k in todo], [arrays[k] for k in todo], None)
-        return arrays
+            return arrays
+        todo = [k for k, x in enumerate(arrays) if x is not None]
+        self._c().read_many([indices[k] for k in todo], [arrays[k] for k in todo], None)
+        infos = self._infos()
+        return [x if x is not None else self._read_array(i, infos[i]) for i, x in zip(indices, arrays)]
 
     def _prefetch(self, indices: Sequence[int]) -> Dict[int, np.ndarray]:
-        """{leaf index: array} of the leaves among `indices` other than the
-        sub-byte ones, read by one bulk call (_read_many): the arrays a
-        restore into a template takes its leaves from (_restore._like)."""
+        """{leaf index: fresh array} of the leaves `indices`, read by
+        _read_many: the arrays a restore into a template takes its leaves
+        from (_restore._like)."""
         infos = self._infos()
         todo = [int(i) for i in indices]
         ds = [infos[i] for i in todo]
-        arrays = self._read_many(todo, [d["dtype"] for d in ds], [tuple(d["shape"]) for d in ds])
-        return {i: x for i, x in zip(todo, arrays) if x is not None}
+        return dict(zip(todo, self._read_many(todo, [d["dtype"] for d in ds], [tuple(d["shape"]) for d in ds])))
 
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
         """A fresh, writable array of leaf i (description `d`): sub-byte dtypes

@@ -431,12 +431,6 @@ class ShardedCheckpoint(Archive):
             self._raw_infos = _LeafInfos(self._sharded)
         return self._raw_infos
 
-    def __getitem__(self, key):
-        i = self._index(key)
-        arr = self._read_array(i, self._infos()[i])
-        arr.flags.writeable = False
-        return arr
-
     def verify(self) -> List[Error]:
         """Checks every chunk of every shard file (the tiling of each leaf
         was checked when the directory was opened): one Error per damaged
@@ -444,22 +438,14 @@ class ShardedCheckpoint(Archive):
         self._c()
         return list(self._sharded.verify())
 
-    def _values(self, first: int, count: int, copy: bool = True) -> List[Any]:
-        """Leaves [first, first + count) as _value gives them; with copy=False
-        (load(copy=False)) the arrays are made read-only: a global array of a
-        sharded checkpoint is assembled from boxes in several files, so it is
-        always a fresh copy, never a view of one map."""
-        values = [self._value(i) for i in range(first, first + count)]
-        if not copy:
-            for v in values:
-                if isinstance(v, np.ndarray):
-                    v.flags.writeable = False
-        return values
-
-    def _prefetch(self, indices) -> Dict[int, np.ndarray]:
-        """Nothing: a global array is assembled from boxes in several files,
-        read when the restore asks for it (_restore._array)."""
-        return {}
+    def _read_many(self, indices, names, shapes) -> List[np.ndarray]:
+        """Fresh arrays of the leaves `indices` (names and shapes unused: the
+        leaf descriptions give them), each assembled by _read_array from the
+        saved boxes in several files: a sharded leaf has no bulk read of one
+        map, and never a view of one (LeafInfo.zero_copy is False), so the
+        base class's __getitem__, _values and _prefetch all come here."""
+        infos = self._infos()
+        return [self._read_array(i, infos[i]) for i in indices]
 
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
         self._c()

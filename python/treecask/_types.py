@@ -55,9 +55,10 @@ class ShardingInfo:
 
 class ShardBox(NamedTuple):
     """One saved box of a leaf of a sharded checkpoint (format 3.0, SPEC.md
-    "Checkpoint directories"): the elements ``[start, stop)`` per dimension of
-    the global array, stored as the leaf ``key_path`` of the shard ``file``
-    (a file name in the checkpoint directory)."""
+    "Checkpoint directories"): the elements ``[start, stop)`` of the global
+    array, one element index per dimension in each, stored as the leaf
+    ``key_path`` of the shard ``file`` (a file name in the checkpoint
+    directory)."""
 
     file: str
     key_path: str
@@ -69,15 +70,22 @@ class ShardBox(NamedTuple):
 class LeafInfo:
     """What the manifest says about one leaf.
 
+    ``key_path`` and ``index`` (its position in pre-order) name the leaf;
     ``dtype`` is the NumPy / ml_dtypes dtype (``dtype_name`` the format's name),
     ``shape`` the array shape (for a ``str`` leaf: its UTF-8 byte count),
     ``value_kind`` what the saving program had ("array", "int", "float",
-    "bool", "str"), ``codec`` "none" (zero-copy readable) or "lz4",
-    ``filter`` "none" or "shuffle" (bytes shuffled before LZ4; format 2.0,
-    SPEC.md "Filters"), ``byte_length`` raw bytes, ``stored_bytes`` bytes in
-    the file. ``shards``: for a leaf of a sharded checkpoint
-    (:class:`treecask.ShardedCheckpoint`), the saved boxes it is assembled
-    from (ShardBox), else empty.
+    "bool", "str"), ``codec`` "none" (stored raw) or "lz4" (whether a leaf is
+    read as a view of the map: ``zero_copy``), ``filter`` "none" or "shuffle"
+    (bytes shuffled before LZ4; format 2.0, SPEC.md "Filters"),
+    ``byte_length`` the leaf's bytes as stored uncompressed (packed for the
+    sub-byte dtypes), ``stored_bytes`` bytes in the file, ``chunk_size`` raw
+    bytes per chunk, ``num_chunks`` and ``num_parts`` its chunks and zero-copy
+    parts (SPEC.md "Large leaves"; 0 for a sharded leaf, whose bytes are in
+    other files), ``logical_axes`` one name per dimension ("" unnamed) or
+    empty, ``sharding`` the mesh and PartitionSpec it was saved with or None,
+    ``metadata`` the leaf's user key-values. ``shards``: for a leaf of a
+    sharded checkpoint (:class:`treecask.ShardedCheckpoint`), the saved boxes
+    it is assembled from (ShardBox), else empty.
     """
 
     key_path: str
