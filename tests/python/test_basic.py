@@ -499,3 +499,25 @@ def test_shuffle_compresses_float_weights_and_writes_format_2(tmp_path):
     assert trees_equal(treecask.load(shuf), treecask.load(plain))
     back = treecask.load(shuf, subtree="v")
     assert np.array_equal(back, tree["v"])
+
+
+def test_sharded_golden_vector_lists_its_boxes():
+    """format/vectors/v3_0_sharded (format 3.0): each leaf's info lists the saved boxes
+    (ShardBox), none is a view of a map, and each global array is its boxes, read from the
+    shard files they name, put in place."""
+    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "format", "vectors", "v3_0_sharded")
+    with treecask.open(d) as c:
+        assert isinstance(c, treecask.ShardedCheckpoint)
+        w = c.info("params/w")
+        assert w.shape == (6, 8) and len(w.shards) == 4 and not w.zero_copy
+        assert {b.file for b in w.shards} == {"process_0.cask", "process_1.cask"}
+        for k in c.keys():
+            info = c.info(k)
+            arr = c[k]
+            assert arr.flags.owndata and not arr.flags.writeable and not info.zero_copy
+            expect = np.zeros(info.shape, info.dtype)
+            for b in info.shards:
+                with treecask.open(os.path.join(d, b.file)) as shard:
+                    expect[tuple(slice(s, e) for s, e in zip(b.start, b.stop))] = shard[b.key_path]
+            np.testing.assert_array_equal(arr, expect)
+        assert treecask.open(os.path.join(d, "process_0.cask")).info(w.shards[0].key_path).shards == ()
