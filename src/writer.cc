@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -76,8 +77,10 @@ bool lz4_pays(std::span<const std::byte> data, unsigned shuffle_bytes) {
 
 class BlobWriter {
  public:
-  BlobWriter(MDB_txn* txn, MDB_dbi dbi, uint32_t page_size, int fd, bool writeback, const std::string& file)
-      : txn_(txn), dbi_(dbi), page_size_(page_size), fd_(fd), writeback_(writeback), file_(file) {}
+  BlobWriter(MDB_txn* txn, MDB_dbi dbi, uint32_t page_size, uint64_t map_size, int fd, bool writeback,
+             const std::string& file)
+      : txn_(txn), dbi_(dbi), page_size_(page_size), map_size_(map_size), fd_(fd), writeback_(writeback),
+        file_(file) {}
 
   // Copies `n` bytes from caller memory to `dst` (inside a reserved payload).
   // With pwrite() the kernel copies straight into the page cache: no page
@@ -122,8 +125,10 @@ class BlobWriter {
     auto* base = static_cast<std::byte*>(v.mv_data);
     // A blob value (at least a page long) is an overflow value: it starts
     // kOverflowDataOffset bytes into a page (SPEC.md "LMDB container").
-    if (!map_base_ && reinterpret_cast<uintptr_t>(base - lmdb::kOverflowDataOffset) % page_size_ == 0)
+    if (!map_base_ && reinterpret_cast<uintptr_t>(base - lmdb::kOverflowDataOffset) % page_size_ == 0) {
       map_base_ = lmdb::map_base_of(base, page_size_);
+      advise_map();
+    }
     format::encode_blob_header({*id, payload}, base);
     std::memset(base + format::kBlobHeaderSize + payload, 0,
                 value_len - format::kBlobHeaderSize - payload);
@@ -134,11 +139,30 @@ class BlobWriter {
     return data;
   }
   const std::vector<uint64_t>& payloads() const { return payloads_; }
+  // Offset in the file of `p`, a pointer into the map (0 when the map's base
+  // is unknown: then copy() uses memcpy and where pieces fall does not matter).
+  uint64_t file_offset(const std::byte* p) const { return map_base_ ? static_cast<uint64_t>(p - map_base_) : 0; }
 
  private:
+  // The writer touches the map only at a blob's first and last page (LMDB's
+  // overflow page header, the blob header, the zeroed tail); pwrite() fills
+  // the rest. Left to itself, each such fault reads around it, read_ahead_kb
+  // at a time, in 4 KiB page-cache folios that pwrite() then fills: a fresh
+  // archive ends up mostly in 4 KiB folios, and every reader pays for it (a
+  // page-cache lookup per 4 KiB in pread(), a fault per 64 KiB through a map;
+  // docs/performance.md, "Page-cache folios"). From the first blob on, a
+  // fault reads its one page, and what earlier faults read around (LMDB's first read of its meta
+  // page) is dropped while still clean, so pwrite() allocates large folios.
+  // Hints only: an error is ignored.
+  void advise_map() const {
+    (void)::madvise(const_cast<std::byte*>(map_base_), map_size_, MADV_RANDOM);
+    (void)::posix_fadvise(fd_, 0, static_cast<off_t>(map_size_), POSIX_FADV_DONTNEED);
+  }
+
   MDB_txn* txn_;
   MDB_dbi dbi_;
   uint32_t page_size_;
+  uint64_t map_size_;
   int fd_;
   bool writeback_;
   const std::string& file_;
@@ -146,6 +170,10 @@ class BlobWriter {
   uint32_t next_id_ = 0;
   std::vector<uint64_t> payloads_;
 };
+
+// The largest page-cache folio the kernel makes of a file on x86-64 and arm64
+// with 4 KiB pages (a PMD): write_raw() copies in pieces aligned to it.
+inline constexpr uint64_t kFolioBytes = 2ull << 20;
 
 // Small leaves packed into one staging buffer, flushed as one blob.
 struct Pack {
@@ -258,26 +286,44 @@ struct Writer {
     pack.members.clear();
   }
 
-  // Raw leaf: parts of <= 1 GiB, copied and hashed chunk by chunk on all threads.
+  // Raw leaf: parts of <= 1 GiB, copied and hashed on all threads. The copy
+  // goes in pieces cut at 2 MiB boundaries of the file, not at chunk
+  // boundaries: a pwrite() that covers an aligned 2 MiB range whole lets the
+  // kernel hold it in one page-cache folio, which a mapped reader then maps
+  // with one fault (docs/performance.md, "Page-cache folios"). Each piece's
+  // task also hashes the chunks that end in it, from the caller's bytes the
+  // copy has just read.
   void write_raw(size_t li) {
     LeafOut& lo = out[li];
+    auto data = leaves[li].data;
     uint64_t per_part = std::max<uint64_t>(1, opt.max_part_bytes / opt.chunk_size);
     for (uint64_t first = 0; first < lo.chunks.size(); first += per_part) {
       uint64_t last = std::min<uint64_t>(lo.chunks.size(), first + per_part);
       uint64_t begin = first * opt.chunk_size;
-      uint64_t end = std::min<uint64_t>(leaves[li].data.size(), last * opt.chunk_size);
+      uint64_t end = std::min<uint64_t>(data.size(), last * opt.chunk_size);
       uint32_t id;
       std::byte* dst = blobs.reserve(end - begin, &id);
-      parallel_for(last - first, threads, [&](size_t k) {
-        uint64_t ci = first + k;
-        auto src = chunk_src(li, ci);
-        ChunkOut& c = lo.chunks[ci];
-        c.blob = id;
-        c.offset = ci * opt.chunk_size - begin;
-        c.stored = src.size();
-        blobs.copy(dst + c.offset, src.data(), src.size());
-        c.checksum = format::xxh3(src, format::chunk_seed(li, ci));
-        blobs.start_writeback(dst + c.offset, src.size());
+      // Piece k spans payload bytes [cut(k), cut(k + 1)); cut(0) = 0 and the
+      // others fall on the file's 2 MiB boundaries.
+      uint64_t head = kFolioBytes - blobs.file_offset(dst) % kFolioBytes;  // payload bytes before the first boundary
+      uint64_t pieces = 1 + (end - begin > head ? (end - begin - head + kFolioBytes - 1) / kFolioBytes : 0);
+      auto cut = [&](uint64_t k) { return k == 0 ? 0 : std::min(end - begin, head + (k - 1) * kFolioBytes); };
+      parallel_for(pieces, threads, [&](size_t k) {
+        uint64_t from = cut(k), to = cut(k + 1);
+        blobs.copy(dst + from, data.data() + begin + from, to - from);
+        blobs.start_writeback(dst + from, to - from);
+        // The chunks whose last byte lies in [from, to).
+        uint64_t c0 = from == 0 ? 0 : (from - 1) / opt.chunk_size + 1;
+        uint64_t c1 = to == 0 ? 0 : (to - 1) / opt.chunk_size + 1;
+        for (uint64_t k2 = c0; k2 < c1; ++k2) {
+          uint64_t ci = first + k2;
+          auto src = chunk_src(li, ci);
+          ChunkOut& c = lo.chunks[ci];
+          c.blob = id;
+          c.offset = ci * opt.chunk_size - begin;
+          c.stored = src.size();
+          c.checksum = format::xxh3(src, format::chunk_seed(li, ci));
+        }
       });
     }
   }
@@ -336,11 +382,19 @@ struct Writer {
   }
 };
 
+// A value of a page or more (the manifest, mostly) is reserved and then
+// copied by `blobs` (pwrite(): large page-cache folios, as for blobs).
 void put_meta(MDB_txn* txn, MDB_dbi dbi, std::string_view key, std::span<const std::byte> value,
-              const std::string& file) {
+              const BlobWriter& blobs, uint32_t page_size, const std::string& file) {
   MDB_val k{key.size(), const_cast<char*>(key.data())};
-  MDB_val v{value.size(), const_cast<std::byte*>(value.data())};
-  lmdb::check(mdb_put(txn, dbi, &k, &v, 0), file, "mdb_put(meta)");
+  if (value.size() < page_size) {
+    MDB_val v{value.size(), const_cast<std::byte*>(value.data())};
+    lmdb::check(mdb_put(txn, dbi, &k, &v, 0), file, "mdb_put(meta)");
+    return;
+  }
+  MDB_val v{value.size(), nullptr};
+  lmdb::check(mdb_put(txn, dbi, &k, &v, MDB_RESERVE), file, "mdb_put(meta)");
+  blobs.copy(static_cast<std::byte*>(v.mv_data), value.data(), value.size());
 }
 
 }  // namespace
@@ -459,7 +513,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     lmdb::check(mdb_dbi_open(txn.get(), format::kMetaDb, MDB_CREATE, &meta_dbi), file, "mdb_dbi_open(meta)");
     lmdb::check(mdb_dbi_open(txn.get(), format::kBlobDb, MDB_CREATE, &blob_dbi), file, "mdb_dbi_open(blobs)");
 
-    BlobWriter blobs(txn.get(), blob_dbi, psize, fd, opt.durable, file);
+    BlobWriter blobs(txn.get(), blob_dbi, psize, map_size, fd, opt.durable, file);
     Writer w{.file = file,
              .leaves = leaves,
              .opt = opt,
@@ -483,8 +537,8 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     h.manifest_checksum = format::xxh3(std::as_bytes(std::span(manifest)), 0);
     std::byte header[format::kHeaderSize];
     format::encode_header(h, header);
-    put_meta(txn.get(), meta_dbi, format::kManifestKey, std::as_bytes(std::span(manifest)), file);
-    put_meta(txn.get(), meta_dbi, format::kHeaderKey, header, file);
+    put_meta(txn.get(), meta_dbi, format::kManifestKey, std::as_bytes(std::span(manifest)), blobs, psize, file);
+    put_meta(txn.get(), meta_dbi, format::kHeaderKey, header, blobs, psize, file);
     txn.commit(file);
     if (opt.durable) lmdb::check(mdb_env_sync(env.get(), 1), file, "mdb_env_sync");
     mdb_env_info(env.get(), &info);
