@@ -26,6 +26,7 @@ figures depend on the machine's load; compare ratios from the same run only.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -38,6 +39,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import page_cache  # noqa: E402
 import peers  # noqa: E402  (build, flatten, leaf_key, prewarm)
 
 import treecask  # noqa: E402
@@ -96,6 +98,16 @@ def rss_of_load(path: str, copy: bool) -> Tuple[int, int, int]:
         raise RuntimeError(r.stderr)
     anon, file, nbytes = map(int, r.stdout.split())
     return anon, file, nbytes
+
+
+def st_view(path: str, key: str) -> np.ndarray:
+    """A read-only view of tensor `key`'s bytes in safetensors file `path`
+    (8-byte little-endian header length, JSON header, data; offsets in the
+    header count from the data's start)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        begin, end = json.loads(f.read(n))[key]["data_offsets"]
+    return np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n + begin, shape=(end - begin,))
 
 
 def main() -> None:
@@ -177,6 +189,8 @@ def main() -> None:
         return out
 
     np.testing.assert_array_equal(tc_read(), st_read())
+    with treecask.open(tc) as a:  # the page-cache folios each reader copies from
+        folios = {"treecask": page_cache.summary(a[key]), "safetensors": page_cache.summary(st_view(st, key))}
     one = pair("treecask", tc_read, "safetensors", st_read, args.rounds, 30)
     lim = pair("treecask", tc_read, "memcpy", memcpy_leaf, args.rounds, 30)
     rows.append((f"one leaf as a fresh copy (`{key}`, {leaf.nbytes / 2**20:.0f} MiB): treecask "
@@ -204,6 +218,8 @@ def main() -> None:
         print(f"| {label} | {r['a']} {fmt(r['ta'])} | {r['b']} {fmt(r['tb'])} | {r['ratio']:.2f}× | "
               f"{r['lo']:.2f}–{r['hi']:.2f}× |")
     print()
+    for name, line in folios.items():
+        print(f"page-cache folios behind the one leaf, {name} file: {line or 'not readable (needs root)'}")
     for c, (anon, file, n) in rss.items():
         print(f"load(copy={c}) in a fresh process, every page touched: RssAnon +{anon / 2**20:,.1f} MiB, "
               f"RssFile +{file / 2**20:,.1f} MiB, for {n / 2**20:,.1f} MiB of leaves")
