@@ -139,9 +139,6 @@ class BlobWriter {
     return data;
   }
   const std::vector<uint64_t>& payloads() const { return payloads_; }
-  // Offset in the file of `p`, a pointer into the map (0 when the map's base
-  // is unknown: then copy() uses memcpy and where pieces fall does not matter).
-  uint64_t file_offset(const std::byte* p) const { return map_base_ ? static_cast<uint64_t>(p - map_base_) : 0; }
 
  private:
   // The writer touches the map only at a blob's first and last page (LMDB's
@@ -170,10 +167,6 @@ class BlobWriter {
   uint32_t next_id_ = 0;
   std::vector<uint64_t> payloads_;
 };
-
-// The largest page-cache folio the kernel makes of a file on x86-64 and arm64
-// with 4 KiB pages (a PMD): write_raw() copies in pieces aligned to it.
-inline constexpr uint64_t kFolioBytes = 2ull << 20;
 
 // Small leaves packed into one staging buffer, flushed as one blob.
 struct Pack {
@@ -286,44 +279,26 @@ struct Writer {
     pack.members.clear();
   }
 
-  // Raw leaf: parts of <= 1 GiB, copied and hashed on all threads. The copy
-  // goes in pieces cut at 2 MiB boundaries of the file, not at chunk
-  // boundaries: a pwrite() that covers an aligned 2 MiB range whole lets the
-  // kernel hold it in one page-cache folio, which a mapped reader then maps
-  // with one fault (docs/performance.md, "Page-cache folios"). Each piece's
-  // task also hashes the chunks that end in it, from the caller's bytes the
-  // copy has just read.
+  // Raw leaf: parts of <= 1 GiB, copied and hashed chunk by chunk on all threads.
   void write_raw(size_t li) {
     LeafOut& lo = out[li];
-    auto data = leaves[li].data;
     uint64_t per_part = std::max<uint64_t>(1, opt.max_part_bytes / opt.chunk_size);
     for (uint64_t first = 0; first < lo.chunks.size(); first += per_part) {
       uint64_t last = std::min<uint64_t>(lo.chunks.size(), first + per_part);
       uint64_t begin = first * opt.chunk_size;
-      uint64_t end = std::min<uint64_t>(data.size(), last * opt.chunk_size);
+      uint64_t end = std::min<uint64_t>(leaves[li].data.size(), last * opt.chunk_size);
       uint32_t id;
       std::byte* dst = blobs.reserve(end - begin, &id);
-      // Piece k spans payload bytes [cut(k), cut(k + 1)); cut(0) = 0 and the
-      // others fall on the file's 2 MiB boundaries.
-      uint64_t head = kFolioBytes - blobs.file_offset(dst) % kFolioBytes;  // payload bytes before the first boundary
-      uint64_t pieces = 1 + (end - begin > head ? (end - begin - head + kFolioBytes - 1) / kFolioBytes : 0);
-      auto cut = [&](uint64_t k) { return k == 0 ? 0 : std::min(end - begin, head + (k - 1) * kFolioBytes); };
-      parallel_for(pieces, threads, [&](size_t k) {
-        uint64_t from = cut(k), to = cut(k + 1);
-        blobs.copy(dst + from, data.data() + begin + from, to - from);
-        blobs.start_writeback(dst + from, to - from);
-        // The chunks whose last byte lies in [from, to).
-        uint64_t c0 = from == 0 ? 0 : (from - 1) / opt.chunk_size + 1;
-        uint64_t c1 = to == 0 ? 0 : (to - 1) / opt.chunk_size + 1;
-        for (uint64_t k2 = c0; k2 < c1; ++k2) {
-          uint64_t ci = first + k2;
-          auto src = chunk_src(li, ci);
-          ChunkOut& c = lo.chunks[ci];
-          c.blob = id;
-          c.offset = ci * opt.chunk_size - begin;
-          c.stored = src.size();
-          c.checksum = format::xxh3(src, format::chunk_seed(li, ci));
-        }
+      parallel_for(last - first, threads, [&](size_t k) {
+        uint64_t ci = first + k;
+        auto src = chunk_src(li, ci);
+        ChunkOut& c = lo.chunks[ci];
+        c.blob = id;
+        c.offset = ci * opt.chunk_size - begin;
+        c.stored = src.size();
+        blobs.copy(dst + c.offset, src.data(), src.size());
+        c.checksum = format::xxh3(src, format::chunk_seed(li, ci));
+        blobs.start_writeback(dst + c.offset, src.size());
       });
     }
   }
