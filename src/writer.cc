@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <mutex>
 
 #include "codec.h"
 #include "format.h"
@@ -90,6 +91,7 @@ class BlobWriter {
   void copy(std::byte* dst, const std::byte* src, size_t n) const {
     size_t done = 0;
     if (map_base_) {
+      std::lock_guard<std::mutex> one_at_a_time(pwrite_mutex_);
       auto off = static_cast<off_t>(dst - map_base_);
       while (done < n) {
         ssize_t w = ::pwrite(fd_, src + done, n - done, off + static_cast<off_t>(done));
@@ -164,6 +166,7 @@ class BlobWriter {
   bool writeback_;
   const std::string& file_;
   const std::byte* map_base_ = nullptr;
+  mutable std::mutex pwrite_mutex_;
   uint32_t next_id_ = 0;
   std::vector<uint64_t> payloads_;
 };
@@ -296,8 +299,8 @@ struct Writer {
         c.blob = id;
         c.offset = ci * opt.chunk_size - begin;
         c.stored = src.size();
-        blobs.copy(dst + c.offset, src.data(), src.size());
         c.checksum = format::xxh3(src, format::chunk_seed(li, ci));
+        blobs.copy(dst + c.offset, src.data(), src.size());
         blobs.start_writeback(dst + c.offset, src.size());
       });
     }
