@@ -3,8 +3,8 @@ the folios behind it, read from /proc/self/pagemap and /proc/kpageflags.
 
 Why a benchmark cares: a file written in 4 KiB folios costs every reader a
 page-cache lookup per 4 KiB in ``pread`` and a fault per 64 KiB through a
-map, where 2 MiB folios cost one (docs/performance.md, "Page-cache folios").
-Two files holding the same bytes can differ 2x in read speed by this alone,
+map, where larger folios cost one per folio (docs/performance.md, "Serving
+paths", third pass). Two files holding the same bytes can differ 2x in read speed by this alone,
 so a read benchmark should say what it read.
 
     folio_pages(array) -> list of folio sizes in 4 KiB pages, one per folio

@@ -87,7 +87,10 @@ class BlobWriter {
   // With pwrite() the kernel copies straight into the page cache: no page
   // fault per 4 KiB page of the map, as a memcpy into a fresh shared mapping
   // would take. The map and the page cache are the same pages, so LMDB sees
-  // the bytes. Falls back to memcpy if the map base is unknown. Thread-safe.
+  // the bytes. Falls back to memcpy if the map base is unknown. Thread-safe;
+  // one pwrite() at a time: ext4 serialises buffered writes to one file on
+  // its inode lock, where a second writer would only spin (callers hash
+  // meanwhile; docs/performance.md, "Serving paths", third pass).
   void copy(std::byte* dst, const std::byte* src, size_t n) const {
     size_t done = 0;
     if (map_base_) {
@@ -149,10 +152,10 @@ class BlobWriter {
   // at a time, in 4 KiB page-cache folios that pwrite() then fills: a fresh
   // archive ends up mostly in 4 KiB folios, and every reader pays for it (a
   // page-cache lookup per 4 KiB in pread(), a fault per 64 KiB through a map;
-  // docs/performance.md, "Page-cache folios"). From the first blob on, a
-  // fault reads its one page, and what earlier faults read around (LMDB's first read of its meta
-  // page) is dropped while still clean, so pwrite() allocates large folios.
-  // Hints only: an error is ignored.
+  // docs/performance.md, "Serving paths", third pass). From the first blob on
+  // a fault reads its one page, and what earlier faults read around (LMDB's
+  // first read of its meta page) is dropped while still clean, so pwrite()
+  // allocates large folios. Hints only: an error is ignored.
   void advise_map() const {
     (void)::madvise(const_cast<std::byte*>(map_base_), map_size_, MADV_RANDOM);
     (void)::posix_fadvise(fd_, 0, static_cast<off_t>(map_size_), POSIX_FADV_DONTNEED);
