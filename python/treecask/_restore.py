@@ -412,10 +412,13 @@ def _join(prefix: Sequence[str], comps: Sequence[str]) -> str:
     return T.join_path(list(prefix) + list(comps))
 
 
-# The format's dtypes a Python scalar of each type restores from (SPEC.md "Scalar leaves").
-_FLOAT_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"})
-_INT_NAMES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "int4", "uint4"})
-_COMPLEX_NAMES = frozenset({"complex64", "complex128"})
+# The format's dtypes a Python scalar of each type restores from (SPEC.md "Scalar leaves"):
+# every integer, floating (the low-precision and packed ones included: SPEC.md "Dtypes") and
+# complex dtype, named as in _dtypes.
+_ALL_NAMES = _dtypes.PLAIN_DTYPES.keys() | _dtypes.PACKED
+_FLOAT_NAMES = frozenset(n for n in _ALL_NAMES if n.startswith(("float", "bfloat")))
+_INT_NAMES = frozenset(n for n in _ALL_NAMES if n.startswith(("int", "uint")))
+_COMPLEX_NAMES = frozenset(n for n in _ALL_NAMES if n.startswith("complex"))
 # (Python scalar type of a template leaf, the dtypes it restores from, what the error says it expects).
 _SCALAR_TEMPLATES = ((bool, frozenset({"bool"}), "a bool"), (int, _INT_NAMES, "an int"),
                      (float, _FLOAT_NAMES, "a float"), (complex, _COMPLEX_NAMES, "a complex"))

@@ -458,6 +458,27 @@ def test_python_scalar_restores_into_0d_arrays(cask):
         treecask.load(cask, like={"step": np.zeros((), np.float32)})
 
 
+# Every low-precision and packed dtype of format 4.0 (SPEC.md "Dtypes"), with a value each holds exactly.
+_LOW_PRECISION = [("int2", 1), ("uint2", 3), ("int4", -7), ("uint4", 9), ("float4_e2m1fn", 1.5),
+                  ("float6_e2m3fn", 1.5), ("float6_e3m2fn", 1.5), ("float8_e3m4", 1.5), ("float8_e4m3", 1.5),
+                  ("float8_e4m3fn", 1.5), ("float8_e4m3fnuz", 1.5), ("float8_e4m3b11fnuz", 1.5),
+                  ("float8_e5m2", 1.5), ("float8_e5m2fnuz", 1.5), ("float8_e8m0fnu", 2.0)]
+
+
+@pytest.mark.parametrize("name,value", _LOW_PRECISION, ids=[n for n, _ in _LOW_PRECISION])
+def test_python_scalar_templates_take_every_low_precision_dtype(cask, name, value):
+    # A 0-d leaf of any integer or floating dtype restores into a Python int / float template,
+    # and a Python scalar in the file into a 0-d array of that dtype, as for float32 and int32.
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    treecask.save(cask, {"x": np.array(value, dtype), "y": value}, durable=False)
+    back = treecask.load(cask, like={"x": type(value)(0), "y": np.zeros((), dtype)})
+    assert type(back["x"]) is type(value) and back["x"] == value
+    assert back["y"].dtype == dtype and back["y"].shape == () and float(back["y"]) == value
+    wrong = 0.0 if isinstance(value, int) else 0
+    with pytest.raises(treecask.ShapeError, match="the template expects an? (int|float)"):
+        treecask.load(cask, like={"x": wrong, "y": np.zeros((), dtype)})
+
+
 def test_save_into_missing_directory_is_an_error(tmp_path):
     with pytest.raises(treecask.Error) as e:
         treecask.save(tmp_path / "no" / "such" / "dir.cask", {"x": np.ones(1)})
