@@ -820,14 +820,14 @@ NB_MODULE(_core, m) {
           "all cores (GIL released). The views keep the map alive.")
       .def(
           "leaf_columns",
-          [](const treecask::Archive& a, size_t first, size_t count, bool with_zero_copy) {
+          [](const treecask::Archive& a, size_t first, size_t count) {
             if (first > a.size() || count > a.size() - first)
               throw treecask::Error(treecask::ErrorCode::kInvalidArgument, a.path(), "",
                                     std::to_string(count) + " leaves from index " + std::to_string(first) +
                                         " run past the archive's " + std::to_string(a.size()));
             std::vector<nb::object> names(256);  // one str per dtype, shared by its leaves
             nb::list dtypes, shapes;
-            std::string kinds(count, '\0'), has_metadata(count, '\0'), views(with_zero_copy ? count : 0, '\0');
+            std::string kinds(count, '\0'), has_metadata(count, '\0'), views(count, '\0');
             for (size_t k = 0; k < count; ++k) {
               treecask::LeafInfo li = a.leaf(first + k);
               nb::object& name = names[static_cast<uint8_t>(li.dtype)];
@@ -839,17 +839,16 @@ NB_MODULE(_core, m) {
               shapes.append(nb::tuple(nb::cast(li.shape)));
               kinds[k] = static_cast<char>(li.value_kind);
               has_metadata[k] = li.metadata.empty() ? 0 : 1;
-              if (with_zero_copy) views[k] = zero_copy(li.codec, li.num_parts, li.dtype, !li.shards.empty()) ? 1 : 0;
+              views[k] = zero_copy(li.codec, li.num_parts, li.dtype, !li.shards.empty()) ? 1 : 0;
             }
             nb::bytes kind_bytes(kinds.data(), kinds.size()), metadata_bytes(has_metadata.data(), has_metadata.size());
-            if (with_zero_copy)
-              return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, nb::bytes(views.data(), views.size()));
-            return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes);
+            return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, nb::bytes(views.data(), views.size()));
           },
-          "first"_a, "count"_a, "zero_copy"_a = false,
+          "first"_a, "count"_a,
           "Leaves [first, first + count) as columns: (dtype names, shapes as tuples, value kinds "
-          "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata), and with zero_copy=True "
-          "also 1/0 per leaf as bytes: whether the package views it in the map (zero_copy()).")
+          "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata, 1/0 per leaf as bytes: "
+          "whether the package views it in the map (zero_copy())). InvalidArgumentError when the "
+          "range runs past the archive.")
       .def(
           "subtree_nodes",
           [](const treecask::Archive& a, const std::vector<std::string>& components) -> nb::object {

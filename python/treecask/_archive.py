@@ -254,8 +254,8 @@ class Archive:
         call on all cores), fresh read-only copies for the others (LZ4,
         several parts, sub-byte dtypes)."""
         c = self._c()
+        names, shapes, kinds, has_metadata, zero_copy = c.leaf_columns(first, count)
         if not copy:
-            names, shapes, kinds, has_metadata, zero_copy = c.leaf_columns(first, count, True)
             views = iter(c.view_many(list(itertools.compress(range(first, first + count), zero_copy)), None))
             # No view of the map: fresh copies in one bulk read, read-only like the views.
             rest = [k for k, z in enumerate(zero_copy) if not z]
@@ -271,7 +271,6 @@ class Archive:
                     arr.flags.writeable = False
                     arrays.append(arr)
         else:
-            names, shapes, kinds, has_metadata = c.leaf_columns(first, count)
             arrays = self._read_many(list(range(first, first + count)), names, shapes)
         if kinds.count(_codec.ARRAY) != count or has_metadata.count(0) != count:
             for k in range(count):

@@ -130,12 +130,12 @@ def test_subtree_nodes_and_leaf_columns_match_the_per_leaf_calls(cask):
     assert count == len(whole)
     assert a.subtree_nodes(["params", "nope"]) is None and a.subtree_nodes(["step", "x"]) is None
 
-    names, shapes, kinds, has_md = a.leaf_columns(0, len(a))
+    names, shapes, kinds, has_md, zero_copy = a.leaf_columns(0, len(a))
     for i in range(len(a)):
         d = a.leaf(i)
-        assert (names[i], shapes[i], kinds[i], has_md[i]) == (d["dtype"], d["shape"], d["value_kind"],
-                                                             int(bool(d["metadata"])))
-    assert a.leaf_columns(len(a), 0) == ([], [], b"", b"")
+        assert (names[i], shapes[i], kinds[i], has_md[i], zero_copy[i]) == (
+            d["dtype"], d["shape"], d["value_kind"], int(bool(d["metadata"])), int(d["zero_copy"]))
+    assert a.leaf_columns(len(a), 0) == ([], [], b"", b"", b"")
     with pytest.raises(IndexError):
         a.leaf_columns(1, len(a))
 
