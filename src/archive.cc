@@ -15,6 +15,7 @@
 #include "format.h"
 #include "lmdb_check.h"
 #include "lmdb_env.h"
+#include "lmdb_layout.h"
 #include "manifest.h"
 #include "parallel.h"
 #include "slice.h"
@@ -437,8 +438,7 @@ const std::byte* find_map_base(std::span<const std::byte> hdr, const lmdb::MetaI
 }
 
 // LMDB's page header (PAGEHDRSZ): an overflow value starts this far into its first page.
-constexpr uint64_t kOverflowPageHeader = 16;
-static_assert(kOverflowPageHeader + format::kBlobHeaderSize <= lmdb::StructureStats::kOverflowHeadSize);
+constexpr uint64_t kOverflowPageHeader = lmdb::kOverflowDataOffset;
 
 // The first page of the overflow run that holds `value` (an LMDB value at
 // `base` + its offset: page header, then the value), when the structure walk
@@ -449,7 +449,7 @@ std::optional<uint64_t> overflow_run_of(const std::byte* base, std::span<const s
   const uint64_t off = static_cast<uint64_t>(value.data() - base);
   if (off < kOverflowPageHeader || (off - kOverflowPageHeader) % meta.page_size != 0) return std::nullopt;
   const uint64_t pg = (off - kOverflowPageHeader) / meta.page_size;
-  if (!structure.overflow_head(pg)) return std::nullopt;
+  if (!structure.starts_overflow_run(pg)) return std::nullopt;
   return pg;
 }
 
@@ -520,7 +520,7 @@ Archive Archive::open(const std::filesystem::path& path, const OpenOptions& opti
               not_lmdb ? "not a treecask archive (" + why + ")" : why);
 
   // 1b. Every LMDB page the reads below can reach, still before LMDB sees the file.
-  lmdb::StructureStats structure;  // with the first page of every overflow run (not read: check_blob does)
+  lmdb::StructureStats structure;  // with the first page of every overflow run (its header: check_blob)
   if (options.validate_structure) {
     bool other_lmdb = false;
     if (std::string why = lmdb::check_structure(fd, impl->file_size, meta, &structure, &other_lmdb,

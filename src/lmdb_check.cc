@@ -257,22 +257,18 @@ class Walker {
     if (need > room)
       fail_page(pgno, at + "value of " + std::to_string(dsize) + " bytes at page " +
                           std::to_string(first) + " runs past the last page");
-    // The page header and, right after it, the value's first bytes (kept for
-    // the caller: a treecask blob's own header), in one read; or, when the
-    // caller checks the head itself before using the value, nothing.
-    // Counted and checked for overlap by the pages the value needs
+    // The page header, unless the caller checks it itself before using the
+    // value. Counted and checked for overlap by the pages the value needs
     // (OVPAGES, SPEC.md S4 and S10), whatever the header's mp_pages says.
-    std::array<std::byte, StructureStats::kOverflowHeadSize> head{};
     const uint64_t pages = need;
     if (read_heads_) {
-      std::byte* h = head.data();
-      read(first, h, std::min<uint64_t>(head.size(), psize_));
-      if (std::string why = check_overflow_head(std::span(h, kPageHeaderSize), first, dsize, psize_, last_);
-          !why.empty())
+      std::array<std::byte, kPageHeaderSize> head;
+      read(first, head.data(), head.size());
+      if (std::string why = check_overflow_head(head, first, dsize, psize_, last_); !why.empty())
         fail_page(pgno, at + "overflow page " + std::to_string(first) + " " + why);
     }
     extents_.emplace_back(first, first + pages);
-    stats_.overflow_heads.emplace_back(first, head);
+    stats_.overflow_starts.push_back(first);
     count_.overflow += pages;
     ++stats_.overflow_runs;
     stats_.overflow_pages += pages;
@@ -295,11 +291,8 @@ class Walker {
 
 }  // namespace
 
-const std::array<std::byte, StructureStats::kOverflowHeadSize>* StructureStats::overflow_head(
-    uint64_t pgno) const {
-  auto it = std::lower_bound(overflow_heads.begin(), overflow_heads.end(), pgno,
-                             [](const auto& e, uint64_t p) { return e.first < p; });
-  return it != overflow_heads.end() && it->first == pgno ? &it->second : nullptr;
+bool StructureStats::starts_overflow_run(uint64_t pgno) const {
+  return std::binary_search(overflow_starts.begin(), overflow_starts.end(), pgno);
 }
 
 std::string check_overflow_head(std::span<const std::byte> head, uint64_t first, uint64_t value_size,
@@ -347,8 +340,7 @@ std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
       w.walk(n.db, what, false, nullptr);
     }
     w.check_overlaps();
-    std::sort(st.overflow_heads.begin(), st.overflow_heads.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(st.overflow_starts.begin(), st.overflow_starts.end());
   } catch (const Defect& d) {
     return d.why;
   }

@@ -38,14 +38,12 @@ struct StructureStats {
   uint64_t overflow_runs = 0;   // F_BIGDATA values
   uint64_t overflow_pages = 0;  // pages those runs cover (bounds-checked, not read)
   uint64_t named_dbs = 0;       // named-database records in the main DB
-  // The first kOverflowHeadSize bytes of each overflow run's first page (its
-  // 16-byte page header, then the value's first 48 bytes), sorted by page
-  // number: read once here, they spare the caller a second read of each value's
-  // own header (Archive::open's blob headers).
-  static constexpr size_t kOverflowHeadSize = 64;
-  std::vector<std::pair<uint64_t, std::array<std::byte, kOverflowHeadSize>>> overflow_heads;
-  // The head of the overflow run starting at page `pgno`, or nullptr.
-  const std::array<std::byte, kOverflowHeadSize>* overflow_head(uint64_t pgno) const;
+  // The first page of each overflow run, sorted: the caller checks a run's
+  // page header (check_overflow_head) before it uses the value (Archive: a
+  // blob's first use, the manifest at open).
+  std::vector<uint64_t> overflow_starts;
+  // Whether the walk bounded an overflow run starting at page `pgno`.
+  bool starts_overflow_run(uint64_t pgno) const;
 };
 
 // REQUIRES: `meta` is what check_meta_pages() returned for the same `fd` and
@@ -83,10 +81,10 @@ struct StructureStats {
 //
 // With `read_overflow_heads` false, the first page of an overflow run is not
 // read: the run's bounds and overlaps are checked over the pages its value
-// needs, and stats->overflow_heads lists each run's first page with a zeroed
-// head. The caller then checks that page's header with check_overflow_head()
-// before it uses the value (Archive: before the first read of a blob, SPEC.md
-// "Reader checks"), so an open costs no read per value.
+// needs, and stats->overflow_starts lists each run's first page. The caller
+// then checks that page's header with check_overflow_head() before it uses
+// the value (Archive: before the first read of a blob, SPEC.md "Reader
+// checks"), so an open costs no read per value.
 std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
                             StructureStats* stats = nullptr, bool* not_archive = nullptr,
                             bool read_overflow_heads = true);
