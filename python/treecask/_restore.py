@@ -270,9 +270,11 @@ def _like(a: Archive, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolv
 
     # Plan: which archive leaf each data leaf of `like` comes from.
     plan: Dict[Tuple[str, ...], Optional[int]] = {}
+    objs: Dict[Tuple[str, ...], Any] = {}  # the template leaf at each planned key path
     for comps, leaf in T.iter_leaves(pt):
         if leaf.leaf_kind != T.DATA:
             continue
+        objs[comps] = leaf.obj
         idx = _resolve(start, comps, flags.get(comps, ()))
         if idx is None:
             if missing == "error" or J.is_shape_dtype_struct(leaf.obj):
@@ -295,7 +297,11 @@ def _like(a: Archive, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolv
                 f"the checkpoint has {len(unused)} leaves the template lacks: {', '.join(unused[:5])}{more}",
                 file=file, key_path=unused[0])
 
-    pre = a._prefetch(sorted({i for i in plan.values() if i is not None})) if bulk else {}
+    # Read in one bulk call every planned leaf that _convert takes as a host
+    # array: not those it places on a jax.Array template's own sharding
+    # (Archive._place reads their boxes itself).
+    pre = a._prefetch(sorted({i for comps, i in plan.items()
+                              if i is not None and not _placed_by_template(a, i, objs[comps])})) if bulk else {}
 
     def leaf_value(comps, leaf: T.PNode):
         if leaf.leaf_kind != T.DATA:
@@ -393,7 +399,7 @@ def _convert(a: Archive, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarra
         import jax
 
         if sharding is None:
-            sharding = J.concrete_sharding(getattr(x, "sharding", None))
+            sharding = _own_sharding(x)
         if scalar:  # a Python scalar in the file, cast to the template's 0-d dtype
             arr = _array(a, i, d, pre).astype(x.dtype)
             return jax.device_put(arr, sharding) if sharding is not None else jax.numpy.asarray(arr)
@@ -406,6 +412,20 @@ def _convert(a: Archive, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarra
     if scalar and isinstance(x, np.ndarray):
         return _array(a, i, d, pre).astype(x.dtype)
     return a._value(i, pre.pop(i, None))
+
+
+def _own_sharding(x: Any) -> Any:
+    """The sharding a jax.Array or ShapeDtypeStruct template leaf restores onto
+    when no `shardings` is given: its own, made concrete, or None."""
+    return J.concrete_sharding(getattr(x, "sharding", None))
+
+
+def _placed_by_template(a: Archive, i: int, x: Any) -> bool:
+    """Whether _convert (with no `shardings`) places leaf i on template leaf
+    x's own sharding (Archive._place), instead of taking its host array."""
+    return ((J.is_jax_array(x) or J.is_shape_dtype_struct(x))
+            and a._infos()[i]["value_kind"] not in (_codec.INT, _codec.FLOAT, _codec.BOOL)
+            and _own_sharding(x) is not None)
 
 
 def _join(prefix: Sequence[str], comps: Sequence[str]) -> str:
