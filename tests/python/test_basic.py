@@ -542,3 +542,17 @@ def test_sharded_golden_vector_lists_its_boxes():
                     expect[tuple(slice(s, e) for s, e in zip(b.start, b.stop))] = shard[b.key_path]
             np.testing.assert_array_equal(arr, expect)
         assert treecask.open(os.path.join(d, "process_0.cask")).info(w.shards[0].key_path).shards == ()
+    # load(copy=False) of a sharded checkpoint: no leaf is a view of a map, so each comes as a
+    # fresh read-only array, equal to what load() assembles.
+    def arrays(tree, path=""):
+        if isinstance(tree, dict):
+            return {k: v for key, sub in tree.items() for k, v in arrays(sub, f"{path}/{key}").items()}
+        if isinstance(tree, (list, tuple)):
+            return {k: v for n, sub in enumerate(tree) for k, v in arrays(sub, f"{path}/{n}").items()}
+        return {path: tree} if isinstance(tree, np.ndarray) else {}
+
+    flat_views, flat_copies = arrays(treecask.load(d, copy=False)), arrays(treecask.load(d))
+    assert flat_views.keys() == flat_copies.keys() and flat_views
+    for k, arr in flat_views.items():
+        assert arr.flags.owndata and not arr.flags.writeable, k
+        np.testing.assert_array_equal(arr, flat_copies[k])
