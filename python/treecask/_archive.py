@@ -80,14 +80,17 @@ class Archive:
     # -- archive-level facts --
     @property
     def path(self) -> str:
+        """The path the archive was opened from, as given to open() (a str)."""
         return self._path
 
     @property
     def file_size(self) -> int:
+        """Size of the archive file in bytes, as it was at open()."""
         return int(self._c().file_size)
 
     @property
     def format_version(self) -> Tuple[int, int]:
+        """(major, minor) of the format the file was written in (SPEC.md "Versioning")."""
         return tuple(self._c().format_version)
 
     @property
@@ -97,6 +100,7 @@ class Archive:
 
     @property
     def created_unix_ns(self) -> int:
+        """When the writer committed the file: nanoseconds since the Unix epoch (UTC)."""
         return int(self._c().created_unix_ns)
 
     @property

@@ -144,9 +144,12 @@ def leaf_info(d: Dict[str, Any]) -> LeafInfo:
 
 @dataclass(frozen=True)
 class TreeNode:
-    """One treedef node (pre-order): ``kind`` is one of "leaf", "none", "dict",
-    "list", "tuple", "namedtuple", "dataclass"; ``keys`` are dict keys or field
-    names (empty for lists and tuples)."""
+    """One treedef node (pre-order; SPEC.md "Treedef"): ``kind`` is one of
+    "leaf", "none", "dict", "list", "tuple", "namedtuple", "dataclass";
+    ``arity`` is its number of children (0 for "leaf" and "none");
+    ``type_name`` the qualified Python type name of a namedtuple or
+    dataclass (e.g. "optax.ScaleByAdamState"; may be empty); ``keys`` are dict keys or field
+    names, one per child (empty for lists and tuples)."""
 
     kind: str
     arity: int
@@ -156,7 +159,13 @@ class TreeNode:
 
 @dataclass(frozen=True)
 class SaveStats:
-    """What save() wrote: file size, raw and stored leaf bytes, leaf and blob counts."""
+    """What save() wrote. ``file_bytes``: size of the archive file(s) in
+    bytes; ``raw_bytes``: the leaves' bytes as given; ``stored_bytes``: the
+    bytes their chunks take in the file(s) (smaller where LZ4 paid);
+    ``num_leaves``, ``num_blobs``: counts. For a sharded checkpoint (several
+    processes) ``file_bytes``, ``stored_bytes`` and ``num_blobs`` are summed
+    over every file written (each process's and the index), while
+    ``raw_bytes`` and ``num_leaves`` count each global leaf once."""
 
     file_bytes: int
     raw_bytes: int
