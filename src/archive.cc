@@ -261,17 +261,11 @@ struct Archive::Impl {
     slice::canonicalize(bp);
     bp.origin = tmp.data();
     run_plans(li, std::span<const slice::Plan>(&bp, 1), verify, threads);
-    const unsigned mask = (1u << bits) - 1;
     for (const slice::Plan& p : plans) {
       const int64_t step = p.d.back();
       slice::for_each_piece(p, p.base, p.end, [&](uint64_t src, int64_t dst, uint64_t x, uint64_t y) {
-        std::byte* o = p.origin + dst + static_cast<int64_t>(x) * step;
-        for (uint64_t u = src + x; u < src + y; ++u, o += step) {
-          uint64_t bit = u * bits - b0 * 8;
-          unsigned v = static_cast<uint8_t>(tmp[bit / 8]);
-          if (bit % 8 + bits > 8) v |= static_cast<unsigned>(static_cast<uint8_t>(tmp[bit / 8 + 1])) << 8;
-          *o = static_cast<std::byte>((v >> (bit % 8)) & mask);
-        }
+        slice::unpack(tmp.data(), (src + x) * bits - b0 * 8, y - x, bits,
+                      p.origin + dst + static_cast<int64_t>(x) * step, step);
       });
     }
   }
@@ -310,13 +304,9 @@ struct Archive::Impl {
         // `a` is a multiple of upb (a chunk or piece starts on a byte), so
         // unit u - a sits at the same bit offset in its byte as unit u.
         const int64_t step = p.d.back();
-        const unsigned bits = p.bits, mask = (1u << bits) - 1;
         slice::for_each_piece(p, a, b, [&](uint64_t src, int64_t dst, uint64_t x, uint64_t y) {
-          std::byte* o = p.origin + dst + static_cast<int64_t>(x) * step;
-          for (uint64_t u = src + x - a, e = src + y - a; u < e; ++u, o += step) {
-            unsigned v = static_cast<uint8_t>(data[u / upb]);
-            *o = static_cast<std::byte>((v >> ((u % upb) * bits)) & mask);
-          }
+          slice::unpack(data, (src + x - a) * p.bits, y - x, p.bits,
+                        p.origin + dst + static_cast<int64_t>(x) * step, step);
         });
       }
     };

@@ -28,24 +28,6 @@ std::string box_str(std::span<const int64_t> b, std::span<const int64_t> e) {
   return s + "]";
 }
 
-// Packs `elems` (one element per byte, the value in the low dtype_bits bits)
-// into `out` as SPEC.md "Dtypes" stores sub-byte dtypes: element k at bit
-// offset k * bits of the little-endian bit stream, padding bits zero.
-void pack_elements(DType dtype, std::span<const std::byte> elems, std::span<std::byte> out) {
-  const unsigned bits = static_cast<unsigned>(dtype_bits(dtype));
-  const unsigned mask = (1u << bits) - 1;
-  std::memset(out.data(), 0, out.size());
-  uint64_t bit = 0;
-  for (std::byte e : elems) {
-    unsigned v = static_cast<unsigned>(e) & mask;
-    uint64_t k = bit >> 3;
-    unsigned sh = static_cast<unsigned>(bit & 7);
-    out[k] |= static_cast<std::byte>((v << sh) & 0xFF);
-    if (sh + bits > 8) out[k + 1] |= static_cast<std::byte>(v >> (8 - sh));
-    bit += bits;
-  }
-}
-
 bool overlap(const Box& a, const Box& b) {
   for (size_t d = 0; d < a.start.size(); ++d)
     if (std::max(a.start[d], b.start[d]) >= std::min(a.stop[d], b.stop[d])) return false;

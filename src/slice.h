@@ -153,4 +153,66 @@ void for_each_piece(const Plan& p, uint64_t a, uint64_t b, Fn&& fn) {
   }
 }
 
+// Writes `count` packed elements of `bits` bits (2, 4 or 6), the first at
+// bit offset `bit` of `data` (SPEC.md "Dtypes" bit order), one byte each to
+// out, out + step, ...: the value in the low `bits` bits, the other bits zero
+// (ml_dtypes' layout). Reads only the bytes that hold those elements.
+// Contiguous output (step 1) goes a whole byte (2 and 4 bits) or three bytes
+// (6 bits) at a time; pack_elements (types.h) is its inverse.
+inline void unpack(const std::byte* data, uint64_t bit, uint64_t count, unsigned bits, std::byte* out,
+                   int64_t step) {
+  const unsigned mask = (1u << bits) - 1;
+  auto one = [&] {  // the element at `bit`, which may straddle two bytes (6 bits)
+    const uint64_t k = bit >> 3;
+    const unsigned sh = static_cast<unsigned>(bit & 7);
+    unsigned v = static_cast<uint8_t>(data[k]);
+    if (sh + bits > 8) v |= static_cast<unsigned>(static_cast<uint8_t>(data[k + 1])) << 8;
+    *out = static_cast<std::byte>((v >> sh) & mask);
+    out += step;
+    bit += bits;
+    --count;
+  };
+  if (step == 1) {
+    while (count && (bit & 7)) one();
+    const auto* in = reinterpret_cast<const uint8_t*>(data) + (bit >> 3);
+    auto* o = reinterpret_cast<uint8_t*>(out);
+    uint64_t groups = 0;
+    if (bits == 4) {
+      groups = count / 2;
+      for (uint64_t g = 0; g < groups; ++g) {
+        o[2 * g] = in[g] & 15;
+        o[2 * g + 1] = in[g] >> 4;
+      }
+      bit += groups * 8;
+      out += groups * 2;
+      count -= groups * 2;
+    } else if (bits == 2) {
+      groups = count / 4;
+      for (uint64_t g = 0; g < groups; ++g) {
+        const uint8_t v = in[g];
+        o[4 * g] = v & 3;
+        o[4 * g + 1] = (v >> 2) & 3;
+        o[4 * g + 2] = (v >> 4) & 3;
+        o[4 * g + 3] = v >> 6;
+      }
+      bit += groups * 8;
+      out += groups * 4;
+      count -= groups * 4;
+    } else if (bits == 6) {
+      groups = count / 4;
+      for (uint64_t g = 0; g < groups; ++g) {
+        const uint32_t v = in[3 * g] | (uint32_t{in[3 * g + 1]} << 8) | (uint32_t{in[3 * g + 2]} << 16);
+        o[4 * g] = v & 63;
+        o[4 * g + 1] = (v >> 6) & 63;
+        o[4 * g + 2] = (v >> 12) & 63;
+        o[4 * g + 3] = static_cast<uint8_t>(v >> 18);
+      }
+      bit += groups * 24;
+      out += groups * 4;
+      count -= groups * 4;
+    }
+  }
+  while (count) one();
+}
+
 }  // namespace treecask::slice

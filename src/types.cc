@@ -1,5 +1,6 @@
 #include "treecask/types.h"
 
+#include <algorithm>
 #include <array>
 
 #include "treecask/error.h"
@@ -92,6 +93,50 @@ uint64_t byte_length_for(DType dtype, std::span<const int64_t> shape) {
       throw Error(ErrorCode::kInvalidArgument, "", "", "shape overflows 2^63 bits");
   }
   return static_cast<uint64_t>((count * bits + 7) / 8);
+}
+
+void pack_elements(DType dtype, std::span<const std::byte> elems, std::span<std::byte> out) {
+  if (!dtype_packed(dtype))
+    throw Error(ErrorCode::kInvalidArgument, "", "",
+                "pack_elements: " + std::string(dtype_name(dtype)) + " is not a packed sub-byte dtype");
+  const unsigned bits = static_cast<unsigned>(dtype_bits(dtype));
+  if (out.size() != (uint64_t{elems.size()} * bits + 7) / 8)
+    throw Error(ErrorCode::kInvalidArgument, "", "",
+                "pack_elements: " + std::to_string(elems.size()) + " elements of " + std::to_string(bits) +
+                    " bits need " + std::to_string((uint64_t{elems.size()} * bits + 7) / 8) +
+                    " bytes, the output has " + std::to_string(out.size()));
+  const unsigned mask = (1u << bits) - 1;
+  std::fill(out.begin(), out.end(), std::byte{0});
+  // Whole output bytes (2 and 4 bits) or byte triples (6 bits) at a time,
+  // then the last elements bit by bit.
+  const auto* in = reinterpret_cast<const uint8_t*>(elems.data());
+  auto* o = reinterpret_cast<uint8_t*>(out.data());
+  const size_t per = bits == 6 ? 4 : 8 / bits, groups = elems.size() / per;
+  if (bits == 4) {
+    for (size_t g = 0; g < groups; ++g)
+      o[g] = static_cast<uint8_t>((in[2 * g] & 15) | (in[2 * g + 1] & 15) << 4);
+  } else if (bits == 2) {
+    for (size_t g = 0; g < groups; ++g)
+      o[g] = static_cast<uint8_t>((in[4 * g] & 3) | (in[4 * g + 1] & 3) << 2 | (in[4 * g + 2] & 3) << 4 |
+                                  (in[4 * g + 3] & 3) << 6);
+  } else {
+    for (size_t g = 0; g < groups; ++g) {
+      const uint8_t* e = in + 4 * g;
+      const uint32_t v = (e[0] & 63u) | (e[1] & 63u) << 6 | (e[2] & 63u) << 12 | (e[3] & 63u) << 18;
+      o[3 * g] = static_cast<uint8_t>(v);
+      o[3 * g + 1] = static_cast<uint8_t>(v >> 8);
+      o[3 * g + 2] = static_cast<uint8_t>(v >> 16);
+    }
+  }
+  uint64_t bit = uint64_t{groups} * per * bits;
+  for (std::byte e : elems.subspan(groups * per)) {
+    const unsigned v = static_cast<unsigned>(e) & mask;
+    const uint64_t k = bit >> 3;
+    const unsigned sh = static_cast<unsigned>(bit & 7);
+    out[k] |= static_cast<std::byte>((v << sh) & 0xFF);
+    if (sh + bits > 8) out[k + 1] |= static_cast<std::byte>(v >> (8 - sh));
+    bit += bits;
+  }
 }
 
 std::string_view codec_name(Codec codec) noexcept {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "craft.h"
+#include "slice.h"
 #include "testutil.h"
 #include "treecask/treecask.h"
 
@@ -318,6 +319,39 @@ std::vector<uint64_t> box_elements(const std::vector<int64_t>& shape, const std:
 }
 
 }  // namespace
+
+TEST_CASE("pack_elements and slice::unpack follow the spec's bit order and invert each other") {
+  // Every length 0..70 (whole groups of 2, 4 or 3 bytes, and a tail) and
+  // every start offset 0..5, for 2, 4 and 6 bits, against the bit-by-bit
+  // reference above; the high bits of each input byte are ignored.
+  std::mt19937 rng(5);
+  for (DType dt : {DType::kInt2, DType::kUInt4, DType::kFloat6E3M2FN}) {
+    const unsigned bits = static_cast<unsigned>(dtype_bits(dt));
+    for (size_t n = 0; n <= 70; ++n) {
+      std::vector<uint8_t> elems(n);
+      for (auto& e : elems) e = static_cast<uint8_t>(rng());
+      std::vector<std::byte> packed(byte_length_for(dt, std::vector<int64_t>{int64_t(n)}), std::byte{0xAA});
+      pack_elements(dt, std::as_bytes(std::span(elems)), packed);
+      CHECK(packed == pack_bits(elems, bits));
+      for (uint64_t first = 0; first <= std::min<uint64_t>(n, 5); ++first) {
+        std::vector<uint8_t> got(n - first, 0xFF), strided(2 * (n - first), 0xEE);
+        slice::unpack(packed.data(), first * bits, n - first, bits, reinterpret_cast<std::byte*>(got.data()), 1);
+        slice::unpack(packed.data(), first * bits, n - first, bits, reinterpret_cast<std::byte*>(strided.data()), 2);
+        for (uint64_t k = first; k < n; ++k) {
+          CHECK(got[k - first] == (elems[k] & ((1u << bits) - 1)));
+          CHECK(strided[2 * (k - first)] == got[k - first]);
+          CHECK(strided[2 * (k - first) + 1] == 0xEE);  // the gaps of a strided output are untouched
+        }
+      }
+    }
+  }
+  std::vector<std::byte> out(2);
+  std::vector<uint8_t> three(3);
+  tc_test::expect_error(ErrorCode::kInvalidArgument,  // int8 is not packed
+                        [&] { pack_elements(DType::kInt8, std::as_bytes(std::span(three)), out); });
+  tc_test::expect_error(ErrorCode::kInvalidArgument,  // 3 int2 elements fit one byte, not two
+                        [&] { pack_elements(DType::kInt2, std::as_bytes(std::span(three)), out); });
+}
 
 TEST_CASE("a sharded sub-byte leaf reads any hyperslab across its boxes, strided too") {
   // Sharded sub-byte leaves (int4, uint4, int2, float6, float4) of odd shapes, cut into boxes of odd sizes at

@@ -131,7 +131,7 @@ class TREECASK_API Archive {
 
   // Copies rows [row_begin, row_end) along axis 0 into `out`, touching and
   // decompressing only the chunks those rows lie in (read_bytes of the rows'
-  // bytes; int4/uint4 stay packed). REQUIRES rank >= 1,
+  // bytes; packed sub-byte dtypes stay packed). REQUIRES rank >= 1,
   // 0 <= row_begin <= row_end <= shape[0], a row of whole bytes, and
   // out.size() == (row_end - row_begin) * row bytes. Throws kInvalidArgument,
   // kShapeMismatch, kChecksumMismatch, kCorruption.
@@ -173,14 +173,16 @@ class TREECASK_API Archive {
 
   // Copies the box [start, stop) of leaf `index` into `out` (layout: see
   // SliceRequest). Elements are written as the file stores them (SPEC.md
-  // "Dtypes"), except int4/uint4, which are unpacked to one byte per element,
-  // the 4-bit value in the low nibble and the high nibble zero (the ml_dtypes
-  // int4/uint4 layout), so that every box of a packed leaf can be read.
+  // "Dtypes"), except the packed sub-byte dtypes (dtype_packed: int2, uint2,
+  // int4, uint4, float4_e2m1fn, float6_*), which are unpacked to one byte per
+  // element, the value in the low dtype_bits bits and the other bits zero (the
+  // ml_dtypes layout), so that every box of a packed leaf can be read;
+  // pack_elements (types.h) packs them back.
   // REQUIRES: start.size() == stop.size() == rank; 0 <= start[d] <= stop[d] <=
   // shape[d]; out_byte_strides empty or of size rank, no stride 0 along a
   // dimension of extent > 1, and no two elements at the same address (else
   // which value lands is unspecified); with empty strides out.size() ==
-  // element count * element bytes (1 for int4/uint4), with strides out.size()
+  // element count * element bytes (1 for a packed dtype), with strides out.size()
   // >= the span the strides address.
   // Throws kInvalidArgument (bad index, rank, range or strides: the message
   // names the dimension), kShapeMismatch (out size), kChecksumMismatch,
@@ -199,7 +201,7 @@ class TREECASK_API Archive {
                    Verify verify = Verify::kDefault, unsigned threads = 0) const;
 
   // Copies raw leaf bytes [offset, offset + out.size()) into `out`: the bytes
-  // as stored after decoding (int4/uint4 stay packed two per byte, SPEC.md
+  // as stored after decoding (sub-byte dtypes stay packed, SPEC.md
   // "Dtypes"), touching only the chunks that hold them. REQUIRES offset +
   // out.size() <= byte_length, else kInvalidArgument. Threads as above.
   // Throws kInvalidArgument, kChecksumMismatch, kCorruption.

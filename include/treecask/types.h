@@ -84,6 +84,15 @@ TREECASK_API bool dtype_packed(DType dtype) noexcept;
 // product that overflows int64 bytes.
 TREECASK_API uint64_t byte_length_for(DType dtype, std::span<const int64_t> shape);
 
+// Packs `elems` of a packed sub-byte `dtype` (one element per byte, as
+// ml_dtypes holds them; the value in the low dtype_bits bits, the high bits
+// ignored) into `out` as the file stores them (SPEC.md "Dtypes"): element k
+// at bits [k * bits, (k + 1) * bits) of the little-endian bit stream, the
+// padding bits of the last byte zero. REQUIRES dtype_packed(dtype) and
+// out.size() == ceil(elems.size() * bits / 8), else Error(kInvalidArgument).
+// Reading unpacks the other way (Archive::read_slice).
+TREECASK_API void pack_elements(DType dtype, std::span<const std::byte> elems, std::span<std::byte> out);
+
 // How leaf bytes are stored (SPEC.md "Codecs").
 enum class Codec : uint8_t {
   kNone = 0,  // raw: readable as a zero-copy view

@@ -583,6 +583,20 @@ NB_MODULE(_core, m) {
       "Bytes that `shape` elements of a dtype occupy in the file (treecask::byte_length_for: "
       "packed for sub-byte dtypes); InvalidArgumentError for an unknown dtype or a bad shape.");
   m.def(
+      "pack_elements",
+      [](nb::handle dtype, nb::handle elems, nb::handle out) {
+        const treecask::DType dt = dtype_of(dtype, "");
+        Buffer in(elems, false), dst(out, true);
+        nb::gil_scoped_release release;
+        treecask::pack_elements(dt, {in.data(), in.size()}, {dst.data(), dst.size()});
+      },
+      "dtype"_a, "elems"_a, "out"_a,
+      "treecask::pack_elements: the elements of a packed sub-byte dtype name (`elems`, any "
+      "C-contiguous buffer of one byte per element, as ml_dtypes holds them) packed into `out` "
+      "(a writable C-contiguous buffer of byte_length_for(dtype, shape) bytes) as SPEC.md "
+      "\"Dtypes\" stores them. InvalidArgumentError for a dtype that is not packed or a wrong "
+      "output size. Releases the GIL.");
+  m.def(
       "zero_copy",
       [](std::string_view codec, uint64_t num_parts, nb::handle dtype, bool sharded) {
         for (int v = 0; v < 256; ++v)  // the codec of that name (codec_name)

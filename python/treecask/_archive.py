@@ -315,14 +315,14 @@ class Archive:
 
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
         """A fresh, writable array of leaf i (description `d`): sub-byte dtypes
-        read packed, then unpacked one element per byte."""
+        unpacked one element per byte by a whole-leaf slice read
+        (Archive::read_slice), as ml_dtypes holds them."""
         name, shape = d["dtype"], tuple(d["shape"])
-        if name in _dtypes.PACKED:
-            buf = np.empty(int(d["byte_length"]), np.uint8)
-            self._c().read(i, buf, verify)
-            return _dtypes.unpack_bits(buf, name, shape)
         out = np.empty(shape, _dtypes.to_numpy(name))
-        self._c().read(i, out, verify)
+        if name in _dtypes.PACKED:
+            self._c().read_slice(i, [0] * len(shape), list(shape), out.view(np.uint8), verify)
+        else:
+            self._c().read(i, out, verify)
         return out
 
     def _read_rows(self, i: int, d: Dict[str, Any], start: int, stop: int) -> np.ndarray:

@@ -1,9 +1,10 @@
 """Mapping between treecask dtype names and NumPy / ml_dtypes dtypes, and the
-packing of the sub-byte dtypes (SPEC.md "Dtypes": in the file, element k
-occupies bits [k * bits, (k + 1) * bits) of the leaf's bytes read as one
-little-endian bit stream, so int4 element 2k is the low nibble of byte k; in
-memory, ml_dtypes holds one element per byte, the value in the low bits and
-the other bits zero)."""
+file bytes of an array. The sub-byte dtypes are packed in the file (SPEC.md
+"Dtypes": element k occupies bits [k * bits, (k + 1) * bits) of the leaf's
+bytes read as one little-endian bit stream, so int4 element 2k is the low
+nibble of byte k) and held one element per byte in memory (ml_dtypes, the
+value in the low bits); the core packs them (treecask::pack_elements) and
+unpacks them (Archive::read_slice)."""
 
 from __future__ import annotations
 
@@ -86,43 +87,13 @@ def to_name(dtype, *, key_path: str = "") -> str:
 
 
 def pack_bits(arr: np.ndarray, name: str) -> np.ndarray:
-    """A sub-byte array (ml_dtypes: one element per byte) -> its packed file
-    bytes (uint8, 1-d), padding bits zero."""
-    bits = BITS[name]
-    v = np.ascontiguousarray(arr).reshape(-1).view(np.uint8) & np.uint8((1 << bits) - 1)
-    if bits in (2, 4):
-        per = 8 // bits
-        if v.size % per:
-            v = np.concatenate([v, np.zeros(per - v.size % per, np.uint8)])
-        v = v.reshape(-1, per)
-        out = v[:, 0].copy()
-        for k in range(1, per):
-            out |= v[:, k] << np.uint8(k * bits)
-        return out
-    # 6 bits: the little-endian bit stream of the elements' low `bits` bits.
-    stream = np.unpackbits(v[:, None], axis=1, bitorder="little")[:, :bits].reshape(-1)
-    return np.packbits(stream, bitorder="little")
-
-
-def unpack_bits(packed: np.ndarray, name: str, shape) -> np.ndarray:
-    """Packed file bytes -> a fresh sub-byte array of `shape` (ml_dtypes:
-    one element per byte, the value in the low bits)."""
-    bits = BITS[name]
-    n = 1
-    for d in shape:
-        n *= int(d)
-    packed = np.asarray(packed, dtype=np.uint8).reshape(-1)
-    if bits in (2, 4):
-        per = 8 // bits
-        mask = np.uint8((1 << bits) - 1)
-        out = np.empty((packed.size, per), np.uint8)
-        for k in range(per):
-            out[:, k] = (packed >> np.uint8(k * bits)) & mask
-        out = out.reshape(-1)[:n]
-    else:
-        stream = np.unpackbits(packed, bitorder="little")[: n * bits].reshape(n, bits)
-        out = np.packbits(stream, axis=1, bitorder="little").reshape(-1)
-    return np.ascontiguousarray(out).view(_NAME_TO_DTYPE[name]).reshape(shape)
+    """A sub-byte array of dtype `name` (ml_dtypes: one element per byte) ->
+    its packed file bytes (uint8, 1-d, byte_length_for(name, shape) bytes,
+    padding bits zero), packed by the core (treecask::pack_elements)."""
+    elems = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    out = np.empty(_core.byte_length_for(name, [elems.size]), np.uint8)
+    _core.pack_elements(name, elems, out)
+    return out
 
 
 def as_bytes(arr: np.ndarray, name: str) -> np.ndarray:
@@ -138,7 +109,7 @@ def as_bytes(arr: np.ndarray, name: str) -> np.ndarray:
 
 
 def from_bytes(buf: np.ndarray, name: str, shape) -> np.ndarray:
-    """An array of dtype `name` and `shape` over `buf` (a view where possible)."""
-    if name in PACKED:
-        return unpack_bits(buf, name, shape)
+    """A view of `buf` (the file bytes of a leaf of a whole-byte dtype `name`)
+    as an array of that dtype and `shape`. Packed sub-byte leaves have no view:
+    Archive.read_slice unpacks them."""
     return buf.view(_NAME_TO_DTYPE[name]).reshape(shape)
