@@ -786,7 +786,7 @@ def child(job: Dict[str, Any]) -> Dict[str, Any]:
         spec_leaf = flatten(spec)[key]
         mem = PeakMemory()
         res["seconds"], res["inner_reps"] = _median_loop(
-            lambda: touch(c.leaf(path, key, tmpl, spec_leaf)), min_reps=1, max_reps=7, budget_s=2.0)
+            lambda: touch(c.leaf(path, key, tmpl, spec_leaf)), min_reps=1, max_reps=31, budget_s=2.0)
         res["peak"] = mem.peak_bytes()
         x = c.leaf(path, key, tmpl, spec_leaf)
         res["leaf_bytes"] = int(x.nbytes)
