@@ -73,6 +73,12 @@ class Archive:
             raise InvalidArgumentError("the archive is closed", file=self._path)
         return self._core
 
+    def _reader(self) -> Any:
+        """The core object whose ``read(i, out, verify=)`` and
+        ``read_slice(i, start, stop, out, verify=)`` read leaf i: the archive
+        itself here, the directory of shard files in ShardedCheckpoint."""
+        return self._c()
+
     def __repr__(self) -> str:
         state = "closed" if self._core is None else f"{len(self)} leaves"
         return f"<treecask.Archive {self._path!r} ({state})>"
@@ -227,7 +233,7 @@ class Archive:
         shape = tuple(int(s) for s in d["shape"])
         start, stop, drop = _basic_box(index, shape, self._path, d["key_path"])
         out = np.empty(tuple(b - a for a, b in zip(start, stop)), _dtypes.to_numpy(d["dtype"]))
-        self._c().read_slice(i, start, stop, out, verify)
+        self._reader().read_slice(i, list(start), list(stop), out, verify=verify)
         if drop:
             out = out.reshape(tuple(n for k, n in enumerate(out.shape) if k not in drop))
         return out
@@ -320,9 +326,9 @@ class Archive:
         name, shape = d["dtype"], tuple(d["shape"])
         out = np.empty(shape, _dtypes.to_numpy(name))
         if name in _dtypes.PACKED:
-            self._c().read_slice(i, [0] * len(shape), list(shape), out.view(np.uint8), verify)
+            self._reader().read_slice(i, [0] * len(shape), list(shape), out.view(np.uint8), verify=verify)
         else:
-            self._c().read(i, out, verify)
+            self._reader().read(i, out, verify=verify)
         return out
 
     def _read_rows(self, i: int, d: Dict[str, Any], start: int, stop: int) -> np.ndarray:
@@ -331,7 +337,7 @@ class Archive:
             raise InvalidArgumentError("read_rows needs an array of rank >= 1", file=self._path,
                                        key_path=d["key_path"])
         out = np.empty((max(0, stop - start),) + shape[1:], _dtypes.to_numpy(name))
-        self._c().read_slice(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]), out)
+        self._reader().read_slice(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]), out)
         return out
 
     def _value(self, i: int, arr: Optional[np.ndarray] = None) -> Any:

@@ -447,46 +447,18 @@ class ShardedCheckpoint(Archive):
         infos = self._infos()
         return [self._read_array(i, infos[i]) for i in indices]
 
-    def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
-        self._c()
-        name, shape = d["dtype"], tuple(d["shape"])
-        out = np.empty(shape, _dtypes.to_numpy(name))
-        if name in _dtypes.PACKED:
-            # Sub-byte dtypes: a whole-box slice read unpacks them straight
-            # into the ml_dtypes array (one element per byte).
-            self._sharded.read_slice(i, [0] * len(shape), list(shape), out, None, verify)
-        else:
-            self._sharded.read(i, out, verify)
-        return out
+    def _reader(self):
+        self._c()  # raises once closed
+        return self._sharded
 
     def read_slice(self, key, index: Any = (), *, verify: Optional[bool] = None) -> np.ndarray:
         """``checkpoint.read(key)[index]`` for NumPy basic indexing with step 1
         (as :meth:`treecask.Archive.read_slice`) over the *global* array,
         reading only the saved boxes it intersects and, in each, only the
-        chunks that hold it. Sub-byte leaves (int4, uint4, ...) come one
-        element per byte, as ml_dtypes holds them.
+        chunks that hold it (ShardedArchive::read_slice). Sub-byte leaves
+        (int4, uint4, ...) come one element per byte, as ml_dtypes holds them.
         Raises KeyNotFoundError, InvalidArgumentError, ChecksumError."""
-        i = self._index(key)
-        d = self._infos()[i]
-        shape = tuple(int(s) for s in d["shape"])
-        start, stop, drop = _basic_box(index, shape, self._path, d["key_path"])
-        out = np.empty(tuple(e - b for b, e in zip(start, stop)), _dtypes.to_numpy(d["dtype"]))
-        self._sharded.read_slice(i, list(start), list(stop), out, None, verify)
-        if drop:
-            out = out.reshape(tuple(n for k, n in enumerate(out.shape) if k not in drop))
-        return out
-
-    def _box(self, i: int, start: List[int], stop: List[int]) -> np.ndarray:
-        out = np.empty([e - b for b, e in zip(start, stop)], _dtypes.to_numpy(self._infos()[i]["dtype"]))
-        self._sharded.read_slice(i, start, stop, out)
-        return out
-
-    def _read_rows(self, i: int, d: Dict[str, Any], start: int, stop: int) -> np.ndarray:
-        shape = tuple(d["shape"])
-        if len(shape) == 0:
-            raise InvalidArgumentError("read_rows needs an array of rank >= 1", file=self._path,
-                                       key_path=d["key_path"])
-        return self._box(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]))
+        return super().read_slice(key, index, verify=verify)
 
     def _place(self, i: int, sharding: Any) -> Any:
         """Leaf i as a jax.Array on `sharding`: each addressable device's block

@@ -542,6 +542,17 @@ def test_sharded_golden_vector_lists_its_boxes():
                     expect[tuple(slice(s, e) for s, e in zip(b.start, b.stop))] = shard[b.key_path]
             np.testing.assert_array_equal(arr, expect)
         assert treecask.open(os.path.join(d, "process_0.cask")).info(w.shards[0].key_path).shards == ()
+        # Row and slice reads of the global array, and their argument errors, as an Archive's.
+        np.testing.assert_array_equal(c.read_rows("params/w", 2, 5), c["params/w"][2:5])
+        np.testing.assert_array_equal(c.read_slice("params/w", (slice(1, 4), -1)), c["params/w"][1:4, -1])
+        for bad in (lambda: c.read_rows("params/w", 4, 2), lambda: c.read_rows("params/w", 0, 7),
+                    lambda: c.read_slice("params/w", (slice(0, 6, 2),))):
+            with pytest.raises(treecask.InvalidArgumentError):
+                bad()
+    for closed in (lambda: c.read("params/w"), lambda: c.read_rows("params/w", 0, 1),
+                   lambda: c.read_slice("params/w", 0)):
+        with pytest.raises(treecask.InvalidArgumentError, match="closed"):
+            closed()
     # load(copy=False) of a sharded checkpoint: no leaf is a view of a map, so each comes as a
     # fresh read-only array, equal to what load() assembles.
     def arrays(tree, path=""):
