@@ -255,6 +255,43 @@ inline void exercise(const std::string& path, const std::vector<std::vector<std:
           } catch (const Error&) {
           }
         }
+        // Element reads (read_slice; packed sub-byte dtypes unpacked to one
+        // byte per element): the whole leaf, verified, must give the original
+        // elements; an inner box, unverified, must only stay in bounds.
+        const bool packed = dtype_packed(info.dtype);
+        const uint64_t unit = packed ? 1 : static_cast<uint64_t>(dtype_bits(info.dtype)) / 8;
+        uint64_t count = 1;
+        for (int64_t d : info.shape) count = d > 0 && count <= kMaxReadBytes ? count * static_cast<uint64_t>(d) : 0;
+        if (unit > 0 && count > 0 && count * unit <= kMaxReadBytes) {
+          std::vector<int64_t> start(info.shape.size(), 0), stop(info.shape);
+          std::vector<std::byte> elems(count * unit);
+          try {
+            a.read_slice(i, start, stop, elems, {}, Verify::kYes, 1);
+            if (want && packed) {  // element k at bits [k * bits, (k + 1) * bits) of the original
+              const unsigned bits = static_cast<unsigned>(dtype_bits(info.dtype));
+              for (uint64_t k = 0; k < count; ++k) {
+                const uint64_t bit = k * bits;
+                unsigned v = static_cast<uint8_t>((*want)[bit / 8]);
+                if (bit % 8 + bits > 8) v |= static_cast<unsigned>(static_cast<uint8_t>((*want)[bit / 8 + 1])) << 8;
+                if (static_cast<uint8_t>(elems[k]) != ((v >> (bit % 8)) & ((1u << bits) - 1)))
+                  wrong("read_slice() (unpacked)", i);
+              }
+            } else if (want && elems != *want) {
+              wrong("read_slice()", i);
+            }
+          } catch (const Error&) {
+          }
+          uint64_t inner = unit;
+          for (size_t d = 0; d < info.shape.size(); ++d) {
+            start[d] = info.shape[d] / 3;
+            stop[d] = info.shape[d] - info.shape[d] / 4;
+            inner *= static_cast<uint64_t>(stop[d] - start[d]);
+          }
+          try {
+            a.read_slice(i, start, stop, std::span(elems).first(inner), {}, Verify::kNo, 1);
+          } catch (const Error&) {
+          }
+        }
       } catch (const Error&) {
       }
     }
