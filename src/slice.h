@@ -153,12 +153,42 @@ void for_each_piece(const Plan& p, uint64_t a, uint64_t b, Fn&& fn) {
   }
 }
 
+// ---- packed sub-byte elements (SPEC.md "Dtypes") ----
+// A group is the fewest elements that fill whole bytes: 4 of 2 bits or 2 of
+// 4 bits in one byte, 4 of 6 bits in three. Whole groups go a group at a
+// time (the loops below unroll and vectorise); the rest bit by bit.
+
+inline unsigned group_elements(unsigned bits) { return bits == 6 ? 4 : 8 / bits; }
+
+// Unpacks `groups` whole groups from `in` to one byte per element at `out`.
+template <unsigned Bits>
+void unpack_groups(const uint8_t* in, uint64_t groups, uint8_t* out) {
+  constexpr unsigned kPer = Bits == 6 ? 4 : 8 / Bits, kBytes = Bits * kPer / 8, kMask = (1u << Bits) - 1;
+  for (uint64_t g = 0; g < groups; ++g, in += kBytes, out += kPer) {
+    uint32_t v = 0;
+    for (unsigned b = 0; b < kBytes; ++b) v |= uint32_t{in[b]} << (8 * b);
+    for (unsigned k = 0; k < kPer; ++k) out[k] = static_cast<uint8_t>((v >> (k * Bits)) & kMask);
+  }
+}
+
+// Packs `groups` whole groups of one-byte elements (their low Bits bits) from
+// `in` into `out`.
+template <unsigned Bits>
+void pack_groups(const uint8_t* in, uint64_t groups, uint8_t* out) {
+  constexpr unsigned kPer = Bits == 6 ? 4 : 8 / Bits, kBytes = Bits * kPer / 8, kMask = (1u << Bits) - 1;
+  for (uint64_t g = 0; g < groups; ++g, in += kPer, out += kBytes) {
+    uint32_t v = 0;
+    for (unsigned k = 0; k < kPer; ++k) v |= (in[k] & kMask) << (k * Bits);
+    for (unsigned b = 0; b < kBytes; ++b) out[b] = static_cast<uint8_t>(v >> (8 * b));
+  }
+}
+
 // Writes `count` packed elements of `bits` bits (2, 4 or 6), the first at
-// bit offset `bit` of `data` (SPEC.md "Dtypes" bit order), one byte each to
-// out, out + step, ...: the value in the low `bits` bits, the other bits zero
-// (ml_dtypes' layout). Reads only the bytes that hold those elements.
-// Contiguous output (step 1) goes a whole byte (2 and 4 bits) or three bytes
-// (6 bits) at a time; pack_elements (types.h) is its inverse.
+// bit offset `bit` of `data`, one byte each to out, out + step, ...: the
+// value in the low `bits` bits, the other bits zero (ml_dtypes' layout).
+// Reads only the bytes that hold those elements. A contiguous output (step
+// 1) goes a group at a time from the first byte boundary on;
+// pack_elements (types.h) is its inverse.
 inline void unpack(const std::byte* data, uint64_t bit, uint64_t count, unsigned bits, std::byte* out,
                    int64_t step) {
   const unsigned mask = (1u << bits) - 1;
@@ -172,45 +202,18 @@ inline void unpack(const std::byte* data, uint64_t bit, uint64_t count, unsigned
     bit += bits;
     --count;
   };
-  if (step == 1) {
+  if (step == 1 && (bits == 2 || bits == 4 || bits == 6)) {
     while (count && (bit & 7)) one();
+    const unsigned per = group_elements(bits);
+    const uint64_t groups = count / per;
     const auto* in = reinterpret_cast<const uint8_t*>(data) + (bit >> 3);
     auto* o = reinterpret_cast<uint8_t*>(out);
-    uint64_t groups = 0;
-    if (bits == 4) {
-      groups = count / 2;
-      for (uint64_t g = 0; g < groups; ++g) {
-        o[2 * g] = in[g] & 15;
-        o[2 * g + 1] = in[g] >> 4;
-      }
-      bit += groups * 8;
-      out += groups * 2;
-      count -= groups * 2;
-    } else if (bits == 2) {
-      groups = count / 4;
-      for (uint64_t g = 0; g < groups; ++g) {
-        const uint8_t v = in[g];
-        o[4 * g] = v & 3;
-        o[4 * g + 1] = (v >> 2) & 3;
-        o[4 * g + 2] = (v >> 4) & 3;
-        o[4 * g + 3] = v >> 6;
-      }
-      bit += groups * 8;
-      out += groups * 4;
-      count -= groups * 4;
-    } else if (bits == 6) {
-      groups = count / 4;
-      for (uint64_t g = 0; g < groups; ++g) {
-        const uint32_t v = in[3 * g] | (uint32_t{in[3 * g + 1]} << 8) | (uint32_t{in[3 * g + 2]} << 16);
-        o[4 * g] = v & 63;
-        o[4 * g + 1] = (v >> 6) & 63;
-        o[4 * g + 2] = (v >> 12) & 63;
-        o[4 * g + 3] = static_cast<uint8_t>(v >> 18);
-      }
-      bit += groups * 24;
-      out += groups * 4;
-      count -= groups * 4;
-    }
+    if (bits == 2) unpack_groups<2>(in, groups, o);
+    else if (bits == 4) unpack_groups<4>(in, groups, o);
+    else unpack_groups<6>(in, groups, o);
+    bit += groups * per * bits;
+    out += groups * per;
+    count -= groups * per;
   }
   while (count) one();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "slice.h"
 #include "treecask/error.h"
 #include "treecask/treecask.h"
 
@@ -107,27 +108,13 @@ void pack_elements(DType dtype, std::span<const std::byte> elems, std::span<std:
                     " bytes, the output has " + std::to_string(out.size()));
   const unsigned mask = (1u << bits) - 1;
   std::fill(out.begin(), out.end(), std::byte{0});
-  // Whole output bytes (2 and 4 bits) or byte triples (6 bits) at a time,
-  // then the last elements bit by bit.
+  // Whole groups at a time (slice.h), then the last elements bit by bit.
   const auto* in = reinterpret_cast<const uint8_t*>(elems.data());
   auto* o = reinterpret_cast<uint8_t*>(out.data());
-  const size_t per = bits == 6 ? 4 : 8 / bits, groups = elems.size() / per;
-  if (bits == 4) {
-    for (size_t g = 0; g < groups; ++g)
-      o[g] = static_cast<uint8_t>((in[2 * g] & 15) | (in[2 * g + 1] & 15) << 4);
-  } else if (bits == 2) {
-    for (size_t g = 0; g < groups; ++g)
-      o[g] = static_cast<uint8_t>((in[4 * g] & 3) | (in[4 * g + 1] & 3) << 2 | (in[4 * g + 2] & 3) << 4 |
-                                  (in[4 * g + 3] & 3) << 6);
-  } else {
-    for (size_t g = 0; g < groups; ++g) {
-      const uint8_t* e = in + 4 * g;
-      const uint32_t v = (e[0] & 63u) | (e[1] & 63u) << 6 | (e[2] & 63u) << 12 | (e[3] & 63u) << 18;
-      o[3 * g] = static_cast<uint8_t>(v);
-      o[3 * g + 1] = static_cast<uint8_t>(v >> 8);
-      o[3 * g + 2] = static_cast<uint8_t>(v >> 16);
-    }
-  }
+  const size_t per = slice::group_elements(bits), groups = elems.size() / per;
+  if (bits == 2) slice::pack_groups<2>(in, groups, o);
+  else if (bits == 4) slice::pack_groups<4>(in, groups, o);
+  else slice::pack_groups<6>(in, groups, o);
   uint64_t bit = uint64_t{groups} * per * bits;
   for (std::byte e : elems.subspan(groups * per)) {
     const unsigned v = static_cast<unsigned>(e) & mask;
