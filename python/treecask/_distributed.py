@@ -57,9 +57,9 @@ from . import _jaxutil as J
 from . import _tree as T
 from . import _core
 from . import errors as E
-from ._archive import Archive, _basic_box, _index_bounds, _index_box, _LeafInfos
+from ._archive import Archive, _index_bounds, _index_box, _LeafInfos
 from ._types import SaveStats
-from .errors import Error, InvalidArgumentError
+from .errors import Error
 
 INDEX = "index.cask"
 _TMP = ".tmpdir."
