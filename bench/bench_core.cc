@@ -5,7 +5,9 @@
 //
 // Usage: treecask_bench_core [DIR] [--gib N]   (DIR: scratch directory, default /tmp)
 //        treecask_bench_core --open-first PATH KEY N   (see open_first)
+//        treecask_bench_core --read-limits PATH N      (see read_limits)
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -148,9 +150,97 @@ int open_first(const char* path, const char* key, int n) {
   return 0;
 }
 
+// `--read-limits PATH N`: what a verified load(copy=False) of the archive
+// PATH costs against the passes it cannot beat, each the median of N, in ms
+// (docs/performance.md, "Serving paths", fourth pass). Every pass reads each
+// byte of the file once on `threads` threads (the file cut in equal ranges,
+// 1 MiB at a time): plain 64-bit loads of pre-faulted anonymous memory
+// holding the file's bytes (the memory's read speed); the same loads through a
+// fresh read-only map (+ the page faults); the map with MADV_POPULATE_READ of
+// each 1 MiB first; pread() into a 256 KiB buffer per thread, then the loads.
+// Then the real thing: Archive::open + view_many of every leaf, verified
+// (XXH3 of every chunk through a fresh map), and view_many again on that open
+// archive, its pages now mapped (XXH3 alone). Needs the file in the page cache.
+int read_limits(const char* path, int reps) {
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::perror(path), 1;
+  const size_t n = static_cast<size_t>(::lseek(fd, 0, SEEK_END)) & ~size_t{(1 << 20) - 1};
+  const size_t piece = 1 << 20;
+  static volatile uint64_t sink;
+  auto sum = [](const std::byte* p, size_t len) {  // 16-byte vector loads, four chains
+    typedef uint64_t V __attribute__((vector_size(16)));
+    V a{}, b{}, c{}, d{}, x[4];
+    for (size_t i = 0; i + 64 <= len; i += 64) {
+      std::memcpy(x, p + i, 64);
+      a += x[0], b += x[1], c += x[2], d += x[3];
+    }
+    const V t = a + b + c + d;
+    sink = t[0] + t[1];
+  };
+  // Each of `k` threads reads the pieces of its range with fn(offset, length).
+  auto each = [&](unsigned k, auto&& fn) {
+    std::vector<std::thread> pool;
+    const size_t per = n / k / piece * piece;
+    for (unsigned t = 0; t < k; ++t)
+      pool.emplace_back([&, t] {
+        const size_t b = t * per, e = t + 1 == k ? n : b + per;
+        for (size_t o = b; o < e; o += piece) fn(o, std::min(piece, e - o));
+      });
+    for (auto& th : pool) th.join();
+  };
+  std::vector<std::byte> anon(n);
+  if (::pread(fd, anon.data(), n, 0) != static_cast<ssize_t>(n)) return std::perror("pread"), 1;
+  auto mapped = [&](bool populate) {
+    void* m = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) std::abort();
+    const auto* base = static_cast<const std::byte*>(m);
+    each(threads, [&](size_t o, size_t len) {
+      if (populate) (void)::madvise(const_cast<std::byte*>(base + o), len, 22 /* MADV_POPULATE_READ */);
+      sum(base + o, len);
+    });
+    ::munmap(m, n);
+  };
+  std::vector<size_t> all;
+  {
+    treecask::Archive a = treecask::Archive::open(path);
+    for (size_t i = 0; i < a.size(); ++i) all.push_back(i);
+  }
+  auto ms = [&](auto&& fn) { return median_seconds(reps, fn) * 1e3; };
+  std::printf("%s: %.1f MiB, %u threads, median of %d\n\n| pass over the file's bytes | ms |\n|---|---|\n", path,
+              n / 1048576.0, threads, reps);
+  std::printf("| plain loads of anonymous memory, 1 thread | %.1f |\n",
+              ms([&] { each(1, [&](size_t o, size_t len) { sum(anon.data() + o, len); }); }));
+  std::printf("| plain loads of anonymous memory, %u threads | %.1f |\n", threads,
+              ms([&] { each(threads, [&](size_t o, size_t len) { sum(anon.data() + o, len); }); }));
+  std::printf("| plain loads through a fresh map | %.1f |\n", ms([&] { mapped(false); }));
+  std::printf("| the same, MADV_POPULATE_READ of each 1 MiB first | %.1f |\n", ms([&] { mapped(true); }));
+  std::printf("| pread() into 256 KiB per thread, then plain loads | %.1f |\n", ms([&] {
+    each(threads, [&](size_t o, size_t len) {
+      thread_local std::vector<std::byte> buf(256 << 10);
+      for (size_t q = 0; q < len; q += buf.size()) {
+        const size_t k = std::min(buf.size(), len - q);
+        if (::pread(fd, buf.data(), k, static_cast<off_t>(o + q)) != static_cast<ssize_t>(k)) std::abort();
+        sum(buf.data(), k);
+      }
+    });
+  }));
+  std::printf("| Archive::open + view_many of every leaf, verified | %.1f |\n", ms([&] {
+    treecask::Archive a = treecask::Archive::open(path);
+    (void)a.view_many(all, treecask::Verify::kYes);
+  }));
+  treecask::Archive a = treecask::Archive::open(path);
+  (void)a.view_many(all, treecask::Verify::kYes);
+  std::printf("| view_many again on that open archive (pages mapped: XXH3 alone) | %.1f |\n",
+              ms([&] { (void)a.view_many(all, treecask::Verify::kYes); }));
+  ::close(fd);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--partial") return partial_read(argv[2], argv[3]);
   if (argc == 5 && std::string(argv[1]) == "--open-first") return open_first(argv[2], argv[3], std::atoi(argv[4]));
+  if (argc == 4 && std::string(argv[1]) == "--read-limits") return read_limits(argv[2], std::atoi(argv[3]));
   fs::path dir = "/tmp";
   double gib = 1.0;
   for (int i = 1; i < argc; ++i) {
