@@ -483,12 +483,17 @@ void Archive::Impl::check_blob(uint32_t id, size_t li) const {
 }
 
 Archive Archive::open(const std::filesystem::path& path, const OpenOptions& options) {
+  return open_at(AT_FDCWD, path, path.string(), options);
+}
+
+Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const std::string& shown,
+                         const OpenOptions& options) {
   auto impl = std::make_shared<Impl>();
-  impl->file = path.string();
+  impl->file = shown;
   impl->options = options;
   const std::string& file = impl->file;
 
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::openat(dir_fd, path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) open_fail(ErrorCode::kNotFound, file, "no such file");
     open_fail(ErrorCode::kIo, file, std::string("cannot open: ") + std::strerror(errno));
@@ -637,6 +642,11 @@ const std::string& Archive::library_version() const noexcept { return impl_->man
 int64_t Archive::created_unix_ns() const noexcept { return impl_->manifest->root->created_unix_ns(); }
 const KeyValues& Archive::metadata() const noexcept { return impl_->manifest->metadata; }
 const TreeDef& Archive::treedef() const noexcept { return impl_->manifest->treedef(); }
+ShardFile Archive::manifest_fingerprint() const {
+  return {std::filesystem::path(impl_->file).filename().string(), impl_->header.manifest_length,
+          impl_->header.manifest_checksum};
+}
+const std::vector<ShardFile>& Archive::shard_files() const noexcept { return impl_->manifest->shard_files; }
 size_t Archive::size() const noexcept { return impl_->manifest->leaves.size(); }
 
 LeafInfo Archive::leaf(size_t index) const {

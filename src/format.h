@@ -1,5 +1,5 @@
 // Every on-disk constant, limit and byte-order codec of the format (1.0 to
-// 3.0), in one place (format/SPEC.md is the normative text; section names in comments).
+// 4.1), in one place (format/SPEC.md is the normative text; section names in comments).
 #pragma once
 
 #include <bit>
@@ -18,13 +18,14 @@ static_assert(std::endian::native == std::endian::little, "the treecask format n
 static_assert(sizeof(void*) == 8, "the treecask format needs a 64-bit host");
 
 // ---- Versioning (SPEC.md "Versioning") ----
-// kMajor is the highest major this library reads and writes. A writer writes
-// the lowest version that holds the archive: 1.0 unless a leaf has a filter
-// (2.0) or shard references (3.0) or a dtype of format 4.0 (4.0), so that
-// older readers keep reading every
-// archive they can.
+// kMajor.kMinor is the highest version this library reads and writes. A
+// writer writes the lowest version that holds the archive: 1.0 unless a leaf
+// has a filter (2.0) or shard references (3.0) or a dtype of format 4.0
+// (4.0), so that older readers keep reading every archive they can; minor
+// kBindMinor when the index binds its shard files (Manifest.shard_files).
 inline constexpr uint16_t kMajor = 4;
-inline constexpr uint16_t kMinor = 0;
+inline constexpr uint16_t kMinor = 1;
+inline constexpr uint16_t kBindMinor = 1;    // the first minor (of majors >= 3) with Manifest.shard_files
 inline constexpr uint16_t kFilterMajor = 2;  // the first major with Leaf.filter
 inline constexpr uint16_t kShardMajor = 3;   // the first major with Leaf.shards
 inline constexpr uint16_t kDTypeMajor = 4;   // the first major with DType values 20-30

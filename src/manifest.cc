@@ -33,6 +33,15 @@ std::string check_string(std::string_view s, size_t max_bytes, bool allow_empty)
   return {};
 }
 
+// SPEC.md "Sharded checkpoints" R4: a shard file is a plain name in the
+// directory of the index. Returns why not, or "".
+std::string shard_file_name_problem(std::string_view f) {
+  if (auto why = check_string(f, format::kMaxKeyBytes, false); !why.empty()) return "file name " + why;
+  if (f.find('/') != std::string_view::npos || f == "." || f == "..")
+    return "file name '" + std::string(f) + "' is not a plain name in the same directory";
+  return "";
+}
+
 std::string_view sv(const flatbuffers::String* s) { return s ? s->string_view() : std::string_view(); }
 
 // ---- one set of rules, two representations ----------------------------------
@@ -327,10 +336,7 @@ void check_leaf(const L& m, ErrorCode code, const std::string& file, std::string
     for (int64_t dim : shape) want *= static_cast<uint64_t>(dim);
     for (size_t i = 0; i < m.num_shards(); ++i) {
       std::string at = "shard " + std::to_string(i) + ": ";
-      std::string_view f = m.shard_file(i);
-      if (auto why = check_string(f, format::kMaxKeyBytes, false); !why.empty()) bad(at + "file name " + why);
-      if (f.find('/') != std::string_view::npos || f == "." || f == "..")
-        bad(at + "file name '" + std::string(f) + "' is not a plain name in the same directory");
+      if (auto why = shard_file_name_problem(m.shard_file(i)); !why.empty()) bad(at + why);
       if (auto why = check_string(m.shard_key(i), format::kMaxKeyPathBytes, true); !why.empty())
         bad(at + "key path " + why);
       auto b = m.shard_start(i), e = m.shard_stop(i);
@@ -407,7 +413,7 @@ flatbuffers::Offset<FbKeyValues> build_kv(flatbuffers::FlatBufferBuilder& b, con
 std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInput> leaves,
                                     const std::vector<std::string>& paths, const std::vector<LeafOut>& out,
                                     const std::vector<uint64_t>& payloads, uint16_t major,
-                                    const SaveOptions& opt) {
+                                    uint16_t minor, const SaveOptions& opt) {
   flatbuffers::FlatBufferBuilder b(1024 + leaves.size() * 256);
   std::vector<flatbuffers::Offset<fb::Node>> nodes;
   nodes.reserve(def.size());
@@ -472,10 +478,16 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
   auto created = std::chrono::duration_cast<std::chrono::nanoseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
-  auto root = fb::CreateManifest(b, major, format::kMinor,
-                                 b.CreateString(library_version()), created,
-                                 build_kv(b, opt.metadata), b.CreateVector(nodes),
-                                 b.CreateVector(lv), b.CreateVector(bv));
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::ShardFile>>> bound = 0;
+  if (!opt.shard_files.empty()) {
+    std::vector<flatbuffers::Offset<fb::ShardFile>> fv;
+    for (const auto& f : opt.shard_files)
+      fv.push_back(fb::CreateShardFile(b, b.CreateString(f.file), f.manifest_length, f.manifest_checksum));
+    bound = b.CreateVector(fv);
+  }
+  auto root = fb::CreateManifest(b, major, minor, b.CreateString(library_version()), created,
+                                 build_kv(b, opt.metadata), b.CreateVector(nodes), b.CreateVector(lv),
+                                 b.CreateVector(bv), bound);
   fb::FinishManifestBuffer(b, root);
   return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};
 }
@@ -495,6 +507,28 @@ void check_leaf_meta(const LeafMeta& m, ErrorCode code, const std::string& file)
 
 void check_archive_metadata(const KeyValues& metadata, ErrorCode code, const std::string& file) {
   check_metadata_entries(metadata, code, file);
+}
+
+std::vector<std::string_view> bound_shard_files(std::span<const ShardFile> files, ErrorCode code,
+                                                const std::string& file) {
+  std::vector<std::string_view> names;
+  names.reserve(files.size());
+  for (const ShardFile& f : files) {
+    if (auto why = shard_file_name_problem(f.file); !why.empty())
+      throw Error(code, file, "", "shard_files: " + why);
+    names.push_back(f.file);
+  }
+  std::sort(names.begin(), names.end());
+  if (auto d = std::adjacent_find(names.begin(), names.end()); d != names.end())
+    throw Error(code, file, "", "shard_files lists '" + std::string(*d) + "' twice");
+  return names;
+}
+
+void check_shard_bound(const std::vector<std::string_view>& bound, std::string_view ref_file,
+                       std::string_view key_path, ErrorCode code, const std::string& file) {
+  if (!bound.empty() && !std::binary_search(bound.begin(), bound.end(), ref_file))
+    throw Error(code, file, std::string(key_path),
+                "shard file '" + std::string(ref_file) + "' is not among the shard files the index binds");
 }
 
 LeafMeta leaf_meta_of(const fb::Leaf& leaf) {
@@ -571,10 +605,12 @@ class ShallowManifest : private flatbuffers::Table {
            VerifyOffset(v, M::VT_METADATA) && v.VerifyVector(m->metadata()) &&
            v.VerifyVectorOfTables(m->metadata()) && VerifyOffset(v, M::VT_NODES) && v.VerifyVector(m->nodes()) &&
            VerifyOffset(v, M::VT_LEAVES) && v.VerifyVector(m->leaves()) && VerifyOffset(v, M::VT_BLOBS) &&
-           v.VerifyVector(m->blobs()) && v.VerifyVectorOfTables(m->blobs()) && v.EndTable();
+           v.VerifyVector(m->blobs()) && v.VerifyVectorOfTables(m->blobs()) &&
+           VerifyOffset(v, M::VT_SHARD_FILES) && v.VerifyVector(m->shard_files()) &&
+           v.VerifyVectorOfTables(m->shard_files()) && v.EndTable();
   }
 };
-static_assert(fb::Manifest::VT_BLOBS == 18, "Manifest gained or lost a field: update ShallowManifest");
+static_assert(fb::Manifest::VT_SHARD_FILES == 20, "Manifest gained or lost a field: update ShallowManifest");
 
 // SPEC.md "Reader checks" 26-34 for one leaf whose table passed the verifier.
 // Fills `r` (key_path already set). Throws Error(kCorruption) naming the leaf.
@@ -959,9 +995,19 @@ class Parser {
       if (e) std::rethrow_exception(e);
     if (index_error_) std::rethrow_exception(index_error_);
     if (coverage_error_) std::rethrow_exception(coverage_error_);
+    check_bound();
   }
 
  private:
+  // R8, second half (SPEC.md check 35a): every ShardRef names a bound file.
+  void check_bound() const {
+    if (bound_.empty()) return;
+    for (const LeafRecord& r : m_.leaves)
+      if (r.num_shards != 0)
+        for (const auto* ref : *r.fb->shards()) check_shard_bound(bound_, sv(ref->file()), r.key_path,
+                                                                 ErrorCode::kCorruption, file_);
+  }
+
   Error corrupt(std::string_view key, const std::string& what) const {
     return Error(ErrorCode::kCorruption, file_, std::string(key), what);
   }
@@ -987,6 +1033,14 @@ class Parser {
     m_.library_version = std::string(sv(root->library_version()));
     if (auto why = check_string(m_.library_version, format::kMaxKeyBytes, true); !why.empty())
       throw corrupt("", "library version " + why);
+    if (const auto* files = root->shard_files()) {  // R8, first half (SPEC.md check 22)
+      if (files->size() != 0 && major_ < format::kShardMajor)
+        throw corrupt("", "shard_files in a format " + std::to_string(major_) + ".x archive (3.1 has them)");
+      m_.shard_files.reserve(files->size());
+      for (const auto* f : *files)
+        m_.shard_files.push_back({std::string(sv(f->file())), f->manifest_length(), f->manifest_checksum()});
+      bound_ = bound_shard_files(m_.shard_files, ErrorCode::kCorruption, file_);
+    }
     if (const auto* blobs = root->blobs()) {
       m_.blob_payload.reserve(blobs->size());
       for (const auto* b : *blobs) {
@@ -1134,6 +1188,7 @@ class Parser {
   const std::optional<uint64_t> checksum_;
   const bool full_leaf_check_;
   uint16_t major_ = 0;
+  std::vector<std::string_view> bound_;  // sorted names of m_.shard_files
   const flatbuffers::Vector<flatbuffers::Offset<fb::Node>>* nodes_ = nullptr;
   const flatbuffers::Vector<flatbuffers::Offset<fb::Leaf>>* leaves_ = nullptr;
   size_t n_nodes_ = 0, n_leaves_ = 0, node_blocks_ = 0, n_blocks_ = 0;

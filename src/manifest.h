@@ -34,6 +34,17 @@ void check_leaf_meta(const LeafMeta& meta, ErrorCode code, const std::string& fi
 // Rejects archive-level metadata SPEC.md forbids. Throws Error(`code`).
 void check_archive_metadata(const KeyValues& metadata, ErrorCode code, const std::string& file);
 
+// SPEC.md "Sharded checkpoints" R8, first half: every entry of an index's
+// shard_files is a plain file name (R4's rule), none twice. Returns the names
+// sorted (views into `files`). Throws Error(`code`) naming `file`.
+std::vector<std::string_view> bound_shard_files(std::span<const ShardFile> files, ErrorCode code,
+                                                const std::string& file);
+// R8, second half: when `bound` (sorted, from bound_shard_files) is not empty,
+// the file `ref_file` that a ShardRef of leaf `key_path` names is in it.
+// Throws Error(`code`) naming `file` and the key path.
+void check_shard_bound(const std::vector<std::string_view>& bound, std::string_view ref_file,
+                       std::string_view key_path, ErrorCode code, const std::string& file);
+
 // One leaf as parse_manifest checked it. No default member initialisers: the
 // array of them is not zero-filled when a manifest is parsed (at 10,000 leaves
 // that was 720 KB written before any leaf was checked); parse_manifest writes
@@ -84,6 +95,7 @@ struct Manifest {
   std::string library_version;
   std::vector<LeafRecord, DefaultInitAllocator<LeafRecord>> leaves;
   std::vector<uint64_t> blob_payload;  // payload length per blob id
+  std::vector<ShardFile> shard_files;  // format x.1: the shard files an index binds, as stored
 
   // Leaf index by canonical key path (open addressing over XXH3 of the path).
   std::optional<uint32_t> find(std::string_view key_path) const;
@@ -116,17 +128,17 @@ struct LeafOut {
 };
 
 // Encodes the manifest FlatBuffer (schema/treecask.fbs, SPEC.md "Manifest")
-// of an archive of format `major`.0: the treedef's nodes, one Leaf per input
+// of an archive of format `major`.`minor`: the treedef's nodes, one Leaf per input
 // (key path paths[i], the meta of leaves[i], the codec, filter and chunks of
 // out[i], chunk size opt.chunk_size), one Blob per entry of `payloads`
-// (payload bytes by blob id), opt.metadata, this library's version and the
-// current time. REQUIRES: everything already checked by save() (the inputs
+// (payload bytes by blob id), opt.metadata, opt.shard_files, this library's
+// version and the current time. REQUIRES: everything already checked by save() (the inputs
 // follow SPEC.md; paths, leaves and out have one entry per leaf). Returns the
 // finished buffer (identifier TCMF); parse_manifest accepts it.
 std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInput> leaves,
                                     const std::vector<std::string>& paths, const std::vector<LeafOut>& out,
                                     const std::vector<uint64_t>& payloads, uint16_t major,
-                                    const SaveOptions& opt);
+                                    uint16_t minor, const SaveOptions& opt);
 
 // ---- Decoding ----
 

@@ -2,9 +2,12 @@
 // (SPEC.md "Sharded checkpoints").
 #include "treecask/sharded.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -65,8 +68,61 @@ bool ShardedArchive::is_sharded(const std::filesystem::path& path) noexcept {
          std::filesystem::is_regular_file(path / kShardedIndexName, ec);
 }
 
-ShardedArchive ShardedArchive::open(const std::filesystem::path& dir, const OpenOptions& options) {
-  auto im = std::make_shared<Impl>(Impl{dir.string(), Archive::open(dir / kShardedIndexName, options), {}, {}, {}, {}});
+namespace {
+
+std::string hex64(uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string save_id_of(const Archive& a) {
+  for (const auto& [k, v] : a.metadata())
+    if (k == kSaveIdKey) return v;
+  return "";
+}
+
+// R9 (SPEC.md "Sharded checkpoints"): a bound index names the exact shard
+// file, by the length and XXH3 of its manifest.
+void check_binding(const Archive& index, const ShardFile& want, const Archive& shard) {
+  ShardFile got = shard.manifest_fingerprint();
+  if (got.manifest_length == want.manifest_length && got.manifest_checksum == want.manifest_checksum) return;
+  std::string what = want.file + " is not the shard file this checkpoint was committed with: its manifest is " +
+                     std::to_string(got.manifest_length) + " bytes with XXH3 " + hex64(got.manifest_checksum) +
+                     ", the index recorded " + std::to_string(want.manifest_length) + " bytes with XXH3 " +
+                     hex64(want.manifest_checksum);
+  std::string mine = save_id_of(shard), theirs = save_id_of(index);
+  if (mine != theirs)
+    what += "; it was written by save '" + (mine.empty() ? std::string("(no save id)") : mine) +
+            "', the index by save '" + (theirs.empty() ? std::string("(no save id)") : theirs) + "'";
+  what += " (a file of another step, save or job)";
+  throw Error(ErrorCode::kCorruption, shard.path(), "", what);
+}
+
+struct DirFd {
+  int fd = -1;
+  ~DirFd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// True when `dir` no longer names the directory open as `fd` (replaced by a
+// concurrent commit with overwrite, SPEC.md "Atomic commit of a directory").
+bool replaced(const std::filesystem::path& dir, int fd) {
+  struct stat now, held;
+  if (::fstat(fd, &held) != 0) return false;
+  if (::stat(dir.c_str(), &now) != 0) return true;
+  return now.st_ino != held.st_ino || now.st_dev != held.st_dev;
+}
+
+}  // namespace
+
+std::shared_ptr<const ShardedArchive::Impl> ShardedArchive::open_once(const std::filesystem::path& dir, int dir_fd,
+                                                                      const OpenOptions& options) {
+  auto at = [&](const std::string& name) {
+    return Archive::open_at(dir_fd, name, (dir / name).string(), options);
+  };
+  auto im = std::make_shared<Impl>(Impl{dir.string(), at(std::string(kShardedIndexName)), {}, {}, {}, {}});
   const Archive& idx = im->index;
   const size_t n = idx.size();
   std::map<std::string, size_t, std::less<>> file_of;
@@ -76,10 +132,13 @@ ShardedArchive ShardedArchive::open(const std::filesystem::path& dir, const Open
     infos.push_back(idx.leaf(i));
     for (const auto& r : infos.back().shards) file_of.emplace(r.file, 0);
   }
+  std::map<std::string_view, const ShardFile*> bound;
+  for (const ShardFile& f : idx.shard_files()) bound.emplace(f.file, &f);
   for (auto& [name, k] : file_of) {
     k = im->names.size();
     im->names.push_back(name);
-    im->archives.push_back(Archive::open(dir / name, options));
+    im->archives.push_back(at(name));
+    if (auto b = bound.find(name); b != bound.end()) check_binding(idx, *b->second, im->archives.back());
   }
   im->boxes.resize(n);
   im->stored.resize(n);
@@ -114,7 +173,25 @@ ShardedArchive ShardedArchive::open(const std::filesystem::path& dir, const Open
                       "shard boxes " + box_str(bx[p].start, bx[p].stop) + " and " +
                           box_str(bx[q].start, bx[q].stop) + " overlap (they must tile the array exactly)");
   }
-  return ShardedArchive(std::move(im));
+  return im;
+}
+
+ShardedArchive ShardedArchive::open(const std::filesystem::path& dir, const OpenOptions& options) {
+  for (int attempt = 1;; ++attempt) {
+    DirFd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (d.fd < 0) {
+      if (errno == ENOENT || errno == ENOTDIR)
+        throw Error(ErrorCode::kNotFound, dir.string(), "", "no such checkpoint directory");
+      throw Error(ErrorCode::kIo, dir.string(), "", std::string("cannot open the directory: ") + std::strerror(errno));
+    }
+    try {
+      return ShardedArchive(open_once(dir, d.fd, options));
+    } catch (const Error& e) {
+      // A commit with overwrite swapped a new checkpoint in and is removing
+      // this one's files: open the new one instead (never a mix of the two).
+      if (e.code() != ErrorCode::kNotFound || attempt >= kOpenAttempts || !replaced(dir, d.fd)) throw;
+    }
+  }
 }
 
 const std::string& ShardedArchive::path() const noexcept { return impl_->dir; }

@@ -427,6 +427,17 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
   if (leaves.size() > format::kMaxLeaves)
     throw Error(ErrorCode::kInvalidArgument, file, "", "more than 2^24 leaves");
   check_archive_metadata(opt.metadata, ErrorCode::kInvalidArgument, file);
+  if (!opt.shard_files.empty()) {  // SPEC.md "Sharded checkpoints" R8
+    auto bound = bound_shard_files(opt.shard_files, ErrorCode::kInvalidArgument, file);
+    bool sharded = false;
+    for (size_t i = 0; i < leaves.size(); ++i)
+      for (const ShardRef& r : leaves[i].meta.shards) {
+        sharded = true;
+        check_shard_bound(bound, r.file, paths[i], ErrorCode::kInvalidArgument, file);
+      }
+    if (!sharded)
+      throw Error(ErrorCode::kInvalidArgument, file, "", "shard_files given, but no leaf has shard references");
+  }
 
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !opt.overwrite)
@@ -449,6 +460,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     for (const auto& a : m.logical_axes) manifest_bound += a.size() + 8;
     for (const auto& [k, v] : m.metadata) manifest_bound += k.size() + v.size() + 16;
     if (m.sharding) manifest_bound += 1024;
+    for (const auto& r : m.shards) manifest_bound += 64 + r.file.size() + r.key_path.size() + 16 * r.start.size();
     blobs_bound += 1 + leaves[i].data.size() / format::kLz4PartBytes;
   }
   for (const auto& n : treedef) {
@@ -456,6 +468,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     for (const auto& k : n.keys) manifest_bound += k.size() + 8;
   }
   for (const auto& [k, v] : opt.metadata) manifest_bound += k.size() + v.size() + 16;
+  for (const auto& f : opt.shard_files) manifest_bound += f.file.size() + 64;
   uint64_t data_bound = 0;
   for (const auto& l : leaves)
     data_bound += static_cast<uint64_t>(l.data.size() * 1.01) + 64 + 16 * (l.data.size() / opt.chunk_size + 1);
@@ -506,14 +519,16 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     w.flush_pack();
 
     const uint16_t major = format_major_of(w.out, leaves);  // header and manifest say the same
-    std::vector<uint8_t> manifest = build_manifest(treedef, leaves, paths, w.out, blobs.payloads(), major, opt);
+    const uint16_t minor = opt.shard_files.empty() ? 0 : format::kBindMinor;
+    std::vector<uint8_t> manifest =
+        build_manifest(treedef, leaves, paths, w.out, blobs.payloads(), major, minor, opt);
     if (manifest.size() > format::kMaxManifestBytes)
       throw Error(ErrorCode::kInvalidArgument, file, "",
                   "the manifest would be " + std::to_string(manifest.size()) +
                       " bytes, over the 256 MiB limit (SPEC.md \"Limits\"): raise chunk_size");
     format::Header h;
     h.major = major;
-    h.minor = format::kMinor;
+    h.minor = minor;
     h.manifest_length = manifest.size();
     h.manifest_checksum = format::xxh3(std::as_bytes(std::span(manifest)), 0);
     std::byte header[format::kHeaderSize];

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -370,5 +372,57 @@ inline std::vector<std::byte> box_bytes(const std::vector<std::byte>& all, const
     }
   }
 }
+
+// The sharded checkpoint of sharded_vector() in `dir`: shard files
+// (format 1.0, archive metadata treecask.save_id = `save_id` unless empty)
+// and the index (3.0; 3.1 binding the shard files when `bind`).
+inline void write_sharded(const std::filesystem::path& dir, const std::string& save_id, bool bind) {
+  golden::ShardedVector v = sharded_vector();
+  std::filesystem::create_directories(dir);
+  std::map<std::string, std::vector<std::pair<std::string, std::vector<std::byte>>>> files;
+  for (size_t i = 0; i < v.leaves.size(); ++i) {
+    auto all = v.global_bytes(i);
+    size_t item = size_t(treecask::dtype_bits(v.leaves[i].dtype) / 8);
+    for (const auto& r : v.leaves[i].shards)
+      files[r.file].emplace_back(shard_key(v.leaves[i].key_path, r.start, r.stop),
+                                 box_bytes(all, v.leaves[i].shape, r.start, r.stop, item));
+  }
+  treecask::KeyValues id;
+  if (!save_id.empty()) id = {{std::string(treecask::kSaveIdKey), save_id}};
+  std::vector<treecask::ShardFile> bound;
+  for (const auto& [name, entries] : files) {
+    std::vector<std::string> keys;
+    std::vector<treecask::LeafInput> in;
+    for (const auto& [k, bytes] : entries) keys.push_back(k);
+    treecask::TreeDef def = treecask::flat_dict_treedef(keys);
+    for (const auto& [k, bytes] : entries) {
+      // The box's own description: the global leaf's dtype and value kind, the box's shape.
+      for (size_t i = 0; i < v.leaves.size(); ++i)
+        for (const auto& r : v.leaves[i].shards)
+          if (r.file == name && shard_key(v.leaves[i].key_path, r.start, r.stop) == k) {
+            treecask::LeafMeta m;
+            m.dtype = v.leaves[i].dtype;
+            m.value_kind = v.leaves[i].value_kind;
+            for (size_t d = 0; d < r.start.size(); ++d) m.shape.push_back(r.stop[d] - r.start[d]);
+            in.push_back({m, std::span(bytes), std::nullopt});
+          }
+    }
+    treecask::SaveOptions opt;
+    opt.overwrite = true;
+    opt.chunk_size = 4096;
+    opt.metadata = id;
+    treecask::save(dir / name, def, in, opt);
+    bound.push_back(treecask::Archive::open(dir / name).manifest_fingerprint());
+      }
+  std::vector<treecask::LeafInput> idx;
+  for (const auto& m : v.leaves) idx.push_back({m, {}, std::nullopt});
+  treecask::SaveOptions opt;
+  opt.overwrite = true;
+  opt.metadata = {{"treecask.processes", "2"}};
+  for (const auto& kv : id) opt.metadata.push_back(kv);
+  if (bind) opt.shard_files = bound;
+  treecask::save(dir / "index.cask", v.treedef, idx, opt);
+}
+
 
 }  // namespace golden

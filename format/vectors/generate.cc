@@ -1,6 +1,6 @@
 // Writes the golden vectors of one format version into format/vectors/ (run
 // once per format version, by hand: `build/format/vectors/treecask_make_vectors
-// format/vectors 2`). Never rerun for an existing version: committed vectors
+// format/vectors 2`, or `... 3.1` for a minor version). Never rerun for an existing version: committed vectors
 // are the compatibility promise (SPEC.md "Versioning").
 #include <cstdio>
 #include <cstdlib>
@@ -25,13 +25,16 @@ static void spit(const fs::path& p, const std::vector<char>& b) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s OUTPUT_DIR MAJOR   (writes the vectors of format MAJOR.0)\n", argv[0]);
+    std::fprintf(stderr, "usage: %s OUTPUT_DIR MAJOR[.MINOR]   (writes the vectors of format MAJOR.MINOR)\n",
+                 argv[0]);
     return 2;
   }
   fs::path out = argv[1];
   const int major = std::atoi(argv[2]);
+  const char* dot = std::strchr(argv[2], '.');
+  const int minor = dot ? std::atoi(dot + 1) : 0;
   for (const auto& v : golden::all_vectors()) {
-    if (v.major != major) continue;
+    if (v.major != major || minor != 0) continue;
     std::vector<std::vector<std::byte>> data;
     std::vector<treecask::LeafInput> in;
     for (const auto& l : v.leaves) data.push_back(l.bytes());
@@ -50,49 +53,24 @@ int main(int argc, char** argv) {
     std::puts("wrote bad_major_5.cask");
     return 0;
   }
+  if (major == 3 && minor == 1) {
+    // 3.1: the same checkpoint with the index binding its shard files, and a
+    // copy whose process_1.cask comes from another save of the same layout.
+    golden::write_sharded(out / "v3_1_bound", "00112233445566778899aabbccddeeff", true);
+    std::puts("wrote v3_1_bound/");
+    golden::write_sharded(out / "other_save", "ffeeddccbbaa99887766554433221100", true);
+    fs::copy(out / "v3_1_bound", out / "bad_v3_1_stale_shard", fs::copy_options::recursive);
+    fs::copy_file(out / "other_save" / "process_1.cask", out / "bad_v3_1_stale_shard" / "process_1.cask",
+                  fs::copy_options::overwrite_existing);
+    fs::remove_all(out / "other_save");
+    std::puts("wrote bad_v3_1_stale_shard/");
+    return 0;
+  }
   if (major == 3) {
     // The sharded checkpoint directory: shard files (format 1.0) and index (3.0).
-    golden::ShardedVector v = golden::sharded_vector();
-    fs::path dir = out / v.dir;
-    fs::create_directories(dir);
-    std::map<std::string, std::vector<std::pair<std::string, std::vector<std::byte>>>> files;
-    for (size_t i = 0; i < v.leaves.size(); ++i) {
-      auto all = v.global_bytes(i);
-      size_t item = size_t(treecask::dtype_bits(v.leaves[i].dtype) / 8);
-      for (const auto& r : v.leaves[i].shards)
-        files[r.file].emplace_back(golden::shard_key(v.leaves[i].key_path, r.start, r.stop),
-                                   golden::box_bytes(all, v.leaves[i].shape, r.start, r.stop, item));
-    }
-    for (const auto& [name, entries] : files) {
-      std::vector<std::string> keys;
-      std::vector<treecask::LeafInput> in;
-      for (const auto& [k, bytes] : entries) keys.push_back(k);
-      treecask::TreeDef def = treecask::flat_dict_treedef(keys);
-      for (const auto& [k, bytes] : entries) {
-        // The box's own description: the global leaf's dtype and value kind, the box's shape.
-        for (size_t i = 0; i < v.leaves.size(); ++i)
-          for (const auto& r : v.leaves[i].shards)
-            if (r.file == name && golden::shard_key(v.leaves[i].key_path, r.start, r.stop) == k) {
-              treecask::LeafMeta m;
-              m.dtype = v.leaves[i].dtype;
-              m.value_kind = v.leaves[i].value_kind;
-              for (size_t d = 0; d < r.start.size(); ++d) m.shape.push_back(r.stop[d] - r.start[d]);
-              in.push_back({m, std::span(bytes), std::nullopt});
-            }
-      }
-      treecask::SaveOptions opt;
-      opt.overwrite = true;
-      opt.chunk_size = 4096;
-      treecask::save(dir / name, def, in, opt);
-      std::printf("wrote %s\n", (dir / name).c_str());
-    }
-    std::vector<treecask::LeafInput> idx;
-    for (const auto& m : v.leaves) idx.push_back({m, {}, std::nullopt});
-    treecask::SaveOptions opt;
-    opt.overwrite = true;
-    opt.metadata = {{"treecask.processes", "2"}};
-    treecask::save(dir / "index.cask", v.treedef, idx, opt);
-    std::printf("wrote %s\n", (dir / "index.cask").c_str());
+    fs::path dir = out / golden::sharded_vector().dir;
+    golden::write_sharded(dir, "", false);
+    std::printf("wrote %s/\n", dir.c_str());
     {
       auto b = slurp(dir / "index.cask");  // header record major version 3 -> 4
       auto at = std::search(b.begin(), b.end(), "TREECASK", "TREECASK" + 8);

@@ -77,6 +77,16 @@ class TREECASK_API Archive {
   int64_t created_unix_ns() const noexcept;
   const KeyValues& metadata() const noexcept;           // archive-level
   const TreeDef& treedef() const noexcept;
+  // This file's fingerprint for the index of a sharded checkpoint (format
+  // 3.1, SPEC.md "Sharded checkpoints" R8/R9): `file` is the last component
+  // of path(), the numbers are the header record's manifest_length (bytes)
+  // and manifest_checksum (XXH3-64, seed 0), verified at open.
+  ShardFile manifest_fingerprint() const;
+  // The shard files this archive binds, when it is the index of a sharded
+  // checkpoint written as format 3.1 or later (SaveOptions::shard_files; R8
+  // checked at open); empty for every other archive, an index of format 3.0
+  // included (unbound: ShardedArchive then checks dtypes and shapes only).
+  const std::vector<ShardFile>& shard_files() const noexcept;
 
   size_t size() const noexcept;  // number of leaves
   // What the manifest says about leaf `index`. Throws kInvalidArgument when
@@ -218,6 +228,13 @@ class TREECASK_API Archive {
   struct Impl;
 
  private:
+  friend class ShardedArchive;
+  // open() of `name` relative to the directory open as `dir_fd` (openat;
+  // AT_FDCWD: the working directory), reported as `shown` in errors and
+  // path(): ShardedArchive opens every file of a checkpoint through one
+  // directory handle, so a directory replaced meanwhile cannot mix two.
+  static Archive open_at(int dir_fd, const std::filesystem::path& name, const std::string& shown,
+                         const OpenOptions& options);
   explicit Archive(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

@@ -1,5 +1,5 @@
 // Reading a sharded checkpoint: a directory that many processes wrote
-// together (format 3.0, SPEC.md "Sharded checkpoints").
+// together (format 3.0; 3.1 binds the shard files, SPEC.md "Sharded checkpoints").
 //
 //   <dir>/index.cask      the treedef and, per leaf, the global shape, dtype,
 //                         sharding, logical axes, metadata and ShardRefs
@@ -38,17 +38,26 @@ class TREECASK_API ShardedArchive {
   static bool is_sharded(const std::filesystem::path& path) noexcept;
 
   // Opens <dir>/index.cask and every file its ShardRefs name, each with
-  // Archive::open(options) (same checks), then checks that every ShardRef
-  // names a leaf of its file whose dtype is the leaf's and whose shape is the
-  // box's (stop - start), and that the boxes of each leaf tile its global
-  // shape exactly (no overlap; the index reader already checked that they
-  // lie inside it and that their element counts add up). Cost: the manifests
-  // plus O(boxes^2) per leaf, no tensor bytes.
+  // Archive::open(options) (same checks), all through one handle of the
+  // directory (openat), so that a checkpoint replaced meanwhile by a commit
+  // with overwrite is never mixed with its successor: when a file vanishes
+  // because the directory was swapped, the open starts over on the new one
+  // (at most kOpenAttempts times). Then SPEC.md "Sharded checkpoints" R9:
+  // when the index binds its shard files (format 3.1), each file's manifest
+  // length and XXH3 equal those the index recorded; R6: every ShardRef names
+  // a leaf of its file whose dtype is the leaf's and whose shape is the box's
+  // (stop - start); R7: the boxes of each leaf tile its global shape exactly
+  // (no overlap; the index reader already checked that they lie inside it and
+  // that their element counts add up). An index of format 3.0 binds nothing:
+  // a shard file of another save with the same boxes is not detected there.
+  // Cost: the manifests plus O(boxes^2) per leaf, no tensor bytes.
   // Throws Error: kNotFound (no directory / index.cask / shard file),
-  // kNotAnArchive, kUnsupportedVersion, kCorruption (a ShardRef that names no
-  // leaf, a wrong dtype or shape, overlapping boxes; the message names the
-  // shard file and the leaf), kIo.
+  // kNotAnArchive, kUnsupportedVersion, kCorruption (a shard file that is not
+  // the one the index was committed with, naming the file, both fingerprints
+  // and both save ids; a ShardRef that names no leaf, a wrong dtype or shape,
+  // overlapping boxes; the message names the shard file and the leaf), kIo.
   static ShardedArchive open(const std::filesystem::path& dir, const OpenOptions& options = {});
+  static constexpr int kOpenAttempts = 4;
 
   const std::string& path() const noexcept;  // the directory
   const Archive& index() const noexcept;     // the index archive (treedef, metadata, leaf infos)
@@ -99,6 +108,8 @@ class TREECASK_API ShardedArchive {
   struct Impl;
 
  private:
+  static std::shared_ptr<const Impl> open_once(const std::filesystem::path& dir, int dir_fd,
+                                               const OpenOptions& options);
   explicit ShardedArchive(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

@@ -19,9 +19,10 @@ TREECASK_API const char* library_version() noexcept;
 // (SaveOptions::shuffle), or 3.0 when a leaf has shard references (the index
 // of a sharded checkpoint, include/treecask/sharded.h), or 4.0 when a leaf has
 // a dtype of format 4.0 (DType values 20-30), so that older readers keep
-// reading the rest. Equal to the format's own constants (src/format.h
+// reading the rest; minor 1 (3.1, 4.1) for an index that binds its shard
+// files (SaveOptions::shard_files). Equal to the format's own constants (src/format.h
 // kMajor/kMinor; a static_assert in src/format.cc keeps them so).
 inline constexpr uint16_t kFormatMajor = 4;
-inline constexpr uint16_t kFormatMinor = 0;
+inline constexpr uint16_t kFormatMinor = 1;
 
 }  // namespace treecask

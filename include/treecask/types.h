@@ -185,6 +185,27 @@ struct ShardRef {
   bool operator==(const ShardRef&) const = default;
 };
 
+// The exact shard file that the index of a sharded checkpoint was committed
+// with (format 3.1 / 4.1, SPEC.md "Sharded checkpoints", R8 and R9): its name
+// in the index's directory and two fields of its header record, the manifest's
+// length in bytes and its XXH3-64 (seed 0). The manifest holds every chunk
+// checksum of the file and its archive metadata, where the reference writer
+// puts the save's random id (kSaveIdKey), so a file of another save, another
+// step or another job does not match. Archive::manifest_fingerprint() gives a
+// file's own.
+struct ShardFile {
+  std::string file;
+  uint64_t manifest_length = 0;
+  uint64_t manifest_checksum = 0;
+  bool operator==(const ShardFile&) const = default;
+};
+
+// Archive metadata key under which the reference writers record the random
+// 128-bit id (32 lowercase hex digits) of a sharded save, in the index and in
+// every shard file of that save. Informative: readers compare fingerprints
+// (ShardFile), and name the ids in the error when they differ.
+inline constexpr std::string_view kSaveIdKey = "treecask.save_id";
+
 // Everything the manifest says about one leaf except where its bytes lie.
 struct LeafMeta {
   std::string key_path;

@@ -53,6 +53,15 @@ struct SaveOptions {
                             // final rename refuses to replace one atomically)
   bool durable = true;      // fsync the file and its directory before returning
   KeyValues metadata;       // archive-level user key-values
+  // Only for the index of a sharded checkpoint (leaves with shard references):
+  // the shard files it binds, one entry per file that any ShardRef names (no
+  // other, no duplicate; plain file names), each with the fingerprint of the
+  // file as written (Archive::manifest_fingerprint). Non-empty: the archive
+  // is format 3.1 (4.1 with a format 4.0 dtype) and every reader refuses a
+  // shard file that does not match (SPEC.md "Sharded checkpoints", R8, R9).
+  // Empty: an unbound index, as format 3.0 wrote it. Checked before anything
+  // is written (kInvalidArgument).
+  std::vector<ShardFile> shard_files;
   // Called from the saving thread with (bytes done, bytes total) of leaf data.
   std::function<void(uint64_t, uint64_t)> progress;
 };
