@@ -895,6 +895,7 @@ std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>
       progress(done, total);
     }
   }
+  if (progress && size() == 0) progress(0, 0);
   return errors;
 }
 

@@ -116,7 +116,12 @@ void publish(const std::filesystem::path& tmp, const std::filesystem::path& path
       throw Error(ErrorCode::kAlreadyExists, file, "",
                   "already exists (pass overwrite to replace it); nothing was replaced");
     } else if (errno == EPERM || errno == ENOTSUP) {
-      // no hard links either: a plain rename, best effort
+      // No hard links either: refuse an entry that exists now, then a plain
+      // rename (an entry created between the two would be replaced).
+      struct stat there {};
+      if (::lstat(path.c_str(), &there) == 0)
+        throw Error(ErrorCode::kAlreadyExists, file, "",
+                    "already exists (pass overwrite to replace it); nothing was replaced");
       if (::rename(tmp.c_str(), path.c_str()) != 0) io_error(file, "rename into place", errno);
     } else {
       io_error(file, "link into place", errno);

@@ -392,6 +392,10 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
   if (opt.max_part_bytes < opt.chunk_size || opt.max_part_bytes > format::kRawPartBytes)
     throw Error(ErrorCode::kInvalidArgument, file, "",
                 "max_part_bytes must be at least chunk_size and at most 1 GiB");
+  auto known = [](Compression c) { return c == Compression::kAuto || c == Compression::kNone || c == Compression::kLZ4; };
+  if (!known(opt.compression))
+    throw Error(ErrorCode::kInvalidArgument, file, "",
+                "unknown compression value " + std::to_string(static_cast<int>(opt.compression)));
   std::vector<std::string> paths = leaf_key_paths(treedef, ErrorCode::kInvalidArgument, file);
   if (paths.size() != leaves.size())
     throw Error(ErrorCode::kInvalidArgument, file, "",
@@ -406,6 +410,9 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     LeafMeta m = in.meta;
     m.key_path = paths[i];
     check_leaf_meta(m, ErrorCode::kInvalidArgument, file);
+    if (in.compression && !known(*in.compression))
+      throw Error(ErrorCode::kInvalidArgument, file, paths[i],
+                  "unknown compression value " + std::to_string(static_cast<int>(*in.compression)));
     uint64_t want;
     try {
       want = byte_length_for(m.dtype, m.shape);

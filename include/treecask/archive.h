@@ -66,7 +66,9 @@ class TREECASK_API Archive {
   // opens, and every view, read or verify() that needs that blob throws
   // kCorruption naming the leaf.
   // Throws Error: kNotFound, kNotAnArchive, kUnsupportedVersion (newer major
-  // version), kCorruption (truncated file, bad manifest), kIo.
+  // version), kCorruption (truncated file, bad manifest), kChecksumMismatch
+  // (the manifest does not match the header's XXH3), kUnsupported (a dtype
+  // value of a later format), kIo.
   static Archive open(const std::filesystem::path& path, const OpenOptions& options = {});
 
   const std::string& path() const noexcept;
@@ -130,12 +132,16 @@ class TREECASK_API Archive {
   // std::thread::hardware_concurrency() threads (its chunks shared among the
   // calling thread and helpers started for the call); a smaller one by the
   // calling thread alone. read_many() takes a thread count.
+  // Throws kInvalidArgument (index), kShapeMismatch, kUnsupported (a leaf of a
+  // sharded checkpoint's index), kChecksumMismatch, kCorruption (a damaged
+  // blob header or LZ4 block), each naming the file and the key path.
   void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault) const;
 
   // Copies many leaves at once: outs[k] receives leaf indices[k] (each
   // exactly byte_length bytes, else kShapeMismatch). The chunks of all leaves
   // are shared among `threads` threads (0 = all cores), copied with pread()
   // from the page cache and checksummed in the same pass: the full-load path.
+  // Throws as read(), for the first damaged leaf found.
   void read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
                  Verify verify = Verify::kDefault, unsigned threads = 0) const;
 
@@ -154,11 +160,12 @@ class TREECASK_API Archive {
   // bytes, verify each such chunk's XXH3 (whole chunk, when verifying, as every
   // read does) before using its bytes, and write straight into the caller's
   // buffer. Chunks wholly inside one contiguous piece of the destination are
-  // decoded in place. Any other raw chunk passes through a 128 KiB scratch
-  // buffer per thread, piece by piece (copied, hashed and scattered while in
+  // decoded in place. Any other raw chunk passes through a scratch buffer of
+  // at most 512 KiB, piece by piece (copied, hashed and scattered while in
   // cache; its checksum compared once the whole chunk is hashed); any other
-  // LZ4 chunk is decoded into a chunk-sized scratch buffer per thread, which
-  // also holds its stored bytes and, when byte-shuffled, one more chunk.
+  // LZ4 chunk is decoded into a chunk-sized scratch buffer, which also holds
+  // its stored bytes and, when byte-shuffled, one more chunk. Scratch buffers
+  // come from a free list of the call: at most one in use per thread.
   //
   // Threads: the chunks are shared among the calling thread and up to
   // `threads` - 1 threads started for the call; `threads` 0 means
@@ -222,7 +229,7 @@ class TREECASK_API Archive {
   // decoding to exactly the declared size. Returns one Error per damaged leaf
   // (empty: intact). `progress`, when set, is called after each leaf with
   // (raw bytes checked so far, raw bytes in all), from the calling thread; the
-  // last call reports (total, total).
+  // last call reports (total, total), (0, 0) for an archive without leaves.
   std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
 
   struct Impl;

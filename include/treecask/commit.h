@@ -34,7 +34,10 @@ TREECASK_API void sync_path(const std::filesystem::path& p, const std::string& f
 // Without overwrite the rename itself refuses an existing `path`
 // (renameat2 RENAME_NOREPLACE; for a file on a file system without it,
 // link() + unlink()), so an entry created meanwhile is never replaced:
-// Error(kAlreadyExists). With overwrite a file is replaced by rename(2); a
+// Error(kAlreadyExists). On a file system with neither (no renameat2 flags,
+// no hard links: EPERM/ENOTSUP from link()) an existing `path` is refused the
+// same way, then a plain rename(2) publishes: only an entry created between
+// that check and the rename would be replaced. With overwrite a file is replaced by rename(2); a
 // directory by renameat2 RENAME_EXCHANGE, after which the old directory (now
 // at `tmp`) is removed. When durable, the parent directory is fsynced after
 // the rename (sync_path). Throws Error(kIo) naming `file` otherwise; `tmp` is

@@ -80,8 +80,8 @@ TREECASK_API bool dtype_valid(uint8_t value) noexcept;
 TREECASK_API bool dtype_packed(DType dtype) noexcept;
 
 // Bytes that `shape` elements of `dtype` occupy: ceil(prod(shape) * bits / 8).
-// Throws Error(kInvalidArgument) for a negative dim, an invalid dtype or a
-// product that overflows int64 bytes.
+// Throws Error(kInvalidArgument) for a negative dim, an invalid dtype or an
+// element count whose bits, prod(shape) * bits, exceed 2^63 (SPEC.md check 28).
 TREECASK_API uint64_t byte_length_for(DType dtype, std::span<const int64_t> shape);
 
 // Packs `elems` of a packed sub-byte `dtype` (one element per byte, as

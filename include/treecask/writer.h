@@ -80,8 +80,12 @@ struct SaveStats {
 // leaf node in pre-order. Every input is checked before anything is written:
 // valid dtype, dims >= 0, data.size() == byte_length_for(dtype, shape), keys
 // non-empty valid UTF-8 without NUL, no duplicate key paths, depth and rank
-// within SPEC.md "Limits"; a violation throws Error(kInvalidArgument) naming
-// the key path.
+// within SPEC.md "Limits", known Compression values, options in range, the
+// shard files of an index (R8); a violation throws Error(kInvalidArgument)
+// naming the key path. One limit is known only once the leaves are encoded:
+// a manifest over 256 MiB (e.g. millions of chunks) throws kInvalidArgument
+// after the temporary file was written, which is then removed; `path` is
+// untouched either way.
 //
 // Atomicity (SPEC.md "Atomic commit"): the archive is built in a temporary
 // file "<path>.tmp.<pid>.<random>" in the same directory and renamed onto

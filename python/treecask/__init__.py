@@ -51,9 +51,10 @@ from ._hf import SafetensorsExport, SafetensorsImport, export_safetensors, impor
 from ._distributed import ShardedCheckpoint  # noqa: E402
 
 __version__ = "0.2.0"
-#: Highest archive format version this build writes and reads (it writes 1.0
-#: unless ``save(shuffle=True)`` shuffled a leaf (2.0), and 3.0 only for the
-#: index of a multi-process checkpoint: format/SPEC.md "Versioning").
+#: Highest archive format version this build writes and reads. It writes the
+#: lowest that holds an archive: 1.0, 2.0 when ``save(shuffle=True)`` shuffled
+#: a leaf, 4.0 with a dtype of format 4.0, and 3.1 (4.1) only for the index of
+#: a multi-process checkpoint (format/SPEC.md "Versioning").
 FORMAT_VERSION = (_core.FORMAT_MAJOR, _core.FORMAT_MINOR)
 
 
