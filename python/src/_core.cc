@@ -25,6 +25,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -675,15 +676,19 @@ NB_MODULE(_core, m) {
   // an array of its dtype or its uint8 bytes). extras maps a leaf's position to
   // (logical_axes, sharding, metadata key-value pairs[, shard references]) for the leaves
   // that have any; shard references are (file, key path, start, stop) tuples (format 3.0).
+  // shard_files: (file, manifest length, manifest XXH3) of each shard file an index binds
+  // (SaveOptions::shard_files, format 3.1).
   m.def(
       "save",
       [](const std::string& path, nb::list nodes, nb::list key_paths, nb::list value_kinds,
          nb::list dtypes, nb::list shapes, nb::list datas, nb::dict extras, int compression,
          std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite, bool durable,
-         nb::handle metadata, std::optional<uint64_t> max_part_bytes, bool shuffle) {
+         nb::handle metadata, std::optional<uint64_t> max_part_bytes, bool shuffle,
+         std::vector<std::tuple<std::string, uint64_t, uint64_t>> shard_files) {
         SaveCall call = parse_save_call(nodes, key_paths, value_kinds, dtypes, shapes, datas, extras,
                                         compression, chunk_size, threads, overwrite, durable,
                                         metadata, max_part_bytes, shuffle);
+        for (auto& [file, length, checksum] : shard_files) call.opt.shard_files.push_back({file, length, checksum});
         treecask::SaveStats st;
         {
           nb::gil_scoped_release release;
@@ -694,7 +699,8 @@ NB_MODULE(_core, m) {
       "path"_a, "treedef"_a, "key_paths"_a, "value_kinds"_a, "dtypes"_a, "shapes"_a, "datas"_a,
       "extras"_a, "compression"_a = 0, "chunk_size"_a = nb::none(),
       "threads"_a = 0, "overwrite"_a = false, "durable"_a = true, "metadata"_a = nb::none(),
-      "max_part_bytes"_a = nb::none(), "shuffle"_a = false);
+      "max_part_bytes"_a = nb::none(), "shuffle"_a = false,
+      "shard_files"_a = std::vector<std::tuple<std::string, uint64_t, uint64_t>>{});
 
   // ---- save_async (CheckpointManager, python/treecask/_manager.py) ----
   // save_async(<the arguments of save>, borrowed) -> PendingSave. borrowed: one bool per
@@ -760,6 +766,11 @@ NB_MODULE(_core, m) {
                    [](const treecask::Archive& a) { return key_values_to_python(a.metadata()); })
       .def_prop_ro("treedef",
                    [](const treecask::Archive& a) { return treedef_to_python(a.treedef()); })
+      .def_prop_ro("manifest_fingerprint",
+                   [](const treecask::Archive& a) {
+                     treecask::ShardFile f = a.manifest_fingerprint();
+                     return std::make_tuple(f.file, f.manifest_length, f.manifest_checksum);
+                   })
       .def("__len__", &treecask::Archive::size)
       .def("leaf",
            [](const treecask::Archive& a, size_t i) {

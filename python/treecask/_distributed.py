@@ -1,4 +1,4 @@
-"""Multi-process save and restore with ``jax.distributed`` (format 3.0,
+"""Multi-process save and restore with ``jax.distributed`` (format 3.1,
 format/SPEC.md "Sharded checkpoints").
 
 When ``jax.distributed`` is initialized with more than one process,
@@ -21,11 +21,15 @@ store and barriers; no RPC or lock of our own):
 
 1. process 0 refuses an existing ``path`` (unless ``overwrite``), removes stale
    temporary directories (below), creates ``<path>.tmpdir.<host>.<pid>.<hex16>``
-   and publishes its name (or its error) in the key-value store;
-2. every process writes and fsyncs its ``process_<k>.cask`` there and publishes
-   "ok" or its error; barrier;
+   and publishes its name and a random 128-bit save id (or its error) in the
+   key-value store;
+2. every process writes and fsyncs its ``process_<k>.cask`` there, with the
+   save id in its archive metadata (``treecask.save_id``), and publishes "ok"
+   or its error; barrier;
 3. process 0 opens the manifests the processes actually wrote, builds the
-   index from them, checks the result opens as a ShardedArchive (every box
+   index from them, binding each shard file by the length and XXH3 of its
+   manifest (so a file of another step, save or job is refused by every
+   reader), checks the result opens as a ShardedArchive (every box
    present, boxes tiling every leaf), fsyncs it, renames the directory onto
    ``path`` (``renameat2(RENAME_NOREPLACE)``; with ``overwrite``,
    ``RENAME_EXCHANGE`` and then removes the old one) and fsyncs the parent;
@@ -62,6 +66,7 @@ from ._types import SaveStats
 from .errors import Error
 
 INDEX = "index.cask"
+SAVE_ID_KEY = "treecask.save_id"  # include/treecask/types.h kSaveIdKey
 _TMP = ".tmpdir."
 # Seconds a process waits at a barrier / for process 0's answer.
 BARRIER_TIMEOUT_S = float(os.environ.get("TREECASK_BARRIER_TIMEOUT_S", "600"))
@@ -287,21 +292,24 @@ def run(s: _Save):
             clean_stale(p)
             tmp = f"{p}{_TMP}{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}"
             os.mkdir(tmp)
-            answer = "ok:" + tmp
+            # The save's identity (SPEC.md "Sharded checkpoints"): in every file's metadata,
+            # so that no two saves write the same manifest, whatever their trees.
+            answer = "ok:" + secrets.token_hex(16) + ":" + tmp
         except Exception as e:
             answer = "err:" + _error_text(e)
         client.key_value_set(key + "/dir", answer)
     answer = client.blocking_key_value_get(key + "/dir", timeout_ms)
     if answer.startswith("err:"):
         _raise(answer[4:], p)
-    tmp = answer[3:]
+    save_id, _, tmp = answer[3:].partition(":")
+    s.md = s.md + [(SAVE_ID_KEY, save_id)]
 
     # Step 2: every process writes its own shards.
     try:
         mine = os.path.join(tmp, process_file(pid))
         st = _core.save(mine, _flat_nodes(s.keys), [T.escape_key(k) for k in s.keys], s.kinds, s.names,
                         s.shapes, s.datas, {}, o["compression"], o["chunk_size"], o["threads"], False,
-                        o["durable"], [], o["max_part_bytes"], o["shuffle"])
+                        o["durable"], [(SAVE_ID_KEY, save_id)], o["max_part_bytes"], o["shuffle"])
         status = "ok:" + json.dumps({k: int(v) for k, v in st.items()})
     except Exception as e:  # reported to every process; never leaves the others waiting
         status = "err:" + _error_text(e)
@@ -346,9 +354,11 @@ def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
     # Where each box lives, from the manifests the processes wrote.
     position = {kp: i for i, kp in enumerate(s.key_paths)}
     refs: List[List[Tuple[str, str, List[int], List[int]]]] = [[] for _ in s.key_paths]
+    bound: List[Tuple[str, int, int]] = []  # each shard file's fingerprint, for the index to bind
     for k in range(nproc):
         name = process_file(k)
         a = _core.Archive.open(os.path.join(tmp, name), True, False)
+        bound.append(a.manifest_fingerprint)
         for j in range(len(a)):
             d = a.leaf(j)
             comp = T.split_path(d["key_path"])
@@ -370,7 +380,8 @@ def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
         totals["raw_bytes"] += int(_core.byte_length_for(meta["dtype"], meta["shape"]))
         more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i])
     st = _core.save(os.path.join(tmp, INDEX), s.nodes, s.key_paths, kinds, names, shapes, datas, more, 0, None,
-                    1, False, s.options["durable"], s.md, None, False)
+                    1, False, s.options["durable"], s.md, None, False,
+                    shard_files=[f for f in bound if any(r[0] == f[0] for rs in refs for r in rs)])
     totals["file_bytes"] += int(st["file_bytes"])
     # The checkpoint must open as a whole (every ShardRef resolves, boxes tile every leaf).
     _core.ShardedArchive.open(tmp, True, False)
@@ -394,8 +405,15 @@ class ShardedCheckpoint(Archive):
     of the saved boxes that intersect it, each read from its shard file
     straight into the destination array.
 
+    Every file is opened through one handle of the directory, so a checkpoint
+    replaced meanwhile (``save(..., overwrite=True)``) is read whole, old or
+    new, never mixed (SPEC.md "Sharded checkpoints").
+
     Raises what :class:`treecask.Archive` raises, and CorruptionError when a
-    shard file lacks a box the index names or the boxes do not tile a leaf.
+    shard file is not the one a format 3.1 index was committed with (another
+    step, save or job: the message names the file, both manifest fingerprints
+    and both save ids), lacks a box the index names, or the boxes do not tile
+    a leaf.
     """
 
     def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True):

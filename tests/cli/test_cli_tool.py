@@ -454,7 +454,7 @@ def test_usage_and_missing_files(d):
     for cmd in ("info", "ls", "verify", "get", "import", "export"):
         r = expect(tc(cmd, "--help"), OK, out_contains="Exit status")
         assert cmd in r.out
-    expect(tc("--version"), OK, out_contains="format 4.0")
+    expect(tc("--version"), OK, out_contains="format 4.1")
     missing = f"{d}/missing.cask"
     for args in (("info", missing), ("ls", missing), ("verify", missing),
                  ("get", missing, "w", "-o", f"{d}/w.npy"), ("export", missing, f"{d}/o.st"),

@@ -178,7 +178,7 @@ def test_archive_metadata_and_facts(cask):
         assert a.metadata == {"step": "10", "run": "x"}
         # No filter: written as 1.0 so that 1.x readers read it; FORMAT_VERSION is
         # the newest this library reads and writes.
-        assert a.format_version == (1, 0) and treecask.FORMAT_VERSION == (4, 0)
+        assert a.format_version == (1, 0) and treecask.FORMAT_VERSION == (4, 1)
         assert a.library_version == treecask.library_version()
         assert a.file_size == os.path.getsize(cask) and len(a) == 1 and list(a) == ["w"]
         assert a.created_unix_ns > 0

@@ -228,7 +228,7 @@ def test_two_process_save_restores_on_other_topologies(tmp_path):
     # The directory reads as one checkpoint, in this (single) process, as NumPy.
     with treecask.open(ckpt) as c:
         assert isinstance(c, _distributed.ShardedCheckpoint)
-        assert c.format_version == (3, 0)
+        assert c.format_version == (3, 1)
         assert c.metadata["run"] == "mp" and c.metadata["treecask.processes"] == "2"
         info = c.info("params/w")
         assert info.shape == (8, 8) and info.sharding.spec == (("x",), ("y",))
