@@ -1,17 +1,17 @@
 // Archives with LMDB pages of every size SPEC.md allows (512 to 65536), and
-// maps of them at chosen alignments, for tests. Page sizes up to LMDB 0.9's
-// MAX_PAGESIZE (32768) come from LMDB itself, told a different OS page size
-// (tests/page_shim.c); 65536-byte pages from double_pages() of a file of
-// 32768-byte pages.
+// maps of them at chosen alignments, for tests and the golden-vector
+// generator (link tests/page_shim.c). Page sizes up to LMDB 0.9's
+// MAX_PAGESIZE (32768) come from LMDB itself, told a different OS page size;
+// 65536-byte pages from double_pages() of a file of 32768-byte pages.
 #pragma once
 
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "format.h"
 #include "lmdb_layout.h"
-#include "testutil.h"
 
 extern "C" {
 void tc_pages_set_os_page_size(long p);
@@ -52,28 +52,35 @@ inline uint32_t page_size_of(std::span<const std::byte> file) {
 // value starts its run's first page as before and runs on contiguously, and
 // the run's page count (mp_pages) and each tree's md_overflow_pages count the
 // 2P-byte pages the value now needs. Both meta pages give the new page size.
+// Throws std::runtime_error when `src` is not such a file.
 inline std::vector<std::byte> double_pages(std::span<const std::byte> src) {
   namespace l = treecask::lmdb;
   namespace f = treecask::format;
+  auto require = [](bool ok) {
+    if (!ok) throw std::runtime_error("double_pages: not a sound LMDB file");
+  };
+  require(src.size() >= 2 * l::kMetaEnd);
   const uint64_t p = page_size_of(src), q = 2 * p;
+  require(p >= 512 && p <= 32768 && (p & (p - 1)) == 0 && src.size() >= 2 * p);
   const std::byte* meta0 = src.data() + l::kPageHeaderSize;
   const std::byte* meta1 = src.data() + p + l::kPageHeaderSize;
   const bool newest1 = f::get_u64(meta1 + l::kMetaTxnIdOffset) > f::get_u64(meta0 + l::kMetaTxnIdOffset);
   const uint64_t newest = newest1 ? 1 : 0;
   const uint64_t last = f::get_u64((newest1 ? meta1 : meta0) + l::kMetaLastPageOffset);
-  REQUIRE((last + 1) * p <= src.size());
+  require((last + 1) * p <= src.size());
   std::vector<std::byte> out((last + 1) * q);
   auto put16 = [&](uint64_t at, uint16_t v) { std::memcpy(out.data() + at, &v, 2); };
   auto put32 = [&](uint64_t at, uint32_t v) { std::memcpy(out.data() + at, &v, 4); };
   auto put64 = [&](uint64_t at, uint64_t v) { std::memcpy(out.data() + at, &v, 8); };
   // Copies the tree rooted at page `pg`; returns the overflow pages it now has.
   auto walk = [&](auto& self, uint64_t pg) -> uint64_t {
-    REQUIRE(pg >= l::kFirstDataPage);
-    REQUIRE(pg <= last);
+    require(pg >= l::kFirstDataPage);
+    require(pg <= last);
     const std::byte* page = src.data() + pg * p;
     std::memcpy(out.data() + pg * q, page, p);
     const uint16_t flags = f::get_u16(page + l::kPageFlagsOffset);
     const uint16_t lower = f::get_u16(page + 12);
+    require(lower >= l::kPageHeaderSize && lower <= p);
     uint64_t overflow = 0;
     for (uint16_t i = 0; i < (lower - l::kPageHeaderSize) / 2; ++i) {
       const uint16_t at = f::get_u16(page + l::kPageHeaderSize + 2 * i);
@@ -84,13 +91,13 @@ inline std::vector<std::byte> double_pages(std::span<const std::byte> src) {
         overflow += self(self, lo | hi << 16 | nflags << 32);
         continue;
       }
-      REQUIRE((flags & l::kPageLeaf));
+      require(flags & l::kPageLeaf);
       const uint64_t size = lo | hi << 16;
       const uint64_t data = at + l::kNodeHeaderSize + ksize;  // in the page
       if (nflags & l::kNodeBigData) {
         const uint64_t first = f::get_u64(page + data);
         const uint64_t pages = (l::kPageHeaderSize - 1 + size) / q + 1;  // OVPAGES at 2P
-        REQUIRE((first + pages) * q <= out.size());
+        require((first + pages) * q <= out.size());
         std::memcpy(out.data() + first * q + l::kOverflowDataOffset,
                     src.data() + first * p + l::kOverflowDataOffset, size);
         put64(first * q, first);
