@@ -11,13 +11,17 @@
  *     min(P, 32768)-byte pages (LMDB 0.9's MAX_PAGESIZE); 0 restores it;
  *   - tc_pages_set_map_shift(S): a file mapping at offset 0 with no address
  *     asked for is placed S bytes past a 2 MiB boundary (S a multiple of
- *     the OS page size, below 2 MiB); -1 restores the kernel's choice.
+ *     the OS page size, below 2 MiB); -1 restores the kernel's choice;
+ *   - tc_pages_set_map_copy(1): such a mapping, read-only, is instead an
+ *     anonymous mapping holding a copy of the file's bytes (what a reader
+ *     sees when the OS cannot say which file a map shows); 0 restores it.
  * Not thread-safe to set while another thread maps or creates environments.
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -26,9 +30,11 @@ extern long __sysconf(int name);
 static _Atomic long os_page_size_override = 0;
 static _Atomic long map_shift = -1;
 static _Atomic long maps_placed = 0;
+static _Atomic int map_copy = 0;
 
 void tc_pages_set_os_page_size(long p) { atomic_store(&os_page_size_override, p); }
 void tc_pages_set_map_shift(long s) { atomic_store(&map_shift, s); }
+void tc_pages_set_map_copy(int on) { atomic_store(&map_copy, on); }
 /* How many maps the shift has placed so far (a test's proof that it applied). */
 long tc_pages_maps_placed(void) { return atomic_load(&maps_placed); }
 
@@ -38,7 +44,24 @@ long sysconf(int name) {
   return __sysconf(name);
 }
 
+/* An anonymous mapping of `len` bytes holding the bytes of `fd` from offset 0. */
+static void* map_copy_of(size_t len, int prot, int fd) {
+  void* m = mmap64(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return m;
+  for (size_t done = 0; done < len;) {
+    ssize_t n = pread(fd, (char*)m + done, len - done, (off_t)done);
+    if (n <= 0) break; /* past the end of the file: zeros, as a file map's tail */
+    done += (size_t)n;
+  }
+  mprotect(m, len, prot);
+  atomic_fetch_add(&maps_placed, 1);
+  return m;
+}
+
 void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
+  if (atomic_load(&map_copy) && addr == NULL && fd >= 0 && off == 0 && !(flags & MAP_FIXED) && len > 0 &&
+      !(prot & PROT_WRITE))
+    return map_copy_of(len, prot, fd);
   long shift = atomic_load(&map_shift);
   if (shift < 0 || addr != NULL || fd < 0 || off != 0 || (flags & MAP_FIXED) || len == 0)
     return mmap64(addr, len, prot, flags, fd, off);

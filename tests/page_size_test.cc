@@ -4,6 +4,7 @@
 // of a blob or of the manifest is found whatever the page size and wherever
 // the map starts.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <functional>
 #include <string>
@@ -249,5 +250,34 @@ TEST_CASE("a damaged overflow page header is found at every page size and map al
       check_blob_damage(p, t, page, dir);
       if (large || page == 512) check_manifest_damage(p, page, dir);
     }
+  }
+}
+
+// Where the map base cannot be found, an open that must check S11 fails
+// (kIo, naming the file) instead of skipping the check; one that need not
+// (structure validation off) opens and reads through the map. A map the OS
+// lists no file behind gives no base for pages larger than the OS page; for
+// pages up to the OS page the base comes from the map's own bytes.
+TEST_CASE("without a map base, an open that must check S11 fails instead of skipping it") {
+  for (uint32_t page : kPageSizes) {
+    CAPTURE(page);
+    TempDir dir;
+    FlatTree t;
+    small_tree(t);
+    auto p = dir / "good.cask";
+    save_paged(t, p, page);
+    tc_test::MapCopy copy;
+    const long placed = tc_pages_maps_placed();
+    if (page <= static_cast<uint32_t>(::sysconf(_SC_PAGESIZE))) {
+      check_all_leaves(Archive::open(p), t);
+    } else {
+      auto e = tc_test::expect_error(ErrorCode::kIo, [&] { (void)Archive::open(p); });
+      CHECK(std::string(e.what()).find("S11") != std::string::npos);
+      CHECK(e.file() == p.string());
+    }
+    OpenOptions trusted;
+    trusted.validate_structure = false;
+    check_all_leaves(Archive::open(p, trusted), t);
+    CHECK(tc_pages_maps_placed() == placed + 2);  // both opens saw the copy
   }
 }

@@ -16,6 +16,7 @@
 extern "C" {
 void tc_pages_set_os_page_size(long p);
 void tc_pages_set_map_shift(long s);
+void tc_pages_set_map_copy(int on);
 long tc_pages_maps_placed(void);
 }
 
@@ -38,6 +39,16 @@ struct MapShift {
   ~MapShift() { tc_pages_set_map_shift(-1); }
   MapShift(const MapShift&) = delete;
   MapShift& operator=(const MapShift&) = delete;
+};
+
+// While alive, a read-only file mapping at offset 0 without a requested
+// address (a reader's LMDB map) is an anonymous mapping holding a copy of the
+// file: its bytes are the file's, but the OS lists no file behind it.
+struct MapCopy {
+  MapCopy() { tc_pages_set_map_copy(1); }
+  ~MapCopy() { tc_pages_set_map_copy(0); }
+  MapCopy(const MapCopy&) = delete;
+  MapCopy& operator=(const MapCopy&) = delete;
 };
 
 // The LMDB page size recorded in meta page 0 of `file`.
