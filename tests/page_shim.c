@@ -1,5 +1,5 @@
-/* Test-only control over two things a test cannot otherwise choose: the page
- * size LMDB gives a new file, and where the kernel maps a file (tests/pages.h).
+/* Test-only control over what a test cannot otherwise choose: the page size
+ * LMDB gives a new file, and where and how a file is mapped (tests/pages.h).
  *
  * Linked into the test executable (and the golden-vector generator), whose
  * definitions of sysconf() and mmap() come before libc's for every caller
@@ -21,7 +21,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -35,7 +34,7 @@ static _Atomic int map_copy = 0;
 void tc_pages_set_os_page_size(long p) { atomic_store(&os_page_size_override, p); }
 void tc_pages_set_map_shift(long s) { atomic_store(&map_shift, s); }
 void tc_pages_set_map_copy(int on) { atomic_store(&map_copy, on); }
-/* How many maps the shift has placed so far (a test's proof that it applied). */
+/* How many maps the shift or the copy has made so far (a test's proof that it applied). */
 long tc_pages_maps_placed(void) { return atomic_load(&maps_placed); }
 
 long sysconf(int name) {
