@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -32,7 +33,11 @@ struct Archive::Impl {
   MDB_txn* txn = nullptr;  // held for the Archive's life: keeps every blob pointer valid
   std::unique_ptr<Manifest> manifest;
   std::vector<const std::byte*> blob_data;  // payload start per blob id
-  const std::byte* map_base = nullptr;      // file offset 0 in the map
+  // File offset 0 in the map (find_map_base): locates LMDB's overflow page
+  // headers for S11 and lets copies use pread(). Null only when structure
+  // validation is off and the base was not found (copies then go through
+  // the map, and S11, not required then, is not checked).
+  const std::byte* map_base = nullptr;
   int fd = -1;                              // the mapped inode, for bulk pread()
   // Each blob's header (and, with structure validation, its LMDB overflow
   // page header) is checked before the first use of the blob's bytes, not
@@ -86,10 +91,12 @@ struct Archive::Impl {
   }
   // The checks of blob `id` that open leaves to its first use: its LMDB
   // overflow page header when the structure check saw the run (check_structure's
-  // rule, lmdb::check_overflow_head) and its 48-byte header (magic, id,
-  // reserved bytes, payload length = the manifest's). Read with pread(), never
-  // through the map, so a check maps no page. Throws Error(kCorruption) naming
-  // the file and leaf `li`, whose read needed the blob.
+  // rule, lmdb::check_overflow_head; with structure validation the map base
+  // is known, so every blob value in an overflow run is checked) and its
+  // 48-byte header (magic, id, reserved bytes, payload length = the
+  // manifest's). Read with pread(), so a check maps no page (through the map
+  // when there is no map base). Throws Error(kCorruption) naming the file and
+  // leaf `li`, whose read needed the blob.
   void check_blob(uint32_t id, size_t li) const;
   // Throws kChecksumMismatch unless `digest` is chunk `ci`'s stored checksum.
   void expect_checksum(size_t li, uint64_t ci, const fb::Chunk* c, uint64_t digest) const {
@@ -410,21 +417,94 @@ slice::Plan Archive::Impl::slice_plan(size_t li, const Archive::SliceRequest& q)
 }
 
 namespace {
-// The map base (lmdb::map_base_of) from the page holding the header record,
-// confirmed by reading the same 32 bytes with pread(): the page number it
-// rests on comes from the file. Returns nullptr when that fails: reads then
-// copy through the map instead of with pread().
-const std::byte* find_map_base(std::span<const std::byte> hdr, const lmdb::MetaInfo& meta, int fd,
-                               uint64_t file_size) {
-  const std::byte* base = lmdb::map_base_of(hdr.data(), meta.page_size, meta.last_page);
-  if (!base) return nullptr;
-  uint64_t off = static_cast<uint64_t>(hdr.data() - base);
-  std::byte check[format::kHeaderSize];
-  if (hdr.size() != sizeof check || off > file_size - sizeof check ||
-      ::pread(fd, check, sizeof check, static_cast<off_t>(off)) != static_cast<ssize_t>(sizeof check) ||
-      std::memcmp(check, hdr.data(), sizeof check) != 0)
+// The address of file offset 0 in the file mapping that holds `addr`: the
+// start of the entry of /proc/self/maps whose range contains `addr`, minus
+// that entry's file offset. Returns nullptr and sets `why` when
+// /proc/self/maps cannot be read or lists no file mapping there.
+const std::byte* mapping_base_of(const void* addr, std::string* why) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *why = std::string("cannot open /proc/self/maps: ") + std::strerror(errno);
     return nullptr;
-  return base;
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  // Lines "start-end perms offset major:minor inode [path]", in increasing
+  // address order; numbers hexadecimal except the inode.
+  std::string buf;
+  char chunk[16384];
+  for (bool eof = false; !eof;) {
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *why = std::string("cannot read /proc/self/maps: ") + std::strerror(errno);
+      return nullptr;
+    }
+    eof = n == 0;
+    buf.append(chunk, static_cast<size_t>(n));
+    size_t from = 0;
+    for (size_t nl; (nl = buf.find('\n', from)) != std::string::npos; from = nl + 1) {
+      buf[nl] = '\0';
+      unsigned long long lo, hi, off, inode;
+      if (std::sscanf(buf.c_str() + from, "%llx-%llx %*s %llx %*x:%*x %llu", &lo, &hi, &off, &inode) != 4) {
+        *why = "cannot parse /proc/self/maps";
+        return nullptr;
+      }
+      if (a < lo) {  // past `addr`: nothing maps it
+        eof = true;
+        break;
+      }
+      if (a >= hi) continue;
+      if (inode == 0 || off > lo) {
+        *why = "/proc/self/maps shows no file mapped at the header record";
+        return nullptr;
+      }
+      return reinterpret_cast<const std::byte*>(static_cast<uintptr_t>(lo - off));
+    }
+    buf.erase(0, from);
+  }
+  *why = "/proc/self/maps lists no mapping at the header record";
+  return nullptr;
+}
+
+// Where file offset 0 lies in LMDB's map, found from `hdr`, the header
+// record (a value LMDB returned into the map), and confirmed by reading the
+// record's 32 bytes with pread() at the file offset it implies. mmap places
+// a map of offset 0 on an OS page boundary, so when the file's pages are no
+// larger than the OS page the map starts on a page boundary and
+// lmdb::map_base_of finds the page holding the record; otherwise (or if that
+// is not confirmed) the mapping that /proc/self/maps lists at `hdr` gives the
+// base. Returns nullptr and sets `why` and `code` (kIo: the base cannot be
+// found; kCorruption: the map does not hold the bytes pread() reads) when
+// neither gives a confirmed base.
+const std::byte* find_map_base(std::span<const std::byte> hdr, const lmdb::MetaInfo& meta, int fd,
+                               uint64_t file_size, std::string* why, ErrorCode* code) {
+  const long os_page = ::sysconf(_SC_PAGESIZE);
+  auto confirmed = [&](const std::byte* base) {
+    const auto at = reinterpret_cast<uintptr_t>(hdr.data()), b = reinterpret_cast<uintptr_t>(base);
+    if (!base || b > at || (os_page > 0 && b % static_cast<uintptr_t>(os_page) != 0)) return false;
+    const uint64_t off = at - b;
+    std::byte check[format::kHeaderSize];
+    return hdr.size() == sizeof check && file_size >= sizeof check && off <= file_size - sizeof check &&
+           ::pread(fd, check, sizeof check, static_cast<off_t>(off)) == static_cast<ssize_t>(sizeof check) &&
+           std::memcmp(check, hdr.data(), sizeof check) == 0;
+  };
+  if (os_page > 0 && meta.page_size <= static_cast<uint64_t>(os_page)) {
+    if (const std::byte* base = lmdb::map_base_of(hdr.data(), meta.page_size, meta.last_page); confirmed(base))
+      return base;
+  }
+  const std::byte* base = mapping_base_of(hdr.data(), why);
+  if (!base) {
+    *code = ErrorCode::kIo;
+    return nullptr;
+  }
+  if (confirmed(base)) return base;
+  *code = ErrorCode::kCorruption;
+  *why = "the map does not hold the header record where /proc/self/maps places file offset 0";
+  return nullptr;
 }
 
 // LMDB's page header (PAGEHDRSZ): an overflow value starts this far into its first page.
@@ -575,7 +655,16 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
     open_fail(ErrorCode::kCorruption, file,
               "manifest is " + std::to_string(man.size()) + " bytes, header says " +
                   std::to_string(h.manifest_length));
-  impl->map_base = find_map_base(hdr, meta, fd, impl->file_size);
+  // The map base locates the LMDB overflow page headers of S11 (and lets
+  // reads copy with pread()). Without it those headers cannot be checked: an
+  // open that must check them fails instead.
+  std::string no_base;
+  ErrorCode no_base_code = ErrorCode::kIo;
+  impl->map_base = find_map_base(hdr, meta, fd, impl->file_size, &no_base, &no_base_code);
+  if (!impl->map_base && options.validate_structure)
+    open_fail(no_base_code, file,
+              "cannot locate LMDB's map of the file, so its overflow page headers cannot be checked "
+              "(SPEC.md S11): " + no_base);
   // A manifest in an LMDB overflow run: the run's first page header (S11),
   // which the structure walk bounded but did not read, before its bytes are used.
   if (auto pg = overflow_run_of(impl->map_base, man, meta, structure)) {

@@ -102,9 +102,17 @@ struct MetaInfo {
 // `value`, a pointer LMDB returned into the map of a file with `page_size`
 // pages, returns the address of file offset 0 in that map: the page holding
 // `value` minus its page number times the page size. Returns nullptr when
-// that page number exceeds `last_page`. The result is only as good as the
-// page header it read: a reader of an untrusted file confirms it (archive.cc
-// compares bytes read with pread() at the implied offset).
+// that page number exceeds `last_page`.
+// REQUIRES: the page holding `value` starts at a multiple of `page_size` in
+// memory. Every page does when the map starts on a page boundary, which mmap
+// guarantees for page_size up to the OS page size (a map starts on an OS page
+// boundary). A file of larger pages may be mapped at any OS page boundary,
+// and then the page found need not be the one holding `value`: Archive::open
+// then takes the map's start from /proc/self/maps, and the writer uses this
+// only for an overflow value whose first page it sees aligned.
+// The result is only as good as the page header it read: a reader of an
+// untrusted file confirms it (archive.cc compares bytes read with pread() at
+// the implied offset).
 inline const std::byte* map_base_of(const std::byte* value, uint32_t page_size,
                                     uint64_t last_page = ~uint64_t{0}) {
   const auto at = reinterpret_cast<uintptr_t>(value);

@@ -1,6 +1,8 @@
 // The golden vectors of format/vectors/ must read forever (SPEC.md "Versioning").
 #include "../format/vectors/contents.h"
+#include "craft.h"
 #include "format.h"
+#include "pages.h"
 #include "testutil.h"
 
 #include <cstring>
@@ -99,6 +101,58 @@ TEST_CASE("the must-fail golden vectors fail with their documented error") {
   auto errors = a.verify();
   REQUIRE(errors.size() == 1);
   CHECK(errors[0].key_path() == "nested/0/0");
+}
+
+// The page-size vectors (LMDB pages of 512, 16384 and 65536 bytes; every
+// other vector has 4096): their page sizes, their codecs, and rule S11 on a
+// copy with blob 0's overflow page header damaged, wherever the file is
+// mapped (page_size_test.cc covers more files and every read path).
+TEST_CASE("the LMDB page-size vectors: page sizes, and S11 at each") {
+  for (const auto& v : golden::all_vectors())
+    CHECK(tc_test::page_size_of(tc_test::read_file(vectors() / v.file)) == (v.page_size ? v.page_size : 4096));
+  tc_test::TempDir dir;
+  for (uint32_t page : {512u, 16384u, 65536u}) {
+    CAPTURE(page);
+    golden::Vector v = golden::pages_vector(page);
+    const auto bytes = tc_test::read_file(vectors() / v.file);
+    {
+      Archive a = Archive::open(vectors() / v.file);
+      CHECK(a.leaf(a.index_of("w")).codec == Codec::kNone);
+      CHECK(a.leaf(a.index_of("b")).codec == Codec::kNone);
+      CHECK(a.leaf(a.index_of("z")).codec == Codec::kLZ4);
+    }
+    // Blob 0 holds w from payload offset 0: its header precedes w's bytes.
+    const auto w = v.leaves[0].bytes();
+    const size_t at = tc_test::find_bytes(bytes, std::span(w).subspan(0, 64));
+    REQUIRE(at != SIZE_MAX);
+    const size_t head = at - format::kBlobHeaderSize - lmdb::kPageHeaderSize;
+    REQUIRE(head % page == 0);
+    REQUIRE(format::get_u32(bytes.data() + head + 16 + 8) == 0);  // blob id 0
+    for (size_t field : {size_t{0}, size_t{10}, size_t{12}}) {  // mp_pgno + 1, mp_flags 0, mp_pages 0
+      CAPTURE(field);
+      auto damaged = bytes;
+      if (field == 0)
+        damaged[head] ^= std::byte{0x01};
+      else
+        std::memset(damaged.data() + head + field, 0, field == 10 ? 2 : 4);
+      auto p = dir / "bad.cask";
+      tc_test::write_file(p, damaged);
+      for (long shift : {-1L, 0L, 4096L, 12288L, 36864L}) {
+        CAPTURE(shift);
+        tc_test::MapShift where(shift);
+        Archive a = Archive::open(p);
+        std::vector<std::byte> out(w.size());
+        auto e = tc_test::expect_error(ErrorCode::kCorruption, [&] { a.read(0, out); });
+        CHECK(std::string(e.what()).find("LMDB overflow page") != std::string::npos);
+        for (size_t i : {size_t{1}, size_t{2}}) {
+          auto want = v.leaves[i].bytes();
+          std::vector<std::byte> o(want.size());
+          a.read(i, o);
+          CHECK(tc_test::same(o, want));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("the v3.0 vector: a sharded checkpoint directory, whole leaves and hyperslabs across boxes") {

@@ -89,6 +89,9 @@ struct Vector {
   treecask::TreeDef treedef;
   std::vector<Leaf> leaves;  // key_path filled in: the path the treedef gives
   treecask::SaveOptions options;
+  // The file's LMDB page size when it is not the 4096 bytes of the machine
+  // that wrote the vectors (generate.cc "pages"); 0 for 4096.
+  uint32_t page_size = 0;
 };
 
 // v1.0 "tree": every node kind, every dtype, scalars, logical axes, sharding,
@@ -288,8 +291,39 @@ inline Vector dtypes_vector() {
   return v;
 }
 
+// v1.0 "pages": one small archive with LMDB pages of `page` bytes (512,
+// 16384, 65536: the page sizes other than 4096 that SPEC.md "LMDB container"
+// makes readers accept): `w` float32[17000] of random bytes, raw over 16 KiB
+// chunks in a blob of its own (blob 0: a pack is written after the large
+// leaves); `b` uint8[300] (raw) and `z` int16[3000] of runs (LZ4), packed
+// into blob 1 (codec kAuto).
+inline Vector pages_vector(uint32_t page) {
+  using namespace treecask;
+  Vector v;
+  v.file = "v1_0_pages_" + std::to_string(page) + ".cask";
+  v.page_size = page;
+  v.options.compression = Compression::kAuto;
+  v.options.chunk_size = 16384;
+  v.options.metadata = {{"purpose", "golden vector, LMDB pages of " + std::to_string(page) + " bytes"}};
+  Leaf w, b, z;
+  w.meta.key_path = "w";
+  w.meta.dtype = DType::kFloat32;
+  w.meta.shape = {17000};
+  b.meta.key_path = "b";
+  b.meta.dtype = DType::kUInt8;
+  b.meta.shape = {300};
+  z.meta.key_path = "z";
+  z.meta.dtype = DType::kInt16;
+  z.meta.shape = {3000};
+  z.compressible = true;
+  v.leaves = {w, b, z};
+  v.treedef = flat_dict_treedef({"w", "b", "z"});
+  return v;
+}
+
 inline std::vector<Vector> all_vectors() {
-  return {tree_vector(), lz4_vector(), parts_vector(), shuffle_vector(), dtypes_vector()};
+  return {tree_vector(),      lz4_vector(),         parts_vector(),        shuffle_vector(),
+          dtypes_vector(),    pages_vector(512),    pages_vector(16384),   pages_vector(65536)};
 }
 
 // ---- Format 3.0: a sharded checkpoint directory --------------------------------

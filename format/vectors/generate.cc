@@ -1,7 +1,8 @@
 // Writes the golden vectors of one format version into format/vectors/ (run
 // once per format version, by hand: `build/format/vectors/treecask_make_vectors
-// format/vectors 2`, or `... 3.1` for a minor version). Never rerun for an existing version: committed vectors
-// are the compatibility promise (SPEC.md "Versioning").
+// format/vectors 2`, or `... 3.1` for a minor version), or with `pages` instead of a
+// version the vectors of other LMDB page sizes. Never rerun for an existing version:
+// committed vectors are the compatibility promise (SPEC.md "Versioning").
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <map>
 
 #include "contents.h"
+#include "pages.h"  // tests/: LMDB page sizes other than the OS page (with tests/page_shim.c)
 
 namespace fs = std::filesystem;
 
@@ -23,26 +25,54 @@ static void spit(const fs::path& p, const std::vector<char>& b) {
   f.write(b.data(), std::streamsize(b.size()));
 }
 
+static void write_vector(const fs::path& out, const golden::Vector& v) {
+  std::vector<std::vector<std::byte>> data;
+  std::vector<treecask::LeafInput> in;
+  for (const auto& l : v.leaves) data.push_back(l.bytes());
+  for (size_t i = 0; i < v.leaves.size(); ++i)
+    in.push_back({v.leaves[i].meta, std::span(data[i]), std::nullopt});
+  auto opt = v.options;
+  opt.overwrite = true;
+  treecask::save(out / v.file, v.treedef, in, opt);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s OUTPUT_DIR MAJOR[.MINOR]   (writes the vectors of format MAJOR.MINOR)\n",
-                 argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s OUTPUT_DIR MAJOR[.MINOR]   (writes the vectors of format MAJOR.MINOR)\n"
+                 "       %s OUTPUT_DIR pages   (writes the vectors of other LMDB page sizes)\n",
+                 argv[0], argv[0]);
     return 2;
   }
   fs::path out = argv[1];
+  if (std::strcmp(argv[2], "pages") == 0) {
+    for (const auto& v : golden::all_vectors()) {
+      if (v.page_size == 0) continue;
+      {  // LMDB takes the OS page size, at most 32768; 65536 is 32768 doubled
+        tc_test::OsPageSize os(std::min<uint32_t>(v.page_size, 32768));
+        write_vector(out, v);
+      }
+      if (v.page_size == 65536) {
+        auto b = slurp(out / v.file);
+        auto doubled = tc_test::double_pages(std::as_bytes(std::span(b)));
+        std::ofstream(out / v.file, std::ios::binary | std::ios::trunc)
+            .write(reinterpret_cast<const char*>(doubled.data()), std::streamsize(doubled.size()));
+      }
+      auto b = slurp(out / v.file);
+      if (tc_test::page_size_of(std::as_bytes(std::span(b))) != v.page_size) {
+        std::fprintf(stderr, "%s: not %u-byte pages\n", v.file.c_str(), unsigned(v.page_size));
+        return 1;
+      }
+      std::printf("wrote %s\n", (out / v.file).c_str());
+    }
+    return 0;
+  }
   const int major = std::atoi(argv[2]);
   const char* dot = std::strchr(argv[2], '.');
   const int minor = dot ? std::atoi(dot + 1) : 0;
   for (const auto& v : golden::all_vectors()) {
-    if (v.major != major || minor != 0) continue;
-    std::vector<std::vector<std::byte>> data;
-    std::vector<treecask::LeafInput> in;
-    for (const auto& l : v.leaves) data.push_back(l.bytes());
-    for (size_t i = 0; i < v.leaves.size(); ++i)
-      in.push_back({v.leaves[i].meta, std::span(data[i]), std::nullopt});
-    auto opt = v.options;
-    opt.overwrite = true;
-    treecask::save(out / v.file, v.treedef, in, opt);
+    if (v.major != major || minor != 0 || v.page_size != 0) continue;
+    write_vector(out, v);
     std::printf("wrote %s\n", (out / v.file).c_str());
   }
   if (major == 4) {
