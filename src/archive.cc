@@ -119,7 +119,7 @@ struct Archive::Impl {
   // Bytes copied, then hashed, at a time: small enough to be hashed from L2,
   // large enough that the pread() calls cost little (512 KiB read one 4 MiB
   // leaf ~6% faster than 128 KiB on this VM, full loads alike; docs/performance.md).
-  static constexpr uint64_t kCopyPiece = 512 << 10;
+  static constexpr uint64_t kReadPiece = 512 << 10;
   void copy_out(std::span<const std::byte> src, std::byte* out) const {
     uint64_t off = static_cast<uint64_t>(src.data() - map_base);
     size_t done = 0;
@@ -159,8 +159,8 @@ struct Archive::Impl {
       // Copy and hash piece by piece, each piece hashed while still in cache:
       // hashing a whole 1 MiB chunk after copying it reads it back from L3.
       format::Xxh3Stream hash(format::chunk_seed(li, ci));
-      for (uint64_t at = 0; at < raw; at += kCopyPiece) {
-        uint64_t n = std::min(kCopyPiece, raw - at);
+      for (uint64_t at = 0; at < raw; at += kReadPiece) {
+        uint64_t n = std::min(kReadPiece, raw - at);
         copy_out(src.subspan(at, n), out + at);
         hash.update({out + at, n});
       }
@@ -225,24 +225,11 @@ struct Archive::Impl {
     unsigned nthreads = threads ? threads
                                 : (nchunks * r.chunk_size >= (uint64_t{8} << 20) ? resolve_threads(0) : 1);
     nthreads = static_cast<unsigned>(std::min<uint64_t>(nthreads, nchunks));
-    // One Scratch per thread at most: an item takes a free one (or makes
-    // one) and gives it back, so a thread's buffers are reused chunk after
-    // chunk without knowing which thread runs which chunk.
-    std::mutex free_mu;
-    std::vector<std::unique_ptr<Scratch>> free_scratch;
-    parallel_for(nchunks, nthreads, [&](size_t k) {
-      std::unique_ptr<Scratch> scratch;
-      {
-        std::lock_guard<std::mutex> lock(free_mu);
-        if (!free_scratch.empty()) {
-          scratch = std::move(free_scratch.back());
-          free_scratch.pop_back();
-        }
-      }
-      if (!scratch) scratch = std::make_unique<Scratch>();
-      chunk_to_plans(li, c0 + k, plans, upb, verify, *scratch);
-      std::lock_guard<std::mutex> lock(free_mu);
-      free_scratch.push_back(std::move(scratch));
+    // One Scratch per thread, made at its first chunk and reused for the next.
+    std::vector<std::unique_ptr<Scratch>> scratch(std::max(nthreads, 1u));
+    parallel_for(nchunks, nthreads, [&](size_t k, unsigned worker) {
+      if (!scratch[worker]) scratch[worker] = std::make_unique<Scratch>();
+      chunk_to_plans(li, c0 + k, plans, upb, verify, *scratch[worker]);
     });
   }
 
@@ -328,10 +315,10 @@ struct Archive::Impl {
     // The checksum is compared once the whole chunk is hashed, as
     // decode_chunk does for a raw chunk copied straight into place.
     auto src = stored(li, c);
-    std::byte* buf = scratch.chunk.get(std::min<uint64_t>(kCopyPiece, raw));
+    std::byte* buf = scratch.chunk.get(std::min<uint64_t>(kReadPiece, raw));
     format::Xxh3Stream hash(format::chunk_seed(li, ci));
-    for (uint64_t at = 0; at < raw; at += kCopyPiece) {
-      uint64_t n = std::min(kCopyPiece, raw - at);
+    for (uint64_t at = 0; at < raw; at += kReadPiece) {
+      uint64_t n = std::min(kReadPiece, raw - at);
       copy_out(src.subspan(at, n), buf);
       if (verify) hash.update({buf, n});
       scatter(buf, cb + at * upb, cb + (at + n) * upb);

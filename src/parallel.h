@@ -1,10 +1,13 @@
 // The library's one concurrency primitive: WorkQueue, work shared by the
 // calling thread and helper threads, each item claimed by whichever thread
 // reaches it first. The manifest parse's two-thread pass uses it directly;
-// parallel_for, the writer's and the bulk reads' fan-out, is a one-job
-// WorkQueue.
-// (save_async's background save is a thread of its own: it runs save(), which
-// fans out here.)
+// parallel_for, the fan-out of the writer, the bulk and partial reads and
+// save_async's snapshot copy, is a one-job WorkQueue. Each thread of a queue
+// has a worker number (the owner 0, helpers 1, 2, ...) that an item may take
+// as its second argument, to index state of its own (scratch buffers) that
+// no other thread touches meanwhile. resolve_threads is the one thread-count
+// policy. (save_async's background save is a thread of its own: it runs
+// save(), which fans out here.)
 #pragma once
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -34,9 +38,10 @@ namespace detail {
 // How many times a waiting thread yields before it sleeps.
 inline constexpr int kSpins = 2000;
 
-// One submitted job: fn(i) for every i in [0, n), each i claimed once.
+// One submitted job: fn(i, worker) for every i in [0, n), each i claimed once,
+// `worker` the number of the thread that claimed it.
 struct Job {
-  std::function<void(size_t)> fn;
+  std::function<void(size_t, unsigned)> fn;
   size_t n = 0;
   std::shared_ptr<Job> after;       // a job that must be complete before an item runs, or null
   std::atomic<size_t> next{0};      // the next unclaimed item (may run past n)
@@ -55,14 +60,14 @@ struct Job {
     }
   }
 
-  // Claims and runs items until none is left unclaimed. Items claimed after
-  // one failed are skipped. Never throws.
-  void run() {
+  // Claims and runs items on thread `worker` until none is left unclaimed.
+  // Items claimed after one failed are skipped. Never throws.
+  void run(unsigned worker) {
     for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
       if (after) after->wait_complete();
       if (!failed.load(std::memory_order_relaxed) && !(after && after->failed.load(std::memory_order_relaxed))) {
         try {
-          fn(i);
+          fn(i, worker);
         } catch (...) {
           std::lock_guard<std::mutex> lock(error_mu);
           if (!error) error = std::current_exception();
@@ -97,8 +102,8 @@ struct Job {
 
 }  // namespace detail
 
-// Work shared by the calling thread and up to `helpers` threads started for
-// it. submit() queues a job of n items; wait() runs the job's unclaimed items
+// Work shared by the calling thread (worker 0) and up to `helpers` threads
+// started for it (workers 1 ... helpers). submit() queues a job of n items; wait() runs the job's unclaimed items
 // on the calling thread, waits for those another thread claimed, and rethrows
 // the first exception any item threw (items not yet begun when one failed are
 // skipped). Each item runs at most once, on whichever thread claims it first,
@@ -127,7 +132,7 @@ class WorkQueue {
       // A thread that cannot start (std::system_error on EAGAIN,
       // std::bad_alloc) leaves the work to the threads that did.
       try {
-        std::thread(helper_main, shared_).detach();
+        std::thread(helper_main, shared_, t + 1).detach();
       } catch (...) {
         break;
       }
@@ -163,7 +168,9 @@ class WorkQueue {
     shared_->cv.notify_all();
   }
 
-  // Queues fn(i) for every i in [0, n). `fn` is copied into the job. With
+  // Queues fn(i) (or fn(i, worker), when `fn` takes two arguments: the
+  // number of the thread running item i) for every i in [0, n). `fn` is
+  // copied into the job. With
   // `after`, an earlier job of this queue, each item waits until `after` is
   // complete before it runs: a helper can take the next stage as soon as it
   // has nothing left of the current one, and start it the moment the current
@@ -173,7 +180,10 @@ class WorkQueue {
   template <typename Fn>
   Ticket submit(size_t n, Fn&& fn, Ticket after = nullptr) {
     auto job = std::make_shared<detail::Job>();
-    job->fn = std::forward<Fn>(fn);
+    if constexpr (std::is_invocable_v<Fn&, size_t, unsigned>)
+      job->fn = std::forward<Fn>(fn);
+    else
+      job->fn = [f = std::forward<Fn>(fn)](size_t i, unsigned) mutable { f(i); };
     job->n = n;
     job->after = std::move(after);
     if (n == 0) {
@@ -192,7 +202,7 @@ class WorkQueue {
   // Runs `job`'s unclaimed items here, waits for the rest, and rethrows the
   // first exception an item threw.
   void wait(const Ticket& job) {
-    job->run();
+    job->run(0);
     job->wait_complete();
     if (job->error) std::rethrow_exception(job->error);
   }
@@ -228,16 +238,19 @@ class WorkQueue {
     }
   }
 
-  static void helper_main(std::shared_ptr<Shared> s) {
-    while (Ticket job = take(*s)) job->run();
+  static void helper_main(std::shared_ptr<Shared> s, unsigned worker) {
+    while (Ticket job = take(*s)) job->run(worker);
   }
 
   std::shared_ptr<Shared> shared_;
 };
 
 // Calls fn(i) for every i in [0, n) on the calling thread and up to
-// `threads` - 1 helper threads of a WorkQueue made for the call: the writer's
-// and the bulk reads' fan-out. Each i runs at most once, on whichever thread
+// `threads` - 1 helper threads of a WorkQueue made for the call: the writer's,
+// the reads' and the snapshot copy's fan-out. An `fn` of two arguments is
+// called fn(i, worker), worker < max(threads, 1) the number of the thread
+// running it (the caller 0): an array of max(threads, 1) per-thread states
+// indexed by it needs no lock. Each i runs at most once, on whichever thread
 // claims it first, so the caller starts on item 0 at once instead of waiting
 // for a helper to start (50-100 us on a VM), and returns as soon as every
 // claimed item has finished (helpers exit on their own; WorkQueue's lifetime
@@ -247,12 +260,18 @@ class WorkQueue {
 template <typename Fn>
 void parallel_for(size_t n, unsigned threads, Fn&& fn) {
   threads = static_cast<unsigned>(std::min<size_t>(std::max(threads, 1u), n));
+  auto call = [&fn](size_t i, unsigned worker) {
+    if constexpr (std::is_invocable_v<Fn&, size_t, unsigned>)
+      fn(i, worker);
+    else
+      fn(i);
+  };
   if (threads <= 1) {
-    for (size_t i = 0; i < n; ++i) fn(i);
+    for (size_t i = 0; i < n; ++i) call(i, 0);
     return;
   }
   WorkQueue queue(threads - 1);
-  auto job = queue.submit(n, [&fn](size_t i) { fn(i); });
+  auto job = queue.submit(n, call);
   queue.close();
   queue.wait(job);
 }

@@ -5,21 +5,20 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "parallel.h"
 
 namespace treecask {
 namespace {
 
 constexpr uint64_t kAlign = 64;           // each copied leaf starts 64-byte aligned
-constexpr uint64_t kCopyPiece = 8 << 20;  // bytes per unit of parallel copying
+constexpr uint64_t kSnapshotPiece = 8 << 20;  // bytes per unit of the parallel snapshot copy
 
 // An anonymous mapping of `bytes` (transparent huge pages requested), or
 // throws std::bad_alloc. A mapping rather than operator new so that the memory
@@ -114,17 +113,7 @@ struct Piece {
 
 // Copies every piece, on up to `threads` threads (the calling one included).
 void copy_pieces(const std::vector<Piece>& pieces, unsigned threads) {
-  if (pieces.empty()) return;
-  threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(pieces.size())));
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < pieces.size();)
-      std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].size);
-  };
-  std::vector<std::jthread> helpers;
-  helpers.reserve(threads - 1);
-  for (unsigned t = 1; t < threads; ++t) helpers.emplace_back(work);
-  work();
+  parallel_for(pieces.size(), threads, [&](size_t i) { std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].size); });
 }
 
 struct Task {
@@ -164,12 +153,11 @@ std::future<SaveStats> save_async(const std::filesystem::path& path, const TreeD
     if (!borrowed.empty() && borrowed[i]) continue;
     std::span<const std::byte> src = leaves[i].data;
     std::byte* dst = task->snapshot->data() + offset[i];
-    for (uint64_t at = 0; at < src.size(); at += kCopyPiece)
-      pieces.push_back({src.data() + at, dst + at, std::min<uint64_t>(kCopyPiece, src.size() - at)});
+    for (uint64_t at = 0; at < src.size(); at += kSnapshotPiece)
+      pieces.push_back({src.data() + at, dst + at, std::min<uint64_t>(kSnapshotPiece, src.size() - at)});
     task->leaves[i].data = {dst, src.size()};
   }
-  unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  copy_pieces(pieces, threads);
+  copy_pieces(pieces, resolve_threads(options.threads));
 
   // The task (and its snapshot) is a local of the thread's function, so it is
   // freed when save() returns or throws, before the future becomes ready.
