@@ -447,13 +447,8 @@ SaveCall parse_save_call(nb::list nodes, nb::list key_paths, nb::list value_kind
   }
   treecask::SaveOptions& opt = call.opt;
   opt.compression = static_cast<treecask::Compression>(compression);
-  if (chunk_size) {
-    opt.chunk_size = *chunk_size;
-    // Keep the default part size a whole number of chunks.
-    if (*chunk_size > 0 && !max_part_bytes)
-      opt.max_part_bytes = std::max<uint64_t>(opt.max_part_bytes / *chunk_size, 1) * *chunk_size;
-  }
-  if (max_part_bytes) opt.max_part_bytes = *max_part_bytes;
+  if (chunk_size) opt.chunk_size = *chunk_size;
+  if (max_part_bytes) opt.max_part_bytes = *max_part_bytes;  // the writer rounds it to whole chunks
   opt.threads = threads;
   opt.overwrite = overwrite;
   opt.durable = durable;

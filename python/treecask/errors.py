@@ -24,9 +24,9 @@ from typing import Optional
 
 from . import _core
 
-# treecask::ErrorCode values by their names (error_code_name; include/treecask/error.h),
-# from the core: each class below names its code, the number is the core's.
-_CODES = _core.ERROR_CODES
+# The core's name of each treecask::ErrorCode (error_code_name), by its stable number
+# (include/treecask/error.h): each class below gives its number; the name is the core's.
+_NAMES = {number: name for name, number in _core.ERROR_CODES.items()}
 
 __all__ = [
     "Error",
@@ -81,79 +81,79 @@ def _rebuild(cls, message, file, key_path, what):
 class NotFoundError(Error, FileNotFoundError):
     """The file does not exist (C++ ``kNotFound``)."""
 
-    code_name = "not found"
-    code = _CODES[code_name]
+    code = 1
+    code_name = _NAMES[code]
 
 
 class NotAnArchiveError(Error, ValueError):
     """The file exists but is not a treecask archive (``kNotAnArchive``)."""
 
-    code_name = "not an archive"
-    code = _CODES[code_name]
+    code = 2
+    code_name = _NAMES[code]
 
 
 class VersionError(Error):
     """The archive uses a format major version this library cannot read (``kUnsupportedVersion``)."""
 
-    code_name = "unsupported version"
-    code = _CODES[code_name]
+    code = 3
+    code_name = _NAMES[code]
 
 
 class CorruptionError(Error):
     """The archive's structure is damaged or violates the spec (``kCorruption``)."""
 
-    code_name = "corruption"
-    code = _CODES[code_name]
+    code = 4
+    code_name = _NAMES[code]
 
 
 class ChecksumError(CorruptionError):
     """Stored bytes do not match their XXH3 checksum (``kChecksumMismatch``)."""
 
-    code_name = "checksum mismatch"
-    code = _CODES[code_name]
+    code = 5
+    code_name = _NAMES[code]
 
 
 class KeyNotFoundError(Error, KeyError):
     """No leaf or subtree with this key path (``kKeyNotFound``)."""
 
-    code_name = "key not found"
-    code = _CODES[code_name]
+    code = 6
+    code_name = _NAMES[code]
 
 
 class InvalidArgumentError(Error, ValueError, TypeError, IndexError):
     """The caller passed something the format forbids (``kInvalidArgument``),
     including a leaf index out of range (hence also an ``IndexError``)."""
 
-    code_name = "invalid argument"
-    code = _CODES[code_name]
+    code = 7
+    code_name = _NAMES[code]
 
 
 class ShapeError(Error, ValueError):
     """A dtype, shape or byte length disagrees with what was expected (``kShapeMismatch``)."""
 
-    code_name = "shape mismatch"
-    code = _CODES[code_name]
+    code = 8
+    code_name = _NAMES[code]
 
 
 class IoError(Error, OSError):
     """The operating system refused (open, write, fsync, rename...) (``kIo``)."""
 
-    code_name = "I/O error"
-    code = _CODES[code_name]
+    code = 9
+    code_name = _NAMES[code]
 
 
 class AlreadyExistsError(Error, FileExistsError):
     """``save`` without ``overwrite=True`` onto an existing path (``kAlreadyExists``)."""
 
-    code_name = "already exists"
-    code = _CODES[code_name]
+    code = 10
+    code_name = _NAMES[code]
 
 
 class UnsupportedError(Error):
     """A valid request the reader cannot serve this way (``kUnsupported``)."""
 
-    code_name = "unsupported"
-    code = _CODES[code_name]
+    code = 11
+    code_name = _NAMES[code]
 
 
 class StructureError(Error, ValueError):
