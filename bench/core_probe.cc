@@ -1,6 +1,6 @@
 // A fixed C++ workload over the public API, built against two revisions of
 // the library by bench/revisions.py to show that a refactor kept the core's
-// speed (issue 12). It uses only API that every revision since format 4.0
+// speed. It uses only API that every revision since format 4.0
 // has, so the same source builds against each. Not a test.
 //
 // Usage: core_probe open  ARCHIVE KEY N   N opens + index_of + verified view of KEY

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checkpoint-manager benchmark (issue 9): how long an asynchronous save blocks
+"""Checkpoint-manager benchmark: how long an asynchronous save blocks
 the training loop, how long until the step is durable, and the peak extra
 memory -- treecask's CheckpointManager against Orbax's
 CheckpointManager(enable_async_checkpointing=True), in the same run, with the
@@ -219,7 +219,7 @@ def render(results: Dict[str, List[Dict[str, Any]]], meta: Dict[str, Any]) -> st
 
     if None not in (b, dur, peak, copy, sync):
         lines += [
-            "Targets (issue 9; treecask manager with jax.Array leaves):",
+            "Targets (treecask manager with jax.Array leaves):",
             "",
             "| target | measured | verdict |",
             "|---|---|---|",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/B of two git revisions of the C++ core on one fixed workload
 (bench/core_probe.cc), for the claim a refactor must back with numbers:
-"speed unchanged" (issue 12). A benchmark, not a test.
+"speed unchanged". A benchmark, not a test.
 
     python3 bench/revisions.py REV_A REV_B [--pairs 9] [--workdir /tmp/treecask-revisions]
                                [--only open read ...] [--apply COMMIT ...]

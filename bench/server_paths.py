@@ -1,4 +1,4 @@
-"""The serving paths of issue 11 ("Speed for servers") against safetensors and
+"""The serving paths ("Speed for servers") against safetensors and
 memcpy, in one process, interleaved, medians:
 
 * open to first tensor at 10,000 leaves: treecask ``open(p)[key]`` (a verified

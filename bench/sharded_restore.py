@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sharded-restore benchmark (issue 10): ``treecask.load(path, shardings=...)``
+"""Sharded-restore benchmark: ``treecask.load(path, shardings=...)``
 against ``jax.device_put`` of the same tree from host memory and against Orbax
 ``StandardCheckpointer.restore`` with the same shardings, on 8 CPU devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=8``), in the same run. A

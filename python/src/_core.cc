@@ -923,7 +923,7 @@ NB_MODULE(_core, m) {
             a.read_rows(i, begin, end, {buf.data(), buf.size()}, to_verify(verify));
           },
           "index"_a, "row_begin"_a, "row_end"_a, "out"_a, "verify"_a = nb::none())
-      // ---- slice reads (issue 10) ----
+      // ---- slice reads: N-d boxes of a leaf (Archive::read_slice / read_slices) ----
       .def(
           "read_slice",
           [](const treecask::Archive& a, size_t i, const std::vector<int64_t>& start,

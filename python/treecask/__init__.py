@@ -23,7 +23,7 @@ from ._archive import Archive, open
 from ._restore import load
 from ._save import save
 from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
-# CheckpointManager (python/treecask/_manager.py, issue 9)
+# CheckpointManager (python/treecask/_manager.py)
 from ._manager import CheckpointManager
 from .errors import (
     AlreadyExistsError,

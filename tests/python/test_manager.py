@@ -1,4 +1,4 @@
-"""CheckpointManager (issue 9): the Orbax guide's workflow with real JAX / Flax /
+"""CheckpointManager: the Orbax guide's workflow with real JAX / Flax /
 Optax, retention rules, async isolation (in-place writes, donated buffers), a
 full disk, SIGKILL at random moments and a reader process beside a writer."""
 

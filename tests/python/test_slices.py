@@ -1,4 +1,4 @@
-"""N-d slice reads (issue 10, "The core reads N-d slices"): Archive.read_slice
+"""N-d slice reads (the core reads N-d slices): Archive.read_slice
 and the core's read_slice / read_slices / read_bytes against NumPy slicing, for
 every dtype, codec, the shuffle filter and multi-part leaves, with hypothesis
 generating shapes and indices; strided destinations; damage and bad indices;
