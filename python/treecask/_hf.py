@@ -1,9 +1,9 @@
 """treecask.import_safetensors / export_safetensors: Hugging Face safetensors
 layouts (one file, or the Hub's sharded directory) <-> one archive.
 
-Thin layers over the C++ code the ``treecask`` tool runs (src/cli/hf.h, linked
-into the extension as the treecask_interop library): the parsing, validation
-and writing happen there, once, for both.
+Thin layers over the C++ routines the ``treecask`` tool runs
+(src/interop/convert.h, linked into the extension as the treecask_interop
+library): the parsing, validation and writing happen there, once, for both.
 """
 
 from __future__ import annotations
@@ -106,8 +106,10 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
 
 def export_safetensors(src: PathLike, dst: PathLike, *, max_shard_size: Union[int, str] = "5GB",
                        overwrite: bool = False) -> SafetensorsExport:
-    """Writes the archive ``src`` into directory ``dst`` in the Hugging Face
-    Hub layout that ``transformers`` and ``safetensors`` read, as
+    """Writes ``src`` -- an archive file, or a sharded checkpoint directory
+    (a multi-process ``treecask.save``; each global array is assembled from
+    its boxes) -- into directory ``dst`` in the Hugging Face Hub layout that
+    ``transformers`` and ``safetensors`` read, as
     ``treecask export SRC DST --max-shard-size SIZE`` does:
     ``model-00001-of-000NN.safetensors`` shards of at most ``max_shard_size``
     tensor data bytes (see ``parse_size``; default "5GB", transformers'

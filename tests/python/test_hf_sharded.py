@@ -1,6 +1,6 @@
 """Hugging Face sharded safetensors: treecask.import_safetensors /
 export_safetensors and `treecask import DIR` / `treecask export --max-shard-size`
-(one C++ implementation, src/cli/hf.cc). Shards are read back with the
+(one C++ implementation, src/interop/convert.h). Shards are read back with the
 `safetensors` package itself; checkpoints to import are written with it."""
 
 import json
@@ -433,3 +433,22 @@ def test_interrupted_overwrite_leaves_no_index(tmp_path):
     assert not [p.name for p in out.iterdir() if ".tmp." in p.name]  # temporaries removed
     with pytest.raises(treecask.InvalidArgumentError, match="no index"):
         treecask.import_safetensors(out, tmp_path / "b.cask")
+
+
+GOLDEN_SHARDED = pathlib.Path(__file__).resolve().parents[2] / "format" / "vectors" / "v3_0_sharded"
+
+
+def test_export_reads_a_sharded_checkpoint_directory(tmp_path):
+    """export_safetensors of a sharded checkpoint directory (format/vectors/v3_0_sharded)
+    reads it as one checkpoint, as `treecask export DIR` does: its leaves are the global
+    arrays, and its int scalar `step` is refused the same way by both, naming the directory."""
+    with pytest.raises(treecask.UnsupportedError, match="scalar/str leaf") as e:
+        treecask.export_safetensors(GOLDEN_SHARDED, tmp_path / "hf", max_shard_size=100)
+    assert e.value.file == str(GOLDEN_SHARDED) and e.value.key_path == "step"
+    assert not (tmp_path / "hf" / "model.safetensors.index.json").exists()
+    if CLI:
+        for args in ((tmp_path / "one.safetensors",), (tmp_path / "hf", "--max-shard-size", "100")):
+            r = subprocess.run([CLI, "export", GOLDEN_SHARDED, *args], capture_output=True, text=True, timeout=120)
+            assert r.returncode == 10, r.stderr
+            assert r.stderr.startswith(f"treecask: {GOLDEN_SHARDED}: step: unsupported: a Python scalar/str leaf"), r.stderr
+
