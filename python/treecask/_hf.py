@@ -79,22 +79,26 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
     when they differ, and the index's ``metadata`` object is kept as JSON under
     ``HF_INDEX_METADATA``), or a directory (its
     ``model.safetensors.index.json``, else its only index, else
-    ``model.safetensors``, else its only ``.safetensors`` file). Every file is
-    validated as the safetensors reference implementation does.
+    ``model.safetensors``, else its only ``.safetensors`` file). Every
+    ``.safetensors`` file is validated as the safetensors reference
+    implementation does.
 
     The other arguments are ``treecask.save``'s. Returns SafetensorsImport.
 
     Raises:
       NotFoundError: ``src``, or a shard the index names, does not exist
         (``.file`` names it).
-      InvalidArgumentError: a malformed index or shard; a tensor found in two
-        shards, in a shard other than the index says, or absent from the
-        index; an index entry no shard holds (``.file`` names the file,
-        ``.key_path`` the tensor).
-      InvalidArgumentError: a malformed file, e.g. an F4 / F6_* tensor whose
-        elements do not fill whole bytes. (Every safetensors 0.8 dtype has a
-        treecask dtype; F4, F6_*, F8_E8M0 and the FNUZ float8s make a format
-        4.0 archive.)
+      CorruptionError: a damaged or malformed ``.safetensors`` file (one
+        file or a shard): a bad header length, a header that is not JSON,
+        offsets out of range, holes or overlaps, an unknown dtype, an F4 /
+        F6_* tensor whose elements do not fill whole bytes (``.file`` names
+        the file, ``.key_path`` the tensor where there is one). (Every
+        safetensors 0.8 dtype has a treecask dtype; F4, F6_*, F8_E8M0 and the
+        FNUZ float8s make a format 4.0 archive.)
+      InvalidArgumentError: a malformed index; a tensor found in two shards,
+        in a shard other than the index says, or absent from the index; an
+        index entry no shard holds (``.file`` names the file, ``.key_path``
+        the tensor); a directory with several candidates; a bad option.
       AlreadyExistsError: ``dst`` exists and ``overwrite`` is False.
     """
     r = _core.import_safetensors(os.fspath(src), os.fspath(dst), _compression_code(compression, os.fspath(dst)),

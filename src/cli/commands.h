@@ -19,9 +19,11 @@ enum ExitStatus : int {
   kExitNotFound = 2,          // ErrorCode::kNotFound
   kExitNotAnArchive = 3,      // ErrorCode::kNotAnArchive
   kExitUnsupportedVersion = 4,
-  kExitDamaged = 5,           // kCorruption, kChecksumMismatch; verify found damage
+  kExitDamaged = 5,           // kCorruption (a damaged archive or .safetensors file),
+                              // kChecksumMismatch; verify found damage
   kExitKeyNotFound = 6,
-  kExitInvalid = 7,           // kInvalidArgument, kShapeMismatch; malformed input file
+  kExitInvalid = 7,           // kInvalidArgument, kShapeMismatch (a bad argument; a
+                              // malformed .npz/.npy file or safetensors index)
   kExitIo = 8,
   kExitAlreadyExists = 9,
   kExitUnsupported = 10,      // e.g. a dtype the output format cannot hold

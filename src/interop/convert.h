@@ -71,9 +71,10 @@ struct SafetensorsImport {
 // kSafetensorsMaxHeader bytes) must be a JSON object whose "weight_map" maps
 // names to plain file names in its directory.
 // Throws Error(kNotFound) for a missing input or a shard the index names that
-// does not exist (naming that shard); Error(kInvalidArgument) naming the file
-// and tensor for a malformed .safetensors file (parse_safetensors), a
-// directory with several candidates, a malformed index, a tensor found in two shards, a tensor in a
+// does not exist (naming that shard); Error(kCorruption) naming the file and
+// tensor for a damaged or malformed .safetensors file (parse_safetensors);
+// Error(kInvalidArgument) naming the file for a directory with several
+// candidates, a malformed index, a tensor found in two shards, a tensor in a
 // shard other than the one the index names, a shard tensor the index lacks,
 // or an index entry no shard holds; what treecask::save throws (e.g.
 // kAlreadyExists, kInvalidArgument for a bad option, kUnsupported). Nothing is

@@ -131,8 +131,10 @@ std::string safetensors_refusal(DType dtype, std::span<const int64_t> shape) {
 }
 
 SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& path) {
+  // Every violation is damage to the file (or a file that is not safetensors):
+  // kCorruption, as an archive's damage is.
   auto invalid = [&](const std::string& name, const std::string& why) {
-    return Error(ErrorCode::kInvalidArgument, path, name, "safetensors: " + why);
+    return Error(ErrorCode::kCorruption, path, name, "safetensors: " + why);
   };
   if (file.size() < 8) {
     throw invalid("", "file is " + std::to_string(file.size()) +

@@ -49,9 +49,10 @@ struct SafetensorsHeader {
 // imply (checked arithmetic), and the last ends at the end of the file.
 // Stricter than the reference: duplicate JSON keys are refused (it keeps one
 // silently). Unknown fields inside a tensor entry are ignored, as it does.
-// Throws Error(kInvalidArgument, path, tensor name or "", "safetensors: ...")
-// for a violation (an unknown dtype; a sub-byte tensor, F4 / F6_*, whose
-// elements do not fill whole bytes, which the reference refuses too). Every safetensors 0.8 dtype
+// Throws Error(kCorruption, path, tensor name or "", "safetensors: ...") for
+// any violation: the file is damaged or is not a safetensors file (an unknown
+// dtype, a sub-byte tensor, F4 / F6_*, whose elements do not fill whole bytes,
+// which the reference refuses too, included). Every safetensors 0.8 dtype
 // has a treecask equivalent; the bytes of F4 / F6_* tensors are kept as stored.
 // The result holds no pointer into `file`.
 SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& path);
