@@ -43,7 +43,8 @@
 #include <vector>
 
 #include "treecask/treecask.h"
-#include "hf.h"  // treecask_interop (src/cli)
+#include "checkpoint.h"  // treecask_interop (src/interop)
+#include "convert.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -494,11 +495,11 @@ struct PendingSave {
   }
 };
 
-// ---- interop: Hugging Face safetensors layouts (src/cli/hf.h) ------------------
+// ---- interop: Hugging Face safetensors layouts (src/interop/convert.h) ---------
 //
-// treecask.import_safetensors / export_safetensors call the same C++ code as
-// `treecask import` / `treecask export --max-shard-size` (the treecask_interop
-// library), so the file format logic exists once.
+// treecask.import_safetensors / export_safetensors call the routines
+// `treecask import` / `treecask export --max-shard-size` call (the
+// treecask_interop library), so the file format logic exists once.
 void register_interop(nb::module_& m) {
   // import_safetensors(src, dst, compression, chunk_size, threads, shuffle, overwrite, durable)
   // -> {"kind", "index", "files", "stats": {...}}
@@ -514,10 +515,10 @@ void register_interop(nb::module_& m) {
         opt.shuffle = shuffle;
         opt.overwrite = overwrite;
         opt.durable = durable;
-        treecask::cli::SafetensorsImport r;
+        treecask::interop::SafetensorsImport r;
         {
           nb::gil_scoped_release release;
-          r = treecask::cli::import_safetensors(src, dst, opt);
+          r = treecask::interop::import_safetensors(src, dst, opt);
         }
         nb::dict d;
         d["kind"] = r.kind;
@@ -528,25 +529,29 @@ void register_interop(nb::module_& m) {
       },
       "src"_a, "dst"_a, "compression"_a = 0, "chunk_size"_a = nb::none(), "threads"_a = 0,
       "shuffle"_a = false, "overwrite"_a = false, "durable"_a = true);
-  // export_safetensors(src, dst_dir, max_shard_size, overwrite)
+  // export_safetensors(src, dst_dir, max_shard_size, overwrite): `src` an
+  // archive file or a sharded checkpoint directory (interop::Checkpoint::open)
   // -> {"index", "shards", "num_tensors", "total_size"}
   m.def(
       "export_safetensors",
       [](const std::string& src, const std::string& dst, uint64_t max_shard_size, bool overwrite) {
-        treecask::cli::ShardedExport r;
+        treecask::interop::SafetensorsExport r;
         {
           nb::gil_scoped_release release;
-          r = treecask::cli::export_safetensors_sharded(src, dst, max_shard_size, overwrite);
+          treecask::interop::SafetensorsExportOptions opt;
+          opt.max_shard_size = max_shard_size;
+          opt.overwrite = overwrite;
+          r = treecask::interop::export_safetensors(treecask::interop::Checkpoint::open(src), dst, opt);
         }
         nb::dict d;
         d["index"] = r.index;
-        d["shards"] = r.shards;
+        d["shards"] = r.files;
         d["num_tensors"] = r.num_tensors;
         d["total_size"] = r.total_size;
         return d;
       },
       "src"_a, "dst"_a, "max_shard_size"_a, "overwrite"_a = false);
-  m.def("parse_size", [](const std::string& text) { return treecask::cli::parse_size(text); });
+  m.def("parse_size", [](const std::string& text) { return treecask::interop::parse_size(text); });
 }
 
 }  // namespace

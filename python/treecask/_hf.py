@@ -1,9 +1,9 @@
 """treecask.import_safetensors / export_safetensors: Hugging Face safetensors
 layouts (one file, or the Hub's sharded directory) <-> one archive.
 
-Thin layers over the C++ code the ``treecask`` tool runs (src/cli/hf.h, linked
-into the extension as the treecask_interop library): the parsing, validation
-and writing happen there, once, for both.
+Thin layers over the C++ routines the ``treecask`` tool runs
+(src/interop/convert.h, linked into the extension as the treecask_interop
+library): the parsing, validation and writing happen there, once, for both.
 """
 
 from __future__ import annotations
@@ -79,22 +79,26 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
     when they differ, and the index's ``metadata`` object is kept as JSON under
     ``HF_INDEX_METADATA``), or a directory (its
     ``model.safetensors.index.json``, else its only index, else
-    ``model.safetensors``, else its only ``.safetensors`` file). Every file is
-    validated as the safetensors reference implementation does.
+    ``model.safetensors``, else its only ``.safetensors`` file). Every
+    ``.safetensors`` file is validated as the safetensors reference
+    implementation does.
 
     The other arguments are ``treecask.save``'s. Returns SafetensorsImport.
 
     Raises:
       NotFoundError: ``src``, or a shard the index names, does not exist
         (``.file`` names it).
-      InvalidArgumentError: a malformed index or shard; a tensor found in two
-        shards, in a shard other than the index says, or absent from the
-        index; an index entry no shard holds (``.file`` names the file,
-        ``.key_path`` the tensor).
-      InvalidArgumentError: a malformed file, e.g. an F4 / F6_* tensor whose
-        elements do not fill whole bytes. (Every safetensors 0.8 dtype has a
-        treecask dtype; F4, F6_*, F8_E8M0 and the FNUZ float8s make a format
-        4.0 archive.)
+      CorruptionError: a damaged or malformed ``.safetensors`` file (one
+        file or a shard): a bad header length, a header that is not JSON,
+        offsets out of range, holes or overlaps, an unknown dtype, an F4 /
+        F6_* tensor whose elements do not fill whole bytes (``.file`` names
+        the file, ``.key_path`` the tensor where there is one). (Every
+        safetensors 0.8 dtype has a treecask dtype; F4, F6_*, F8_E8M0 and the
+        FNUZ float8s make a format 4.0 archive.)
+      InvalidArgumentError: a malformed index; a tensor found in two shards,
+        in a shard other than the index says, or absent from the index; an
+        index entry no shard holds (``.file`` names the file, ``.key_path``
+        the tensor); a directory with several candidates; a bad option.
       AlreadyExistsError: ``dst`` exists and ``overwrite`` is False.
     """
     r = _core.import_safetensors(os.fspath(src), os.fspath(dst), _compression_code(compression, os.fspath(dst)),
@@ -106,8 +110,10 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
 
 def export_safetensors(src: PathLike, dst: PathLike, *, max_shard_size: Union[int, str] = "5GB",
                        overwrite: bool = False) -> SafetensorsExport:
-    """Writes the archive ``src`` into directory ``dst`` in the Hugging Face
-    Hub layout that ``transformers`` and ``safetensors`` read, as
+    """Writes ``src`` -- an archive file, or a sharded checkpoint directory
+    (a multi-process ``treecask.save``; each global array is assembled from
+    its boxes) -- into directory ``dst`` in the Hugging Face Hub layout that
+    ``transformers`` and ``safetensors`` read, as
     ``treecask export SRC DST --max-shard-size SIZE`` does:
     ``model-00001-of-000NN.safetensors`` shards of at most ``max_shard_size``
     tensor data bytes (see ``parse_size``; default "5GB", transformers'

@@ -19,9 +19,11 @@ enum ExitStatus : int {
   kExitNotFound = 2,          // ErrorCode::kNotFound
   kExitNotAnArchive = 3,      // ErrorCode::kNotAnArchive
   kExitUnsupportedVersion = 4,
-  kExitDamaged = 5,           // kCorruption, kChecksumMismatch; verify found damage
+  kExitDamaged = 5,           // kCorruption (a damaged archive or .safetensors file),
+                              // kChecksumMismatch; verify found damage
   kExitKeyNotFound = 6,
-  kExitInvalid = 7,           // kInvalidArgument, kShapeMismatch; malformed input file
+  kExitInvalid = 7,           // kInvalidArgument, kShapeMismatch (a bad argument; a
+                              // malformed .npz/.npy file or safetensors index)
   kExitIo = 8,
   kExitAlreadyExists = 9,
   kExitUnsupported = 10,      // e.g. a dtype the output format cannot hold
@@ -35,7 +37,8 @@ int run_info(const std::string& file, bool json);
 int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json);
 int run_verify(const std::string& file);
 // Sharded checkpoint directories (SPEC.md "Sharded checkpoints"): run_info,
-// run_ls and run_verify hand a directory to these (run_export reads one itself).
+// run_ls and run_verify hand a directory to these (run_export reads one
+// through interop::Checkpoint).
 int run_verify_sharded(const std::string& dir);
 
 struct GetOptions {
@@ -56,22 +59,20 @@ struct ImportOptions {
   bool shuffle = false;              // SaveOptions::shuffle
   bool overwrite = false;
 };
+// .safetensors (one file, or the Hugging Face sharded layout: a directory or a
+// *.safetensors.index.json) through interop::import_safetensors; .npz through
+// NpzFile (npz.h).
 int run_import(const ImportOptions& options);
 
 struct ExportOptions {
-  std::string file;
+  std::string file;    // an archive file or a sharded checkpoint directory
   std::string output;
   bool overwrite = false;
-  // Set: write the Hugging Face sharded layout into directory `output`
-  // (run_export_hf); the Hub's size syntax, hf.h parse_size().
+  // Set: write the Hugging Face sharded layout into directory `output`; the
+  // Hub's size syntax, interop::parse_size().
   std::optional<std::string> max_shard_size;
 };
+// interop::export_safetensors of interop::Checkpoint::open(options.file).
 int run_export(const ExportOptions& options);
-
-// Hugging Face layouts (src/cli/hf.h). is_hf_input: `input` is a directory or
-// a *.safetensors.index.json, which run_import hands to run_import_hf.
-bool is_hf_input(const std::string& input);
-int run_import_hf(const ImportOptions& options);
-int run_export_hf(const ExportOptions& options);
 
 }  // namespace treecask::cli

@@ -8,6 +8,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "files.h"
 #include "npy.h"
 #include "util.h"
 #include "treecask/treecask.h"
@@ -298,11 +299,11 @@ int run_get(const GetOptions& options) {
                     "array (then e.g. np.load(f).view(ml_dtypes." +
                     std::string(dtype_name(info.dtype)) + ").reshape(shape))");
   }
-  OutputFile out(options.output, options.overwrite);
+  interop::OutputFile out(options.output, options.overwrite);
   out.write(npy_header(descr, shape));
   Progress progress("get", info.byte_length);
   uint64_t done = 0;
-  for_each_leaf_piece(archive, index, [&](std::span<const std::byte> piece) {
+  interop::for_each_leaf_piece(archive, index, [&](std::span<const std::byte> piece) {
     out.write(piece);
     done += piece.size();
     progress.update(done);

@@ -151,16 +151,18 @@ int run(int argc, char** argv) {
       "the index says, a shard tensor missing from the index (7). Prints\n"
       "\"wrote OUTPUT from <format>[ (<index>, <k> shards)]: <n> leaves, <raw> raw bytes,\n"
       "<stored> stored bytes, <file> file bytes\".\n"
-      "Exit status: 0 ok; 2 INPUT or a shard missing; 7 malformed INPUT or bad option value;\n"
-      "9 OUTPUT exists; 8 I/O error. F4, F6_*, F8_E8M0 and the FNUZ float8s make a format 4.0\n"
-      "archive.\n");
+      "Exit status: 0 ok; 2 INPUT or a shard missing; 5 a damaged or malformed .safetensors\n"
+      "file; 7 a malformed .npz or index, or a bad option value; 9 OUTPUT exists; 8 I/O error.\n"
+      "F4, F6_*, F8_E8M0 and the FNUZ float8s make a format 4.0 archive.\n");
 
   // ---- export
   ExportOptions export_options;
   CLI::App* export_cmd = app.add_subcommand(
       "export", "Write an archive as a .safetensors file, or as a Hugging Face sharded "
                 "checkpoint directory (--max-shard-size)");
-  export_cmd->add_option("FILE", export_options.file, "archive file")->required();
+  export_cmd->add_option("FILE", export_options.file,
+                         "archive file, or a sharded checkpoint directory (index.cask)")
+      ->required();
   export_cmd->add_option("OUTPUT", export_options.output,
                          ".safetensors file to write; with --max-shard-size, a directory")
       ->required();

@@ -1,6 +1,6 @@
 """Hugging Face sharded safetensors: treecask.import_safetensors /
 export_safetensors and `treecask import DIR` / `treecask export --max-shard-size`
-(one C++ implementation, src/cli/hf.cc). Shards are read back with the
+(one C++ implementation, src/interop/convert.h). Shards are read back with the
 `safetensors` package itself; checkpoints to import are written with it."""
 
 import json
@@ -433,3 +433,71 @@ def test_interrupted_overwrite_leaves_no_index(tmp_path):
     assert not [p.name for p in out.iterdir() if ".tmp." in p.name]  # temporaries removed
     with pytest.raises(treecask.InvalidArgumentError, match="no index"):
         treecask.import_safetensors(out, tmp_path / "b.cask")
+
+
+GOLDEN_SHARDED = pathlib.Path(__file__).resolve().parents[2] / "format" / "vectors" / "v3_0_sharded"
+
+
+def test_export_reads_a_sharded_checkpoint_directory(tmp_path):
+    """export_safetensors of a sharded checkpoint directory (format/vectors/v3_0_sharded)
+    reads it as one checkpoint, as `treecask export DIR` does: its leaves are the global
+    arrays, and its int scalar `step` is refused the same way by both, naming the directory."""
+    with pytest.raises(treecask.UnsupportedError, match="scalar/str leaf") as e:
+        treecask.export_safetensors(GOLDEN_SHARDED, tmp_path / "hf", max_shard_size=100)
+    assert e.value.file == str(GOLDEN_SHARDED) and e.value.key_path == "step"
+    assert not (tmp_path / "hf" / "model.safetensors.index.json").exists()
+    if CLI:
+        for args in ((tmp_path / "one.safetensors",), (tmp_path / "hf", "--max-shard-size", "100")):
+            r = subprocess.run([CLI, "export", GOLDEN_SHARDED, *args], capture_output=True, text=True, timeout=120)
+            assert r.returncode == 10, r.stderr
+            assert r.stderr.startswith(f"treecask: {GOLDEN_SHARDED}: step: unsupported: a Python scalar/str leaf"), r.stderr
+
+
+def test_damaged_safetensors_is_corruption(tmp_path):
+    """A damaged or malformed .safetensors file (one file or a shard) is CorruptionError
+    naming the file and the tensor; a bad argument stays InvalidArgumentError."""
+    ts = tensors()
+    good = tmp_path / "good.safetensors"
+    write_safetensors(good, ts)
+    data = bytearray(good.read_bytes())
+    n = int.from_bytes(data[:8], "little")
+    cases = {
+        "truncated": bytes(data[:-1]),                                   # the last tensor runs past the end
+        "header_length": (2**40).to_bytes(8, "little") + bytes(data[8:]),  # over the 100 MB cap
+        "not_json": bytes(data[:8]) + b"{" + b"x" * (n - 1) + bytes(data[8 + n:]),
+        "trailing": bytes(data) + b"\0",                                   # a hole at the end
+    }
+    for name, blob in cases.items():
+        bad = tmp_path / f"{name}.safetensors"
+        bad.write_bytes(blob)
+        with pytest.raises(treecask.CorruptionError, match="safetensors: ") as e:
+            treecask.import_safetensors(bad, tmp_path / f"{name}.cask")
+        assert e.value.file == str(bad), name
+        assert not (tmp_path / f"{name}.cask").exists()
+    # A shard of a sharded checkpoint: the same, naming the shard.
+    src = tmp_path / "src"
+    src.mkdir()
+    keys = list(ts)
+    wm = {}
+    for i, part in enumerate([keys[:5], keys[5:]]):
+        shard = f"model-{i + 1:05d}-of-00002.safetensors"
+        write_safetensors(src / shard, {k: ts[k] for k in part})
+        wm.update({k: shard for k in part})
+    (src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    second = src / "model-00002-of-00002.safetensors"
+    second.write_bytes(second.read_bytes()[:-1])
+    with pytest.raises(treecask.CorruptionError) as e:
+        treecask.import_safetensors(src, tmp_path / "sharded.cask")
+    assert e.value.file == str(second) and e.value.key_path == keys[-1]
+    if CLI:
+        r = subprocess.run([CLI, "import", src, tmp_path / "sharded.cask"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 5 and f"{second}: {keys[-1]}: corruption: safetensors: " in r.stderr, r.stderr
+    # Bad arguments: a bad option, a directory with several candidates.
+    with pytest.raises(treecask.InvalidArgumentError):
+        treecask.import_safetensors(good, tmp_path / "x.cask", chunk_size=1000)
+    two = tmp_path / "two"
+    two.mkdir()
+    write_safetensors(two / "a.safetensors", ts)
+    write_safetensors(two / "b.safetensors", ts)
+    with pytest.raises(treecask.InvalidArgumentError, match="several .safetensors files"):
+        treecask.import_safetensors(two, tmp_path / "x.cask")

@@ -297,6 +297,44 @@ def test_two_process_save_restores_on_other_topologies(tmp_path):
     _run(tmp_path, "restore_4x2", 4, 2)
 
 
+def test_export_safetensors_of_a_sharded_checkpoint(tmp_path):
+    """treecask.export_safetensors of a sharded checkpoint directory (two processes' boxes)
+    writes each global array whole, as `treecask export DIR` does; with TREECASK_CLI set,
+    `treecask export DIR OUT --max-shard-size` writes byte-identical files and the one-file
+    export holds the same tensors."""
+    from safetensors.numpy import load_file
+
+    treecask.save(tmp_path / "single.cask", {"w": W})  # the "save" scenario restores it too
+    _run(tmp_path, "save", 2, 4)
+    arrays = tmp_path / "arrays"
+    assert sorted(os.listdir(arrays)) == ["index.cask", "process_0.cask", "process_1.cask"]
+    out = tmp_path / "hf"
+    r = treecask.export_safetensors(arrays, out, max_shard_size=200)
+    assert r.num_tensors == 2 and r.total_size == W.nbytes + REP.nbytes
+    assert [os.path.basename(s) for s in r.shards] == [
+        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]  # rep; w (256 bytes) alone
+    got = {}
+    for shard in r.shards:
+        got.update(load_file(shard))
+    assert sorted(got) == ["rep", "w"]
+    np.testing.assert_array_equal(got["w"], W)
+    np.testing.assert_array_equal(got["rep"], REP)
+    cli = os.environ.get("TREECASK_CLI")
+    if cli:
+        cli_out = tmp_path / "hf_cli"
+        subprocess.run([cli, "export", str(arrays), str(cli_out), "--max-shard-size", "200"],
+                       capture_output=True, check=True)
+        assert sorted(os.listdir(cli_out)) == sorted(os.listdir(out))
+        for name in os.listdir(out):
+            assert (cli_out / name).read_bytes() == (out / name).read_bytes(), name
+        one = tmp_path / "one.safetensors"
+        subprocess.run([cli, "export", str(arrays), str(one)], capture_output=True, check=True)
+        whole = load_file(str(one))
+        assert sorted(whole) == ["rep", "w"]
+        np.testing.assert_array_equal(whole["w"], W)
+        np.testing.assert_array_equal(whole["rep"], REP)
+
+
 def test_a_process_killed_mid_save_leaves_no_checkpoint(tmp_path):
     procs = _start(tmp_path, "kill", 2, 4)
     try:

@@ -1,7 +1,9 @@
-// The safetensors format (https://github.com/huggingface/safetensors):
+// The safetensors file format (https://github.com/huggingface/safetensors):
 // an 8-byte little-endian header length N, N bytes of UTF-8 JSON
 // {"__metadata__": {str: str}, name: {"dtype", "shape", "data_offsets"}...},
 // then the tensor bytes. Offsets are relative to the first byte after the header.
+// The header reader and writer of the treecask_interop library; convert.h
+// holds the imports and exports built on them.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +15,13 @@
 
 #include "treecask/types.h"
 
-namespace treecask::cli {
+namespace treecask::interop {
 
-// Header size limit of the reference implementation (MAX_HEADER_SIZE).
+// Header size limit of the reference implementation (tensor.rs MAX_HEADER_SIZE),
+// in bytes: the largest N a reader accepts and a writer may produce.
 inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
 
+// One tensor entry of a header.
 struct SafetensorsTensor {
   std::string name;
   DType dtype = DType::kFloat32;
@@ -26,6 +30,7 @@ struct SafetensorsTensor {
   uint64_t end = 0;
 };
 
+// A parsed header (parse_safetensors).
 struct SafetensorsHeader {
   bool has_metadata = false;  // "__metadata__" present (and not null)
   KeyValues metadata;         // in the order of the JSON text
@@ -44,10 +49,12 @@ struct SafetensorsHeader {
 // imply (checked arithmetic), and the last ends at the end of the file.
 // Stricter than the reference: duplicate JSON keys are refused (it keeps one
 // silently). Unknown fields inside a tensor entry are ignored, as it does.
-// Throws Error(kInvalidArgument, path, tensor name, ...) for a violation (an
-// unknown dtype; a sub-byte tensor, F4 / F6_*, whose elements do not fill
-// whole bytes, which the reference refuses too). Every safetensors 0.8 dtype
+// Throws Error(kCorruption, path, tensor name or "", "safetensors: ...") for
+// any violation: the file is damaged or is not a safetensors file (an unknown
+// dtype, a sub-byte tensor, F4 / F6_*, whose elements do not fill whole bytes,
+// which the reference refuses too, included). Every safetensors 0.8 dtype
 // has a treecask equivalent; the bytes of F4 / F6_* tensors are kept as stored.
+// The result holds no pointer into `file`.
 SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& path);
 
 // The safetensors dtype name for `dtype` ("F32", "BF16", "F8_E4M3", "F4"...),
@@ -63,8 +70,10 @@ std::string safetensors_refusal(DType dtype, std::span<const int64_t> shape);
 // The 8-byte length and the header JSON as the reference writer produces
 // them: compact JSON, "__metadata__" first when `has_metadata`, tensors in the
 // given order with keys dtype, shape, data_offsets, then spaces to a multiple
-// of 8 bytes. REQUIRES: every tensor's dtype has a safetensors name.
+// of 8 bytes. Checks nothing else (unique names, the size limit: the caller's).
+// Throws nlohmann::json::type_error for a name or metadata that is not valid
+// UTF-8. REQUIRES: every tensor's dtype has a safetensors name.
 std::string safetensors_header(bool has_metadata, const KeyValues& metadata,
                                std::span<const SafetensorsTensor> tensors);
 
-}  // namespace treecask::cli
+}  // namespace treecask::interop

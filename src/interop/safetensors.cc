@@ -7,10 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "util.h"
 #include "treecask/error.h"
 
-namespace treecask::cli {
+namespace treecask::interop {
 namespace {
 
 // A header is read in two linear passes: KeyOrder below, then a DOM of
@@ -98,6 +97,13 @@ constexpr DTypeName kDTypes[] = {
     {"F8_E4M3FNUZ", DType::kFloat8E4M3FNUZ}, {"F8_E5M2FNUZ", DType::kFloat8E5M2FNUZ},
 };
 
+// "[384,1536]": a shape in error messages.
+std::string shape_text(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i > 0 ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 uint64_t read_u64_le(const std::byte* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
@@ -125,8 +131,10 @@ std::string safetensors_refusal(DType dtype, std::span<const int64_t> shape) {
 }
 
 SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& path) {
+  // Every violation is damage to the file (or a file that is not safetensors):
+  // kCorruption, as an archive's damage is.
   auto invalid = [&](const std::string& name, const std::string& why) {
-    return Error(ErrorCode::kInvalidArgument, path, name, "safetensors: " + why);
+    return Error(ErrorCode::kCorruption, path, name, "safetensors: " + why);
   };
   if (file.size() < 8) {
     throw invalid("", "file is " + std::to_string(file.size()) +
@@ -241,7 +249,7 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
     uint64_t elements = 1;
     for (int64_t d : t.shape) {
       if (__builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements)) {
-        throw invalid(t.name, "element count of shape " + format_shape(t.shape) +
+        throw invalid(t.name, "element count of shape " + shape_text(t.shape) +
                                   " overflows 64 bits");
       }
     }
@@ -301,4 +309,4 @@ std::string safetensors_header(bool has_metadata, const KeyValues& metadata,
   return out + json;
 }
 
-}  // namespace treecask::cli
+}  // namespace treecask::interop

@@ -1,17 +1,12 @@
-#include "hf.h"
+// import_safetensors (convert.h): a .safetensors file or the Hub's sharded
+// layout into one archive.
+#include "convert.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <algorithm>
-#include <cctype>
-#include <cmath>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -19,19 +14,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "files.h"
 #include "safetensors.h"
-#include "util.h"
 
-namespace treecask::cli {
+namespace treecask::interop {
 namespace fs = std::filesystem;
 
 namespace {
 
 using OJson = nlohmann::ordered_json;  // keeps the file's key order
-using SJson = nlohmann::json;          // sorted keys (Python's sort_keys=True)
 
 constexpr std::string_view kIndexSuffix = ".safetensors.index.json";
-constexpr std::string_view kHfPrefix = "treecask.hf.";
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -48,7 +41,7 @@ std::string read_text(const std::string& path) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
-// The file `import_safetensors` reads for a directory (see hf.h).
+// The file `import_safetensors` reads for a directory (see convert.h).
 std::string pick_in_directory(const std::string& dir) {
   std::vector<std::string> indexes, files;
   std::error_code ec;
@@ -88,11 +81,25 @@ std::string pick_in_directory(const std::string& dir) {
                   ") and no index; import them one by one or add a *.safetensors.index.json");
 }
 
+// One mapped .safetensors file and its parsed header.
 struct Shard {
-  std::string name;  // file name, as in the index
+  std::string name;  // file name, as in the index (one file: its path)
   MappedFile file;
   SafetensorsHeader header;
 };
+
+// Appends the tensors of `s`, in data order, as leaves (their bytes point
+// into s.file's map) and their names as keys.
+void append_leaves(const Shard& s, std::vector<std::string>& keys, std::vector<LeafInput>& leaves) {
+  for (const SafetensorsTensor& t : s.header.tensors) {
+    keys.push_back(t.name);
+    LeafInput leaf;
+    leaf.meta.dtype = t.dtype;
+    leaf.meta.shape = t.shape;
+    leaf.data = s.file.bytes().subspan(s.header.data_start + t.begin, t.end - t.begin);
+    leaves.push_back(std::move(leaf));
+  }
+}
 
 std::string compact(const OJson& v) { return v.dump(-1, ' ', false, OJson::error_handler_t::strict); }
 
@@ -221,14 +228,7 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
   std::vector<LeafInput> leaves;
   for (const Shard& s : shards) {
     out.files.push_back((dir / s.name).string());
-    for (const SafetensorsTensor& t : s.header.tensors) {
-      keys.push_back(t.name);
-      LeafInput leaf;
-      leaf.meta.dtype = t.dtype;
-      leaf.meta.shape = t.shape;
-      leaf.data = s.file.bytes().subspan(s.header.data_start + t.begin, t.end - t.begin);
-      leaves.push_back(std::move(leaf));
-    }
+    append_leaves(s, keys, leaves);
   }
 
   // Metadata: the shards' common __metadata__, else each shard's; then the index's.
@@ -275,19 +275,12 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
 
 SafetensorsImport import_single(const std::string& path, const std::string& output,
                                 SaveOptions options) {
-  MappedFile file = MappedFile::open(path);
-  const SafetensorsHeader header = parse_safetensors(file.bytes(), path);
+  Shard file{path, MappedFile::open(path), {}};
+  file.header = parse_safetensors(file.file.bytes(), path);
   std::vector<std::string> keys;
   std::vector<LeafInput> leaves;
-  for (const SafetensorsTensor& t : header.tensors) {
-    keys.push_back(t.name);
-    LeafInput leaf;
-    leaf.meta.dtype = t.dtype;
-    leaf.meta.shape = t.shape;
-    leaf.data = file.bytes().subspan(header.data_start + t.begin, t.end - t.begin);
-    leaves.push_back(std::move(leaf));
-  }
-  options.metadata = header.metadata;
+  append_leaves(file, keys, leaves);
+  options.metadata = file.header.metadata;
   SafetensorsImport out;
   out.kind = "safetensors";
   out.files.push_back(path);
@@ -295,48 +288,7 @@ SafetensorsImport import_single(const std::string& path, const std::string& outp
   return out;
 }
 
-std::string shard_name(size_t i, size_t n) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
-  return buf;
-}
-
 }  // namespace
-
-uint64_t parse_size(std::string_view text) {
-  auto bad = [&](const std::string& why) {
-    return Error(ErrorCode::kInvalidArgument, "", "",
-                 "size \"" + std::string(text) + "\" " + why +
-                     "; use bytes or a number with a unit: 5GB, 100KB, 500MB, 1GiB");
-  };
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  const std::string number(text.substr(0, i));
-  const std::string unit(text.substr(i));
-  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1 || number == ".") {
-    throw bad("does not start with a number");
-  }
-  std::string upper = unit;
-  std::transform(upper.begin(), upper.end(), upper.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  static const std::pair<std::string_view, long double> kUnits[] = {
-      {"", 1.0L},           {"B", 1.0L},
-      {"KIB", 1024.0L},     {"MIB", 1048576.0L},   {"GIB", 1073741824.0L},
-      {"TIB", 1099511627776.0L}, {"PIB", 1125899906842624.0L},
-      {"KB", 1e3L},         {"MB", 1e6L},          {"GB", 1e9L},
-      {"TB", 1e12L},        {"PB", 1e15L},
-  };
-  const auto* u = std::find_if(std::begin(kUnits), std::end(kUnits),
-                               [&](const auto& p) { return p.first == upper; });
-  if (u == std::end(kUnits)) throw bad("has an unknown unit \"" + unit + "\"");
-  long double value = std::strtold(number.c_str(), nullptr) * u->second;
-  // transformers: "5Gb" (decimal unit, lowercase final b) is in bits.
-  if (upper.size() == 2 && unit.back() == 'b') value /= 8;
-  value = std::floor(value);
-  if (!(value >= 1.0L)) throw bad("is less than one byte");
-  if (value >= 9.2e18L) throw bad("is too large");
-  return static_cast<uint64_t>(value);
-}
 
 SafetensorsImport import_safetensors(const std::string& input, const std::string& output,
                                      const SaveOptions& options) {
@@ -348,189 +300,4 @@ SafetensorsImport import_safetensors(const std::string& input, const std::string
   return import_single(path, output, options);
 }
 
-ShardedExport export_safetensors_sharded(const std::string& file, const std::string& dir,
-                                         uint64_t max_shard_size, bool overwrite,
-                                         const std::function<void(uint64_t, uint64_t)>& progress) {
-  if (max_shard_size == 0) {
-    throw Error(ErrorCode::kInvalidArgument, dir, "", "--max-shard-size must be at least 1 byte");
-  }
-  Archive archive = Archive::open(file);
-  const bool flat = is_flat_dict(archive.treedef());
-
-  // The tensors, named and checked as `treecask export` does (convert.cc run_export).
-  struct Item {
-    size_t leaf;
-    SafetensorsTensor t;
-  };
-  std::vector<Item> items;
-  std::set<std::string> names;
-  for (size_t i = 0; i < archive.size(); ++i) {
-    const LeafInfo info = archive.leaf(i);
-    auto unsupported = [&](const std::string& why) {
-      return Error(ErrorCode::kUnsupported, file, info.key_path, why);
-    };
-    if (info.value_kind != ValueKind::kArray) {
-      throw unsupported("a Python scalar/str leaf; safetensors holds array leaves only");
-    }
-    if (std::string why = safetensors_refusal(info.dtype, info.shape); !why.empty()) {
-      throw unsupported(why);
-    }
-    Item it{i, {}};
-    it.t.name = flat ? archive.treedef()[0].keys[i] : info.key_path;
-    if (it.t.name.empty()) {
-      throw unsupported("the archive is a single unnamed array; safetensors needs tensor names");
-    }
-    if (it.t.name == "__metadata__") throw unsupported("a tensor cannot be named \"__metadata__\"");
-    if (!names.insert(it.t.name).second) {
-      throw unsupported("duplicate tensor name \"" + it.t.name + "\"");
-    }
-    it.t.dtype = info.dtype;
-    it.t.shape = info.shape;
-    it.t.end = info.byte_length;  // a size for now; offsets below
-    items.push_back(std::move(it));
-  }
-
-  // Greedy packing in leaf order (see hf.h).
-  std::vector<std::vector<size_t>> groups;  // indexes into items
-  uint64_t current = 0;
-  for (size_t k = 0; k < items.size(); ++k) {
-    const uint64_t size = items[k].t.end;
-    if (size > max_shard_size) {
-      groups.push_back({k});
-      current = max_shard_size + 1;  // close it: the next tensor starts a new shard
-      continue;
-    }
-    if (groups.empty() || current + size > max_shard_size) {
-      groups.emplace_back();
-      current = 0;
-    }
-    groups.back().push_back(k);
-    current += size;
-  }
-  if (groups.empty()) groups.emplace_back();  // an archive with no leaves: one empty shard
-
-  // Metadata.
-  KeyValues common;
-  std::optional<OJson> per_shard, index_meta;
-  for (const auto& [k, v] : archive.metadata()) {
-    if (k == kHfShardMetadataKey || k == kHfIndexMetadataKey) {
-      OJson j;
-      try {
-        j = OJson::parse(v);
-      } catch (const OJson::exception& e) {
-        throw Error(ErrorCode::kInvalidArgument, file, "", "metadata " + k + " is not JSON: " + e.what());
-      }
-      if (!j.is_object()) throw Error(ErrorCode::kInvalidArgument, file, "", "metadata " + k + " is not a JSON object");
-      (k == kHfShardMetadataKey ? per_shard : index_meta) = std::move(j);
-    } else if (k.rfind(kHfPrefix, 0) != 0) {
-      common.emplace_back(k, v);
-    }
-  }
-  const size_t n = groups.size();
-  if (per_shard) {
-    bool match = per_shard->size() == n;
-    for (size_t g = 0; match && g < n; ++g) match = per_shard->contains(shard_name(g, n));
-    if (!match) per_shard.reset();
-  }
-
-  // Refuse before writing anything if a target exists.
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(ErrorCode::kIo, dir, "", "cannot create the directory: " + ec.message());
-  const fs::path d(dir);
-  ShardedExport out;
-  out.index = (d / "model.safetensors.index.json").string();
-  for (size_t g = 0; g < n; ++g) out.shards.push_back((d / shard_name(g, n)).string());
-  if (!overwrite) {
-    for (const std::string& p : out.shards) {
-      if (exists(p)) throw Error(ErrorCode::kAlreadyExists, p, "", "file exists (pass --overwrite to replace it)");
-    }
-    if (exists(out.index)) {
-      throw Error(ErrorCode::kAlreadyExists, out.index, "", "file exists (pass --overwrite to replace it)");
-    }
-  }
-
-  uint64_t total = 0;
-  for (const Item& it : items) total += it.t.end;
-  uint64_t done = 0;
-  SJson weight_map = SJson::object();
-  std::vector<std::unique_ptr<OutputFile>> outputs;
-  for (size_t g = 0; g < n; ++g) {
-    std::vector<SafetensorsTensor> tensors;
-    uint64_t offset = 0;
-    for (size_t k : groups[g]) {
-      SafetensorsTensor t = items[k].t;
-      const uint64_t size = t.end;
-      t.begin = offset;
-      t.end = offset + size;
-      offset = t.end;
-      weight_map[t.name] = shard_name(g, n);
-      tensors.push_back(std::move(t));
-    }
-    KeyValues md = common;
-    bool has_md = !md.empty();
-    if (per_shard) {
-      const OJson& m = (*per_shard)[shard_name(g, n)];
-      md.clear();
-      has_md = m.is_object();
-      if (has_md) {
-        for (const auto& [k, v] : m.items()) {
-          if (!v.is_string()) {
-            throw Error(ErrorCode::kInvalidArgument, file, "", std::string(kHfShardMetadataKey) + ": value of \"" + k + "\" is not a string");
-          }
-          md.emplace_back(k, v.get<std::string>());
-        }
-      }
-    }
-    std::string header;
-    try {
-      header = safetensors_header(has_md, md, tensors);
-    } catch (const OJson::exception& e) {
-      throw Error(ErrorCode::kUnsupported, file, "",
-                  std::string("names or metadata are not valid UTF-8: ") + e.what());
-    }
-    if (header.size() - 8 > kSafetensorsMaxHeader) {
-      throw Error(ErrorCode::kUnsupported, out.shards[g], "",
-                  "the safetensors header would be " + std::to_string(header.size() - 8) +
-                      " bytes, over the format's limit of " + std::to_string(kSafetensorsMaxHeader));
-    }
-    auto o = std::make_unique<OutputFile>(out.shards[g], overwrite);
-    o->write(header);
-    for (size_t k : groups[g]) {
-      for_each_leaf_piece(archive, items[k].leaf, [&](std::span<const std::byte> piece) {
-        o->write(piece);
-        done += piece.size();
-        if (progress) progress(done, total);
-      });
-    }
-    outputs.push_back(std::move(o));
-  }
-
-  SJson meta = index_meta ? SJson::parse(index_meta->dump()) : SJson::object();
-  meta["total_size"] = total;
-  SJson index = SJson::object();
-  index["metadata"] = std::move(meta);
-  index["weight_map"] = std::move(weight_map);
-  std::string text;
-  try {
-    text = index.dump(2, ' ', false, SJson::error_handler_t::strict) + "\n";
-  } catch (const SJson::exception& e) {
-    throw Error(ErrorCode::kUnsupported, file, "", std::string("names are not valid UTF-8: ") + e.what());
-  }
-  OutputFile index_out(out.index, overwrite);
-  index_out.write(text);
-  // An index left from an earlier export goes first: while the shards are
-  // renamed there is no index, so no reader can pair an old index with a mix
-  // of old and new shards (the import of a directory without one refuses).
-  if (overwrite && ::unlink(out.index.c_str()) != 0 && errno != ENOENT) {
-    throw Error(ErrorCode::kIo, out.index, "", std::string("cannot remove the old index: ") +
-                                                   std::strerror(errno));
-  }
-  for (auto& o : outputs) o->commit();
-  index_out.commit();
-  out.num_tensors = items.size();
-  out.total_size = total;
-  return out;
-}
-
-}  // namespace treecask::cli
+}  // namespace treecask::interop
