@@ -1,4 +1,4 @@
-// Fuzz target: the LZ4 chunk codec the reader and writer share (src/codec.h).
+// Fuzz target: the LZ4 chunk codec the reader and writer share (src/format/codec.h).
 // Input: 3 bytes of declared raw size (little-endian, at most 1 MiB here),
 // then the stored block. Properties: decoding never reads or writes outside
 // its buffers, and succeeds only with exactly the declared size; whatever
@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "codec.h"
+#include "format/codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace treecask;

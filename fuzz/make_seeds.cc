@@ -8,8 +8,8 @@
 
 #include <cstdio>
 
-#include "codec.h"
-#include "format.h"
+#include "format/codec.h"
+#include "format/format.h"
 #include "fuzz_util.h"
 
 namespace fs = std::filesystem;

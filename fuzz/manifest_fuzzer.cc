@@ -1,4 +1,4 @@
-// Fuzz target: raw manifest bytes -> parse_manifest (src/manifest.h).
+// Fuzz target: raw manifest bytes -> parse_manifest (src/format/manifest.h).
 // Properties: any byte string is either rejected with treecask::Error or
 // yields an index whose every record can be read without a crash; the
 // two-thread check (used for large manifests) reaches the same verdict, error
@@ -12,7 +12,7 @@
 #include <span>
 #include <string>
 
-#include "manifest.h"
+#include "format/manifest.h"
 
 namespace {
 // The verdict of one parse: empty when accepted, else code and key path.

@@ -1,7 +1,7 @@
-// The checksum and the chunk codec (src/format.h xxh3, src/codec.h): the
+// The checksum and the chunk codec (src/format/format.h xxh3, src/format/codec.h): the
 // known answers of SPEC.md "Test vectors".
-#include "codec.h"
-#include "format.h"
+#include "format/codec.h"
+#include "format/format.h"
 #include "testutil.h"
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t's layout, to plant a stale state

@@ -11,9 +11,9 @@
 #include <map>
 
 #include "craft.h"
-#include "lmdb_check.h"
-#include "lmdb_env.h"
-#include "manifest.h"
+#include "lmdb/check.h"
+#include "lmdb/env.h"
+#include "format/manifest.h"
 
 using namespace treecask;
 using tc_test::FlatTree;

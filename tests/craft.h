@@ -9,8 +9,8 @@
 
 #include <functional>
 
-#include "format.h"
-#include "lmdb_check.h"
+#include "format/format.h"
+#include "lmdb/check.h"
 #include "testutil.h"
 
 namespace tc_test {

@@ -1,7 +1,7 @@
 // The golden vectors of format/vectors/ must read forever (SPEC.md "Versioning").
 #include "../format/vectors/contents.h"
 #include "craft.h"
-#include "format.h"
+#include "format/format.h"
 #include "pages.h"
 #include "testutil.h"
 

@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "craft.h"
-#include "lmdb_check.h"
+#include "lmdb/check.h"
 
 using namespace treecask;
 using tc_test::Sample;

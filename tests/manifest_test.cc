@@ -2,7 +2,7 @@
 // the one- and two-thread parse reporting the same finding, and the 8-byte
 // alignment check the FlatBuffers verifier lacks (SPEC.md "Reader checks").
 #include "craft.h"
-#include "manifest.h"
+#include "format/manifest.h"
 #include "treecask_generated.h"
 
 using namespace treecask;
@@ -56,7 +56,7 @@ TEST_CASE("a manifest whose byte length disagrees with dtype x shape is corrupt"
   tc_test::expect_error(ErrorCode::kCorruption, [&] { Archive::open(dir / "off.cask"); });
 }
 
-// Large manifests are checked by two threads (src/manifest.cc), small ones by
+// Large manifests are checked by two threads (src/format/manifest.cc), small ones by
 // one; both must report the same finding, in SPEC.md "Reader checks" order.
 TEST_CASE("manifest findings are the same whether one or two threads check them") {
   for (int n : {24, 12000}) {
@@ -242,7 +242,7 @@ TEST_CASE("a manifest [long] vector off 8-byte alignment is corrupt, not undefin
 }
 
 // parse_manifest checks a plain leaf in one pass over its table (fast_leaf in
-// src/manifest.cc) and sends every other leaf, and every leaf that pass does
+// src/format/manifest.cc) and sends every other leaf, and every leaf that pass does
 // not accept, through the generated FlatBuffers verifier and the full checks.
 // The two must agree: on intact manifests of every kind of leaf the format has
 // (the golden vectors: raw, LZ4, parts, byte shuffle, shard references, every

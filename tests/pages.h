@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "format.h"
-#include "lmdb_layout.h"
+#include "format/format.h"
+#include "lmdb/layout.h"
 
 extern "C" {
 void tc_pages_set_os_page_size(long p);

@@ -2,7 +2,7 @@
 // "Sharded checkpoints" R8 and R9): the golden 3.1 vectors, a shard file of
 // another save refused, the writer's and the reader's R8 checks.
 #include "../format/vectors/contents.h"
-#include "manifest.h"
+#include "format/manifest.h"
 #include "testutil.h"
 #include "treecask/sharded.h"
 
@@ -108,10 +108,10 @@ TEST_CASE("a reader refuses an index whose shard_files break R8") {
   for (const auto& m : v.leaves) idx.push_back({m, {}, std::nullopt});
   auto paths = leaf_key_paths(v.treedef, ErrorCode::kInvalidArgument, "");
   std::vector<LeafOut> out(idx.size());
+  std::vector<EncodeLeaf> encode;
+  for (const auto& l : idx) encode.push_back({&l.meta, 0});
   auto parse = [&](std::vector<ShardFile> files, uint16_t major) {
-    SaveOptions o;
-    o.shard_files = std::move(files);
-    auto buf = build_manifest(v.treedef, idx, paths, out, {}, major, 1, o);
+    auto buf = build_manifest(v.treedef, encode, paths, out, {}, {major, 1, 4096, {}, std::move(files)});
     return parse_manifest(std::as_bytes(std::span(buf)), "index.cask");
   };
   CHECK(parse({{"process_0.cask", 1, 2}, {"process_1.cask", 3, 4}}, 3)->shard_files.size() == 2);

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "craft.h"
-#include "slice.h"
+#include "read/slice.h"
 #include "testutil.h"
 #include "treecask/treecask.h"
 

@@ -20,8 +20,8 @@ TREECASK_API const char* library_version() noexcept;
 // of a sharded checkpoint, include/treecask/sharded.h), or 4.0 when a leaf has
 // a dtype of format 4.0 (DType values 20-30), so that older readers keep
 // reading the rest; minor 1 (3.1, 4.1) for an index that binds its shard
-// files (SaveOptions::shard_files). Equal to the format's own constants (src/format.h
-// kMajor/kMinor; a static_assert in src/format.cc keeps them so).
+// files (SaveOptions::shard_files). Equal to the format's own constants (src/format/format.h
+// kMajor/kMinor; a static_assert in src/format/format.cc keeps them so).
 inline constexpr uint16_t kFormatMajor = 4;
 inline constexpr uint16_t kFormatMinor = 1;
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "parallel.h"
+#include "util/parallel.h"
 
 namespace treecask {
 namespace {

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "format.h"
+#include "util/coding.h"
 
 namespace treecask::lmdb {
 
@@ -60,7 +60,7 @@ struct DbRecord {
 
 // Decodes the kDbRecordSize bytes at `p`.
 inline DbRecord decode_db_record(const std::byte* p) {
-  using format::get_u16, format::get_u32, format::get_u64;
+  using coding::get_u16, coding::get_u32, coding::get_u64;
   DbRecord d;
   d.pad = get_u32(p);
   d.flags = get_u16(p + 4);
@@ -117,7 +117,7 @@ inline const std::byte* map_base_of(const std::byte* value, uint32_t page_size,
                                     uint64_t last_page = ~uint64_t{0}) {
   const auto at = reinterpret_cast<uintptr_t>(value);
   const std::byte* page = value - at % page_size;
-  const uint64_t pgno = format::get_u64(page);
+  const uint64_t pgno = coding::get_u64(page);
   if (pgno > last_page) return nullptr;
   return page - pgno * page_size;
 }

@@ -1,4 +1,4 @@
-#include "lmdb_env.h"
+#include "lmdb/env.h"
 
 namespace treecask::lmdb {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 
-#include "slice.h"
+#include "format/packing.h"
 #include "treecask/error.h"
 #include "treecask/treecask.h"
 
@@ -111,10 +111,10 @@ void pack_elements(DType dtype, std::span<const std::byte> elems, std::span<std:
   // Whole groups at a time (slice.h), then the last elements bit by bit.
   const auto* in = reinterpret_cast<const uint8_t*>(elems.data());
   auto* o = reinterpret_cast<uint8_t*>(out.data());
-  const size_t per = slice::group_elements(bits), groups = elems.size() / per;
-  if (bits == 2) slice::pack_groups<2>(in, groups, o);
-  else if (bits == 4) slice::pack_groups<4>(in, groups, o);
-  else slice::pack_groups<6>(in, groups, o);
+  const size_t per = packing::group_elements(bits), groups = elems.size() / per;
+  if (bits == 2) packing::pack_groups<2>(in, groups, o);
+  else if (bits == 4) packing::pack_groups<4>(in, groups, o);
+  else packing::pack_groups<6>(in, groups, o);
   uint64_t bit = uint64_t{groups} * per * bits;
   for (std::byte e : elems.subspan(groups * per)) {
     const unsigned v = static_cast<unsigned>(e) & mask;

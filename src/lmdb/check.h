@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "lmdb_layout.h"
+#include "lmdb/layout.h"
 
 namespace treecask::lmdb {
 

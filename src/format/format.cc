@@ -1,4 +1,4 @@
-#include "format.h"
+#include "format/format.h"
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t, for Xxh3Stream
 #include <xxhash.h>

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "util/coding.h"
+
 namespace treecask::format {
 
 // LMDB stores its pages in host byte order; the format (every version) is
@@ -85,29 +87,8 @@ inline constexpr uint64_t kPackLeafBytes = 64ull << 10;    // pack leaves ≤ 64
 inline constexpr uint64_t kPackBlobBytes = 4ull << 20;     // pack blobs ≤ 4 MiB
 inline constexpr double kAutoMinSaving = 0.10;             // auto: LZ4 must save ≥ 10%
 
-// ---- Little-endian coding: the only place bytes are assembled ----
-inline void put_u16(std::byte* p, uint16_t v) {
-  for (int i = 0; i < 2; ++i) p[i] = std::byte(v >> (8 * i));
-}
-inline void put_u32(std::byte* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = std::byte(v >> (8 * i));
-}
-inline void put_u64(std::byte* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = std::byte(v >> (8 * i));
-}
-inline uint16_t get_u16(const std::byte* p) {
-  return uint16_t(uint16_t(p[0]) | uint16_t(p[1]) << 8);
-}
-inline uint32_t get_u32(const std::byte* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);
-  return v;
-}
-inline uint64_t get_u64(const std::byte* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
-  return v;
-}
+// ---- Little-endian coding (util/coding.h, the only place bytes are assembled) ----
+using coding::get_u16, coding::get_u32, coding::get_u64, coding::put_u16, coding::put_u32, coding::put_u64;
 // Blob ids are keyed big-endian so that LMDB's byte order is numeric order.
 inline void put_blob_key(std::byte* p, uint32_t id) {
   for (int i = 0; i < 4; ++i) p[i] = std::byte(id >> (8 * (3 - i)));

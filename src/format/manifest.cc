@@ -1,4 +1,4 @@
-#include "manifest.h"
+#include "format/manifest.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,9 +9,9 @@
 #include <memory>
 #include <unordered_set>
 
-#include "codec.h"
-#include "format.h"
-#include "parallel.h"
+#include "format/codec.h"
+#include "format/format.h"
+#include "util/parallel.h"
 #include "treecask/treecask.h"
 
 namespace treecask {
@@ -410,10 +410,9 @@ flatbuffers::Offset<FbKeyValues> build_kv(flatbuffers::FlatBufferBuilder& b, con
 
 // ---- the encoder (the writer's half of this file) ----
 
-std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInput> leaves,
+std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const EncodeLeaf> leaves,
                                     const std::vector<std::string>& paths, const std::vector<LeafOut>& out,
-                                    const std::vector<uint64_t>& payloads, uint16_t major,
-                                    uint16_t minor, const SaveOptions& opt) {
+                                    const std::vector<uint64_t>& payloads, const EncodeArchive& archive) {
   flatbuffers::FlatBufferBuilder b(1024 + leaves.size() * 256);
   std::vector<flatbuffers::Offset<fb::Node>> nodes;
   nodes.reserve(def.size());
@@ -430,7 +429,7 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
   std::vector<flatbuffers::Offset<fb::Leaf>> lv;
   lv.reserve(leaves.size());
   for (size_t i = 0; i < leaves.size(); ++i) {
-    const LeafMeta& m = leaves[i].meta;
+    const LeafMeta& m = *leaves[i].meta;
     auto kp = b.CreateString(paths[i]);
     auto shape = b.CreateVector(m.shape);
     std::vector<fb::Chunk> cs;
@@ -447,7 +446,7 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
     }
     auto md = m.metadata.empty() ? 0 : build_kv(b, m.metadata);
     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::ShardRef>>> refs = 0;
-    uint64_t byte_length = leaves[i].data.size();
+    uint64_t byte_length = leaves[i].data_bytes;
     if (!m.shards.empty()) {
       std::vector<flatbuffers::Offset<fb::ShardRef>> rv;
       rv.reserve(m.shards.size());
@@ -464,7 +463,7 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
     leaf.add_shape(shape);
     leaf.add_byte_length(byte_length);
     leaf.add_codec(static_cast<fb::Codec>(out[i].codec));
-    leaf.add_chunk_size(leaves[i].data.empty() ? 0 : opt.chunk_size);
+    leaf.add_chunk_size(leaves[i].data_bytes == 0 ? 0 : archive.chunk_size);
     leaf.add_chunks(chunks);
     if (!axes.IsNull()) leaf.add_logical_axes(axes);
     if (!sh.IsNull()) leaf.add_sharding(sh);
@@ -479,14 +478,14 @@ std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInpu
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::ShardFile>>> bound = 0;
-  if (!opt.shard_files.empty()) {
+  if (!archive.shard_files.empty()) {
     std::vector<flatbuffers::Offset<fb::ShardFile>> fv;
-    for (const auto& f : opt.shard_files)
+    for (const auto& f : archive.shard_files)
       fv.push_back(fb::CreateShardFile(b, b.CreateString(f.file), f.manifest_length, f.manifest_checksum));
     bound = b.CreateVector(fv);
   }
-  auto root = fb::CreateManifest(b, major, minor, b.CreateString(library_version()), created,
-                                 build_kv(b, opt.metadata), b.CreateVector(nodes), b.CreateVector(lv),
+  auto root = fb::CreateManifest(b, archive.major, archive.minor, b.CreateString(library_version()), created,
+                                 build_kv(b, archive.metadata), b.CreateVector(nodes), b.CreateVector(lv),
                                  b.CreateVector(bv), bound);
   fb::FinishManifestBuffer(b, root);
   return {b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()};

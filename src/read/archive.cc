@@ -12,14 +12,14 @@
 #include <optional>
 #include <vector>
 
-#include "codec.h"
-#include "format.h"
-#include "lmdb_check.h"
-#include "lmdb_env.h"
-#include "lmdb_layout.h"
-#include "manifest.h"
-#include "parallel.h"
-#include "slice.h"
+#include "format/codec.h"
+#include "format/format.h"
+#include "lmdb/check.h"
+#include "lmdb/env.h"
+#include "lmdb/layout.h"
+#include "format/manifest.h"
+#include "util/parallel.h"
+#include "read/slice.h"
 #include "treecask/treecask.h"
 
 namespace treecask {

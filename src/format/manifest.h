@@ -14,7 +14,6 @@
 
 #include "treecask/error.h"
 #include "treecask/types.h"
-#include "treecask/writer.h"
 #include "treecask_generated.h"
 
 namespace treecask {
@@ -127,18 +126,33 @@ struct LeafOut {
   std::vector<ChunkOut> chunks;
 };
 
+// One leaf for build_manifest: its description and the bytes it was given
+// (0 for an empty leaf and for one with shard references).
+struct EncodeLeaf {
+  const LeafMeta* meta;
+  uint64_t data_bytes;
+};
+
+// The archive-level fields build_manifest records.
+struct EncodeArchive {
+  uint16_t major = 0, minor = 0;  // the format version (SPEC.md "Versioning")
+  uint64_t chunk_size = 0;        // raw bytes per chunk of every leaf with bytes
+  KeyValues metadata;             // archive metadata, in order
+  std::vector<ShardFile> shard_files;  // an index's bound shard files (format x.1)
+};
+
 // Encodes the manifest FlatBuffer (schema/treecask.fbs, SPEC.md "Manifest")
-// of an archive of format `major`.`minor`: the treedef's nodes, one Leaf per input
-// (key path paths[i], the meta of leaves[i], the codec, filter and chunks of
-// out[i], chunk size opt.chunk_size), one Blob per entry of `payloads`
-// (payload bytes by blob id), opt.metadata, opt.shard_files, this library's
-// version and the current time. REQUIRES: everything already checked by save() (the inputs
-// follow SPEC.md; paths, leaves and out have one entry per leaf). Returns the
-// finished buffer (identifier TCMF); parse_manifest accepts it.
-std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const LeafInput> leaves,
+// of an archive of format archive.major.minor: the treedef's nodes, one Leaf
+// per input (key path paths[i], the meta of leaves[i], the codec, filter and
+// chunks of out[i], chunk size archive.chunk_size), one Blob per entry of
+// `payloads` (payload bytes by blob id), the archive metadata and shard
+// files, this library's version and the current time. REQUIRES: everything
+// already checked by save() (the inputs follow SPEC.md; paths, leaves and out
+// have one entry per leaf). Returns the finished buffer (identifier TCMF);
+// parse_manifest accepts it.
+std::vector<uint8_t> build_manifest(const TreeDef& def, std::span<const EncodeLeaf> leaves,
                                     const std::vector<std::string>& paths, const std::vector<LeafOut>& out,
-                                    const std::vector<uint64_t>& payloads, uint16_t major,
-                                    uint16_t minor, const SaveOptions& opt);
+                                    const std::vector<uint64_t>& payloads, const EncodeArchive& archive);
 
 // ---- Decoding ----
 

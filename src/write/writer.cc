@@ -14,12 +14,12 @@
 #include <memory>
 #include <mutex>
 
-#include "codec.h"
-#include "format.h"
-#include "lmdb_env.h"
-#include "lmdb_layout.h"
-#include "manifest.h"
-#include "parallel.h"
+#include "format/codec.h"
+#include "format/format.h"
+#include "lmdb/env.h"
+#include "lmdb/layout.h"
+#include "format/manifest.h"
+#include "util/parallel.h"
 #include "treecask/commit.h"
 #include "treecask/treecask.h"
 
@@ -527,8 +527,11 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
 
     const uint16_t major = format_major_of(w.out, leaves);  // header and manifest say the same
     const uint16_t minor = opt.shard_files.empty() ? 0 : format::kBindMinor;
-    std::vector<uint8_t> manifest =
-        build_manifest(treedef, leaves, paths, w.out, blobs.payloads(), major, minor, opt);
+    std::vector<EncodeLeaf> encode;
+    encode.reserve(leaves.size());
+    for (const LeafInput& l : leaves) encode.push_back({&l.meta, l.data.size()});
+    std::vector<uint8_t> manifest = build_manifest(treedef, encode, paths, w.out, blobs.payloads(),
+                                                   {major, minor, opt.chunk_size, opt.metadata, opt.shard_files});
     if (manifest.size() > format::kMaxManifestBytes)
       throw Error(ErrorCode::kInvalidArgument, file, "",
                   "the manifest would be " + std::to_string(manifest.size()) +

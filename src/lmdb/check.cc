@@ -1,4 +1,4 @@
-#include "lmdb_check.h"
+#include "lmdb/check.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "format.h"
+#include "util/coding.h"
 
 namespace treecask::lmdb {
 
@@ -146,7 +146,7 @@ class Walker {
 
     std::byte* p = bufs_[level].data();
     read(pgno, p, psize_);
-    using format::get_u16, format::get_u64;
+    using coding::get_u16, coding::get_u64;
     if (get_u64(p) != pgno)
       fail_page(pgno, "header says it is page " + std::to_string(get_u64(p)));
     uint16_t flags = get_u16(p + kPageFlagsOffset) & ~(kPageDirty | kPageKeep);
@@ -297,7 +297,7 @@ bool StructureStats::starts_overflow_run(uint64_t pgno) const {
 
 std::string check_overflow_head(std::span<const std::byte> head, uint64_t first, uint64_t value_size,
                                 uint64_t page_size, uint64_t last_page) {
-  using format::get_u16, format::get_u32, format::get_u64;
+  using coding::get_u16, coding::get_u32, coding::get_u64;
   const std::byte* h = head.data();
   if (head.size() < kPageHeaderSize || first > last_page) return "lies outside the file";
   const uint64_t need = (kPageHeaderSize - 1 + value_size) / page_size + 1;  // OVPAGES
@@ -370,7 +370,7 @@ RawMeta read_meta(int fd, uint64_t offset, uint64_t file_size) {
     m.why = "cannot read LMDB meta page";
     return m;
   }
-  using format::get_u16, format::get_u32, format::get_u64;
+  using coding::get_u16, coding::get_u32, coding::get_u64;
   const std::byte* p = buf.data();
   uint16_t flags = get_u16(p + kPageFlagsOffset);
   const std::byte* meta = p + kPageHeaderSize;
