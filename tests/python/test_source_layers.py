@@ -1,6 +1,7 @@
 """The C++ core's folders are layers (docs/design.md "Layers"): a file of src/<layer>/
 includes only its own layer's and lower layers' private headers, never a higher one's.
-The interop library and the tool include no private header of the core at all."""
+The interop library and the tool include no private header of the core at all, and no
+source file of src/ has more than 800 lines."""
 
 from __future__ import annotations
 
@@ -38,3 +39,9 @@ def test_interop_and_cli_use_only_the_public_api():
         for p in (ROOT / "src" / folder).glob("*"):
             if p.suffix in (".h", ".cc"):
                 assert not list(_private_includes(p)), p
+
+
+def test_no_source_file_over_800_lines():
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "src").rglob("*") if p.suffix in (".h", ".cc")
+            for n in [len(p.read_text().splitlines())] if n > 800}
+    assert not long, long
