@@ -13,9 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import signal
-import socket
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -24,6 +22,7 @@ import pytest
 
 import treecask
 from treecask import _distributed
+from jobs import collect, launch
 
 pytest.importorskip("jax")
 
@@ -162,41 +161,12 @@ CHILD = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(tmp_path, scenario: str, nproc: int, ndev: int):
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    port = _free_port()
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["JAX_PLATFORMS"] = "cpu"
-    env["TREECASK_BARRIER_TIMEOUT_S"] = "120"
-    return [
-        subprocess.Popen([sys.executable, str(script), str(port), str(nproc), str(i), str(ndev), scenario,
-                          str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        for i in range(nproc)
-    ]
+    return launch(tmp_path / "child.py", CHILD, nproc, lambda port, i: (port, nproc, i, ndev, scenario, tmp_path))
 
 
 def _run(tmp_path, scenario: str, nproc: int, ndev: int, timeout: float = 180) -> None:
-    procs = _start(tmp_path, scenario, nproc, ndev)
-    outs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=timeout)
-            outs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for i, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"CHILD OK {i}" in out, f"{scenario} process {i} (rc {p.returncode}):\n{out}"
+    collect(_start(tmp_path, scenario, nproc, ndev), scenario, timeout)
 
 
 W = np.arange(64, dtype=np.float32).reshape(8, 8) * 0.5

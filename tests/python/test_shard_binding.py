@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -23,15 +21,11 @@ import numpy as np
 import pytest
 
 import treecask
+from jobs import collect, launch
 
 pytest.importorskip("jax")
 
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 CHILD = textwrap.dedent(
     r'''
@@ -78,39 +72,14 @@ CHILD = textwrap.dedent(
 
 
 def _start(tmp_path, scenario, env_extra=None):
-    script = tmp_path / "binding_child.py"
-    script.write_text(CHILD)
-    port = _free_port()
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["JAX_PLATFORMS"] = "cpu"
-    env["TREECASK_BARRIER_TIMEOUT_S"] = "120"
-    env.update(env_extra or {})
-    return [subprocess.Popen([sys.executable, str(script), str(port), "2", str(i), scenario, str(tmp_path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-            for i in range(2)]
-
-
-def _finish(procs, scenario, timeout=180):
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for i, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"CHILD OK {i}" in out, f"{scenario} process {i} (rc {p.returncode}):\n{out}"
-    return outs
+    return launch(tmp_path / "binding_child.py", CHILD, 2, lambda port, i: (port, 2, i, scenario, tmp_path), env_extra)
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("binding")
-    _finish(_start(root, "steps"), "steps")
-    _finish(_start(root, "other_job"), "other_job")
+    collect(_start(root, "steps"), "steps")
+    collect(_start(root, "other_job"), "other_job")
     return root
 
 
@@ -195,7 +164,7 @@ def test_concurrent_overwrite_never_mixes_versions(tmp_path):
             if not (w == float(step)).all():
                 mixed.append(f"step {step}, w holds {sorted(set(w.ravel().tolist()))}")
     finally:
-        outs = _finish(procs, "overwrite_loop")
+        outs = collect(procs, "overwrite_loop")
     saves = int(outs[0].split("SAVES")[1].split()[0])
     print(f"overwrite loop: {saves} saves, {loads} loads, {len(seen)} versions seen")
     assert not mixed, f"{len(mixed)} of {loads + errors} loads mixed or failed: {mixed[:5]}"
