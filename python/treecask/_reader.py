@@ -11,8 +11,9 @@ A source is what ``_core.Archive`` is (the methods :class:`Reader` calls on
 verify)``, ``read(i, out, verify=)``, ``read_many(indices, outs, verify)``,
 ``read_slice(i, start, stop, out, verify=)``, ``read_slices(i, starts, stops,
 outs, verify)`` and ``verify()``. The single-file archive (``_archive.py``)
-reads a ``_core.Archive``; the sharded checkpoint directory (``_sharded.py``)
-an adapter over ``_core.ShardedArchive``. Another store is another source.
+reads a ``_core.Archive``, the sharded checkpoint directory (``_sharded.py``)
+a ``_core.ShardedArchive``, whose binding has the same methods. Another store
+is another source.
 
 Turning leaves back into a pytree is ``_restore.py``'s job: it calls only the
 public methods below.

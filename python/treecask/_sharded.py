@@ -1,12 +1,14 @@
 """The sharded checkpoint directory (format 3.1, format/SPEC.md "Sharded
 checkpoints") as a reader: :class:`ShardedCheckpoint`, the
-:class:`~treecask._reader.Reader` over one ``_core.ShardedArchive``. Writing
-one is ``_distributed.py``'s job."""
+:class:`~treecask._reader.Reader` over one ``_core.ShardedArchive``, whose
+binding has ``_core.Archive``'s read methods over the global leaves (the
+index archive's facts, treedef and key lookups; every leaf assembled from the
+saved boxes, none a view of a map). Writing one is ``_distributed.py``'s job."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -15,85 +17,6 @@ from . import _jaxutil as J
 from ._archive import Archive
 from ._reader import Reader, _index_bounds
 from .errors import Error
-
-
-class _ShardedSource:
-    """A ``_core.ShardedArchive`` as the source a Reader reads (_reader.py):
-    the checkpoint's facts, treedef and key lookups from its index archive,
-    the leaf descriptions (global shapes, saved boxes) and every read from the
-    directory, which assembles each from the saved boxes in the shard files.
-    A sharded leaf is never a view of one map (its zero_copy is False), and
-    there is no bulk read across files: a read of many leaves reads them one
-    by one."""
-
-    def __init__(self, sharded: Any):
-        self.sharded = sharded
-        self.index = sharded.index
-
-    def __len__(self) -> int:
-        return len(self.sharded)
-
-    # The index archive's: the directory's facts, the treedef, key lookups, leaf columns.
-    @property
-    def file_size(self) -> int:
-        return self.index.file_size
-
-    @property
-    def format_version(self):
-        return self.index.format_version
-
-    @property
-    def library_version(self) -> str:
-        return self.index.library_version
-
-    @property
-    def created_unix_ns(self) -> int:
-        return self.index.created_unix_ns
-
-    @property
-    def metadata(self):
-        return self.index.metadata
-
-    @property
-    def treedef(self):
-        return self.index.treedef
-
-    def find(self, key: str):
-        return self.index.find(key)
-
-    def index_of(self, key: str):
-        return self.index.index_of(key)
-
-    def subtree_nodes(self, components: List[str]):
-        return self.index.subtree_nodes(components)
-
-    def leaf_columns(self, first: int, count: int):
-        return self.index.leaf_columns(first, count)
-
-    # The directory's: global leaves, reads assembled from the saved boxes.
-    def leaf(self, i: int) -> Dict[str, Any]:
-        return self.sharded.leaf(i)
-
-    def view_many(self, indices: Sequence[int], verify: Optional[bool]) -> list:
-        return [None] * len(indices)
-
-    def read(self, i: int, out: Any, verify: Optional[bool] = None) -> None:
-        self.sharded.read(i, out, verify=verify)
-
-    def read_many(self, indices: Sequence[int], outs: Sequence[Any], verify: Optional[bool] = None) -> None:
-        for i, out in zip(indices, outs):
-            self.sharded.read(i, out, verify=verify)
-
-    def read_slice(self, i: int, start: Sequence[int], stop: Sequence[int], out: Any,
-                   verify: Optional[bool] = None) -> None:
-        self.sharded.read_slice(i, start, stop, out, verify=verify)
-
-    def read_slices(self, i: int, starts, stops, outs, verify: Optional[bool] = None) -> None:
-        for start, stop, out in zip(starts, stops, outs):
-            self.sharded.read_slice(i, start, stop, out, verify=verify)
-
-    def verify(self) -> list:
-        return self.sharded.verify()
 
 
 class ShardedCheckpoint(Reader):
@@ -121,24 +44,24 @@ class ShardedCheckpoint(Reader):
         self._raw_infos = None
         self._treedef_raw = None
         self._core = None
-        self._core = _ShardedSource(_core.ShardedArchive.open(self._path, verify_checksums, validate_structure))
+        self._core = _core.ShardedArchive.open(self._path, verify_checksums, validate_structure)
 
     def __enter__(self) -> "ShardedCheckpoint":
         return self
 
     def __repr__(self) -> str:
-        state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._core.sharded.files())} shard files"
+        state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._core.files())} shard files"
         return f"<treecask.ShardedCheckpoint {self._path!r} ({state})>"
 
     @property
     def files(self) -> List[str]:
         """Names of the shard files the index refers to (sorted)."""
-        return list(self._c().sharded.files())
+        return list(self._c().files())
 
     @property
     def file_size(self) -> int:
         """Bytes of the index and every shard file together."""
-        s = self._c().sharded
+        s = self._c()
         return int(s.index.file_size) + sum(int(s.file(f).file_size) for f in s.files())
 
     def verify(self) -> List[Error]:
@@ -163,7 +86,7 @@ class ShardedCheckpoint(Reader):
 
         i = self._index(key)
         d = self._infos()[i]
-        sharded = self._c().sharded
+        sharded = self._c()
         impl = d["metadata"].get(J.KEY_IMPL_META)
         shape = tuple(d["shape"])
         dtype = _dtypes.to_numpy(d["dtype"])
