@@ -161,6 +161,9 @@ class Reader(abc.ABC):
         return isinstance(key, str) and self._c().find(key) is not None
 
     def _index(self, key: Union[str, int]) -> int:
+        core = self._core
+        if type(key) is int and core is not None and 0 <= key < len(core):  # restore's per-leaf calls
+            return key
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if not 0 <= int(key) < len(self):
                 raise InvalidArgumentError(f"leaf index {key} out of range (archive has {len(self)} leaves)",
