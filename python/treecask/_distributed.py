@@ -1,5 +1,6 @@
-"""Multi-process save and restore with ``jax.distributed`` (format 3.1,
-format/SPEC.md "Sharded checkpoints").
+"""Multi-process save with ``jax.distributed`` (format 3.1, format/SPEC.md
+"Sharded checkpoints"); such a directory is read (and restored onto any
+topology) by ``_sharded.ShardedCheckpoint``.
 
 When ``jax.distributed`` is initialized with more than one process,
 ``treecask.save(path, tree)`` (called the same way in every process) writes a
