@@ -107,7 +107,8 @@ nb::list verify_to_python(const A& a) {
 // A leaf index at or past the end: kInvalidArgument, as every C++ Archive
 // method that takes an index throws (treecask.errors.InvalidArgumentError,
 // which is also an IndexError). Checked before the GIL is released.
-void check_index(const treecask::Archive& a, size_t i) {
+template <class A>
+void check_index(const A& a, size_t i) {
   if (i >= a.size())
     throw treecask::Error(treecask::ErrorCode::kInvalidArgument, a.path(), "",
                           "leaf index " + std::to_string(i) + " out of range (archive has " +
@@ -364,6 +365,45 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
     shards.append(nb::make_tuple(r.file, r.key_path, nb::tuple(nb::cast(r.start)), nb::tuple(nb::cast(r.stop))));
   d["shards"] = shards;
   return d;
+}
+
+// Leaves [first, first + count) of `a` (Archive or ShardedArchive) as columns:
+// (dtype names, shapes as tuples, value kinds as bytes, 1/0 per leaf as bytes:
+// whether it has leaf metadata, 1/0 per leaf as bytes: zero_copy()).
+template <class A>
+nb::tuple leaf_columns_to_python(const A& a, size_t first, size_t count) {
+  if (first > a.size() || count > a.size() - first)
+    throw treecask::Error(treecask::ErrorCode::kInvalidArgument, a.path(), "",
+                          std::to_string(count) + " leaves from index " + std::to_string(first) +
+                              " run past the archive's " + std::to_string(a.size()));
+  std::vector<nb::object> names(256);  // one str per dtype, shared by its leaves
+  nb::list dtypes, shapes;
+  std::string kinds(count, '\0'), has_metadata(count, '\0'), views(count, '\0');
+  for (size_t k = 0; k < count; ++k) {
+    treecask::LeafInfo li = a.leaf(first + k);
+    nb::object& name = names[static_cast<uint8_t>(li.dtype)];
+    if (!name.is_valid()) {
+      std::string_view dn = treecask::dtype_name(li.dtype);
+      name = nb::str(dn.data(), dn.size());
+    }
+    dtypes.append(name);
+    shapes.append(nb::tuple(nb::cast(li.shape)));
+    kinds[k] = static_cast<char>(li.value_kind);
+    has_metadata[k] = li.metadata.empty() ? 0 : 1;
+    views[k] = zero_copy(li.codec, li.num_parts, li.dtype, !li.shards.empty()) ? 1 : 0;
+  }
+  nb::bytes kind_bytes(kinds.data(), kinds.size()), metadata_bytes(has_metadata.data(), has_metadata.size());
+  return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, nb::bytes(views.data(), views.size()));
+}
+
+// The subtree of `def` at `components` (find_subtree): (index of its first leaf,
+// number of leaves, its nodes as treedef_to_python gives them), or None.
+nb::object subtree_nodes_to_python(const treecask::TreeDef& def, const std::vector<std::string>& components) {
+  std::optional<std::pair<size_t, size_t>> at = find_subtree(def, components);
+  if (!at) return nb::none();
+  size_t leaves = 0;
+  size_t end = skip_subtree(def, at->first, leaves);
+  return nb::make_tuple(at->second, leaves, treedef_to_python(def, at->first, end));
 }
 
 treecask::DType dtype_of(nb::handle name, const std::string& key_path) {
@@ -843,46 +883,15 @@ NB_MODULE(_core, m) {
           "Archive::view_many: read-only uint8 views of the mapped file, one per index (None for "
           "a leaf with no zero-copy view: LZ4 or several parts), every chunk checksummed once by "
           "all cores (GIL released). The views keep the map alive.")
-      .def(
-          "leaf_columns",
-          [](const treecask::Archive& a, size_t first, size_t count) {
-            if (first > a.size() || count > a.size() - first)
-              throw treecask::Error(treecask::ErrorCode::kInvalidArgument, a.path(), "",
-                                    std::to_string(count) + " leaves from index " + std::to_string(first) +
-                                        " run past the archive's " + std::to_string(a.size()));
-            std::vector<nb::object> names(256);  // one str per dtype, shared by its leaves
-            nb::list dtypes, shapes;
-            std::string kinds(count, '\0'), has_metadata(count, '\0'), views(count, '\0');
-            for (size_t k = 0; k < count; ++k) {
-              treecask::LeafInfo li = a.leaf(first + k);
-              nb::object& name = names[static_cast<uint8_t>(li.dtype)];
-              if (!name.is_valid()) {
-                std::string_view dn = treecask::dtype_name(li.dtype);
-                name = nb::str(dn.data(), dn.size());
-              }
-              dtypes.append(name);
-              shapes.append(nb::tuple(nb::cast(li.shape)));
-              kinds[k] = static_cast<char>(li.value_kind);
-              has_metadata[k] = li.metadata.empty() ? 0 : 1;
-              views[k] = zero_copy(li.codec, li.num_parts, li.dtype, !li.shards.empty()) ? 1 : 0;
-            }
-            nb::bytes kind_bytes(kinds.data(), kinds.size()), metadata_bytes(has_metadata.data(), has_metadata.size());
-            return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, nb::bytes(views.data(), views.size()));
-          },
-          "first"_a, "count"_a,
+      .def("leaf_columns", &leaf_columns_to_python<treecask::Archive>, "first"_a, "count"_a,
           "Leaves [first, first + count) as columns: (dtype names, shapes as tuples, value kinds "
           "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata, 1/0 per leaf as bytes: "
           "whether the package views it in the map (zero_copy())). InvalidArgumentError when the "
           "range runs past the archive.")
       .def(
           "subtree_nodes",
-          [](const treecask::Archive& a, const std::vector<std::string>& components) -> nb::object {
-            const treecask::TreeDef& def = a.treedef();
-            std::optional<std::pair<size_t, size_t>> at = find_subtree(def, components);
-            if (!at) return nb::none();
-            size_t leaves = 0;
-            size_t end = skip_subtree(def, at->first, leaves);
-            return nb::make_tuple(at->second, leaves, treedef_to_python(def, at->first, end));
+          [](const treecask::Archive& a, const std::vector<std::string>& components) {
+            return subtree_nodes_to_python(a.treedef(), components);
           },
           "components"_a,
           "The subtree at `components` (unescaped key path components; the first child of that "
@@ -991,10 +1000,44 @@ NB_MODULE(_core, m) {
           "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true)
       .def_prop_ro("path", &treecask::ShardedArchive::path)
       .def_prop_ro("index", [](const treecask::ShardedArchive& s) { return s.index(); })
+      // The read methods of Archive above, over the global leaves: the checkpoint's facts, its
+      // treedef and key lookups are the index archive's; leaves are assembled from the saved
+      // boxes, so none has a view of a map.
+      .def_prop_ro("format_version",
+                   [](const treecask::ShardedArchive& s) {
+                     return std::make_pair(s.index().format_major(), s.index().format_minor());
+                   })
+      .def_prop_ro("library_version", [](const treecask::ShardedArchive& s) { return s.index().library_version(); })
+      .def_prop_ro("created_unix_ns", [](const treecask::ShardedArchive& s) { return s.index().created_unix_ns(); })
+      .def_prop_ro("metadata",
+                   [](const treecask::ShardedArchive& s) { return key_values_to_python(s.index().metadata()); })
+      .def_prop_ro("treedef",
+                   [](const treecask::ShardedArchive& s) { return treedef_to_python(s.index().treedef()); })
       .def("__len__", &treecask::ShardedArchive::size)
       .def("files", &treecask::ShardedArchive::files)
       .def("file", [](const treecask::ShardedArchive& s, const std::string& name) { return s.file(name); })
       .def("leaf", [](const treecask::ShardedArchive& s, size_t i) { return leaf_info_to_dict(s.leaf(i)); })
+      .def("find", [](const treecask::ShardedArchive& s, const std::string& k) { return s.index().find(k); })
+      .def("index_of",
+           [](const treecask::ShardedArchive& s, const std::string& k) { return s.index().index_of(k); })
+      .def(
+          "subtree_nodes",
+          [](const treecask::ShardedArchive& s, const std::vector<std::string>& components) {
+            return subtree_nodes_to_python(s.index().treedef(), components);
+          },
+          "components"_a, "As Archive.subtree_nodes, over the index's treedef.")
+      .def("leaf_columns", &leaf_columns_to_python<treecask::ShardedArchive>, "first"_a, "count"_a,
+           "As Archive.leaf_columns, of the global leaves (never viewed in a map).")
+      .def(
+          "view_many",
+          [](const treecask::ShardedArchive& s, const std::vector<size_t>& indices, std::optional<bool>) {
+            for (size_t i : indices) check_index(s, i);
+            nb::list out;
+            for (size_t k = 0; k < indices.size(); ++k) out.append(nb::none());
+            return out;
+          },
+          "indices"_a, "verify"_a = nb::none(),
+          "As Archive.view_many: None for every leaf (a sharded leaf has no view of a map).")
       .def(
           "read",
           [](const treecask::ShardedArchive& s, size_t i, nb::handle out, std::optional<bool> verify) {
@@ -1003,6 +1046,24 @@ NB_MODULE(_core, m) {
             s.read(i, {buf.data(), buf.size()}, to_verify(verify));
           },
           "index"_a, "out"_a, "verify"_a = nb::none())
+      .def(
+          "read_many",
+          [](const treecask::ShardedArchive& s, const std::vector<size_t>& indices, nb::list outs,
+             std::optional<bool> verify) {
+            if (indices.size() != outs.size()) throw nb::value_error("one output per index");
+            std::vector<Buffer> bufs;  // reserved: never moved once held
+            bufs.reserve(outs.size());
+            for (size_t k = 0; k < indices.size(); ++k) {
+              check_index(s, indices[k]);
+              bufs.emplace_back(outs[k], true);
+            }
+            nb::gil_scoped_release release;
+            for (size_t k = 0; k < indices.size(); ++k)
+              s.read(indices[k], {bufs[k].data(), bufs[k].size()}, to_verify(verify));
+          },
+          "indices"_a, "outs"_a, "verify"_a = nb::none(),
+          "As Archive.read_many (outs[k]: a writable C-contiguous buffer of exactly leaf "
+          "indices[k]'s byte length), one ShardedArchive::read per leaf. Releases the GIL.")
       .def(
           "read_slice",
           [](const treecask::ShardedArchive& s, size_t i, std::vector<int64_t> start, std::vector<int64_t> stop,
@@ -1015,5 +1076,22 @@ NB_MODULE(_core, m) {
           "index"_a, "start"_a, "stop"_a, "out"_a, "out_byte_strides"_a = nb::none(), "verify"_a = nb::none(),
           "Copies the hyperslab [start, stop) of the global array of leaf `index` into `out` (a writable "
           "C-contiguous buffer; C order unless out_byte_strides is given).")
+      .def(
+          "read_slices",
+          [](const treecask::ShardedArchive& s, size_t i, const std::vector<std::vector<int64_t>>& starts,
+             const std::vector<std::vector<int64_t>>& stops, nb::list outs, std::optional<bool> verify) {
+            check_index(s, i);
+            if (starts.size() != stops.size() || starts.size() != outs.size())
+              throw nb::value_error("read_slices: one start, stop and output per box");
+            std::vector<Buffer> bufs;  // reserved: never moved once held
+            bufs.reserve(outs.size());
+            for (size_t k = 0; k < outs.size(); ++k) bufs.emplace_back(outs[k], true);
+            nb::gil_scoped_release release;
+            for (size_t k = 0; k < bufs.size(); ++k)
+              s.read_slice(i, starts[k], stops[k], {bufs[k].data(), bufs[k].size()}, {}, to_verify(verify));
+          },
+          "index"_a, "starts"_a, "stops"_a, "outs"_a, "verify"_a = nb::none(),
+          "As Archive.read_slices (outs[k]: a writable C-contiguous buffer of box k), one "
+          "ShardedArchive::read_slice per box. Releases the GIL.")
       .def("verify", &verify_to_python<treecask::ShardedArchive>);
 }

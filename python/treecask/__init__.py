@@ -19,8 +19,8 @@ See docs/python.md.
 """
 
 from . import _core
-from ._archive import Archive, open
-from ._restore import load
+from ._archive import Archive
+from ._open import load, open
 from ._save import save
 from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
 # CheckpointManager (python/treecask/_manager.py)
@@ -48,7 +48,7 @@ from ._orbax import OrbaxImport, import_orbax
 from ._hf import SafetensorsExport, SafetensorsImport, export_safetensors, import_safetensors
 
 # ---- multi-process (jax.distributed) sharded checkpoints: docs/python.md ----
-from ._distributed import ShardedCheckpoint  # noqa: E402
+from ._sharded import ShardedCheckpoint  # noqa: E402
 
 __version__ = "0.2.0"
 #: Highest archive format version this build writes and reads. It writes the

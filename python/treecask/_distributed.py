@@ -1,5 +1,6 @@
-"""Multi-process save and restore with ``jax.distributed`` (format 3.1,
-format/SPEC.md "Sharded checkpoints").
+"""Multi-process save with ``jax.distributed`` (format 3.1, format/SPEC.md
+"Sharded checkpoints"); such a directory is read (and restored onto any
+topology) by ``_sharded.ShardedCheckpoint``.
 
 When ``jax.distributed`` is initialized with more than one process,
 ``treecask.save(path, tree)`` (called the same way in every process) writes a
@@ -61,7 +62,9 @@ from . import _jaxutil as J
 from . import _tree as T
 from . import _core
 from . import errors as E
-from ._archive import Archive, _index_bounds, _index_box, _LeafInfos
+from ._reader import _index_box
+# The reader of these directories lived here before _sharded.py.
+from ._sharded import ShardedCheckpoint  # noqa: F401
 from ._types import SaveStats
 from .errors import Error
 
@@ -391,114 +394,3 @@ def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
     # overwrite RENAME_EXCHANGE and removal of the old directory; then the parent's fsync.
     _core.publish(tmp, p, s.options["overwrite"], s.options["durable"], p)
     return totals
-
-
-# ---- restore ---------------------------------------------------------------------------
-
-
-class ShardedCheckpoint(Archive):
-    """A sharded checkpoint directory opened for reading: the same interface
-    as :class:`treecask.Archive` (keys, info, ``[]``, read, read_rows, load,
-    verify), over the *global* arrays. Leaf infos carry the global shape;
-    ``info(k).shards`` lists the saved boxes. Reads go through the C++
-    ShardedArchive: a whole leaf or any hyperslab is assembled from the parts
-    of the saved boxes that intersect it, each read from its shard file
-    straight into the destination array.
-
-    Every file is opened through one handle of the directory, so a checkpoint
-    replaced meanwhile (``save(..., overwrite=True)``) is read whole, old or
-    new, never mixed (SPEC.md "Sharded checkpoints").
-
-    Raises what :class:`treecask.Archive` raises, and CorruptionError when a
-    shard file is not the one a format 3.1 index was committed with (another
-    step, save or job: the message names the file, both manifest fingerprints
-    and both save ids), lacks a box the index names, or the boxes do not tile
-    a leaf.
-    """
-
-    def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True):
-        self._path = os.fspath(path)
-        self._raw_infos = None
-        self._treedef_raw = None
-        self._core = None
-        self._sharded = _core.ShardedArchive.open(self._path, verify_checksums, validate_structure)
-        self._core = self._sharded.index
-
-    def close(self) -> None:
-        self._core = None
-        self._sharded = None
-
-    def __repr__(self) -> str:
-        state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._sharded.files())} shard files"
-        return f"<treecask.ShardedCheckpoint {self._path!r} ({state})>"
-
-    @property
-    def files(self) -> List[str]:
-        """Names of the shard files the index refers to (sorted)."""
-        return list(self._sharded.files())
-
-    @property
-    def file_size(self) -> int:
-        """Bytes of the index and every shard file together."""
-        s = self._sharded
-        return int(self._c().file_size) + sum(int(s.file(f).file_size) for f in s.files())
-
-    def _infos(self):
-        if self._raw_infos is None:
-            self._c()
-            self._raw_infos = _LeafInfos(self._sharded)
-        return self._raw_infos
-
-    def verify(self) -> List[Error]:
-        """Checks every chunk of every shard file (the tiling of each leaf
-        was checked when the directory was opened): one Error per damaged
-        leaf of a shard file; empty means intact."""
-        self._c()
-        return list(self._sharded.verify())
-
-    def _read_many(self, indices, names, shapes) -> List[np.ndarray]:
-        """Fresh arrays of the leaves `indices` (names and shapes unused: the
-        leaf descriptions give them), each assembled by _read_array from the
-        saved boxes in several files: a sharded leaf has no bulk read of one
-        map, and never a view of one (LeafInfo.zero_copy is False), so the
-        base class's __getitem__, _values and _prefetch all come here."""
-        infos = self._infos()
-        return [self._read_array(i, infos[i]) for i in indices]
-
-    def _reader(self):
-        self._c()  # raises once closed
-        return self._sharded
-
-    def read_slice(self, key, index: Any = (), *, verify: Optional[bool] = None) -> np.ndarray:
-        """``checkpoint.read(key)[index]`` for NumPy basic indexing with step 1
-        (as :meth:`treecask.Archive.read_slice`) over the *global* array,
-        reading only the saved boxes it intersects and, in each, only the
-        chunks that hold it (ShardedArchive::read_slice). Sub-byte leaves
-        (int4, uint4, ...) come one element per byte, as ml_dtypes holds them.
-        Raises KeyNotFoundError, InvalidArgumentError, ChecksumError."""
-        return super().read_slice(key, index, verify=verify)
-
-    def _place(self, i: int, sharding: Any) -> Any:
-        """Leaf i as a jax.Array on `sharding`: each addressable device's block
-        is read with one global hyperslab read straight into its buffer."""
-        import jax
-
-        d = self._infos()[i]
-        impl = d["metadata"].get(J.KEY_IMPL_META)
-        shape = tuple(d["shape"])
-        dtype = _dtypes.to_numpy(d["dtype"])
-        cache: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
-
-        def fetch(index):
-            start, stop, rest = _index_bounds(index, shape)
-            k = (tuple(start), tuple(stop))
-            block = cache.get(k)
-            if block is None:
-                block = np.empty([e - b for b, e in zip(start, stop)], dtype)
-                self._sharded.read_slice(i, start, stop, block)
-                cache[k] = block
-            return block if rest is None else block[rest]
-
-        data = jax.make_array_from_callback(shape, sharding, fetch, dtype=dtype)
-        # A PRNG key array is saved as its key data (one more, trailing, dimension).
-        return J.wrap_key(data, impl) if impl is not None else data

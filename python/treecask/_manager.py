@@ -41,8 +41,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from . import _codec, _core, _distributed
 from . import _jaxutil as J
 from . import _tree as T
-from ._archive import open as open_archive
-from ._restore import load
+from ._open import load
+from ._open import open as open_archive
 from ._save import _compression_code, save
 from ._types import PathLike
 from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError, _with_file

@@ -1,24 +1,27 @@
-"""Restore: an archive's leaves and treedef back into a pytree -- :func:`load`,
-``Archive.load`` and the restore into a template (``like``).
+"""Restore: a reader's leaves and treedef back into a pytree -- what
+:func:`treecask.load` and ``Reader.load`` return, and the restore into a
+template (``like``).
 
-Without a template the archive's treedef is walked once (:func:`_assemble`)
-over leaf values read first: in bulk (``Archive._values``), or one by one onto
-jax shardings. With a template, the template's tree is rebuilt with each of its
-array leaves read from the leaf at the same key path (:func:`_like`).
+It reads through the public methods of the one read interface
+(``_reader.Reader``: ``subtree``, ``leaf``, ``info``, ``values``, ``value``,
+``read``, ``read_many``, ``place``), so it restores from any reader and
+imports none. Without a template the treedef is walked once
+(:func:`_assemble`) over leaf values read first: in bulk (``Reader.values``),
+or one by one onto jax shardings. With a template, the template's tree is
+rebuilt with each of its array leaves read from the leaf at the same key path
+(:func:`_like`).
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _boxes, _codec, _dtypes
 from . import _jaxutil as J
 from . import _tree as T
-from ._archive import Archive, open
-from ._types import PathLike
 from .errors import (
     Error,
     InvalidArgumentError,
@@ -28,76 +31,14 @@ from .errors import (
     _with_file,
 )
 
-
-def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
-         missing: str = "error", extra: str = "ignore", copy: bool = True) -> Any:
-    """Restores a pytree from an archive.
-
-    Args:
-      path: the archive file.
-      like: optional template. Without it the tree comes back as nested dicts,
-        lists and tuples (namedtuples and dataclasses as dicts of their fields)
-        of writable ``numpy.ndarray`` leaves and Python scalars / strings, with
-        Flax ``Partitioned`` / ``LogicallyPartitioned``, NNX variables and Penzai
-        ``NamedArray`` / ``NamedArrayView`` / ``Parameter`` boxes rebuilt when
-        those libraries are installed. With it, the result has exactly
-        ``like``'s structure and types: each array leaf of ``like``
-        (``numpy.ndarray``, ``jax.Array``, ``jax.ShapeDtypeStruct``, NumPy or
-        Python scalar, ``str``) is read from the leaf at the same key path and
-        returned as the same type (jax arrays on ``like``'s sharding); every
-        other leaf (functions, static fields) is taken from ``like``. Leaves
-        ``like`` lacks are not read (Orbax partial restore).
-      subtree: key path prefix (e.g. ``"params/encoder"``): restore only that
-        part, reading only its bytes; ``like`` then describes that part. The
-        cost is opening the file plus that part: the C++ core walks the
-        treedef to it, and only its nodes and leaves reach Python.
-      shardings: place arrays onto jax shardings, each device's N-d box read
-        straight into its own buffer, each chunk once (Archive._place): one
-        ``jax.sharding.Sharding`` for every array, a pytree of shardings (or None) with the result's structure (a subtree may stand
-        for everything under it), or a callable ``(key_path, LeafInfo) ->
-        Sharding | None``. Overrides ``like``'s own shardings.
-      missing: "error" (default) or "from_like": keep ``like``'s value for a
-        leaf the checkpoint lacks (a model that gained a field since the save).
-      extra: "ignore" (default) or "error": fail when the checkpoint (subtree)
-        has leaves ``like`` does not ask for.
-      copy: True (default): every array leaf is a fresh, writable array.
-        False: no copy -- every array leaf is a *read-only* ``numpy.ndarray``
-        that views the memory-mapped file, for the servers that only read
-        weights: each leaf's chunks are checksummed (XXH3) once, by all cores,
-        before the call returns, and the tree costs no memory beyond the file's
-        pages in the page cache, which other processes mapping the same file
-        share. The map stays alive as long as any of the arrays does. Leaves
-        that have no view of the map (``Archive.info(key).zero_copy`` False:
-        LZ4-compressed, stored in several parts, a packed sub-byte dtype, or any leaf of a
-        sharded checkpoint directory) come back as fresh arrays, also
-        read-only; scalars, strings and PRNG keys as with ``copy=True``. Only
-        without ``like`` and ``shardings`` (InvalidArgumentError otherwise).
-        Writing to a leaf raises ``ValueError`` (NumPy's read-only flag);
-        ``np.array(leaf)`` makes a writable copy of one leaf.
-
-    Returns:
-      The restored tree.
-
-    Raises:
-      NotFoundError, NotAnArchiveError, VersionError, CorruptionError, ChecksumError;
-      KeyNotFoundError: ``subtree`` names nothing in the archive;
-      StructureError: ``like`` asks for a leaf the checkpoint lacks (missing="error")
-        or the checkpoint has leaves ``like`` lacks (extra="error");
-      ShapeError: a leaf's dtype or shape differs from ``like``'s (the message
-        names the key path and both dtypes/shapes);
-      InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
-        key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
-    """
-    with open(path) as a:  # a file, or a sharded checkpoint directory
-        return restore(a, like, subtree=subtree, shardings=shardings, missing=missing, extra=extra,
-                       copy=copy)
+if TYPE_CHECKING:  # annotations only: the readers import this module
+    from ._reader import Reader
 
 
-
-def restore(a: Archive, like: Any, *, subtree: Optional[str], shardings: Any, missing: str,
+def restore(a: Reader, like: Any, *, subtree: Optional[str], shardings: Any, missing: str,
             extra: str, copy: bool = True) -> Any:
-    """What :func:`load` and ``Archive.load`` return, from the open archive `a`
-    (arguments and errors as :func:`load`'s)."""
+    """What :func:`treecask.load` and ``Reader.load`` return, from the open
+    reader `a` (arguments and errors as :func:`treecask.load`'s)."""
     file = a.path
     if not copy and (like is not None or shardings is not None):
         raise InvalidArgumentError("copy=False returns read-only NumPy views of the file; it does not "
@@ -115,22 +56,24 @@ def restore(a: Archive, like: Any, *, subtree: Optional[str], shardings: Any, mi
         return KeyNotFoundError(f"no subtree '{subtree}' in the archive", file=file, key_path=subtree or "")
 
     if like is None:  # only the subtree's nodes and leaves reach Python
-        sub = a._subtree(prefix)
+        sub = a.subtree(prefix)
         if sub is None:
             raise not_found()
         first, count, nodes = sub
         resolver = _sharding_resolver(shardings, a) if shardings is not None else None
         try:
             if resolver is None:
-                values = a._values(first, count, copy)
+                values = a.values(first, count, copy=copy)
             else:
                 values = [_placed(a, i, resolver, len(prefix)) for i in range(first, first + count)]
             return _assemble(a, nodes, first, values, prefix)
         except Error as e:
             raise _with_file(e, file) from None
-    start = a._start(prefix)
-    if start is None:
+    sub = a.subtree(prefix)
+    if sub is None:
         raise not_found()
+    first, _, nodes = sub
+    start = T.index_treedef(nodes, path=prefix, first_leaf=first)
     resolver = _sharding_resolver(shardings, a)
     try:
         return _like(a, start, prefix, like, resolver, missing, extra, bulk=shardings is None)
@@ -138,18 +81,18 @@ def restore(a: Archive, like: Any, *, subtree: Optional[str], shardings: Any, mi
         raise _with_file(e, file) from None
 
 
-def _placed(a: Archive, i: int, resolver: Callable[[Tuple[str, ...], int], Any], base: int) -> Any:
+def _placed(a: Reader, i: int, resolver: Callable[[Tuple[str, ...], int], Any], base: int) -> Any:
     """Leaf i, an array placed on the sharding `resolver` gives for its key
     path components past the first `base` (those of the restored root), or
-    as Archive._value gives it when there is none (and for scalars, strings)."""
-    d = a._infos()[i]
+    as Reader.value gives it when there is none (and for scalars, strings)."""
+    d = a.leaf(i)
     s = resolver(tuple(T.split_path(d["key_path"])[base:]), i)
     if s is not None and d["value_kind"] == _codec.ARRAY:
-        return a._place(i, s)
-    return a._value(i)
+        return a.place(i, s)
+    return a.value(i)
 
 
-def _sharding_resolver(shardings: Any, a: Archive) -> Callable[[Tuple[str, ...], int], Any]:
+def _sharding_resolver(shardings: Any, a: Reader) -> Callable[[Tuple[str, ...], int], Any]:
     """(components relative to the restored root, leaf index) -> Sharding or None."""
     if shardings is None:
         return lambda comps, i: None
@@ -186,7 +129,7 @@ def _sharding_resolver(shardings: Any, a: Archive) -> Callable[[Tuple[str, ...],
     return resolve
 
 
-def _assemble(a: Archive, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], first: int,
+def _assemble(a: Reader, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], first: int,
               values: List[Any], base: Tuple[str, ...]) -> Any:
     """The tree of the pre-order treedef `nodes` (the subtree at components
     `base` whose first leaf is leaf `first`) with leaf k taken from
@@ -238,7 +181,7 @@ def _assemble(a: Archive, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], 
         del rec
 
 
-def _rebuild_box(a: Archive, type_name: str, fields: Dict[str, Any], first_leaf: int,
+def _rebuild_box(a: Reader, type_name: str, fields: Dict[str, Any], first_leaf: int,
                  path: Tuple[str, ...]) -> Any:
     """A known box of `type_name` rebuilt from its fields and its first leaf's
     description; the fields as a dict when the type is not known (or, with a
@@ -247,7 +190,7 @@ def _rebuild_box(a: Archive, type_name: str, fields: Dict[str, Any], first_leaf:
     if k is not None:
         box, cls = k
         try:
-            return box.rebuild(cls, fields, a._infos()[first_leaf])
+            return box.rebuild(cls, fields, a.leaf(first_leaf))
         except Exception as e:  # e.g. an incompatible library version
             warnings.warn(f"treecask: could not rebuild {type_name} at "
                           f"'{T.join_path(path)}' ({e}); returning its fields as a dict")
@@ -258,12 +201,12 @@ def _is_box_node(n: T.TNode) -> bool:
     return n.kind == T.DATACLASS and n.num_leaves == 1 and _boxes.known(n.type_name) is not None
 
 
-def _like(a: Archive, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolver,
+def _like(a: Reader, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolver,
           missing: str, extra: str, bulk: bool = False) -> Any:
     """`like` rebuilt with each of its data leaves read from the archive leaf at
     the same key path under the node `start` (components `prefix`), checked
     against it (_check) and converted to its type (_convert). With `bulk`, the
-    leaves it reads are first read by one bulk call (Archive._prefetch)."""
+    leaves it reads are first read by one bulk call (Reader.read_many)."""
     file = a.path
     pt = T.build(like, strict=False)
     flags = dict(T.box_components(pt))
@@ -284,12 +227,12 @@ def _like(a: Archive, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolv
                     why + ("; pass missing='from_like' to keep like's value" if missing == "error" else ""),
                     file=file, key_path=_join(prefix, comps))
         else:
-            _check(a._infos()[idx], leaf.obj, _join(prefix, comps), file)
+            _check(a.leaf(idx), leaf.obj, _join(prefix, comps), file)
         plan[comps] = idx
 
     if extra == "error":
         used = {i for i in plan.values() if i is not None}
-        unused = [a._infos()[i]["key_path"] for i in range(start.first_leaf, start.first_leaf + start.num_leaves)
+        unused = [a.leaf(i)["key_path"] for i in range(start.first_leaf, start.first_leaf + start.num_leaves)
                   if i not in used]
         if unused:
             more = f" (and {len(unused) - 5} more)" if len(unused) > 5 else ""
@@ -299,9 +242,12 @@ def _like(a: Archive, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolv
 
     # Read in one bulk call every planned leaf that _convert takes as a host
     # array: not those it places on a jax.Array template's own sharding
-    # (Archive._place reads their boxes itself).
-    pre = a._prefetch(sorted({i for comps, i in plan.items()
-                              if i is not None and not _placed_by_template(a, i, objs[comps])})) if bulk else {}
+    # (Reader.place reads their boxes itself).
+    pre: Dict[int, np.ndarray] = {}
+    if bulk:
+        todo = sorted({i for comps, i in plan.items()
+                       if i is not None and not _placed_by_template(a, i, objs[comps])})
+        pre = dict(zip(todo, a.read_many(todo)))
 
     def leaf_value(comps, leaf: T.PNode):
         if leaf.leaf_kind != T.DATA:
@@ -375,25 +321,25 @@ def _check(info: Dict[str, Any], x: Any, key_path: str, file: str) -> None:
         bad(_shape_str(xname, xshape))
 
 
-def _array(a: Archive, i: int, d: Dict[str, Any], pre: Dict[int, np.ndarray]) -> np.ndarray:
-    """Leaf i's array (description `d`): taken out of `pre` (Archive._prefetch's
-    arrays) when it is there, else read now."""
+def _array(a: Reader, i: int, pre: Dict[int, np.ndarray]) -> np.ndarray:
+    """Leaf i's array: taken out of `pre` (Reader.read_many's arrays) when it
+    is there, else read now."""
     arr = pre.pop(i, None)
-    return a._read_array(i, d) if arr is None else arr
+    return a.read(i) if arr is None else arr
 
 
-def _convert(a: Archive, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarray]) -> Any:
+def _convert(a: Reader, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarray]) -> Any:
     """Leaf i as the type of template leaf `x`, placed on `sharding` when it is
     an array and `sharding` is not None; its array taken from `pre` when there."""
     if isinstance(x, (bool, int, float, complex, str)):
-        v = a._value(i, pre.pop(i, None))
+        v = a.value(i, pre.pop(i, None))
         if isinstance(v, np.ndarray):
             v = v[()].item() if v.shape == () else v
         return type(x)(v)
-    d = a._infos()[i]
+    d = a.leaf(i)
     scalar = d["value_kind"] in (_codec.INT, _codec.FLOAT, _codec.BOOL)
     if isinstance(x, np.generic):
-        arr = _array(a, i, d, pre)
+        arr = _array(a, i, pre)
         return arr.astype(x.dtype)[()] if scalar else arr[()]
     if J.is_jax_array(x) or J.is_shape_dtype_struct(x):
         import jax
@@ -401,17 +347,17 @@ def _convert(a: Archive, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarra
         if sharding is None:
             sharding = _own_sharding(x)
         if scalar:  # a Python scalar in the file, cast to the template's 0-d dtype
-            arr = _array(a, i, d, pre).astype(x.dtype)
+            arr = _array(a, i, pre).astype(x.dtype)
             return jax.device_put(arr, sharding) if sharding is not None else jax.numpy.asarray(arr)
         if sharding is not None:
-            return a._place(i, sharding)
-        v = a._value(i, pre.pop(i, None))
+            return a.place(i, sharding)
+        v = a.value(i, pre.pop(i, None))
         return v if J.is_jax_array(v) else jax.numpy.asarray(v)
     if sharding is not None and not scalar:
-        return a._place(i, sharding)
+        return a.place(i, sharding)
     if scalar and isinstance(x, np.ndarray):
-        return _array(a, i, d, pre).astype(x.dtype)
-    return a._value(i, pre.pop(i, None))
+        return _array(a, i, pre).astype(x.dtype)
+    return a.value(i, pre.pop(i, None))
 
 
 def _own_sharding(x: Any) -> Any:
@@ -420,11 +366,11 @@ def _own_sharding(x: Any) -> Any:
     return J.concrete_sharding(getattr(x, "sharding", None))
 
 
-def _placed_by_template(a: Archive, i: int, x: Any) -> bool:
+def _placed_by_template(a: Reader, i: int, x: Any) -> bool:
     """Whether _convert (with no `shardings`) places leaf i on template leaf
-    x's own sharding (Archive._place), instead of taking its host array."""
+    x's own sharding (Reader.place), instead of taking its host array."""
     return ((J.is_jax_array(x) or J.is_shape_dtype_struct(x))
-            and a._infos()[i]["value_kind"] not in (_codec.INT, _codec.FLOAT, _codec.BOOL)
+            and a.leaf(i)["value_kind"] not in (_codec.INT, _codec.FLOAT, _codec.BOOL)
             and _own_sharding(x) is not None)
 
 

@@ -1,0 +1,94 @@
+"""The entry points above every reader: :func:`open` (an archive file or a
+sharded checkpoint directory, whichever `path` is) and :func:`load` (open,
+then restore)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from . import _core
+from ._archive import Archive
+from ._sharded import ShardedCheckpoint
+from ._types import PathLike
+
+
+def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
+         validate_structure: bool = True) -> Archive:
+    """Opens an archive for reading: ``with treecask.open(p) as a: a["w"]``.
+
+    ``verify_checksums`` (default True) checks each chunk's XXH3 before its
+    bytes are returned; ``validate_structure`` (default True) walks the file's
+    LMDB index pages before mapping it, so a damaged or hostile file raises
+    instead of crashing. Turn them off only for trusted files on hot paths.
+    A sharded checkpoint directory (written by a multi-process save; SPEC.md
+    "Sharded checkpoints") opens as a ShardedCheckpoint, which has the same
+    interface over the global arrays.
+    Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError.
+    """
+    if _core.is_sharded(os.fspath(path)):
+        return ShardedCheckpoint(path, verify_checksums=verify_checksums, validate_structure=validate_structure)
+    return Archive(path, verify_checksums=verify_checksums, validate_structure=validate_structure)
+
+
+def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
+         missing: str = "error", extra: str = "ignore", copy: bool = True) -> Any:
+    """Restores a pytree from an archive.
+
+    Args:
+      path: the archive file.
+      like: optional template. Without it the tree comes back as nested dicts,
+        lists and tuples (namedtuples and dataclasses as dicts of their fields)
+        of writable ``numpy.ndarray`` leaves and Python scalars / strings, with
+        Flax ``Partitioned`` / ``LogicallyPartitioned``, NNX variables and Penzai
+        ``NamedArray`` / ``NamedArrayView`` / ``Parameter`` boxes rebuilt when
+        those libraries are installed. With it, the result has exactly
+        ``like``'s structure and types: each array leaf of ``like``
+        (``numpy.ndarray``, ``jax.Array``, ``jax.ShapeDtypeStruct``, NumPy or
+        Python scalar, ``str``) is read from the leaf at the same key path and
+        returned as the same type (jax arrays on ``like``'s sharding); every
+        other leaf (functions, static fields) is taken from ``like``. Leaves
+        ``like`` lacks are not read (Orbax partial restore).
+      subtree: key path prefix (e.g. ``"params/encoder"``): restore only that
+        part, reading only its bytes; ``like`` then describes that part. The
+        cost is opening the file plus that part: the C++ core walks the
+        treedef to it, and only its nodes and leaves reach Python.
+      shardings: place arrays onto jax shardings, each device's N-d box read
+        straight into its own buffer, each chunk once (Reader.place): one
+        ``jax.sharding.Sharding`` for every array, a pytree of shardings (or None) with the result's structure (a subtree may stand
+        for everything under it), or a callable ``(key_path, LeafInfo) ->
+        Sharding | None``. Overrides ``like``'s own shardings.
+      missing: "error" (default) or "from_like": keep ``like``'s value for a
+        leaf the checkpoint lacks (a model that gained a field since the save).
+      extra: "ignore" (default) or "error": fail when the checkpoint (subtree)
+        has leaves ``like`` does not ask for.
+      copy: True (default): every array leaf is a fresh, writable array.
+        False: no copy -- every array leaf is a *read-only* ``numpy.ndarray``
+        that views the memory-mapped file, for the servers that only read
+        weights: each leaf's chunks are checksummed (XXH3) once, by all cores,
+        before the call returns, and the tree costs no memory beyond the file's
+        pages in the page cache, which other processes mapping the same file
+        share. The map stays alive as long as any of the arrays does. Leaves
+        that have no view of the map (``Archive.info(key).zero_copy`` False:
+        LZ4-compressed, stored in several parts, a packed sub-byte dtype, or any leaf of a
+        sharded checkpoint directory) come back as fresh arrays, also
+        read-only; scalars, strings and PRNG keys as with ``copy=True``. Only
+        without ``like`` and ``shardings`` (InvalidArgumentError otherwise).
+        Writing to a leaf raises ``ValueError`` (NumPy's read-only flag);
+        ``np.array(leaf)`` makes a writable copy of one leaf.
+
+    Returns:
+      The restored tree.
+
+    Raises:
+      NotFoundError, NotAnArchiveError, VersionError, CorruptionError, ChecksumError;
+      KeyNotFoundError: ``subtree`` names nothing in the archive;
+      StructureError: ``like`` asks for a leaf the checkpoint lacks (missing="error")
+        or the checkpoint has leaves ``like`` lacks (extra="error");
+      ShapeError: a leaf's dtype or shape differs from ``like``'s (the message
+        names the key path and both dtypes/shapes);
+      InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
+        key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
+    """
+    with open(path) as a:  # a file, or a sharded checkpoint directory
+        return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy)

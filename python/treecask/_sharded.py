@@ -1,0 +1,111 @@
+"""The sharded checkpoint directory (format 3.1, format/SPEC.md "Sharded
+checkpoints") as a reader: :class:`ShardedCheckpoint`, the
+:class:`~treecask._reader.Reader` over one ``_core.ShardedArchive``, whose
+binding has ``_core.Archive``'s read methods over the global leaves (the
+index archive's facts, treedef and key lookups; every leaf assembled from the
+saved boxes, none a view of a map). Writing one is ``_distributed.py``'s job."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from . import _core, _dtypes
+from . import _jaxutil as J
+from ._archive import Archive
+from ._reader import Reader, _index_bounds
+from .errors import Error
+
+
+class ShardedCheckpoint(Reader):
+    """A sharded checkpoint directory opened for reading: the same interface
+    as :class:`treecask.Archive` (keys, info, ``[]``, read, read_rows, load,
+    verify), over the *global* arrays. Leaf infos carry the global shape;
+    ``info(k).shards`` lists the saved boxes. Reads go through the C++
+    ShardedArchive: a whole leaf or any hyperslab is assembled from the parts
+    of the saved boxes that intersect it, each read from its shard file
+    straight into the destination array.
+
+    Every file is opened through one handle of the directory, so a checkpoint
+    replaced meanwhile (``save(..., overwrite=True)``) is read whole, old or
+    new, never mixed (SPEC.md "Sharded checkpoints").
+
+    Raises what :class:`treecask.Archive` raises, and CorruptionError when a
+    shard file is not the one a format 3.1 index was committed with (another
+    step, save or job: the message names the file, both manifest fingerprints
+    and both save ids), lacks a box the index names, or the boxes do not tile
+    a leaf.
+    """
+
+    def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True):
+        self._path = os.fspath(path)
+        self._raw_infos = None
+        self._treedef_raw = None
+        self._core = None
+        self._core = _core.ShardedArchive.open(self._path, verify_checksums, validate_structure)
+
+    def __enter__(self) -> "ShardedCheckpoint":
+        return self
+
+    def __repr__(self) -> str:
+        state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._core.files())} shard files"
+        return f"<treecask.ShardedCheckpoint {self._path!r} ({state})>"
+
+    @property
+    def files(self) -> List[str]:
+        """Names of the shard files the index refers to (sorted)."""
+        return list(self._c().files())
+
+    @property
+    def file_size(self) -> int:
+        """Bytes of the index and every shard file together."""
+        s = self._c()
+        return int(s.index.file_size) + sum(int(s.file(f).file_size) for f in s.files())
+
+    def verify(self) -> List[Error]:
+        """Checks every chunk of every shard file (the tiling of each leaf
+        was checked when the directory was opened): one Error per damaged
+        leaf of a shard file; empty means intact."""
+        return super().verify()
+
+    def read_slice(self, key, index: Any = (), *, verify: Optional[bool] = None) -> np.ndarray:
+        """``checkpoint.read(key)[index]`` for NumPy basic indexing with step 1
+        (as :meth:`treecask.Archive.read_slice`) over the *global* array,
+        reading only the saved boxes it intersects and, in each, only the
+        chunks that hold it (ShardedArchive::read_slice). Sub-byte leaves
+        (int4, uint4, ...) come one element per byte, as ml_dtypes holds them.
+        Raises KeyNotFoundError, InvalidArgumentError, ChecksumError."""
+        return super().read_slice(key, index, verify=verify)
+
+    def place(self, key, sharding: Any) -> Any:
+        """The leaf as a jax.Array on `sharding`: each addressable device's
+        block is read with one global hyperslab read straight into its buffer."""
+        import jax
+
+        i = self._index(key)
+        d = self._infos()[i]
+        sharded = self._c()
+        impl = d["metadata"].get(J.KEY_IMPL_META)
+        shape = tuple(d["shape"])
+        dtype = _dtypes.to_numpy(d["dtype"])
+        cache: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
+
+        def fetch(index):
+            start, stop, rest = _index_bounds(index, shape)
+            k = (tuple(start), tuple(stop))
+            block = cache.get(k)
+            if block is None:
+                block = np.empty([e - b for b, e in zip(start, stop)], dtype)
+                sharded.read_slice(i, start, stop, block)
+                cache[k] = block
+            return block if rest is None else block[rest]
+
+        data = jax.make_array_from_callback(shape, sharding, fetch, dtype=dtype)
+        # A PRNG key array is saved as its key data (one more, trailing, dimension).
+        return J.wrap_key(data, impl) if impl is not None else data
+
+
+# What open() returns is an Archive for isinstance, whichever store it reads.
+Archive.register(ShardedCheckpoint)

@@ -1,0 +1,101 @@
+"""The modules of python/treecask form a tree: no module imports, directly or
+through others, one that imports it. Every import of a package module counts,
+at module level or inside a function, except those under ``if TYPE_CHECKING:``
+(never run)."""
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "python" / "treecask"
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and (
+        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+
+
+def _imports(tree: ast.AST, modules: set) -> set:
+    """The package modules that `tree` (one module's AST) imports."""
+    found = set()
+
+    def visit(node):
+        if _type_checking_only(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:  # from .x import y
+                found.add(node.module.split(".")[0])
+            else:  # from . import x, y
+                found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "treecask":
+            parts = node.module.split(".")
+            found.update([parts[1]] if len(parts) > 1 else [a.name for a in node.names])
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "treecask" and len(parts) > 1:
+                    found.add(parts[1])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {m for m in found if m in modules}
+
+
+def import_graph() -> dict:
+    """{module: the package modules it imports}, "__init__" for the package."""
+    files = {p.stem: p for p in PACKAGE.glob("*.py")}
+    modules = set(files) | {"_core"}  # _core: the extension, imports nothing of the package
+    graph = {name: _imports(ast.parse(p.read_text(), str(p)), modules) - {name} for name, p in files.items()}
+    graph["_core"] = set()
+    return graph
+
+
+def find_cycle(graph: dict):
+    """One cycle of `graph` as a list of modules (first == last), or None."""
+    state = {}  # 1: on the current path, 2: done
+
+    def dfs(m, path):
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [m, n] if n in path else [m, n]
+            if n not in state:
+                c = dfs(n, path + [m])
+                if c:
+                    return c
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            c = dfs(m, [])
+            if c:
+                return c
+    return None
+
+
+def test_the_package_modules_import_each_other_without_a_cycle():
+    graph = import_graph()
+    assert len(graph) > 10 and "_restore" in graph["__init__"] | set().union(*graph.values())
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_readers_stand_above_restore():
+    """_restore walks a treedef over what a reader gives it; it imports no reader."""
+    graph = import_graph()
+
+    def reaches(a, b, seen=()):
+        return b in graph[a] or any(reaches(n, b, seen + (a,)) for n in graph[a] if n not in seen)
+
+    for reader in ("_reader", "_archive", "_sharded"):
+        assert not reaches("_restore", reader), reader

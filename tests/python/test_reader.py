@@ -1,0 +1,99 @@
+"""The one read interface (treecask._reader.Reader): a single-file Archive and a
+sharded checkpoint directory give the same public methods, with the same
+answers for the same tree, and their core sources the same read methods."""
+
+import os
+
+import numpy as np
+import pytest
+
+import treecask
+from treecask import _core
+from treecask._reader import Reader
+from conftest import trees_equal
+
+VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "format", "vectors")
+SHARDED = os.path.join(VECTORS, "v3_1_bound")
+
+
+def _single_file_copy(c, path):
+    """The tree of checkpoint `c`, saved as one file at `path`."""
+    treecask.save(path, c.load(), durable=False)
+    return path
+
+
+def test_both_readers_are_readers_and_archives():
+    assert issubclass(treecask.Archive, Reader) and issubclass(treecask.ShardedCheckpoint, Reader)
+    with pytest.raises(TypeError):
+        Reader()
+    with treecask.open(SHARDED) as c:
+        assert isinstance(c, treecask.ShardedCheckpoint) and isinstance(c, Reader)
+        assert isinstance(c, treecask.Archive)  # what open() returns, whichever store it reads
+
+
+def test_a_sharded_checkpoint_and_its_single_file_copy_read_alike(cask):
+    with treecask.open(SHARDED) as c, treecask.open(_single_file_copy(c, cask)) as a:
+        n = len(c)  # the copy's dict keys are sorted, the vector's are not: compare by key path
+        assert len(a) == n and sorted(a.keys()) == sorted(c.keys())
+        assert a.subtree("")[:2] == c.subtree(())[:2] == (0, n)
+        assert a.subtree("params")[1:2] == c.subtree(["params"])[1:2] == (2,)
+        assert a.subtree("params/nope") is None and c.subtree("params/nope") is None
+        for r in (a, c):
+            by_key = dict(zip(r.keys(), r.values(0, n)))
+            assert trees_equal(list(by_key.values()), [r.value(i) for i in range(n)])
+            assert trees_equal(r.values(0, n, copy=False), r.values(0, n))
+            assert trees_equal(r.read_many(range(n)), [r.read(i) for i in range(n)])
+            assert trees_equal(r.read_many(list(reversed(range(n)))), [r.read(i) for i in reversed(range(n))])
+        assert trees_equal(dict(zip(a.keys(), a.values(0, n))), dict(zip(c.keys(), c.values(0, n))))
+        for k in c.keys():
+            la, lc = a.leaf(k), c.leaf(k)
+            for f in ("key_path", "dtype", "shape", "value_kind"):
+                assert la[f] == lc[f], (k, f)
+            assert lc["shards"] and not lc["zero_copy"] and c.leaf(k) is c.leaf(c.keys().index(k))
+            np.testing.assert_array_equal(a.read(k), c.read(k))
+            assert trees_equal(a.value(k), c.value(k))
+        with pytest.raises(treecask.KeyNotFoundError):
+            c.leaf("nope")
+        with pytest.raises(treecask.InvalidArgumentError):
+            c.value(n)
+    with pytest.raises(treecask.InvalidArgumentError, match="closed"):
+        c.leaf(0)
+
+
+def test_the_sharded_source_has_the_archive_read_methods():
+    """_core.ShardedArchive answers what a Reader asks its source, as _core.Archive does."""
+    s = _core.ShardedArchive.open(SHARDED)
+    idx = s.index
+    n = len(s)
+    assert s.treedef == idx.treedef and s.metadata == idx.metadata
+    assert s.format_version == idx.format_version and s.library_version == idx.library_version
+    assert s.created_unix_ns == idx.created_unix_ns
+    assert s.find("params/w") == idx.find("params/w") and s.find("nope") is None
+    assert s.index_of("step") == idx.index_of("step")
+    assert s.subtree_nodes(["params"]) == idx.subtree_nodes(["params"])
+    names, shapes, kinds, has_md, zero_copy = s.leaf_columns(0, n)
+    for i in range(n):
+        d = s.leaf(i)
+        assert (names[i], shapes[i], kinds[i], has_md[i]) == (
+            d["dtype"], d["shape"], d["value_kind"], int(bool(d["metadata"])))
+    assert zero_copy == b"\0" * n and s.view_many(list(range(n)), None) == [None] * n
+    with pytest.raises(IndexError):
+        s.leaf_columns(1, n)
+    w = s.index_of("params/w")
+    shape = tuple(s.leaf(w)["shape"])
+    whole = np.empty(shape, np.int32)
+    s.read(w, whole)
+    b = s.index_of("params/b")
+    bias = np.empty(5, np.float32)
+    s.read(b, bias)
+    many = [np.empty(5, np.float32), np.empty(shape, np.int32)]
+    s.read_many([b, w], many, None)
+    np.testing.assert_array_equal(many[0], bias)
+    np.testing.assert_array_equal(many[1], whole)
+    boxes = [([0, 0], [6, 8]), ([2, 3], [4, 6]), ([1, 0], [5, 8])]
+    outs = [np.empty(tuple(e - b for b, e in zip(*bx)), np.int32) for bx in boxes]
+    s.read_slices(w, [b for b, _ in boxes], [e for _, e in boxes], outs, None)
+    for (b, e), o in zip(boxes, outs):
+        np.testing.assert_array_equal(o, whole[b[0]:e[0], b[1]:e[1]])
+    with pytest.raises(IndexError):
+        s.read_many([n], [whole], None)
