@@ -449,11 +449,14 @@ struct SaveCall {
   treecask::SaveOptions opt;
 };
 
-SaveCall parse_save_call(nb::list nodes, nb::list key_paths, nb::list value_kinds, nb::list dtypes,
-                         nb::list shapes, nb::list datas, nb::dict extras, int compression,
-                         std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite,
-                         bool durable, nb::handle metadata, std::optional<uint64_t> max_part_bytes,
-                         bool shuffle) {
+// The core's save inputs from a treecask._request.SaveRequest (its attributes:
+// the treedef, one entry per leaf in each column, the options).
+SaveCall parse_save_request(nb::handle request) {
+  auto field = [&](const char* name) { return nb::getattr(request, name); };
+  nb::list nodes = nb::cast<nb::list>(field("nodes")), key_paths = nb::cast<nb::list>(field("key_paths")),
+           value_kinds = nb::cast<nb::list>(field("value_kinds")), dtypes = nb::cast<nb::list>(field("dtypes")),
+           shapes = nb::cast<nb::list>(field("shapes")), datas = nb::cast<nb::list>(field("datas"));
+  nb::dict extras = nb::cast<nb::dict>(field("extras"));
   SaveCall call;
   call.def = treedef_from_python(nodes);
   size_t n = key_paths.size();
@@ -487,14 +490,19 @@ SaveCall parse_save_call(nb::list nodes, nb::list key_paths, nb::list value_kind
       }
   }
   treecask::SaveOptions& opt = call.opt;
-  opt.compression = static_cast<treecask::Compression>(compression);
-  if (chunk_size) opt.chunk_size = *chunk_size;
-  if (max_part_bytes) opt.max_part_bytes = *max_part_bytes;  // the writer rounds it to whole chunks
-  opt.threads = threads;
-  opt.overwrite = overwrite;
-  opt.durable = durable;
-  opt.shuffle = shuffle;
-  opt.metadata = key_values_from_python(metadata);
+  opt.compression = static_cast<treecask::Compression>(nb::cast<int>(field("compression")));
+  if (auto v = field("chunk_size"); !v.is_none()) opt.chunk_size = nb::cast<uint64_t>(v);
+  // The writer rounds max_part_bytes to whole chunks.
+  if (auto v = field("max_part_bytes"); !v.is_none()) opt.max_part_bytes = nb::cast<uint64_t>(v);
+  opt.threads = nb::cast<unsigned>(field("threads"));
+  opt.overwrite = nb::cast<bool>(field("overwrite"));
+  opt.durable = nb::cast<bool>(field("durable"));
+  opt.shuffle = nb::cast<bool>(field("shuffle"));
+  opt.metadata = key_values_from_python(field("metadata"));
+  for (nb::handle f : field("shard_files")) {
+    nb::tuple t = nb::cast<nb::tuple>(f);
+    opt.shard_files.push_back({nb::cast<std::string>(t[0]), nb::cast<uint64_t>(t[1]), nb::cast<uint64_t>(t[2])});
+  }
   return call;
 }
 
@@ -709,26 +717,14 @@ NB_MODULE(_core, m) {
   m.def("join_key_path", &treecask::join_key_path);
   m.def("split_key_path", [](const std::string& p) { return treecask::split_key_path(p); });
 
-  // save(path, treedef, key_paths, value_kinds, dtypes, shapes, datas, extras, compression,
-  //      chunk_size, threads, overwrite, durable, metadata, max_part_bytes, shuffle)
-  // One entry per leaf in each column: key_paths (str), value_kinds (int), dtypes (dtype
-  // name), shapes (sequence of int), datas (a C-contiguous buffer holding the leaf's bytes:
-  // an array of its dtype or its uint8 bytes). extras maps a leaf's position to
-  // (logical_axes, sharding, metadata key-value pairs[, shard references]) for the leaves
-  // that have any; shard references are (file, key path, start, stop) tuples (format 3.0).
-  // shard_files: (file, manifest length, manifest XXH3) of each shard file an index binds
-  // (SaveOptions::shard_files, format 3.1).
+  // ---- save (python/treecask/_save.py, _distributed.py) ----
+  // save(path, request) -> SaveStats dict: one treecask::save of a
+  // treecask._request.SaveRequest (its columns and options: see that class), the GIL
+  // released while it runs.
   m.def(
       "save",
-      [](const std::string& path, nb::list nodes, nb::list key_paths, nb::list value_kinds,
-         nb::list dtypes, nb::list shapes, nb::list datas, nb::dict extras, int compression,
-         std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite, bool durable,
-         nb::handle metadata, std::optional<uint64_t> max_part_bytes, bool shuffle,
-         std::vector<std::tuple<std::string, uint64_t, uint64_t>> shard_files) {
-        SaveCall call = parse_save_call(nodes, key_paths, value_kinds, dtypes, shapes, datas, extras,
-                                        compression, chunk_size, threads, overwrite, durable,
-                                        metadata, max_part_bytes, shuffle);
-        for (auto& [file, length, checksum] : shard_files) call.opt.shard_files.push_back({file, length, checksum});
+      [](const std::string& path, nb::handle request) {
+        SaveCall call = parse_save_request(request);
         treecask::SaveStats st;
         {
           nb::gil_scoped_release release;
@@ -736,14 +732,10 @@ NB_MODULE(_core, m) {
         }
         return save_stats_to_python(st);
       },
-      "path"_a, "treedef"_a, "key_paths"_a, "value_kinds"_a, "dtypes"_a, "shapes"_a, "datas"_a,
-      "extras"_a, "compression"_a = 0, "chunk_size"_a = nb::none(),
-      "threads"_a = 0, "overwrite"_a = false, "durable"_a = true, "metadata"_a = nb::none(),
-      "max_part_bytes"_a = nb::none(), "shuffle"_a = false,
-      "shard_files"_a = std::vector<std::tuple<std::string, uint64_t, uint64_t>>{});
+      "path"_a, "request"_a);
 
   // ---- save_async (CheckpointManager, python/treecask/_manager.py) ----
-  // save_async(<the arguments of save>, borrowed) -> PendingSave. borrowed: one bool per
+  // save_async(path, request, borrowed, pool) -> PendingSave. borrowed: one bool per
   // leaf; the bytes of the other leaves are copied into one fresh buffer before the call
   // returns (treecask::save_async's snapshot, on `threads` threads, GIL released), so the
   // caller may then mutate or free them. A borrowed leaf's buffer is held by the
@@ -763,14 +755,8 @@ NB_MODULE(_core, m) {
       .def("clear", &treecask::SnapshotPool::clear, "Frees the idle buffer now.");
   m.def(
       "save_async",
-      [](const std::string& path, nb::list nodes, nb::list key_paths, nb::list value_kinds,
-         nb::list dtypes, nb::list shapes, nb::list datas, nb::dict extras, int compression,
-         std::optional<uint64_t> chunk_size, unsigned threads, bool overwrite, bool durable,
-         nb::handle metadata, std::optional<uint64_t> max_part_bytes, bool shuffle,
-         std::vector<bool> borrowed, treecask::SnapshotPool* pool) {
-        SaveCall call = parse_save_call(nodes, key_paths, value_kinds, dtypes, shapes, datas, extras,
-                                        compression, chunk_size, threads, overwrite, durable,
-                                        metadata, max_part_bytes, shuffle);
+      [](const std::string& path, nb::handle request, std::vector<bool> borrowed, treecask::SnapshotPool* pool) {
+        SaveCall call = parse_save_request(request);
         if (borrowed.size() != call.inputs.size()) throw nb::value_error("save_async: one borrowed flag per leaf");
         std::unique_ptr<bool[]> flags(new bool[borrowed.size() + 1]);
         std::copy(borrowed.begin(), borrowed.end(), flags.get());
@@ -785,9 +771,7 @@ NB_MODULE(_core, m) {
         return pending.release();
       },
       nb::rv_policy::take_ownership,
-      "path"_a, "treedef"_a, "key_paths"_a, "value_kinds"_a, "dtypes"_a, "shapes"_a, "datas"_a,
-      "extras"_a, "compression"_a, "chunk_size"_a, "threads"_a, "overwrite"_a, "durable"_a,
-      "metadata"_a, "max_part_bytes"_a, "shuffle"_a, "borrowed"_a, "pool"_a.none() = nb::none());
+      "path"_a, "request"_a, "borrowed"_a, "pool"_a.none() = nb::none());
 
   nb::class_<treecask::Archive>(m, "Archive")
       .def_static(

@@ -62,6 +62,7 @@ from . import _jaxutil as J
 from . import _tree as T
 from . import _core
 from . import errors as E
+from ._request import SaveRequest
 from ._reader import _index_box
 # The reader of these directories lived here before _sharded.py.
 from ._sharded import ShardedCheckpoint  # noqa: F401
@@ -310,9 +311,11 @@ def run(s: _Save):
     # Step 2: every process writes its own shards.
     try:
         mine = os.path.join(tmp, process_file(pid))
-        st = _core.save(mine, _flat_nodes(s.keys), [T.escape_key(k) for k in s.keys], s.kinds, s.names,
-                        s.shapes, s.datas, {}, o["compression"], o["chunk_size"], o["threads"], False,
-                        o["durable"], [(SAVE_ID_KEY, save_id)], o["max_part_bytes"], o["shuffle"])
+        st = _core.save(mine, SaveRequest(
+            _flat_nodes(s.keys), [T.escape_key(k) for k in s.keys], s.kinds, s.names, s.shapes, s.datas,
+            compression=o["compression"], chunk_size=o["chunk_size"], threads=o["threads"],
+            durable=o["durable"], metadata=[(SAVE_ID_KEY, save_id)], max_part_bytes=o["max_part_bytes"],
+            shuffle=o["shuffle"]))
         status = "ok:" + json.dumps({k: int(v) for k, v in st.items()})
     except Exception as e:  # reported to every process; never leaves the others waiting
         status = "err:" + _error_text(e)
@@ -382,9 +385,9 @@ def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
         datas.append(empty)
         totals["raw_bytes"] += int(_core.byte_length_for(meta["dtype"], meta["shape"]))
         more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i])
-    st = _core.save(os.path.join(tmp, INDEX), s.nodes, s.key_paths, kinds, names, shapes, datas, more, 0, None,
-                    1, False, s.options["durable"], s.md, None, False,
-                    shard_files=[f for f in bound if any(r[0] == f[0] for rs in refs for r in rs)])
+    st = _core.save(os.path.join(tmp, INDEX), SaveRequest(
+        s.nodes, s.key_paths, kinds, names, shapes, datas, more, threads=1, durable=s.options["durable"],
+        metadata=s.md, shard_files=[f for f in bound if any(r[0] == f[0] for rs in refs for r in rs)]))
     totals["file_bytes"] += int(st["file_bytes"])
     # The checkpoint must open as a whole (every ShardRef resolves, boxes tile every leaf).
     _core.ShardedArchive.open(tmp, True, False)

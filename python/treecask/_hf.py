@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
 from . import _core
-from ._save import _compression_code
+from ._request import compression_code
 from ._types import PathLike, SaveStats
 
 
@@ -101,7 +101,7 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
         the tensor); a directory with several candidates; a bad option.
       AlreadyExistsError: ``dst`` exists and ``overwrite`` is False.
     """
-    r = _core.import_safetensors(os.fspath(src), os.fspath(dst), _compression_code(compression, os.fspath(dst)),
+    r = _core.import_safetensors(os.fspath(src), os.fspath(dst), compression_code(compression, os.fspath(dst)),
                                  chunk_size,
                                  int(threads), bool(shuffle), bool(overwrite), bool(durable))
     return SafetensorsImport(kind=r["kind"], index=r["index"], files=tuple(r["files"]),

@@ -38,12 +38,12 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _codec, _core, _distributed
+from . import _core, _distributed
 from . import _jaxutil as J
-from . import _tree as T
 from ._open import load
 from ._open import open as open_archive
-from ._save import _compression_code, save
+from ._request import SaveRequest, compression_code
+from ._save import save
 from ._types import PathLike
 from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError, _with_file
 
@@ -167,20 +167,16 @@ def _save_async(path: str, tree: Any, *, metadata: Mapping[str, str], pool: Any 
     instead of reusing the buffer (the step then pays the copy, the save
     nothing), and ``x.delete()`` frees it only when the save lets go.
     ``tests/python/test_manager.py`` checks both."""
-    code = _compression_code(compression, path)
-    md = list(metadata.items())
-    try:
-        nodes, key_paths, objs, extras = T.to_treedef(tree)
-        for x in objs:  # start every device-to-host transfer before waiting on the first
+    def start_transfers(objs):  # every device-to-host transfer starts before the first is waited on
+        for x in objs:
             if J.is_jax_array(x) and not J.on_host(x):
                 x.copy_to_host_async()
-        kinds, dtypes, shapes, datas, more = _codec.encode_all(key_paths, objs, extras)
-    except Error as e:
-        raise _with_file(e, path) from None
-    borrowed = [J.is_jax_array(x) for x in objs]
-    return _core.save_async(path, nodes, key_paths, kinds, dtypes, shapes, datas, more,
-                            code, chunk_size, int(threads), False, bool(durable),
-                            md, max_part_bytes, bool(shuffle), borrowed, pool)
+
+    request, objs = SaveRequest.of_tree(
+        path, tree, before_encode=start_transfers, compression=compression_code(compression, path),
+        chunk_size=chunk_size, threads=int(threads), durable=bool(durable), metadata=list(metadata.items()),
+        max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
+    return _core.save_async(path, request, [J.is_jax_array(x) for x in objs], pool)
 
 
 def _prepare_distributed(path: str, tree: Any, *, metadata: Mapping[str, str], snapshot: bool,
@@ -190,7 +186,7 @@ def _prepare_distributed(path: str, tree: Any, *, metadata: Mapping[str, str], s
     """The caller's half of a multi-process save of a step
     (``_distributed.prepare``); with ``snapshot`` safe from the caller as
     :func:`_save_async` is."""
-    code = _compression_code(compression, path)
+    code = compression_code(compression, path)
     try:
         return _distributed.prepare(path, tree, metadata=metadata, compression=code,
                                     overwrite=False, chunk_size=chunk_size, threads=threads,

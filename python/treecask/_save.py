@@ -4,25 +4,12 @@ sharded checkpoint directory; ``_distributed.py``)."""
 from __future__ import annotations
 
 import os
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional
 
-from . import _codec, _core
-from . import _tree as T
+from . import _core
+from ._request import SaveRequest, compression_code, metadata_items
 from ._types import PathLike, SaveStats
-from .errors import Error, InvalidArgumentError, _with_file
-
-# The core's Compression values by option name (include/treecask/writer.h; SPEC.md "Codecs").
-_COMPRESSION = _core.COMPRESSIONS
-
-
-def _compression_code(compression: str, file: str) -> int:
-    """The core's code of a ``compression`` option (SPEC.md "Codecs"; the C++
-    ``treecask::Compression``). Raises InvalidArgumentError naming ``file``."""
-    if compression not in _COMPRESSION:
-        raise InvalidArgumentError(
-            f"compression must be one of {sorted(_COMPRESSION)}, got {compression!r}", file=file)
-    return _COMPRESSION[compression]
-
+from .errors import Error, _with_file
 
 def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = None,
          compression: str = "auto", overwrite: bool = False, chunk_size: Optional[int] = None,
@@ -32,7 +19,7 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
 
     In a ``jax.distributed`` job of more than one process, call it the same
     way in every process: ``path`` becomes a sharded checkpoint directory
-    (``index.cask`` + ``process_<k>.cask``; format 3.0), each process writing
+    (``index.cask`` + ``process_<k>.cask``; format 3.1), each process writing
     only its replica-0 shards, committed atomically across processes (see
     docs/python.md "Multi-process save and restore"). An error in any process
     is raised in every process.
@@ -80,12 +67,8 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
       IoError: the OS refused (e.g. ENOSPC); any previous file is untouched.
     """
     p = os.fspath(path)
-    code = _compression_code(compression, p)
-    md: List[Tuple[str, str]] = []
-    for k, v in (metadata or {}).items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise InvalidArgumentError("archive metadata must map str to str", file=p)
-        md.append((k, v))
+    code = compression_code(compression, p)
+    md = metadata_items(metadata, p)
     # ---- multi-process (jax.distributed, > 1 process): a sharded checkpoint directory ----
     from . import _distributed
 
@@ -96,14 +79,9 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
                                      durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
         except Error as e:
             raise _with_file(e, p) from None
-    try:
-        nodes, key_paths, objs, extras = T.to_treedef(tree)
-        if _leaf_extras:  # private (treecask.import_orbax): {key path: _boxes.Extras}
-            extras = [_leaf_extras.get(kp, ex) for kp, ex in zip(key_paths, extras)]
-        kinds, dtypes, shapes, datas, more = _codec.encode_all(key_paths, objs, extras)
-    except Error as e:
-        raise _with_file(e, p) from None
-    st = _core.save(p, nodes, key_paths, kinds, dtypes, shapes, datas, more, code,
-                    chunk_size, int(threads), bool(overwrite), bool(durable), md, max_part_bytes,
-                    bool(shuffle))
+    request, _ = SaveRequest.of_tree(
+        p, tree, leaf_extras=_leaf_extras, compression=code, chunk_size=chunk_size, threads=int(threads),
+        overwrite=bool(overwrite), durable=bool(durable), metadata=md, max_part_bytes=max_part_bytes,
+        shuffle=bool(shuffle))
+    st = _core.save(p, request)
     return SaveStats(**{k: int(v) for k, v in st.items()})
