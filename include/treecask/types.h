@@ -119,6 +119,8 @@ TREECASK_API unsigned shuffle_element_bytes(DType dtype) noexcept;
 // uint8 array of its UTF-8 bytes, so that a reader can give them back as the
 // same Python type (SPEC.md "Scalar leaves").
 enum class ValueKind : uint8_t { kArray = 0, kInt = 1, kFloat = 2, kBool = 3, kStr = 4 };
+// "array", "int", "float", "bool", "str"; "invalid" for any other value.
+TREECASK_API std::string_view value_kind_name(ValueKind kind) noexcept;
 
 // Treedef node kinds (SPEC.md "Treedef").
 enum class NodeKind : uint8_t {
@@ -131,6 +133,9 @@ enum class NodeKind : uint8_t {
   kDataclass = 6,   // any node with named fields: dataclasses, eqx.Module,
                     // flax struct, Flax/Penzai boxes; type_name + field names
 };
+// "leaf", "none", "dict", "list", "tuple", "namedtuple", "dataclass";
+// "invalid" for any other value.
+TREECASK_API std::string_view node_kind_name(NodeKind kind) noexcept;
 
 // One treedef node. A TreeDef is the nodes of the tree in pre-order; a node
 // with arity n is followed by its n children's subtrees. Leaf nodes are

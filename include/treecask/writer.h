@@ -21,6 +21,9 @@ enum class Compression : uint8_t {
   kNone = 1,  // always raw
   kLZ4 = 2,   // always LZ4; a chunk LZ4 cannot shrink is stored raw
 };
+// "auto", "none", "lz4" (the CLI's --compression and the Python package's
+// compression= values); "invalid" for any other value.
+TREECASK_API std::string_view compression_name(Compression compression) noexcept;
 
 // One leaf to save: what it is, and its bytes in caller memory (C order,
 // little-endian, byte_length_for(dtype, shape) bytes). The writer reads

@@ -415,11 +415,16 @@ treecask::DType dtype_of(nb::handle name, const std::string& key_path) {
   return *dt;
 }
 
-// {name: value} of enumerators of E, as a Python dict of ints.
-template <class E>
-nb::dict enum_values(std::initializer_list<std::pair<const char*, E>> rows) {
+// {name: value} of every value of the enum E that the core's `name_of` names
+// (values 0-255; a value whose name is that of 255, which no enum uses, is
+// not one): every enum table of the package comes from the core this way.
+template <class E, class NameOf>
+nb::dict enum_table(NameOf name_of) {
   nb::dict d;
-  for (const auto& [name, value] : rows) d[name] = static_cast<int>(value);
+  const std::string_view unknown = name_of(static_cast<E>(255));
+  for (int v = 0; v < 255; ++v)
+    if (std::string_view name = name_of(static_cast<E>(v)); name != unknown)
+      d[nb::str(name.data(), name.size())] = v;
   return d;
 }
 
@@ -658,39 +663,13 @@ NB_MODULE(_core, m) {
       "Whether a leaf of this codec name, number of parts and dtype name, listing saved boxes "
       "in other files or not (sharded), is handed out as a NumPy view of the map (the "
       "binding's zero_copy rule; LeafInfo.zero_copy).");
-  // The numeric values of the enums the package passes across, taken from the C++ enums
-  // (include/treecask/types.h, writer.h), by the names the package uses.
-  m.attr("NODE_KINDS") = enum_values<treecask::NodeKind>({
-      {"leaf", treecask::NodeKind::kLeaf},
-      {"none", treecask::NodeKind::kNone},
-      {"dict", treecask::NodeKind::kDict},
-      {"list", treecask::NodeKind::kList},
-      {"tuple", treecask::NodeKind::kTuple},
-      {"namedtuple", treecask::NodeKind::kNamedTuple},
-      {"dataclass", treecask::NodeKind::kDataclass},
-  });
-  m.attr("VALUE_KINDS") = enum_values<treecask::ValueKind>({
-      {"array", treecask::ValueKind::kArray},
-      {"int", treecask::ValueKind::kInt},
-      {"float", treecask::ValueKind::kFloat},
-      {"bool", treecask::ValueKind::kBool},
-      {"str", treecask::ValueKind::kStr},
-  });
-  // ErrorCode values by their names (error_code_name): treecask.errors' classes take theirs here.
-  {
-    nb::dict codes;
-    for (int v = 1; v < 256; ++v) {
-      std::string_view name = treecask::error_code_name(static_cast<treecask::ErrorCode>(v));
-      if (name != treecask::error_code_name(static_cast<treecask::ErrorCode>(0)))  // "unknown error"
-        codes[nb::str(name.data(), name.size())] = v;
-    }
-    m.attr("ERROR_CODES") = codes;
-  }
-  m.attr("COMPRESSIONS") = enum_values<treecask::Compression>({
-      {"auto", treecask::Compression::kAuto},
-      {"none", treecask::Compression::kNone},
-      {"lz4", treecask::Compression::kLZ4},
-  });
+  // The numeric values of the enums the package passes across, by the core's names
+  // (include/treecask/types.h, writer.h, error.h): treecask.errors' classes take their
+  // names from ERROR_CODES by number.
+  m.attr("NODE_KINDS") = enum_table<treecask::NodeKind>(treecask::node_kind_name);
+  m.attr("VALUE_KINDS") = enum_table<treecask::ValueKind>(treecask::value_kind_name);
+  m.attr("ERROR_CODES") = enum_table<treecask::ErrorCode>(treecask::error_code_name);
+  m.attr("COMPRESSIONS") = enum_table<treecask::Compression>(treecask::compression_name);
   // The one commit path (include/treecask/commit.h), for the multi-process directory commit.
   m.def(
       "publish",

@@ -20,9 +20,8 @@ namespace treecask::cli {
 namespace {
 
 Compression parse_compression(const std::string& name) {
-  if (name == "auto") return Compression::kAuto;
-  if (name == "none") return Compression::kNone;
-  if (name == "lz4") return Compression::kLZ4;
+  for (Compression c : {Compression::kAuto, Compression::kNone, Compression::kLZ4})
+    if (compression_name(c) == name) return c;
   throw Error(ErrorCode::kInvalidArgument, "", "",
               "--compression must be auto, none or lz4, not \"" + name + "\"");
 }

@@ -18,17 +18,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string_view value_kind_name(ValueKind kind) {
-  switch (kind) {
-    case ValueKind::kArray: return "array";
-    case ValueKind::kInt: return "int";
-    case ValueKind::kFloat: return "float";
-    case ValueKind::kBool: return "bool";
-    case ValueKind::kStr: return "str";
-  }
-  return "invalid";
-}
-
 // Prints `j` with 2-space indent; invalid UTF-8 in strings becomes U+FFFD.
 void print_json(const Json& j) {
   std::cout << j.dump(2, ' ', false, Json::error_handler_t::replace) << '\n';

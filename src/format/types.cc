@@ -126,6 +126,30 @@ void pack_elements(DType dtype, std::span<const std::byte> elems, std::span<std:
   }
 }
 
+std::string_view value_kind_name(ValueKind kind) noexcept {
+  switch (kind) {
+    case ValueKind::kArray: return "array";
+    case ValueKind::kInt: return "int";
+    case ValueKind::kFloat: return "float";
+    case ValueKind::kBool: return "bool";
+    case ValueKind::kStr: return "str";
+  }
+  return "invalid";
+}
+
+std::string_view node_kind_name(NodeKind kind) noexcept {
+  switch (kind) {
+    case NodeKind::kLeaf: return "leaf";
+    case NodeKind::kNone: return "none";
+    case NodeKind::kDict: return "dict";
+    case NodeKind::kList: return "list";
+    case NodeKind::kTuple: return "tuple";
+    case NodeKind::kNamedTuple: return "namedtuple";
+    case NodeKind::kDataclass: return "dataclass";
+  }
+  return "invalid";
+}
+
 std::string_view codec_name(Codec codec) noexcept {
   switch (codec) {
     case Codec::kNone: return "none";

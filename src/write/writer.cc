@@ -380,6 +380,15 @@ void put_meta(MDB_txn* txn, MDB_dbi dbi, std::string_view key, std::span<const s
 
 }  // namespace
 
+std::string_view compression_name(Compression compression) noexcept {
+  switch (compression) {
+    case Compression::kAuto: return "auto";
+    case Compression::kNone: return "none";
+    case Compression::kLZ4: return "lz4";
+  }
+  return "invalid";
+}
+
 SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
                std::span<const LeafInput> leaves, const SaveOptions& opt) {
   const std::string file = path.string();
@@ -392,7 +401,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
   if (opt.max_part_bytes < opt.chunk_size || opt.max_part_bytes > format::kRawPartBytes)
     throw Error(ErrorCode::kInvalidArgument, file, "",
                 "max_part_bytes must be at least chunk_size and at most 1 GiB");
-  auto known = [](Compression c) { return c == Compression::kAuto || c == Compression::kNone || c == Compression::kLZ4; };
+  auto known = [](Compression c) { return compression_name(c) != "invalid"; };
   if (!known(opt.compression))
     throw Error(ErrorCode::kInvalidArgument, file, "",
                 "unknown compression value " + std::to_string(static_cast<int>(opt.compression)));
