@@ -61,7 +61,7 @@ struct ImportOptions {
 };
 // .safetensors (one file, or the Hugging Face sharded layout: a directory or a
 // *.safetensors.index.json) through interop::import_safetensors; .npz through
-// NpzFile (npz.h).
+// interop::import_npz (npz.h).
 int run_import(const ImportOptions& options);
 
 struct ExportOptions {

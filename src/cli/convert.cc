@@ -1,7 +1,7 @@
 // import (.safetensors / Hugging Face sharded / .npz -> archive) and export
 // (archive or sharded checkpoint directory -> .safetensors, one file or
-// sharded): options in, the treecask_interop routines (convert.h) or the npz
-// reader, a result line out.
+// sharded): options in, the treecask_interop routines (convert.h, npz.h), a
+// result line out.
 #include "commands.h"
 
 #include <algorithm>
@@ -65,23 +65,6 @@ std::string detect_format(const ImportOptions& options) {
   return "safetensors";
 }
 
-// Every member of the .npz `input` into the archive `output` (a flat dict,
-// members in central-directory order).
-SaveStats import_npz(const std::string& input, const std::string& output, SaveOptions options) {
-  const NpzFile npz = NpzFile::read(input);
-  std::vector<std::string> keys;
-  std::vector<LeafInput> leaves;
-  for (const NpzMember& m : npz.members()) {
-    keys.push_back(m.key);
-    LeafInput leaf;
-    leaf.meta.dtype = m.array.dtype;
-    leaf.meta.shape = m.array.shape;
-    leaf.data = m.array.data;
-    leaves.push_back(std::move(leaf));
-  }
-  return save(output, flat_dict_treedef(keys), leaves, options);
-}
-
 void print_stats(const SaveStats& stats) {
   std::cout << stats.num_leaves << (stats.num_leaves == 1 ? " leaf, " : " leaves, ")
             << stats.raw_bytes << " raw bytes, " << stats.stored_bytes << " stored bytes, "
@@ -103,7 +86,7 @@ int run_import(const ImportOptions& options) {
   };
   const std::string format = detect_format(options);
   if (format == "npz") {
-    const SaveStats stats = import_npz(options.input, options.output, save_options);
+    const SaveStats stats = interop::import_npz(options.input, options.output, save_options);
     if (progress) progress->finish();
     std::cout << "wrote " << options.output << " from npz: ";
     print_stats(stats);

@@ -278,7 +278,7 @@ int run_get(const GetOptions& options) {
   if (options.raw) {
     descr = "|u1";
     shape = {static_cast<int64_t>(info.byte_length)};
-  } else if (auto d = npy_descr(info.dtype)) {
+  } else if (auto d = interop::npy_descr(info.dtype)) {
     descr = std::string(*d);
     shape = info.shape;
   } else {
@@ -289,7 +289,7 @@ int run_get(const GetOptions& options) {
                     std::string(dtype_name(info.dtype)) + ").reshape(shape))");
   }
   interop::OutputFile out(options.output, options.overwrite);
-  out.write(npy_header(descr, shape));
+  out.write(interop::npy_header(descr, shape));
   Progress progress("get", info.byte_length);
   uint64_t done = 0;
   interop::for_each_leaf_piece(archive, index, [&](std::span<const std::byte> piece) {

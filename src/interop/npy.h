@@ -13,7 +13,7 @@
 
 #include "treecask/types.h"
 
-namespace treecask::cli {
+namespace treecask::interop {
 
 // NumPy's array-protocol descr for `dtype` as np.save writes it ("<f4", "|b1",
 // "<c16"...), or std::nullopt for the dtypes NumPy has no builtin for
@@ -42,4 +42,4 @@ struct NpyArray {
 NpyArray parse_npy(std::span<const std::byte> bytes, const std::string& file,
                    const std::string& key);
 
-}  // namespace treecask::cli
+}  // namespace treecask::interop

@@ -6,7 +6,7 @@
 
 #include "treecask/error.h"
 
-namespace treecask::cli {
+namespace treecask::interop {
 namespace {
 
 // Deflate cannot expand data more than 1032:1; allow some slack.
@@ -101,4 +101,20 @@ NpzFile NpzFile::read(const std::filesystem::path& path) {
   return out;
 }
 
-}  // namespace treecask::cli
+SaveStats import_npz(const std::filesystem::path& input, const std::filesystem::path& output,
+                     const SaveOptions& options) {
+  const NpzFile npz = NpzFile::read(input);
+  std::vector<std::string> keys;
+  std::vector<LeafInput> leaves;
+  for (const NpzMember& m : npz.members()) {
+    keys.push_back(m.key);
+    LeafInput leaf;
+    leaf.meta.dtype = m.array.dtype;
+    leaf.meta.shape = m.array.shape;
+    leaf.data = m.array.data;
+    leaves.push_back(std::move(leaf));
+  }
+  return save(output, flat_dict_treedef(keys), leaves, options);
+}
+
+}  // namespace treecask::interop

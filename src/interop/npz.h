@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "npy.h"
+#include "treecask/writer.h"
 
-namespace treecask::cli {
+namespace treecask::interop {
 
 struct NpzMember {
   std::string key;  // member name without the ".npy" suffix, as np.load gives it
@@ -37,4 +38,11 @@ class NpzFile {
   std::vector<NpzMember> members_;
 };
 
-}  // namespace treecask::cli
+// `treecask import` of a .npz: every member of `input` (NpzFile::read) into the
+// archive `output` as a flat dict keyed by member name, in central-directory
+// order, each leaf the member's dtype, shape and C-order bytes; saved with
+// `options` (treecask::save). Throws what NpzFile::read and save() throw.
+SaveStats import_npz(const std::filesystem::path& input, const std::filesystem::path& output,
+                     const SaveOptions& options);
+
+}  // namespace treecask::interop

@@ -6,7 +6,7 @@
 
 #include "treecask/error.h"
 
-namespace treecask::cli {
+namespace treecask::interop {
 namespace {
 
 constexpr std::string_view kMagic{"\x93NUMPY", 6};
@@ -259,4 +259,4 @@ NpyArray parse_npy(std::span<const std::byte> bytes, const std::string& file,
   return out;
 }
 
-}  // namespace treecask::cli
+}  // namespace treecask::interop
