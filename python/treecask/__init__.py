@@ -41,10 +41,10 @@ from .errors import (
     VersionError,
 )
 
-# ---- interop: Orbax import (helper "interop") ----
+# ---- interop: Orbax import ----
 from ._orbax import OrbaxImport, import_orbax
 
-# ---- interop: Hugging Face safetensors layouts (helper "interop") ----
+# ---- interop: Hugging Face safetensors layouts ----
 from ._hf import SafetensorsExport, SafetensorsImport, export_safetensors, import_safetensors
 
 # ---- multi-process (jax.distributed) sharded checkpoints: docs/python.md ----

@@ -15,7 +15,7 @@ rebuilt with each of its array leaves read from the leaf at the same key path
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,8 +31,9 @@ from .errors import (
     _with_file,
 )
 
-if TYPE_CHECKING:  # annotations only: the readers import this module
-    from ._reader import Reader
+# What restore reads from: a ``_reader.Reader`` (its public methods only). Named, not
+# imported: the readers import this module, which imports none of them.
+Reader = Any
 
 
 def restore(a: Reader, like: Any, *, subtree: Optional[str], shardings: Any, missing: str,

@@ -1,7 +1,7 @@
 """The modules of python/treecask form a tree: no module imports, directly or
-through others, one that imports it. Every import of a package module counts,
-at module level or inside a function, except those under ``if TYPE_CHECKING:``
-(never run)."""
+through others, one that imports it. Every import of a package module counts:
+at module level, inside a function, and under ``if TYPE_CHECKING:`` (a cycle
+there is still a cycle for a reader of the code and for type checkers)."""
 
 import ast
 import pathlib
@@ -9,21 +9,11 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "python" / "treecask"
 
 
-def _type_checking_only(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and (
-        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
-
-
 def _imports(tree: ast.AST, modules: set) -> set:
     """The package modules that `tree` (one module's AST) imports."""
     found = set()
 
     def visit(node):
-        if _type_checking_only(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.ImportFrom) and node.level == 1:
             if node.module:  # from .x import y
                 found.add(node.module.split(".")[0])
