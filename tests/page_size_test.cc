@@ -197,6 +197,17 @@ void check_manifest_damage(const fs::path& good, uint32_t page, const TempDir& d
   }
 }
 
+// One archive of the page-size matrix in dir/good.cask: the large tree (over
+// 2 MiB, 64 KiB chunks) or the small one (16 KiB chunks), with `page`-byte pages.
+fs::path save_case(const TempDir& dir, FlatTree& t, uint32_t page, bool large) {
+  large ? large_tree(t) : small_tree(t);
+  SaveOptions opt;
+  opt.chunk_size = large ? 65536 : 16384;
+  auto p = dir / "good.cask";
+  save_paged(t, p, page, opt);
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("double_pages gives an archive of twice the page size with the same leaves") {
@@ -217,11 +228,7 @@ TEST_CASE("archives of every LMDB page size read back at every map alignment") {
       CAPTURE(large);
       TempDir dir;
       FlatTree t;
-      large ? large_tree(t) : small_tree(t);
-      SaveOptions opt;
-      opt.chunk_size = large ? 65536 : 16384;
-      auto p = dir / "good.cask";
-      save_paged(t, p, page, opt);
+      auto p = save_case(dir, t, page, large);
       if (large) CHECK(fs::file_size(p) > (2u << 20));
       for (long shift : map_shifts()) {
         CAPTURE(shift);
@@ -242,11 +249,7 @@ TEST_CASE("a damaged overflow page header is found at every page size and map al
       CAPTURE(large);
       TempDir dir;
       FlatTree t;
-      large ? large_tree(t) : small_tree(t);
-      SaveOptions opt;
-      opt.chunk_size = large ? 65536 : 16384;
-      auto p = dir / "good.cask";
-      save_paged(t, p, page, opt);
+      auto p = save_case(dir, t, page, large);
       check_blob_damage(p, t, page, dir);
       if (large || page == 512) check_manifest_damage(p, page, dir);
     }
