@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "treecask/error.h"
+#include "treecask/source.h"
 #include "treecask/types.h"
 
 namespace treecask {
@@ -69,7 +70,29 @@ class TREECASK_API Archive {
   // version), kCorruption (truncated file, bad manifest), kChecksumMismatch
   // (the manifest does not match the header's XXH3), kUnsupported (a dtype
   // value of a later format), kIo.
+  // A `path` that is a URL (is_url, remote.h: s3://, gs://, http(s)://)
+  // opens the object with open_url() and the default RemoteOptions; a
+  // scheme treecask does not serve throws kUnsupported naming it (never
+  // taken for a local path).
   static Archive open(const std::filesystem::path& path, const OpenOptions& options = {});
+
+  // Opens an archive read by range from `source` (source.h): the checks
+  // above, every one, on bytes read through it (options.validate_structure
+  // is ignored: the B-tree walk is how a remote open finds the values). The
+  // first requests read the meta pages, the B-tree pages and the manifest
+  // (one round trip on a file of this version read through open_url, whose
+  // first round trip fetches the object's head and tail: SPEC.md "Remote
+  // reading"); no blob is read. The archive keeps `source` and reads leaf
+  // bytes through it: view(), view_parts() throw kUnsupported and
+  // view_many() gives no view (there is no map); every read fetches the
+  // chunks it needs, coalesced and concurrent (Source::concurrency()), each
+  // checked against its XXH3 as a local read is. Throws what open(path)
+  // throws (naming source->name()), and what the source throws (kIo,
+  // kNotFound, kCorruption for an object that changed).
+  static Archive open(std::shared_ptr<const Source> source, const OpenOptions& options = {});
+
+  // The source of a remote archive, nullptr for a local file.
+  const Source* source() const noexcept;
 
   const std::string& path() const noexcept;
   uint64_t file_size() const noexcept;

@@ -59,8 +59,8 @@ struct Defect {
 
 class Walker {
  public:
-  Walker(int fd, const MetaInfo& meta, StructureStats& stats, bool read_heads)
-      : fd_(fd), read_heads_(read_heads), psize_(meta.page_size), last_(meta.last_page), stats_(stats) {}
+  Walker(const FileReader& file, const MetaInfo& meta, StructureStats& stats, bool read_heads)
+      : file_(file), read_heads_(read_heads), psize_(meta.page_size), last_(meta.last_page), stats_(stats) {}
 
   struct Named {
     std::string name;
@@ -69,8 +69,11 @@ class Walker {
 
   // Walks one database's B-tree. The main DB's named-database records are
   // collected into `named` for the caller to walk next.
-  void walk(const DbRecord& db, const std::string& what, bool is_main, std::vector<Named>* named) {
+  // `name` is the named database's name ("" for the main DB).
+  void walk(const DbRecord& db, const std::string& what, const std::string& name, bool is_main,
+            std::vector<Named>* named) {
     what_ = &what;
+    name_ = &name;
     is_main_ = is_main;
     named_ = named;
     if (db.root == kInvalidPage) {
@@ -116,16 +119,7 @@ class Walker {
   }
 
   void read(uint64_t pgno, std::byte* buf, size_t n) {
-    uint64_t off = pgno * psize_;
-    size_t done = 0;
-    while (done < n) {
-      ssize_t r = ::pread(fd_, buf + done, n - done, static_cast<off_t>(off + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0)
-        fail_page(pgno, r == 0 ? "unexpected end of file" : std::string("read failed: ") +
-                                                               std::strerror(errno));
-      done += static_cast<size_t>(r);
-    }
+    if (std::string why = file_.read(pgno * psize_, buf, n); !why.empty()) fail_page(pgno, why);
     ++stats_.pages_read;
   }
 
@@ -226,13 +220,23 @@ class Walker {
       }
       if (!(nflags & kNodeBigData)) {
         if (key_end + dsize > psize_) fail_page(pgno, at + "value runs past the end of the page");
+        record(key, pgno * psize_ + key_end, dsize, UINT64_MAX);
         continue;
       }
       if (key_end + 8 > psize_) fail_page(pgno, at + "overflow page number runs past the page");
-      check_overflow(pgno, at, get_u64(p + key_end), dsize);
+      const uint64_t first = get_u64(p + key_end);
+      check_overflow(pgno, at, first, dsize);
+      record(key, first * psize_ + kOverflowDataOffset, dsize, first);
     }
 
-    // Children, each bounded by its separator keys.
+    // Children, each bounded by its separator keys, announced to the reader
+    // first (one batch of requests for a remote file).
+    if (!children.empty()) {
+      std::vector<uint64_t> offsets;
+      offsets.reserve(children.size());
+      for (const Node& c : children) offsets.push_back(c.child * psize_);
+      file_.will_read(offsets, psize_);
+    }
     for (size_t i = 0; i < children.size(); ++i) {
       std::optional<Key> clo = i == 0 ? lo : std::optional<Key>(children[i].key);
       std::optional<Key> chi = i + 1 < children.size() ? std::optional<Key>(children[i + 1].key) : hi;
@@ -246,6 +250,12 @@ class Walker {
       fail_page(parent, "child page " + std::to_string(child) +
                             " is reached twice (a cycle or a shared subtree)");
     visit(child, level, lo, hi);
+  }
+
+  void record(Key key, uint64_t offset, uint64_t size, uint64_t overflow_page) {
+    if (!stats_.record_values || is_main_) return;
+    stats_.values.push_back({*name_, std::string(reinterpret_cast<const char*>(key.data()), key.size()), offset,
+                             size, overflow_page});
   }
 
   // The run of pages an F_BIGDATA value occupies: bounds and the first page's
@@ -274,7 +284,7 @@ class Walker {
     stats_.overflow_pages += pages;
   }
 
-  int fd_;
+  const FileReader& file_;
   bool read_heads_ = true;
   uint64_t psize_;
   uint64_t last_;
@@ -283,6 +293,7 @@ class Walker {
   std::unordered_set<uint64_t> seen_;         // tree pages of every database
   std::vector<std::pair<uint64_t, uint64_t>> extents_;  // [first, end) of every used page range
   const std::string* what_ = nullptr;
+  const std::string* name_ = nullptr;
   bool is_main_ = false;
   std::vector<Named>* named_ = nullptr;
   unsigned depth_ = 0;
@@ -312,12 +323,26 @@ std::string check_overflow_head(std::span<const std::byte> head, uint64_t first,
   return {};
 }
 
-std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
+std::string FdReader::read(uint64_t offset, std::byte* buf, size_t n) const {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd_, buf + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) return "unexpected end of file";
+    if (r < 0) return std::string("read failed: ") + std::strerror(errno);
+    done += static_cast<size_t>(r);
+  }
+  return {};
+}
+
+std::string check_structure(const FileReader& file, uint64_t file_size, const MetaInfo& meta,
                             StructureStats* stats, bool* not_archive, bool read_overflow_heads) {
   if (not_archive) *not_archive = false;
   StructureStats local;
   StructureStats& st = stats ? *stats : local;
+  const bool record_values = st.record_values;
   st = {};
+  st.record_values = record_values;
   if (meta.page_size < 512 || meta.page_size > 65536 ||
       (meta.page_size & (meta.page_size - 1)) != 0 || meta.last_page < 1 ||
       meta.last_page >= (uint64_t{1} << 40) || (meta.last_page + 1) * meta.page_size > file_size)
@@ -328,16 +353,16 @@ std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
            " (treecask writes 0)";
   }
   try {
-    Walker w(fd, meta, st, read_overflow_heads);
+    Walker w(file, meta, st, read_overflow_heads);
     std::vector<Walker::Named> named;
-    const std::string main_name = "LMDB main DB";
-    w.walk(meta.main_db, main_name, true, &named);
+    const std::string main_name = "LMDB main DB", no_name;
+    w.walk(meta.main_db, main_name, no_name, true, &named);
     st.named_dbs = named.size();
     for (const auto& n : named) {
       std::string what = "LMDB database '" + printable(std::as_bytes(std::span(n.name))) + "'";
       if (n.db.flags != 0)
         return what + ": flags 0x" + hex(n.db.flags) + " (treecask writes 0)";
-      w.walk(n.db, what, false, nullptr);
+      w.walk(n.db, what, n.name, false, nullptr);
     }
     w.check_overlaps();
     std::sort(st.overflow_starts.begin(), st.overflow_starts.end());
@@ -358,16 +383,15 @@ struct RawMeta {
   DbRecord main_db;
 };
 
-RawMeta read_meta(int fd, uint64_t offset, uint64_t file_size) {
+RawMeta read_meta(const FileReader& file, uint64_t offset, uint64_t file_size) {
   RawMeta m;
   std::array<std::byte, kMetaEnd> buf{};
   if (offset + kMetaEnd > file_size) {
     m.why = "file too short for an LMDB meta page (truncated?)";
     return m;
   }
-  ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(offset));
-  if (n != static_cast<ssize_t>(buf.size())) {
-    m.why = "cannot read LMDB meta page";
+  if (std::string why = file.read(offset, buf.data(), buf.size()); !why.empty()) {
+    m.why = "cannot read LMDB meta page: " + why;
     return m;
   }
   using coding::get_u16, coding::get_u32, coding::get_u64;
@@ -396,14 +420,14 @@ RawMeta read_meta(int fd, uint64_t offset, uint64_t file_size) {
 }
 }  // namespace
 
-std::string check_meta_pages(int fd, uint64_t file_size, MetaInfo* out, bool* not_lmdb) {
+std::string check_meta_pages(const FileReader& file, uint64_t file_size, MetaInfo* out, bool* not_lmdb) {
   *not_lmdb = false;
-  RawMeta m0 = read_meta(fd, 0, file_size);
+  RawMeta m0 = read_meta(file, 0, file_size);
   if (!m0.ok) {
     *not_lmdb = m0.magic != kMetaMagic;
     return "meta page 0: " + m0.why;
   }
-  RawMeta m1 = read_meta(fd, m0.psize, file_size);
+  RawMeta m1 = read_meta(file, m0.psize, file_size);
   if (!m1.ok) return "meta page 1: " + m1.why;
   if (m1.psize != m0.psize) return "the two LMDB meta pages disagree on the page size";
   const RawMeta& m = m1.txnid > m0.txnid ? m1 : m0;

@@ -24,12 +24,52 @@
 
 namespace treecask::lmdb {
 
+// The bytes of the file being checked: a local file (FdReader, pread) or a
+// remote object (read/remote_open.cc). The checks below read through it only.
+class FileReader {
+ public:
+  virtual ~FileReader() = default;
+  // Fills buf[0, n) with the file's bytes at `offset`. Returns "" or why it
+  // could not (a short read: "unexpected end of file").
+  virtual std::string read(uint64_t offset, std::byte* buf, size_t n) const = 0;
+  // Says that the pages at these file offsets, `n` bytes each, are read
+  // next: a remote reader fetches them in one batch. Nothing is required.
+  virtual void will_read(std::span<const uint64_t> offsets, size_t n) const {
+    (void)offsets;
+    (void)n;
+  }
+};
+
+// A local file open at `fd`, read with pread() (thread-safe).
+class FdReader final : public FileReader {
+ public:
+  explicit FdReader(int fd) : fd_(fd) {}
+  std::string read(uint64_t offset, std::byte* buf, size_t n) const override;
+
+ private:
+  int fd_;
+};
+
 // Reads both meta pages of the LMDB file open at `fd` (size `file_size`
 // bytes) and checks: the page flags, magic 0xBEEFC0DE, data version 1, a page
 // size that is a power of two in [512, 65536], and that the newest meta's last
 // page lies inside the file. Returns "" and fills `out` when valid, else a
 // description; `not_lmdb` is set when the file is not LMDB at all.
-std::string check_meta_pages(int fd, uint64_t file_size, MetaInfo* out, bool* not_lmdb);
+std::string check_meta_pages(const FileReader& file, uint64_t file_size, MetaInfo* out, bool* not_lmdb);
+inline std::string check_meta_pages(int fd, uint64_t file_size, MetaInfo* out, bool* not_lmdb) {
+  return check_meta_pages(FdReader(fd), file_size, out, not_lmdb);
+}
+
+// Where a value of a named database lies in the file (recorded by
+// check_structure when StructureStats::record_values is set): `offset` is
+// its first byte (inside its leaf page, or kOverflowDataOffset into the
+// first page of its overflow run), `size` its length in bytes.
+struct ValueSite {
+  std::string db;                       // the named database
+  std::string key;                      // the key's bytes
+  uint64_t offset = 0, size = 0;
+  uint64_t overflow_page = UINT64_MAX;  // first page of its overflow run, if any
+};
 
 // What check_structure() walked, for tests and diagnostics.
 struct StructureStats {
@@ -44,6 +84,11 @@ struct StructureStats {
   std::vector<uint64_t> overflow_starts;
   // Whether the walk bounded an overflow run starting at page `pgno`.
   bool starts_overflow_run(uint64_t pgno) const;
+  // Set before the call to have every value of every named database listed
+  // in `values`, in key order per database (a reader without LMDB finds
+  // values here instead of mdb_get).
+  bool record_values = false;
+  std::vector<ValueSite> values;
 };
 
 // REQUIRES: `meta` is what check_meta_pages() returned for the same `fd` and
@@ -77,7 +122,7 @@ struct StructureStats {
 // Returns "" when the structure is sound, else a description of the first
 // defect found. Sets *not_archive (when given) if the file is sound LMDB but
 // of a kind treecask never writes (main DB flags other than 0). I/O errors
-// are reported as defects. Thread-safe: uses only pread() on `fd`.
+// are reported as defects. Thread-safe: reads only through `file`.
 //
 // With `read_overflow_heads` false, the first page of an overflow run is not
 // read: the run's bounds and overlaps are checked over the pages its value
@@ -85,9 +130,14 @@ struct StructureStats {
 // then checks that page's header with check_overflow_head() before it uses
 // the value (Archive: before the first read of a blob, SPEC.md "Reader
 // checks"), so an open costs no read per value.
-std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
+std::string check_structure(const FileReader& file, uint64_t file_size, const MetaInfo& meta,
                             StructureStats* stats = nullptr, bool* not_archive = nullptr,
                             bool read_overflow_heads = true);
+inline std::string check_structure(int fd, uint64_t file_size, const MetaInfo& meta,
+                                   StructureStats* stats = nullptr, bool* not_archive = nullptr,
+                                   bool read_overflow_heads = true) {
+  return check_structure(FdReader(fd), file_size, meta, stats, not_archive, read_overflow_heads);
+}
 
 // The header of the first page of an overflow run at page `first` holding a
 // value of `value_size` bytes, in a file whose last page is `last_page`

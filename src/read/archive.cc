@@ -87,6 +87,7 @@ std::vector<std::span<const std::byte>> Archive::view_parts(size_t index, Verify
   if (r.codec != Codec::kNone)
     throw Error(ErrorCode::kUnsupported, im.file, im.key(index),
                 "an LZ4 leaf has no zero-copy view; use read()");
+  if (im.source) throw im.no_view(index);
   bool check = im.want_verify(verify);
   std::vector<std::span<const std::byte>> parts;
   for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
@@ -110,6 +111,7 @@ std::span<const std::byte> Archive::view(size_t index, Verify verify) const {
       throw Error(ErrorCode::kUnsupported, im.file, im.key(index), "an LZ4 leaf has no zero-copy view");
     return {kEmpty, 0};
   }
+  if (im.source) throw im.no_view(index);
   if (r.codec == Codec::kNone && r.num_parts > 1)
     throw Error(ErrorCode::kUnsupported, im.file, im.key(index),
                 "leaf is stored in " + std::to_string(r.num_parts) +
@@ -131,7 +133,7 @@ std::vector<std::optional<std::span<const std::byte>>> Archive::view_many(std::s
   const bool check = im.want_verify(verify);
   for (size_t k = 0; k < indices.size(); ++k) {
     const LeafRecord& r = im.data_rec(indices[k]);
-    if (r.codec != Codec::kNone || r.num_parts > 1) continue;  // no view: the caller reads it
+    if (r.codec != Codec::kNone || r.num_parts > 1 || im.source) continue;  // no view: the caller reads it
     if (r.byte_length == 0) {
       out[k] = view(indices[k], Verify::kNo);
       continue;
@@ -169,8 +171,10 @@ void Archive::read(size_t index, std::span<std::byte> out, Verify verify) const 
                     std::to_string(r.byte_length));
   bool check = im.want_verify(verify);
   unsigned threads = r.byte_length >= (8u << 20) ? resolve_threads(0) : 1;
-  parallel_for(r.num_chunks(), threads, [&](size_t ci) {
-    im.decode_chunk(index, ci, out.data() + ci * r.chunk_size, check);
+  std::vector<Impl::ChunkJob> jobs(r.num_chunks());
+  for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) jobs[ci] = {index, ci};
+  im.for_chunks(jobs, threads, [&](const Impl::ChunkJob& j, unsigned) {
+    im.decode_chunk(index, j.chunk, out.data() + j.chunk * r.chunk_size, check);
   });
 }
 
@@ -179,24 +183,24 @@ void Archive::read_many(std::span<const size_t> indices, std::span<const std::sp
   const Impl& im = *impl_;
   if (indices.size() != outs.size())
     throw Error(ErrorCode::kInvalidArgument, im.file, "", "read_many needs one output per index");
-  struct Job {
-    size_t leaf;
-    uint32_t chunk;
-    std::byte* out;
-  };
-  std::vector<Job> jobs;
+  std::vector<Impl::ChunkJob> jobs;
+  std::vector<std::byte*> dst;  // per job
   for (size_t k = 0; k < indices.size(); ++k) {
     const LeafRecord& r = im.data_rec(indices[k]);
     if (outs[k].size() != r.byte_length)
       throw Error(ErrorCode::kShapeMismatch, im.file, im.key(indices[k]),
                   "output buffer has " + std::to_string(outs[k].size()) + " bytes, leaf has " +
                       std::to_string(r.byte_length));
-    for (uint32_t ci = 0; ci < r.num_chunks(); ++ci)
-      jobs.push_back({indices[k], ci, outs[k].data() + uint64_t(ci) * r.chunk_size});
+    for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
+      jobs.push_back({indices[k], ci});
+      dst.push_back(outs[k].data() + uint64_t(ci) * r.chunk_size);
+    }
   }
   bool check = im.want_verify(verify);
-  parallel_for(jobs.size(), resolve_threads(threads),
-               [&](size_t j) { im.decode_chunk(jobs[j].leaf, jobs[j].chunk, jobs[j].out, check); });
+  const Impl::ChunkJob* first = jobs.data();
+  im.for_chunks(jobs, resolve_threads(threads), [&](const Impl::ChunkJob& j, unsigned) {
+    im.decode_chunk(j.leaf, j.chunk, dst[static_cast<size_t>(&j - first)], check);
+  });
 }
 
 void Archive::read_rows(size_t index, int64_t row_begin, int64_t row_end, std::span<std::byte> out,
@@ -265,22 +269,26 @@ void Archive::read_bytes(size_t index, uint64_t offset, std::span<std::byte> out
 std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>& progress) const {
   const Impl& im = *impl_;
   std::vector<Error> errors;
-  std::vector<std::byte> scratch;
+  // A local raw chunk is hashed through the map; any other chunk is decoded
+  // (a remote one: fetched) into a per-worker scratch buffer.
+  std::vector<std::vector<std::byte>> scratch(im.chunk_workers(1));
   uint64_t total = 0, done = 0;
   if (progress)
     for (const auto& r : im.manifest->leaves) total += r.byte_length;
+  std::vector<Impl::ChunkJob> jobs;
   for (size_t li = 0; li < size(); ++li) {
     const LeafRecord& r = im.rec(li);
     try {
-      for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) {
-        const fb::Chunk* c = r.chunks->Get(ci);
-        if (im.chunk_is_raw(r, c)) {
-          im.check_chunk(li, ci);
+      jobs.resize(r.num_chunks());
+      for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) jobs[ci] = {li, ci};
+      im.for_chunks(jobs, 1, [&](const Impl::ChunkJob& j, unsigned worker) {
+        if (!im.source && im.chunk_is_raw(r, r.chunks->Get(static_cast<flatbuffers::uoffset_t>(j.chunk)))) {
+          im.check_chunk(li, j.chunk);
         } else {
-          scratch.resize(im.raw_size(r, ci));
-          im.decode_chunk(li, ci, scratch.data(), true);
+          scratch[worker].resize(im.raw_size(r, j.chunk));
+          im.decode_chunk(li, j.chunk, scratch[worker].data(), true);
         }
-      }
+      });
     } catch (const Error& e) {
       errors.push_back(e);
     }

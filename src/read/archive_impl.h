@@ -1,17 +1,26 @@
 // Archive::Impl: an open archive's state (the map, the verified manifest,
 // the blob sites) and the read engine every read of read/archive.cc runs on
 // (chunk checks, decoding, copies, slice plans). Private to the read layer:
-// read/archive_open.cc fills it, read/archive.cc serves reads from it.
+// read/archive_open.cc fills it for a local file, read/remote_open.cc for a
+// Source, read/archive.cc serves reads from it.
+//
+// One engine serves both: every byte a read needs is copied out with
+// fetch() (pread() from the file, or a range read of the Source), and the
+// chunks a read needs are visited with for_chunks(), which for a Source
+// first fetches them in coalesced, concurrent ranges (SPEC.md "Remote
+// reading").
 #pragma once
 
 #include "treecask/archive.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -25,6 +34,7 @@
 #include "format/manifest.h"
 #include "util/parallel.h"
 #include "read/slice.h"
+#include "treecask/source.h"
 #include "treecask/treecask.h"
 
 namespace treecask {
@@ -44,6 +54,15 @@ struct Archive::Impl {
   // the map, and S11, not required then, is not checked).
   const std::byte* map_base = nullptr;
   int fd = -1;                              // the mapped inode, for bulk pread()
+  // A remote archive (Archive::open(Source)): every byte comes from
+  // `source`. There is no map then: map_base is the start of an address
+  // range reserved (PROT_NONE, never touched) to keep the engine's
+  // arithmetic in one form, so blob_data[b] - map_base is a file offset;
+  // `manifest_bytes` owns the manifest the parsed Manifest borrows.
+  std::shared_ptr<const Source> source;
+  void* reserved = nullptr;
+  size_t reserved_bytes = 0;
+  std::vector<std::byte> manifest_bytes;
   // Each blob's header (and, with structure validation, its LMDB overflow
   // page header) is checked before the first use of the blob's bytes, not
   // at open (SPEC.md "Before a blob's first use", step 38): an open reads no
@@ -57,7 +76,28 @@ struct Archive::Impl {
   std::unique_ptr<std::atomic<uint8_t>[]> blob_checked;
   uint64_t page_size = 0, last_page = 0;
 
+  // The open steps both opens share (read/archive_open.cc; SPEC.md "Reader
+  // checks" 3-5), on what each found in the file's two databases. Each
+  // throws Error naming the file.
+  // Steps 1 and 1b: the LMDB meta pages (fills `meta`, page_size and
+  // last_page) and, when `structure` is given, the B-tree walk (fills it).
+  void check_container(const lmdb::FileReader& in, lmdb::MetaInfo* meta, lmdb::StructureStats* structure);
+  // Step 3: the header record (empty: none).
+  void take_header(std::span<const std::byte> hdr);
+  // Step 4: the manifest's length, checksum, verifier and invariants; the
+  // Manifest borrows `man`, which must outlive the Impl.
+  void take_manifest(std::span<const std::byte> man);
+  // Step 5: blob `id`'s LMDB value (a null span: absent) as addresses in the
+  // map (blob_data - map_base is its file offset), and the first page of its
+  // overflow run when the structure walk bounded one (else UINT64_MAX).
+  struct BlobValue {
+    std::span<const std::byte> value;
+    uint64_t overflow_page = UINT64_MAX;
+  };
+  void take_blobs(uint64_t entries, const std::function<BlobValue(uint32_t)>& value_of);
+
   ~Impl() {
+    if (reserved) ::munmap(reserved, reserved_bytes);
     if (fd >= 0) ::close(fd);
     if (txn) mdb_txn_abort(txn);
     env.close();
@@ -125,7 +165,11 @@ struct Archive::Impl {
   // large enough that the pread() calls cost little (512 KiB read one 4 MiB
   // leaf ~6% faster than 128 KiB on this VM, full loads alike; docs/performance.md).
   static constexpr uint64_t kReadPiece = 512 << 10;
+  // Bytes copied (and hashed) at a time from one chunk: a remote chunk is
+  // fetched whole (one range, not one request per 512 KiB).
+  uint64_t read_piece() const { return source ? UINT64_MAX : kReadPiece; }
   void copy_out(std::span<const std::byte> src, std::byte* out) const {
+    if (source) return fetch(static_cast<uint64_t>(src.data() - map_base), out, src.size());
     uint64_t off = static_cast<uint64_t>(src.data() - map_base);
     size_t done = 0;
     while (map_base && fd >= 0 && done < src.size()) {
@@ -135,6 +179,125 @@ struct Archive::Impl {
     }
     if (done < src.size()) std::memcpy(out + done, src.data() + done, src.size() - done);
   }
+  // ---- The bytes of a remote archive ----
+  // A range of the file already fetched by the calling thread (for_chunks
+  // sets it while it visits the chunks of one fetched group): fetch() serves
+  // reads inside it from memory.
+  struct Window {
+    const Impl* owner = nullptr;
+    uint64_t start = 0;
+    std::span<const std::byte> bytes;
+  };
+  static inline thread_local const Window* t_window = nullptr;
+
+  // Copies the file's bytes [off, off + n) of a remote archive to `out`: from
+  // the calling thread's window when it holds them, else with one range read
+  // of the source (throws what Source::read throws).
+  void fetch(uint64_t off, std::byte* out, size_t n) const {
+    if (const Window* w = t_window; w && w->owner == this && off >= w->start &&
+                                    off - w->start <= w->bytes.size() && n <= w->bytes.size() - (off - w->start)) {
+      std::memcpy(out, w->bytes.data() + (off - w->start), n);
+      return;
+    }
+    ReadRange r{off, {out, n}};
+    source->read(std::span<const ReadRange>(&r, 1));
+  }
+
+  // One chunk a read needs.
+  struct ChunkJob {
+    size_t leaf;
+    uint64_t chunk;
+  };
+  // Where chunk `ci` of leaf `li` starts in the file (no check of its blob).
+  uint64_t chunk_offset(size_t li, uint64_t ci) const {
+    const fb::Chunk* c = rec(li).chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
+    return static_cast<uint64_t>(blob_data[c->blob()] - map_base) + c->offset();
+  }
+  // Remote reads fetch the chunks they need in groups: chunks in file order,
+  // merged while the gap to the next is at most kFetchGap bytes and the group
+  // spans at most kFetchGroup bytes (a larger chunk is a group of its own).
+  // A group also takes in its first blob's header, when not yet checked and
+  // at most kFetchHeadReach bytes before it, so the blob check of SPEC.md
+  // step 38 costs no request of its own. Memory: one group per worker, at
+  // most Source::concurrency() workers.
+  static constexpr uint64_t kFetchGroup = uint64_t{4} << 20;
+  static constexpr uint64_t kFetchGap = uint64_t{64} << 10;
+  static constexpr uint64_t kFetchHeadReach = uint64_t{256} << 10;
+
+  // Calls fn(job, worker) once for every job. A local archive runs them on
+  // up to `threads` threads (parallel_for); a remote one fetches them in
+  // groups, up to Source::concurrency() at once, and visits each group's
+  // chunks on the thread that fetched it with the group as its window, so
+  // every fetch() of those chunks is served from memory. `workers`, when
+  // given, receives the number of worker ids fn may see (for per-worker
+  // state sized before the call). A source error is rethrown naming the
+  // leaf of the group's first chunk.
+  template <typename Fn>
+  void for_chunks(std::span<const ChunkJob> jobs, unsigned threads, Fn&& fn) const {
+    if (!source) {
+      parallel_for(jobs.size(), threads, [&](size_t j, unsigned w) { fn(jobs[j], w); });
+      return;
+    }
+    std::vector<size_t> order(jobs.size());
+    std::vector<uint64_t> at(jobs.size());
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      order[j] = j;
+      at[j] = chunk_offset(jobs[j].leaf, jobs[j].chunk);
+    }
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return at[a] < at[b]; });
+    struct Group {
+      uint64_t start, end;
+      size_t first, last;  // positions in `order`
+    };
+    std::vector<Group> groups;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const ChunkJob& job = jobs[order[k]];
+      const uint64_t b = at[order[k]];
+      const uint64_t e = b + rec(job.leaf).chunks->Get(static_cast<flatbuffers::uoffset_t>(job.chunk))->stored_size();
+      if (!groups.empty() && b <= groups.back().end + kFetchGap && e - groups.back().start <= kFetchGroup) {
+        groups.back().end = std::max(groups.back().end, e);
+        groups.back().last = k + 1;
+        continue;
+      }
+      uint64_t start = b;
+      const uint32_t blob = rec(job.leaf).chunks->Get(static_cast<flatbuffers::uoffset_t>(job.chunk))->blob();
+      if (blob_checked[blob].load(std::memory_order_acquire) == 0) {
+        const uint64_t head = blob_head_offset(blob);
+        if (b - head <= kFetchHeadReach) start = head;
+      }
+      groups.push_back({start, e, k, k + 1});
+    }
+    const unsigned n = static_cast<unsigned>(std::min<size_t>(std::max(source->concurrency(), 1u), groups.size()));
+    std::vector<std::vector<std::byte>> bufs(std::max(n, 1u));
+    parallel_for(groups.size(), n, [&](size_t g, unsigned w) {
+      const Group& grp = groups[g];
+      std::vector<std::byte>& buf = bufs[w];
+      buf.resize(grp.end - grp.start);
+      ReadRange r{grp.start, buf};
+      try {
+        source->read(std::span<const ReadRange>(&r, 1));
+      } catch (const Error& e) {
+        throw Error(e.code(), file, key(jobs[order[grp.first]].leaf), e.message());
+      }
+      Window win{this, grp.start, buf};
+      t_window = &win;
+      struct Reset {
+        ~Reset() { t_window = nullptr; }
+      } reset;
+      for (size_t k = grp.first; k < grp.last; ++k) fn(jobs[order[k]], w);
+    });
+  }
+  // Workers for_chunks may number for `threads` (local) or the source.
+  unsigned chunk_workers(unsigned threads) const {
+    return std::max(source ? source->concurrency() : threads, 1u);
+  }
+  // Where blob `id`'s check_blob bytes start: its LMDB overflow page header
+  // when the structure walk saw the run, else its 48-byte header.
+  uint64_t blob_head_offset(uint32_t id) const {
+    const uint64_t value = static_cast<uint64_t>(blob_data[id] - map_base) - format::kBlobHeaderSize;
+    return blob_site[id].overflow_page != UINT64_MAX ? value - lmdb::kOverflowDataOffset : value;
+  }
+
   // Reusable per-thread buffers for decode_chunk and the partial reads; each
   // grows to the largest size asked and is freed with the Scratch.
   struct Scratch {
@@ -164,8 +327,8 @@ struct Archive::Impl {
       // Copy and hash piece by piece, each piece hashed while still in cache:
       // hashing a whole 1 MiB chunk after copying it reads it back from L3.
       format::Xxh3Stream hash(format::chunk_seed(li, ci));
-      for (uint64_t at = 0; at < raw; at += kReadPiece) {
-        uint64_t n = std::min(kReadPiece, raw - at);
+      for (uint64_t at = 0; at < raw; at += read_piece()) {
+        uint64_t n = std::min(read_piece(), raw - at);
         copy_out(src.subspan(at, n), out + at);
         hash.update({out + at, n});
       }
@@ -202,6 +365,11 @@ struct Archive::Impl {
     if (r.shuffle_bytes) codec::unshuffle(filtered, out, r.shuffle_bytes);
   }
 
+  // A view of a remote archive's leaf: there is no map to point into.
+  Error no_view(size_t li) const {
+    return Error(ErrorCode::kUnsupported, file, key(li),
+                 "a remote archive has no zero-copy view (no local map); use read()");
+  }
   Error arg_error(size_t li, const std::string& what) const {
     return Error(ErrorCode::kInvalidArgument, file, key(li), what);
   }
@@ -230,12 +398,38 @@ struct Archive::Impl {
     unsigned nthreads = threads ? threads
                                 : (nchunks * r.chunk_size >= (uint64_t{8} << 20) ? resolve_threads(0) : 1);
     nthreads = static_cast<unsigned>(std::min<uint64_t>(nthreads, nchunks));
-    // One Scratch per thread, made at its first chunk and reused for the next.
-    std::vector<std::unique_ptr<Scratch>> scratch(std::max(nthreads, 1u));
-    parallel_for(nchunks, nthreads, [&](size_t k, unsigned worker) {
+    // A remote read fetches only the chunks some plan needs; a local one
+    // lets chunk_to_plans skip the others.
+    std::vector<ChunkJob> jobs;
+    jobs.reserve(nchunks);
+    for (uint64_t ci = c0; ci <= c1; ++ci)
+      if (!source || plans_hit(li, ci, plans, upb, nullptr, nullptr) != 0) jobs.push_back({li, ci});
+    // One Scratch per worker, made at its first chunk and reused for the next.
+    std::vector<std::unique_ptr<Scratch>> scratch(chunk_workers(nthreads));
+    for_chunks(jobs, nthreads, [&](const ChunkJob& job, unsigned worker) {
       if (!scratch[worker]) scratch[worker] = std::make_unique<Scratch>();
-      chunk_to_plans(li, c0 + k, plans, upb, verify, *scratch[worker]);
+      chunk_to_plans(li, job.chunk, plans, upb, verify, *scratch[worker]);
     });
+  }
+
+  // How many of `plans` need bytes of chunk `ci` (units per byte `upb`);
+  // when exactly one does, `only` and `at` (when given) receive it and its
+  // first run in the chunk.
+  size_t plans_hit(size_t li, uint64_t ci, std::span<const slice::Plan> plans, uint64_t upb,
+                   const slice::Plan** only, slice::Cursor* at) const {
+    const LeafRecord& r = rec(li);
+    const uint64_t cb = ci * r.chunk_size * upb, ce = cb + raw_size(r, ci) * upb;
+    size_t hits = 0;
+    for (const slice::Plan& p : plans) {
+      if (p.empty() || ce <= p.base || cb >= p.end) continue;
+      slice::Cursor c = slice::first_run_after(p, cb);
+      if (c.done || c.src >= ce) continue;
+      if (++hits == 1 && only) {
+        *only = &p;
+        *at = std::move(c);
+      }
+    }
+    return hits;
   }
 
   // Runs plans of a 6-bit dtype (float6_*), whose elements may straddle a
@@ -276,18 +470,9 @@ struct Archive::Impl {
     const uint64_t cb = ci * r.chunk_size * upb, ce = cb + raw * upb;
     // Which plans need this chunk; when exactly one does, through one run
     // covering the whole chunk, the chunk is decoded straight into place.
-    size_t hits = 0;
     const slice::Plan* only = nullptr;
     slice::Cursor at;
-    for (const slice::Plan& p : plans) {
-      if (p.empty() || ce <= p.base || cb >= p.end) continue;
-      slice::Cursor c = slice::first_run_after(p, cb);
-      if (c.done || c.src >= ce) continue;
-      if (++hits == 1) {
-        only = &p;
-        at = std::move(c);
-      }
-    }
+    const size_t hits = plans_hit(li, ci, plans, upb, &only, &at);
     if (hits == 0) return;
     if (hits == 1 && !only->unpack && at.src <= cb && at.src + only->run() >= ce)
       return decode_chunk(li, ci, only->origin + at.dst + static_cast<int64_t>(cb - at.src), verify, &scratch);
@@ -320,10 +505,10 @@ struct Archive::Impl {
     // The checksum is compared once the whole chunk is hashed, as
     // decode_chunk does for a raw chunk copied straight into place.
     auto src = stored(li, c);
-    std::byte* buf = scratch.chunk.get(std::min<uint64_t>(kReadPiece, raw));
+    std::byte* buf = scratch.chunk.get(std::min<uint64_t>(read_piece(), raw));
     format::Xxh3Stream hash(format::chunk_seed(li, ci));
-    for (uint64_t at = 0; at < raw; at += kReadPiece) {
-      uint64_t n = std::min(kReadPiece, raw - at);
+    for (uint64_t at = 0; at < raw; at += read_piece()) {
+      uint64_t n = std::min(read_piece(), raw - at);
       copy_out(src.subspan(at, n), buf);
       if (verify) hash.update({buf, n});
       scatter(buf, cb + at * upb, cb + (at + n) * upb);

@@ -138,7 +138,14 @@ void Archive::Impl::check_blob(uint32_t id, size_t li) const {
   const std::byte* from = value - (run ? kOverflowPageHeader : 0);
   const size_t n = sizeof head - skip;
   bool got = false;
-  if (map_base && fd >= 0) {
+  if (source) {  // from the fetched group holding it (for_chunks), else one range read
+    try {
+      fetch(static_cast<uint64_t>(from - map_base), head + skip, n);
+    } catch (const Error& e) {
+      throw Error(e.code(), file, key(li), e.message());
+    }
+    got = true;
+  } else if (map_base && fd >= 0) {
     const uint64_t off = static_cast<uint64_t>(from - map_base);
     got = off <= file_size && n <= file_size - off &&
           ::pread(fd, head + skip, n, static_cast<off_t>(off)) == static_cast<ssize_t>(n);
@@ -183,23 +190,11 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   if (!S_ISREG(st.st_mode)) open_fail(ErrorCode::kNotAnArchive, file, "not a regular file");
   impl->file_size = static_cast<uint64_t>(st.st_size);
 
-  // 1. LMDB meta pages, before LMDB sees the file.
+  // 1, 1b. The LMDB meta pages and every page the reads below can reach,
+  // before LMDB sees the file.
   lmdb::MetaInfo meta;
-  bool not_lmdb = false;
-  if (std::string why = lmdb::check_meta_pages(fd, impl->file_size, &meta, &not_lmdb); !why.empty())
-    open_fail(not_lmdb ? ErrorCode::kNotAnArchive : ErrorCode::kCorruption, file,
-              not_lmdb ? "not a treecask archive (" + why + ")" : why);
-
-  // 1b. Every LMDB page the reads below can reach, still before LMDB sees the file.
   lmdb::StructureStats structure;  // with the first page of every overflow run (its header: check_blob)
-  if (options.validate_structure) {
-    bool other_lmdb = false;
-    if (std::string why = lmdb::check_structure(fd, impl->file_size, meta, &structure, &other_lmdb,
-                                                /*read_overflow_heads=*/false);
-        !why.empty())
-      open_fail(other_lmdb ? ErrorCode::kNotAnArchive : ErrorCode::kCorruption, file,
-                other_lmdb ? "not a treecask archive (" + why + ")" : why);
-  }
+  impl->check_container(lmdb::FdReader(fd), &meta, options.validate_structure ? &structure : nullptr);
 
   // 2. Map the very inode we checked (the path may be replaced meanwhile).
   impl->env.create(file);
@@ -232,25 +227,8 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
 
   // 3. Header record: magic, version, manifest length and checksum.
   auto hdr = get(meta_dbi, std::as_bytes(std::span(format::kHeaderKey)), "mdb_get(header)");
-  if (hdr.empty()) open_fail(ErrorCode::kNotAnArchive, file, "no treecask header record");
-  if (!format::decode_header(hdr, &impl->header))
-    open_fail(ErrorCode::kNotAnArchive, file, "header record lacks the TREECASK magic");
-  const auto& h = impl->header;
-  if (h.major > format::kMajor)
-    open_fail(ErrorCode::kUnsupportedVersion, file,
-              "format version " + std::to_string(h.major) + "." + std::to_string(h.minor) +
-                  " is newer than this library reads (" + std::to_string(format::kMajor) + ".x); "
-                  "upgrade treecask");
-  if (h.major < 1) open_fail(ErrorCode::kCorruption, file, "format major version 0 does not exist");
-  if (hdr.size() != format::kHeaderSize)
-    open_fail(ErrorCode::kCorruption, file,
-              "header record is " + std::to_string(hdr.size()) + " bytes, expected 32");
-  if (h.flags != 0) open_fail(ErrorCode::kCorruption, file, "reserved header flags are set");
+  impl->take_header(hdr);
   auto man = get(meta_dbi, std::as_bytes(std::span(format::kManifestKey)), "mdb_get(manifest)");
-  if (man.size() != h.manifest_length)
-    open_fail(ErrorCode::kCorruption, file,
-              "manifest is " + std::to_string(man.size()) + " bytes, header says " +
-                  std::to_string(h.manifest_length));
   // The map base locates the LMDB overflow page headers of S11 (and lets
   // reads copy with pread()). Without it those headers cannot be checked: an
   // open that must check them fails instead.
@@ -273,29 +251,84 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   }
 
   // 4. Manifest: checksum, FlatBuffers verifier and every semantic invariant.
-  impl->manifest = parse_manifest(man, file, /*borrow=*/true, h.manifest_checksum);
-  const Manifest& m = *impl->manifest;
-  if (m.root->format_major() != h.major)
-    open_fail(ErrorCode::kCorruption, file, "manifest and header disagree on the format major version");
+  impl->take_manifest(man);
 
   // 5. Blobs: count, headers, lengths, alignment.
   MDB_stat bst;
   lmdb::check(mdb_stat(txn, blob_dbi, &bst), file, "mdb_stat(blobs)", ErrorCode::kCorruption);
-  if (bst.ms_entries != m.blob_payload.size())
-    open_fail(ErrorCode::kCorruption, file,
-              "blob database has " + std::to_string(bst.ms_entries) + " entries, manifest lists " +
-                  std::to_string(m.blob_payload.size()));
-  impl->page_size = meta.page_size;
-  impl->last_page = meta.last_page;
-  const size_t n_blobs = m.blob_payload.size();
-  impl->blob_data.resize(n_blobs);
-  impl->blob_site.resize(n_blobs);
-  impl->blob_checked.reset(new std::atomic<uint8_t>[n_blobs]);
-  for (uint32_t id = 0; id < n_blobs; ++id) {
-    impl->blob_checked[id].store(0, std::memory_order_relaxed);
+  impl->take_blobs(bst.ms_entries, [&](uint32_t id) {
     std::byte key[4];
     format::put_blob_key(key, id);
     auto v = get(blob_dbi, key, "mdb_get(blob)");
+    return Impl::BlobValue{v, overflow_run_of(impl->map_base, v, meta, structure).value_or(UINT64_MAX)};
+  });
+  impl->fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  return Archive(std::move(impl));
+}
+
+void Archive::Impl::check_container(const lmdb::FileReader& in, lmdb::MetaInfo* meta,
+                                    lmdb::StructureStats* structure) {
+  // 1. LMDB meta pages.
+  bool not_lmdb = false;
+  if (std::string why = lmdb::check_meta_pages(in, file_size, meta, &not_lmdb); !why.empty())
+    open_fail(not_lmdb ? ErrorCode::kNotAnArchive : ErrorCode::kCorruption, file,
+              not_lmdb ? "not a treecask archive (" + why + ")" : why);
+  page_size = meta->page_size;
+  last_page = meta->last_page;
+  if (!structure) return;
+  // 1b. The B-tree pages (overflow runs bounded; their first pages are
+  // checked before use: the manifest's at open, a blob's at its first use).
+  bool other_lmdb = false;
+  if (std::string why = lmdb::check_structure(in, file_size, *meta, structure, &other_lmdb,
+                                              /*read_overflow_heads=*/false);
+      !why.empty())
+    open_fail(other_lmdb ? ErrorCode::kNotAnArchive : ErrorCode::kCorruption, file,
+              other_lmdb ? "not a treecask archive (" + why + ")" : why);
+}
+
+void Archive::Impl::take_header(std::span<const std::byte> hdr) {
+  // 3. Header record: magic, version, manifest length and checksum.
+  if (hdr.empty()) open_fail(ErrorCode::kNotAnArchive, file, "no treecask header record");
+  if (!format::decode_header(hdr, &header))
+    open_fail(ErrorCode::kNotAnArchive, file, "header record lacks the TREECASK magic");
+  const auto& h = header;
+  if (h.major > format::kMajor)
+    open_fail(ErrorCode::kUnsupportedVersion, file,
+              "format version " + std::to_string(h.major) + "." + std::to_string(h.minor) +
+                  " is newer than this library reads (" + std::to_string(format::kMajor) + ".x); "
+                  "upgrade treecask");
+  if (h.major < 1) open_fail(ErrorCode::kCorruption, file, "format major version 0 does not exist");
+  if (hdr.size() != format::kHeaderSize)
+    open_fail(ErrorCode::kCorruption, file,
+              "header record is " + std::to_string(hdr.size()) + " bytes, expected 32");
+  if (h.flags != 0) open_fail(ErrorCode::kCorruption, file, "reserved header flags are set");
+}
+
+void Archive::Impl::take_manifest(std::span<const std::byte> man) {
+  const auto& h = header;
+  if (man.size() != h.manifest_length)
+    open_fail(ErrorCode::kCorruption, file,
+              "manifest is " + std::to_string(man.size()) + " bytes, header says " +
+                  std::to_string(h.manifest_length));
+  manifest = parse_manifest(man, file, /*borrow=*/true, h.manifest_checksum);
+  if (manifest->root->format_major() != h.major)
+    open_fail(ErrorCode::kCorruption, file, "manifest and header disagree on the format major version");
+}
+
+void Archive::Impl::take_blobs(uint64_t entries, const std::function<BlobValue(uint32_t)>& value_of) {
+  const Manifest& m = *manifest;
+  if (entries != m.blob_payload.size())
+    open_fail(ErrorCode::kCorruption, file,
+              "blob database has " + std::to_string(entries) + " entries, manifest lists " +
+                  std::to_string(m.blob_payload.size()));
+  const size_t n_blobs = m.blob_payload.size();
+  blob_data.resize(n_blobs);
+  blob_site.resize(n_blobs);
+  blob_checked.reset(new std::atomic<uint8_t>[n_blobs]);
+  for (uint32_t id = 0; id < n_blobs; ++id) {
+    blob_checked[id].store(0, std::memory_order_relaxed);
+    const BlobValue bv = value_of(id);
+    const std::span<const std::byte> v = bv.value;
     if (v.data() == nullptr) open_fail(ErrorCode::kCorruption, file, "blob " + std::to_string(id) + ": missing");
     // Sizes and alignment come from the manifest and the LMDB node, so they
     // are checked here without reading the value; its header is checked at
@@ -310,16 +343,15 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
     if (reinterpret_cast<uintptr_t>(data) % format::kAlignment != 0)
       open_fail(ErrorCode::kCorruption, file,
                 "blob " + std::to_string(id) + ": payload is not 64-byte aligned in the map");
-    impl->blob_data[id] = data;
-    Impl::BlobSite& site = impl->blob_site[id];
+    blob_data[id] = data;
+    BlobSite& site = blob_site[id];
     site.value_size = v.size();
-    site.overflow_page = overflow_run_of(impl->map_base, v, meta, structure).value_or(UINT64_MAX);
+    site.overflow_page = bv.overflow_page;
   }
-  impl->fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  return Archive(std::move(impl));
 }
 
 const std::string& Archive::path() const noexcept { return impl_->file; }
+const Source* Archive::source() const noexcept { return impl_->source.get(); }
 uint64_t Archive::file_size() const noexcept { return impl_->file_size; }
 uint16_t Archive::format_major() const noexcept { return impl_->header.major; }
 uint16_t Archive::format_minor() const noexcept { return impl_->header.minor; }
