@@ -62,3 +62,40 @@ def trees_equal(a, b) -> bool:
         a2, b2 = np.asarray(a), np.asarray(b)
         return a2.dtype == b2.dtype and a2.shape == b2.shape and np.array_equal(bits(a2), bits(b2))
     return type(a) is type(b) and (a == b or (a != a and b != b))
+
+
+# Real object-store servers on 127.0.0.1 (tests/python/stores.py), one of each per
+# session, started on first use. A missing binary fails the fixture (CI installs
+# them: requirements-test.txt, scripts/setup.sh); TREECASK_NO_STORES=1 skips.
+
+def _stores_wanted():
+    if os.environ.get("TREECASK_NO_STORES") == "1":
+        pytest.skip("TREECASK_NO_STORES=1: no object-store servers")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """SeaweedFS S3 gateway: .endpoint, .env(), .create_bucket(), .put(), .store()."""
+    _stores_wanted()
+    import stores
+    with stores.seaweedfs(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """fake-gcs-server: .endpoint, .env(), .create_bucket(), .put(), .store()."""
+    _stores_wanted()
+    import stores
+    with stores.fake_gcs(tmp_path_factory.mktemp("gcs")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory):
+    """nginx serving the directory .root: .url(relpath) (Range honoured) and
+    .url(relpath, location="norange") (Range ignored, 200 + whole body)."""
+    _stores_wanted()
+    import stores
+    with stores.nginx(tmp_path_factory.mktemp("www"), tmp_path_factory.mktemp("nginx")) as server:
+        yield server
