@@ -42,6 +42,10 @@ struct LeafInfo : LeafMeta {
   uint64_t chunk_size = 0;     // raw bytes per chunk
   uint32_t num_chunks = 0;
   uint32_t num_parts = 0;      // zero-copy pieces of a raw leaf (SPEC.md "Large leaves")
+  // Whether view() serves this leaf: raw, stored in at most one part, in a
+  // local archive (a remote one has no map), and not a leaf of a sharded
+  // checkpoint's index (its bytes are in other files).
+  bool has_view = false;
 };
 
 // An open archive. Copies share one mapping; the map stays alive while any

@@ -33,8 +33,10 @@ inline constexpr std::string_view kShardedIndexName = "index.cask";
 
 class TREECASK_API ShardedArchive {
  public:
-  // True when `path` is a directory holding an index.cask (what open() takes).
-  // Never throws.
+  // True when `path` is a directory holding an index.cask (what open() takes),
+  // or a URL (is_url) ending in '/': a checkpoint in a store is named by its
+  // "directory" URL with the slash (docs/remote.md), asked nothing of the
+  // store. Never throws.
   static bool is_sharded(const std::filesystem::path& path) noexcept;
 
   // Opens <dir>/index.cask and every file its ShardRefs name, each with
@@ -56,7 +58,19 @@ class TREECASK_API ShardedArchive {
   // the one the index was committed with, naming the file, both fingerprints
   // and both save ids; a ShardRef that names no leaf, a wrong dtype or shape,
   // overlapping boxes; the message names the shard file and the leaf), kIo.
+  // A `dir` that is a URL (is_url, remote.h) opens the objects
+  // <dir>/index.cask and <dir>/<file> with open_url(), as the overload below.
   static ShardedArchive open(const std::filesystem::path& dir, const OpenOptions& options = {});
+
+  // Opens a checkpoint whose files are objects of a store: `open_object(name)`
+  // gives the Source of "index.cask" and of each shard file the index names
+  // (Archive::open(Source) each, `threads` at a time: one round trip per
+  // file; the manifests only, no tensor bytes). The checks and errors of the
+  // overload above, each naming the object; `shown` is path(). A store has
+  // no directory to swap, so there is no retry: a checkpoint overwritten
+  // meanwhile fails the R9 binding check (kCorruption) instead of mixing.
+  static ShardedArchive open(const SourceOpener& open_object, const std::string& shown,
+                             const OpenOptions& options = {}, unsigned threads = 16);
   static constexpr int kOpenAttempts = 4;
 
   const std::string& path() const noexcept;  // the directory
@@ -108,8 +122,12 @@ class TREECASK_API ShardedArchive {
   struct Impl;
 
  private:
-  static std::shared_ptr<const Impl> open_once(const std::filesystem::path& dir, int dir_fd,
-                                               const OpenOptions& options);
+  // Opens the index and the shard files it names with `at(name)`, `threads`
+  // files at a time, and runs the checks open() lists; `shown` names the
+  // checkpoint in errors and path().
+  static std::shared_ptr<const Impl> open_once(const std::string& shown,
+                                               const std::function<Archive(const std::string&)>& at,
+                                               unsigned threads);
   explicit ShardedArchive(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };

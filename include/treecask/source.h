@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -52,5 +53,10 @@ class TREECASK_API Source {
   // up to this many chunks in parallel. 1 for a source that serialises.
   virtual unsigned concurrency() const noexcept { return 16; }
 };
+
+// Opens the object `name` of a multi-process checkpoint ("index.cask", or a
+// shard file the index names) in the store that holds it: what
+// ShardedArchive::open takes to read a checkpoint from a store.
+using SourceOpener = std::function<std::shared_ptr<const Source>(const std::string& name)>;
 
 }  // namespace treecask

@@ -4,6 +4,7 @@
 
 #include "treecask/archive.h"
 #include "treecask/sharded.h"
+#include "treecask/remote.h"
 #include "treecask/error.h"
 #include "treecask/types.h"
 #include "treecask/commit.h"

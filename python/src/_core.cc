@@ -29,6 +29,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -61,6 +62,82 @@ T open_with(const std::string& path, bool verify_checksums, bool validate_struct
   o.validate_structure = validate_structure;
   nb::gil_scoped_release release;
   return T::open(path, o);
+}
+
+// ---- remote sources (include/treecask/source.h) -------------------------------
+
+// A Source implemented in Python (treecask._remote.ObjectSource, or any object
+// with `name` (str), `size` (int, bytes), `concurrency` (int) and
+// read(offsets, lengths) -> a sequence of bytes-like objects of exactly those
+// lengths). read() runs with the GIL held; the Python side releases it while
+// it waits on the network. A Python exception becomes a treecask::Error
+// naming the object: a treecask error keeps its code, any other is kIo.
+class PySource final : public treecask::Source {
+ public:
+  explicit PySource(nb::object obj) : obj_(std::move(obj)) {
+    name_ = nb::cast<std::string>(obj_.attr("name"));
+    size_ = nb::cast<uint64_t>(obj_.attr("size"));
+    concurrency_ = std::max(nb::cast<unsigned>(obj_.attr("concurrency")), 1u);
+  }
+  ~PySource() override {
+    nb::gil_scoped_acquire gil;  // the last owner may run without it
+    obj_.reset();
+  }
+  const std::string& name() const noexcept override { return name_; }
+  uint64_t size() const noexcept override { return size_; }
+  unsigned concurrency() const noexcept override { return concurrency_; }
+  void read(std::span<const treecask::ReadRange> ranges) const override {
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::list offsets, lengths;
+      for (const auto& r : ranges) {
+        offsets.append(r.offset);
+        lengths.append(r.out.size());
+      }
+      nb::object got = obj_.attr("read")(offsets, lengths);
+      size_t k = 0;
+      for (nb::handle item : got) {
+        if (k >= ranges.size()) break;
+        Py_buffer view;
+        if (PyObject_GetBuffer(item.ptr(), &view, PyBUF_SIMPLE) != 0) throw nb::python_error();
+        const bool fits = static_cast<size_t>(view.len) == ranges[k].out.size();
+        if (fits) std::memcpy(ranges[k].out.data(), view.buf, ranges[k].out.size());
+        const size_t got_len = static_cast<size_t>(view.len);
+        PyBuffer_Release(&view);
+        if (!fits)
+          throw treecask::Error(treecask::ErrorCode::kCorruption, name_, "",
+                                "the source returned " + std::to_string(got_len) + " bytes for a range of " +
+                                    std::to_string(ranges[k].out.size()));
+        ++k;
+      }
+      if (k != ranges.size())
+        throw treecask::Error(treecask::ErrorCode::kIo, name_, "", "the source returned too few ranges");
+    } catch (nb::python_error& e) {
+      nb::object v = nb::borrow(e.value());
+      int code = static_cast<int>(treecask::ErrorCode::kIo);
+      std::string message;
+      if (nb::hasattr(v, "code") && nb::isinstance<nb::int_>(v.attr("code")) && nb::hasattr(v, "message")) {
+        code = nb::cast<int>(v.attr("code"));
+        message = nb::cast<std::string>(nb::str(v.attr("message")));
+      } else {
+        message = nb::cast<std::string>(nb::str(v.type().attr("__name__"))) + ": " +
+                  nb::cast<std::string>(nb::str(v));
+      }
+      throw treecask::Error(static_cast<treecask::ErrorCode>(code), name_, "", message);
+    }
+  }
+
+ private:
+  nb::object obj_;
+  std::string name_;
+  uint64_t size_ = 0;
+  unsigned concurrency_ = 16;
+};
+
+treecask::OpenOptions open_options(bool verify_checksums) {
+  treecask::OpenOptions o;
+  o.verify_checksums = verify_checksums;
+  return o;
 }
 
 // ---- errors -------------------------------------------------------------------
@@ -331,15 +408,12 @@ std::optional<treecask::Sharding> sharding_from_python(nb::handle obj) {
 }
 
 // The one rule for whether the Python package hands out a leaf as a NumPy view of the
-// map (LeafInfo.zero_copy, Archive[key], load(copy=False)): what Archive::view serves --
-// a raw leaf stored in at most one part (include/treecask/archive.h; a 0-byte leaf has
-// none) -- of a dtype whose elements are whole bytes. A packed sub-byte dtype
-// (dtype_packed) is held one element per byte in NumPy (ml_dtypes), so its leaves are
-// unpacked into fresh arrays instead. A leaf of a sharded checkpoint's index (format 3.0,
-// `sharded`: it lists saved boxes) has its bytes in other files: assembled, never viewed.
-bool zero_copy(treecask::Codec codec, uint64_t num_parts, treecask::DType dtype, bool sharded) {
-  return codec == treecask::Codec::kNone && num_parts <= 1 && !treecask::dtype_packed(dtype) && !sharded;
-}
+// map (LeafInfo.zero_copy, Archive[key], load(copy=False)): what Archive::view serves
+// (the core's LeafInfo::has_view: raw, one part, local, not a sharded index's leaf) of
+// a dtype whose elements are whole bytes. A packed sub-byte dtype (dtype_packed) is
+// held one element per byte in NumPy (ml_dtypes), so its leaves are unpacked into
+// fresh arrays instead.
+bool zero_copy(const treecask::LeafInfo& li) { return li.has_view && !treecask::dtype_packed(li.dtype); }
 
 nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   nb::dict d;
@@ -358,7 +432,7 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   d["chunk_size"] = li.chunk_size;
   d["num_chunks"] = li.num_chunks;
   d["num_parts"] = li.num_parts;
-  d["zero_copy"] = zero_copy(li.codec, li.num_parts, li.dtype, !li.shards.empty());
+  d["zero_copy"] = zero_copy(li);
   // Format 3.0 (sharded checkpoints): (file, key_path, start, stop) per saved box.
   nb::list shards;
   for (const auto& r : li.shards)
@@ -390,7 +464,7 @@ nb::tuple leaf_columns_to_python(const A& a, size_t first, size_t count) {
     shapes.append(nb::tuple(nb::cast(li.shape)));
     kinds[k] = static_cast<char>(li.value_kind);
     has_metadata[k] = li.metadata.empty() ? 0 : 1;
-    views[k] = zero_copy(li.codec, li.num_parts, li.dtype, !li.shards.empty()) ? 1 : 0;
+    views[k] = zero_copy(li) ? 1 : 0;
   }
   nb::bytes kind_bytes(kinds.data(), kinds.size()), metadata_bytes(has_metadata.data(), has_metadata.size());
   return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, nb::bytes(views.data(), views.size()));
@@ -650,19 +724,6 @@ NB_MODULE(_core, m) {
       "(a writable C-contiguous buffer of byte_length_for(dtype, shape) bytes) as SPEC.md "
       "\"Dtypes\" stores them. InvalidArgumentError for a dtype that is not packed or a wrong "
       "output size. Releases the GIL.");
-  m.def(
-      "zero_copy",
-      [](std::string_view codec, uint64_t num_parts, nb::handle dtype, bool sharded) {
-        for (int v = 0; v < 256; ++v)  // the codec of that name (codec_name)
-          if (treecask::codec_name(static_cast<treecask::Codec>(v)) == codec)
-            return zero_copy(static_cast<treecask::Codec>(v), num_parts, dtype_of(dtype, ""), sharded);
-        throw treecask::Error(treecask::ErrorCode::kInvalidArgument, "", "",
-                              "unknown codec '" + std::string(codec) + "'");
-      },
-      "codec"_a, "num_parts"_a, "dtype"_a, "sharded"_a = false,
-      "Whether a leaf of this codec name, number of parts and dtype name, listing saved boxes "
-      "in other files or not (sharded), is handed out as a NumPy view of the map (the "
-      "binding's zero_copy rule; LeafInfo.zero_copy).");
   // The numeric values of the enums the package passes across, by the core's names
   // (include/treecask/types.h, writer.h, error.h): treecask.errors' classes take their
   // names from ERROR_CODES by number.
@@ -757,6 +818,14 @@ NB_MODULE(_core, m) {
           "open",
           &open_with<treecask::Archive>,
           "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true)
+      .def_static(
+          "open_source",
+          [](nb::object source, bool verify_checksums) {
+            auto src = std::make_shared<PySource>(std::move(source));
+            nb::gil_scoped_release release;
+            return treecask::Archive::open(src, open_options(verify_checksums));
+          },
+          "source"_a, "verify_checksums"_a = true)
       .def_prop_ro("path", &treecask::Archive::path)
       .def_prop_ro("file_size", &treecask::Archive::file_size)
       .def_prop_ro("format_version",
@@ -956,11 +1025,33 @@ NB_MODULE(_core, m) {
 
   // ---- sharded checkpoints (format 3.0; include/treecask/sharded.h) ----------
   m.def("is_sharded", [](const std::string& path) { return treecask::ShardedArchive::is_sharded(path); });
+  m.def("is_url", [](const std::string& s) { return treecask::is_url(s); });
   nb::class_<treecask::ShardedArchive>(m, "ShardedArchive")
       .def_static(
           "open",
           &open_with<treecask::ShardedArchive>,
           "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true)
+      .def_static(
+          "open_sources",
+          [](nb::object opener, const std::string& shown, bool verify_checksums) {
+            // The opener is called from the open's threads: each call takes the GIL.
+            auto open_object = [opener](const std::string& name) -> std::shared_ptr<const treecask::Source> {
+              nb::gil_scoped_acquire gil;
+              try {
+                return std::make_shared<PySource>(opener(name));
+              } catch (nb::python_error& e) {
+                nb::object v = nb::borrow(e.value());
+                if (nb::hasattr(v, "code") && nb::isinstance<nb::int_>(v.attr("code")) && nb::hasattr(v, "message"))
+                  throw treecask::Error(static_cast<treecask::ErrorCode>(nb::cast<int>(v.attr("code"))),
+                                        nb::cast<std::string>(nb::str(v.attr("file"))), "",
+                                        nb::cast<std::string>(nb::str(v.attr("message"))));
+                throw;
+              }
+            };
+            nb::gil_scoped_release release;
+            return treecask::ShardedArchive::open(open_object, shown, open_options(verify_checksums));
+          },
+          "opener"_a, "shown"_a, "verify_checksums"_a = true)
       .def_prop_ro("path", &treecask::ShardedArchive::path)
       .def_prop_ro("index", [](const treecask::ShardedArchive& s) { return s.index(); })
       // The read methods of Archive above, over the global leaves: the checkpoint's facts, its

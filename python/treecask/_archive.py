@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from . import _core
+from . import _core, _remote
 from ._reader import Reader
 # The public types lived here before _types.py; pickles written then name
 # treecask._archive.LeafInfo (and ShardingInfo, TreeNode, SaveStats): keep them importable.
@@ -38,12 +38,17 @@ class Archive(Reader):
     Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError.
     """
 
-    def __init__(self, path: PathLike, *, verify_checksums: bool = True, validate_structure: bool = True):
+    def __init__(self, path: PathLike, *, verify_checksums: bool = True, validate_structure: bool = True,
+                 storage_options=None):
         self._path = os.fspath(path)
         self._core = None
         self._raw_infos = None
         self._treedef_raw = None
-        self._core = _core.Archive.open(self._path, verify_checksums, validate_structure)
+        if _remote.is_url(self._path):  # an object store (treecask.open's docstring): read by range
+            source = _remote.ObjectSource(self._path, storage_options)
+            self._core = _core.Archive.open_source(source, verify_checksums)
+        else:
+            self._core = _core.Archive.open(self._path, verify_checksums, validate_structure)
 
     def __enter__(self) -> "Archive":
         return self

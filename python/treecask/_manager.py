@@ -38,14 +38,14 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _core, _distributed
+from . import _core, _distributed, _remote
 from . import _jaxutil as J
 from ._open import load
 from ._open import open as open_archive
 from ._request import SaveRequest, compression_code
 from ._save import save
 from ._types import PathLike
-from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError, _with_file
+from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError, UnsupportedError, _with_file
 
 #: Archive metadata keys the manager writes into every step (SPEC.md "Checkpoint directories").
 STEP_KEY = "treecask.step"
@@ -271,6 +271,11 @@ class CheckpointManager:
                  keep_period: Optional[int] = None, best_fn: Optional[Callable[[Any], float]] = None,
                  best_mode: str = "max", save_interval_steps: int = 1, async_save: bool = True,
                  keep_snapshot_memory: bool = False, **save_options: Any):
+        if _remote.is_url(os.fspath(directory)):  # never a local directory "s3:/bucket/run"
+            _remote.check_url(os.fspath(directory))
+            raise UnsupportedError("a CheckpointManager keeps its steps in a local directory; object stores "
+                                   "are read-only for now (treecask.load(url), docs/remote.md)",
+                                   file=os.fspath(directory))
         self.directory = pathlib.Path(os.fspath(directory))
         d = str(self.directory)
         for name, v in (("max_to_keep", max_to_keep), ("keep_period", keep_period)):

@@ -7,14 +7,15 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from . import _core
+from . import _core, _remote
 from ._archive import Archive
 from ._sharded import ShardedCheckpoint
 from ._types import PathLike
+from .errors import NotFoundError
 
 
 def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
-         validate_structure: bool = True) -> Archive:
+         validate_structure: bool = True, storage_options: Optional[dict] = None) -> Archive:
     """Opens an archive for reading: ``with treecask.open(p) as a: a["w"]``.
 
     ``verify_checksums`` (default True) checks each chunk's XXH3 before its
@@ -24,19 +25,49 @@ def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
     A sharded checkpoint directory (written by a multi-process save; SPEC.md
     "Sharded checkpoints") opens as a ShardedCheckpoint, which has the same
     interface over the global arrays.
-    Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError.
+
+    ``path`` may be a URL of an object store: ``s3://bucket/key``,
+    ``gs://bucket/key``, ``az://container/key``, ``http(s)://host/path``
+    (docs/remote.md). The archive is then read by range requests (obstore):
+    the open costs one round trip on a file of this version, every read
+    fetches only the chunks it needs, and every check and checksum of a
+    local read applies (SPEC.md "Remote reading"). A URL that names no
+    object but a "directory" holding ``index.cask`` (or ends with "/") opens
+    as a ShardedCheckpoint. ``storage_options`` overrides the environment's
+    configuration (obstore config keys: ``endpoint``, ``access_key_id``,
+    ``secret_access_key``, ``region``, ...). A URL of a scheme treecask does
+    not serve raises UnsupportedError naming it. Remote leaves are never
+    views (``info(k).zero_copy`` is False).
+    Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError,
+    UnsupportedError.
     """
+    if _remote.is_url(path):
+        _remote.check_url(path)
+        kw = dict(verify_checksums=verify_checksums, storage_options=storage_options)
+        if path.endswith("/"):
+            return ShardedCheckpoint(path, **kw)
+        try:
+            return Archive(path, **kw)
+        except NotFoundError:
+            try:
+                return ShardedCheckpoint(path, **kw)
+            except NotFoundError:
+                pass
+            raise
     if _core.is_sharded(os.fspath(path)):
         return ShardedCheckpoint(path, verify_checksums=verify_checksums, validate_structure=validate_structure)
     return Archive(path, verify_checksums=verify_checksums, validate_structure=validate_structure)
 
 
 def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
-         missing: str = "error", extra: str = "ignore", copy: bool = True) -> Any:
+         missing: str = "error", extra: str = "ignore", copy: bool = True,
+         storage_options: Optional[dict] = None) -> Any:
     """Restores a pytree from an archive.
 
     Args:
-      path: the archive file.
+      path: the archive file, a sharded checkpoint directory, or the URL of
+        either in an object store (s3://, gs://, az://, http(s)://; see
+        :func:`open`, ``storage_options`` as there).
       like: optional template. Without it the tree comes back as nested dicts,
         lists and tuples (namedtuples and dataclasses as dicts of their fields)
         of writable ``numpy.ndarray`` leaves and Python scalars / strings, with
@@ -90,5 +121,5 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
         key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
     """
-    with open(path) as a:  # a file, or a sharded checkpoint directory
+    with open(path, storage_options=storage_options) as a:  # a file, a sharded checkpoint, or a URL of either
         return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy)

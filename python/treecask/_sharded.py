@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, _dtypes
+from . import _core, _dtypes, _remote
 from . import _jaxutil as J
 from ._archive import Archive
 from ._reader import Reader, _index_bounds
@@ -39,12 +39,18 @@ class ShardedCheckpoint(Reader):
     a leaf.
     """
 
-    def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True):
+    def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True,
+                 storage_options=None):
         self._path = os.fspath(path)
         self._raw_infos = None
         self._treedef_raw = None
         self._core = None
-        self._core = _core.ShardedArchive.open(self._path, verify_checksums, validate_structure)
+        if _remote.is_url(self._path):  # its objects in a store, each read by range
+            self._path = self._path.rstrip("/")
+            self._core = _core.ShardedArchive.open_sources(_remote.opener(self._path, storage_options), self._path,
+                                                           verify_checksums)
+        else:
+            self._core = _core.ShardedArchive.open(self._path, verify_checksums, validate_structure)
 
     def __enter__(self) -> "ShardedCheckpoint":
         return self

@@ -106,13 +106,11 @@ class LeafInfo:
     metadata: Mapping[str, str]
     shards: Tuple[ShardBox, ...] = ()
 
-    @property
-    def zero_copy(self) -> bool:
-        """True when ``archive[key]`` is a view of the mapped file: raw, in one
-        part, not a packed sub-byte dtype, not assembled from a sharded
-        checkpoint's boxes (``_core.zero_copy``, the one rule, which
-        ``Archive[key]`` and ``load(copy=False)`` follow too)."""
-        return _core.zero_copy(self.codec, self.num_parts, self.dtype_name, bool(self.shards))
+    # True when ``archive[key]`` is a view of the mapped file: a leaf the
+    # core views (raw, in one part, a local archive, not assembled from a
+    # sharded checkpoint's boxes) of a dtype of whole bytes (the binding's
+    # one rule, which ``Archive[key]`` and ``load(copy=False)`` follow too).
+    zero_copy: bool = False
 
 
 def leaf_info(d: Dict[str, Any]) -> LeafInfo:
@@ -139,6 +137,7 @@ def leaf_info(d: Dict[str, Any]) -> LeafInfo:
         sharding=sharding,
         metadata=dict(d["metadata"]),
         shards=tuple(ShardBox(f, k, tuple(b), tuple(e)) for f, k, b, e in d["shards"]),
+        zero_copy=bool(d["zero_copy"]),
     )
 
 

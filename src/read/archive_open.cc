@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "read/archive_impl.h"
+#include "treecask/remote.h"
 
 namespace treecask {
 
@@ -166,6 +167,7 @@ void Archive::Impl::check_blob(uint32_t id, size_t li) const {
 }
 
 Archive Archive::open(const std::filesystem::path& path, const OpenOptions& options) {
+  if (is_url(path.string())) return open(open_url(path.string()), options);
   return open_at(AT_FDCWD, path, path.string(), options);
 }
 
@@ -378,6 +380,7 @@ LeafInfo Archive::leaf(size_t index) const {
   info.chunk_size = r.chunk_size;
   info.num_chunks = r.num_chunks();
   info.num_parts = r.num_parts;
+  info.has_view = r.codec == Codec::kNone && r.num_parts <= 1 && r.num_shards == 0 && !impl_->source;
   return info;
 }
 

@@ -1,6 +1,8 @@
 // ShardedArchive: the global view of a sharded checkpoint directory
 // (SPEC.md "Sharded checkpoints").
 #include "treecask/sharded.h"
+#include "treecask/remote.h"
+#include "util/parallel.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -63,6 +65,7 @@ struct ShardedArchive::Impl {
 };
 
 bool ShardedArchive::is_sharded(const std::filesystem::path& path) noexcept {
+  if (is_url(path.string())) return path.string().ends_with('/');
   std::error_code ec;
   return std::filesystem::is_directory(path, ec) &&
          std::filesystem::is_regular_file(path / kShardedIndexName, ec);
@@ -117,12 +120,9 @@ bool replaced(const std::filesystem::path& dir, int fd) {
 
 }  // namespace
 
-std::shared_ptr<const ShardedArchive::Impl> ShardedArchive::open_once(const std::filesystem::path& dir, int dir_fd,
-                                                                      const OpenOptions& options) {
-  auto at = [&](const std::string& name) {
-    return Archive::open_at(dir_fd, name, (dir / name).string(), options);
-  };
-  auto im = std::make_shared<Impl>(Impl{dir.string(), at(std::string(kShardedIndexName)), {}, {}, {}, {}});
+std::shared_ptr<const ShardedArchive::Impl> ShardedArchive::open_once(
+    const std::string& shown, const std::function<Archive(const std::string&)>& at, unsigned threads) {
+  auto im = std::make_shared<Impl>(Impl{shown, at(std::string(kShardedIndexName)), {}, {}, {}, {}});
   const Archive& idx = im->index;
   const size_t n = idx.size();
   std::map<std::string, size_t, std::less<>> file_of;
@@ -137,8 +137,14 @@ std::shared_ptr<const ShardedArchive::Impl> ShardedArchive::open_once(const std:
   for (auto& [name, k] : file_of) {
     k = im->names.size();
     im->names.push_back(name);
-    im->archives.push_back(at(name));
-    if (auto b = bound.find(name); b != bound.end()) check_binding(idx, *b->second, im->archives.back());
+  }
+  // The shard files, opened `threads` at a time (a remote open is a round
+  // trip each), then checked against the index in name order.
+  std::vector<std::optional<Archive>> opened(im->names.size());
+  parallel_for(opened.size(), threads, [&](size_t f) { opened[f].emplace(at(im->names[f])); });
+  for (size_t f = 0; f < opened.size(); ++f) {
+    im->archives.push_back(std::move(*opened[f]));
+    if (auto b = bound.find(im->names[f]); b != bound.end()) check_binding(idx, *b->second, im->archives.back());
   }
   im->boxes.resize(n);
   im->stored.resize(n);
@@ -176,7 +182,18 @@ std::shared_ptr<const ShardedArchive::Impl> ShardedArchive::open_once(const std:
   return im;
 }
 
+ShardedArchive ShardedArchive::open(const SourceOpener& open_object, const std::string& shown,
+                                   const OpenOptions& options, unsigned threads) {
+  return ShardedArchive(open_once(
+      shown, [&](const std::string& name) { return Archive::open(open_object(name), options); }, threads));
+}
+
 ShardedArchive ShardedArchive::open(const std::filesystem::path& dir, const OpenOptions& options) {
+  if (is_url(dir.string())) {
+    std::string base = dir.string();
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    return open([&](const std::string& name) { return open_url(base + "/" + name); }, base, options, 16);
+  }
   for (int attempt = 1;; ++attempt) {
     DirFd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
     if (d.fd < 0) {
@@ -185,7 +202,10 @@ ShardedArchive ShardedArchive::open(const std::filesystem::path& dir, const Open
       throw Error(ErrorCode::kIo, dir.string(), "", std::string("cannot open the directory: ") + std::strerror(errno));
     }
     try {
-      return ShardedArchive(open_once(dir, d.fd, options));
+      return ShardedArchive(open_once(
+          dir.string(),
+          [&](const std::string& name) { return Archive::open_at(d.fd, name, (dir / name).string(), options); },
+          1));
     } catch (const Error& e) {
       // A commit with overwrite swapped a new checkpoint in and is removing
       // this one's files: open the new one instead (never a mix of the two).

@@ -2,6 +2,7 @@
 // manifest (encoded by build_manifest, manifest.cc), commit, truncate, fsync,
 // rename (SPEC.md "Atomic commit").
 #include "treecask/writer.h"
+#include "treecask/remote.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -393,6 +394,9 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
                std::span<const LeafInput> leaves, const SaveOptions& opt) {
   const std::string file = path.string();
   // ---- validate everything before touching the file system ----
+  if (is_url(file))  // never a local path "s3:/bucket/...": docs/remote.md
+    throw Error(ErrorCode::kUnsupported, file, "",
+                "save() writes local files; a URL is read-only for now (read it with Archive::open)");
   if (opt.chunk_size < format::kMinChunkSize || opt.chunk_size > format::kMaxChunkSize ||
       opt.chunk_size % 64 != 0)
     throw Error(ErrorCode::kInvalidArgument, file, "",

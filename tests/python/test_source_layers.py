@@ -9,7 +9,7 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LAYERS = ["util", "lmdb", "format", "read", "write"]  # lowest first
+LAYERS = ["util", "remote", "lmdb", "format", "read", "write"]  # lowest first
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

@@ -1,0 +1,173 @@
+"""Archives and multi-process checkpoints in object stores: ``s3://``,
+``gs://``, ``az://``, ``http://`` and ``https://`` URLs read by range through
+obstore (the Rust object_store client: credential chains, retries), as a
+Source of the C++ core (include/treecask/source.h), which runs every check of
+a local open and every chunk checksum on the bytes it is given
+(format/SPEC.md "Remote reading"; docs/remote.md).
+
+Configuration is the environment's, as boto3 and the Google clients read it
+(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_REGION``; ``GOOGLE_APPLICATION_CREDENTIALS``,
+``STORAGE_EMULATOR_HOST`` for a GCS emulator), overridden key by key by
+``storage_options`` (obstore's config keys, e.g. ``endpoint``,
+``access_key_id``, ``region``, ``skip_signature``)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import os
+import re
+import threading
+from typing import Any, Callable, List, Mapping, Optional, Tuple
+
+from .errors import CorruptionError, Error, IoError, NotFoundError, UnsupportedError
+
+# The schemes served, and the obstore store behind each.
+SCHEMES = ("s3", "gs", "az", "http", "https")
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+# The first round trip reads the object's first HEAD_BYTES and last TAIL_BYTES
+# at once (the meta pages; the B-tree pages and the manifest of a file of this
+# version: SPEC.md "Remote reading"); reads inside them cost no request.
+HEAD_BYTES = 64 << 10
+TAIL_BYTES = 4 << 20
+# Ranges in flight at once per object (Source::concurrency()).
+CONCURRENCY = 16
+# obstore's retry policy: 503 / SlowDown / dropped connections are retried with
+# exponential backoff (50 ms doubling to 2 s, 5 times, 60 s in all), then fail.
+_RETRY = {"max_retries": 5, "retry_timeout": datetime.timedelta(seconds=60),
+          "backoff": {"init_backoff": datetime.timedelta(milliseconds=50),
+                      "max_backoff": datetime.timedelta(seconds=2), "base": 2.0}}
+
+
+def is_url(path: Any) -> bool:
+    """True when ``path`` is a str that starts with a URL scheme
+    (``<letters>://``): such a string is never taken for a local path."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def check_url(url: str) -> str:
+    """Returns the scheme of ``url``; UnsupportedError naming it when
+    treecask does not serve it (``hdfs://``, a typo such as ``s4://``)."""
+    scheme = _URL.match(url).group(1).lower()
+    if scheme not in SCHEMES:
+        raise UnsupportedError(
+            f"the URL scheme '{scheme}://' is not served (treecask reads "
+            + ", ".join(s + "://" for s in SCHEMES) + ")", file=url)
+    return scheme
+
+
+def _store_for(url: str, storage_options: Optional[Mapping[str, Any]]):
+    """(obstore store, object path) for ``url``."""
+    import obstore.store
+
+    scheme = check_url(url)
+    options = dict(storage_options or {})
+    client = {"allow_http": True} if scheme != "https" else {}
+    if scheme in ("http", "https"):
+        base, _, name = url.rpartition("/")
+        return obstore.store.HTTPStore.from_url(base + "/", client_options=client or None,
+                                                retry_config=_RETRY), name
+    bucket, _, key = url[len(scheme) + 3:].partition("/")
+    if not bucket or not key:
+        raise UnsupportedError(f"a {scheme}:// URL names a bucket and an object: {scheme}://BUCKET/KEY",
+                               file=url)
+    if scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST") and "base_url" not in options:
+        host = os.environ["STORAGE_EMULATOR_HOST"]
+        options.setdefault("base_url", host if "://" in host else "http://" + host)
+        options.setdefault("skip_signature", True)
+    return obstore.store.from_url(f"{scheme}://{bucket}", config=options or None, client_options=client or None,
+                                  retry_config=_RETRY), key
+
+
+def _error(url: str, exc: BaseException, etag: Optional[str] = None) -> Error:
+    """The treecask error for an obstore failure on ``url``: the first line of
+    its message (obstore's messages name the request, never a secret)."""
+    import obstore.exceptions as E
+
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, E.PreconditionError):
+        return CorruptionError(f"the object changed since it was opened (ETag {etag} pinned at open)", file=url)
+    if isinstance(exc, E.NotSupportedError) and "Range" in first:  # as the C++ source says it
+        return CorruptionError("the server ignored the Range request (HTTP 200 with the whole object "
+                               "instead of 206 Partial Content): serve it from a server that honours Range",
+                               file=url)
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError("no such object (or bucket)", file=url)
+    if isinstance(exc, (E.PermissionDeniedError, E.UnauthenticatedError)):
+        return IoError("access denied: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
+                       "GOOGLE_APPLICATION_CREDENTIALS or storage_options)", file=url)
+    return IoError(f"{type(exc).__name__}: {first}", file=url)
+
+
+class ObjectSource:
+    """One object of a store as a Source of the C++ core: ``name`` (the URL),
+    ``size`` (bytes), ``concurrency`` and ``read(offsets, lengths)``.
+
+    Construction is the first round trip: the object's first ``head_bytes``
+    and last ``tail_bytes`` (two concurrent range requests), which also give
+    its size and ETag. Every later request carries ``If-Match`` with that
+    ETag, so an object replaced meanwhile fails (CorruptionError), never
+    mixes two versions. Raises NotFoundError, IoError, UnsupportedError."""
+
+    def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]] = None, *,
+                 head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES):
+        self.name = url
+        self.concurrency = CONCURRENCY
+        self._store, self._path = _store_for(url, storage_options)
+        self._etag: Optional[str] = None
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._lock = threading.Lock()
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            tail = ex.submit(self._get, {"range": {"suffix": tail_bytes}})
+            head = ex.submit(self._get, {"range": (0, head_bytes)})
+            tail, head = tail.result(), head.result()
+        self.size = int(tail.meta["size"])
+        self._etag = tail.meta.get("e_tag")
+        if head.meta.get("e_tag") != self._etag:
+            raise CorruptionError("the object changed while it was opened", file=url)
+        self._held: List[Tuple[int, bytes]] = [(int(head.range[0]), bytes(head.bytes())),
+                                               (int(tail.range[0]), bytes(tail.bytes()))]
+
+    def _get(self, options: dict):
+        import obstore
+
+        if self._etag is not None:
+            options = dict(options, if_match=self._etag)
+        try:
+            return obstore.get(self._store, self._path, options=options)
+        except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
+            raise _error(self.name, e, self._etag) from None
+
+    def _range(self, offset: int, length: int) -> bytes:
+        for start, data in self._held:
+            if start <= offset and offset + length <= start + len(data):
+                return data[offset - start:offset - start + length]
+        got = self._get({"range": (offset, offset + length)})
+        data = got.bytes()
+        if len(data) != length or int(got.range[0]) != offset:
+            raise CorruptionError(f"asked for bytes [{offset}, {offset + length}), the server sent "
+                                  f"[{got.range[0]}, {got.range[1]})", file=self.name)
+        return data
+
+    def read(self, offsets: List[int], lengths: List[int]) -> List[Any]:
+        """The bytes of each range ``[offsets[i], offsets[i] + lengths[i])``,
+        several ranges fetched concurrently."""
+        if len(offsets) == 1:
+            return [self._range(offsets[0], lengths[0])]
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency)
+        return list(self._pool.map(self._range, offsets, lengths))
+
+    def __del__(self):
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=False)
+
+
+def opener(base_url: str, storage_options: Optional[Mapping[str, Any]] = None) -> Callable[[str], ObjectSource]:
+    """The objects of the multi-process checkpoint at ``base_url`` (its
+    ``index.cask`` and shard files), for ``_core.ShardedArchive.open_sources``."""
+    base = base_url.rstrip("/")
+    return lambda name: ObjectSource(f"{base}/{name}", storage_options)

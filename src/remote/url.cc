@@ -1,0 +1,348 @@
+#include "remote/url.h"
+
+#include <cstdlib>
+#include <initializer_list>
+
+#include "treecask/error.h"
+
+namespace treecask {
+
+bool is_url(std::string_view s) noexcept {
+  auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (s.empty() || !letter(s[0])) return false;
+  size_t i = 1;
+  while (i < s.size() && (letter(s[i]) || digit(s[i]) || s[i] == '+' || s[i] == '.' || s[i] == '-')) ++i;
+  return s.substr(i, 3) == "://";
+}
+
+namespace remote {
+namespace {
+
+// SHA-256 of the empty body: the payload hash of a signed GET (S3 requires
+// x-amz-content-sha256 on every SigV4 request).
+constexpr const char* kEmptySha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+constexpr const char* kS3CredentialsHint =
+    "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, or storage_options "
+    "access_key_id, secret_access_key and session_token";
+constexpr const char* kGcsCredentialsHint =
+    "GOOGLE_OAUTH_ACCESS_TOKEN or storage_options bearer_token";
+
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; }
+
+// The environment variable `name`, "" when unset or empty.
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+// storage_options[key] when set and not empty, else the first non-empty of
+// the environment variables `vars`, else "".
+std::string setting(const RemoteOptions& options, const char* key, std::initializer_list<const char*> vars) {
+  auto it = options.storage_options.find(key);
+  if (it != options.storage_options.end() && !it->second.empty()) return it->second;
+  for (const char* var : vars) {
+    std::string v = env(var);
+    if (!v.empty()) return v;
+  }
+  return {};
+}
+
+std::string option(const RemoteOptions& options, const char* key) { return setting(options, key, {}); }
+
+[[noreturn]] void invalid(const std::string& name, const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, name, "", message);
+}
+
+// Splits "<bucket>/<key>" (what follows "s3://" or "gs://"); both must be
+// non-empty.
+void split_bucket_key(const std::string& name, std::string_view scheme, std::string_view rest, std::string* bucket,
+                      std::string* key) {
+  size_t slash = rest.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == rest.size())
+    invalid(name, std::string("expected ") + std::string(scheme) + "://<bucket>/<key>");
+  *bucket = std::string(rest.substr(0, slash));
+  *key = std::string(rest.substr(slash + 1));
+}
+
+// An endpoint URL without its trailing '/'; it must be http:// or https://
+// (`what` names where it came from, for the error).
+std::string checked_endpoint(const std::string& name, std::string endpoint, const char* what) {
+  std::string scheme = url_scheme(endpoint);
+  if (scheme != "http" && scheme != "https")
+    invalid(name, std::string("the endpoint from ") + what + " must start with http:// or https:// (got \"" +
+                      redact_url(endpoint) + "\")");
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  return endpoint;
+}
+
+// True when `bucket` can be a host name label: virtual-hosted-style S3 URLs
+// need it (a bucket with dots would not match the TLS certificate).
+bool dns_label(std::string_view bucket) {
+  if (bucket.size() < 3 || bucket.size() > 63) return false;
+  for (char c : bucket)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  return bucket.front() != '-' && bucket.back() != '-';
+}
+
+void check_option_keys(const std::string& name, const RemoteOptions& options) {
+  static constexpr std::string_view kKnown[] = {"endpoint",          "region",        "access_key_id",
+                                                "secret_access_key", "session_token", "bearer_token"};
+  for (const auto& [key, value] : options.storage_options) {
+    bool known = false;
+    for (std::string_view k : kKnown) known = known || key == k;
+    if (!known)
+      invalid(name, "unknown storage option \"" + key +
+                        "\" (known: endpoint, region, access_key_id, secret_access_key, session_token, "
+                        "bearer_token)");
+  }
+}
+
+Endpoint resolve_s3(const std::string& url, Endpoint e, const RemoteOptions& options) {
+  std::string key;
+  split_bucket_key(e.name, "s3", std::string_view(url).substr(5), &e.bucket, &key);
+  e.service = Service::kS3;
+  std::string region = setting(options, "region", {"AWS_REGION", "AWS_DEFAULT_REGION"});
+  if (region.empty()) region = "us-east-1";
+
+  std::string endpoint = option(options, "endpoint");
+  const char* from = "storage_options endpoint";
+  if (endpoint.empty() && !(endpoint = env("AWS_ENDPOINT_URL_S3")).empty()) from = "AWS_ENDPOINT_URL_S3";
+  if (endpoint.empty() && !(endpoint = env("AWS_ENDPOINT_URL")).empty()) from = "AWS_ENDPOINT_URL";
+  if (!endpoint.empty()) {
+    e.url = checked_endpoint(e.name, endpoint, from) + "/" + percent_encode(e.bucket, false) + "/" +
+            percent_encode(key, true);
+  } else if (dns_label(e.bucket)) {
+    e.url = "https://" + e.bucket + ".s3." + region + ".amazonaws.com/" + percent_encode(key, true);
+  } else {
+    e.url = "https://s3." + region + ".amazonaws.com/" + percent_encode(e.bucket, false) + "/" +
+            percent_encode(key, true);
+  }
+
+  // The key pair comes whole from storage_options, or whole from the
+  // environment: never half from each.
+  auto has = [&](const char* k) { return !option(options, k).empty(); };
+  std::string id, secret, token;
+  if (has("access_key_id") || has("secret_access_key")) {
+    id = option(options, "access_key_id");
+    secret = option(options, "secret_access_key");
+    token = option(options, "session_token");
+    if (id.empty() || secret.empty())
+      invalid(e.name, std::string("storage_options has ") + (id.empty() ? "secret_access_key" : "access_key_id") +
+                          " without " + (id.empty() ? "access_key_id" : "secret_access_key"));
+  } else {
+    id = env("AWS_ACCESS_KEY_ID");
+    secret = env("AWS_SECRET_ACCESS_KEY");
+    token = option(options, "session_token");
+    if (token.empty()) token = env("AWS_SESSION_TOKEN");
+    if (id.empty() != secret.empty())
+      invalid(e.name, std::string("the environment has ") +
+                          (id.empty() ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID") + " without " +
+                          (id.empty() ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY"));
+  }
+  if (!id.empty()) {
+    e.aws_sigv4 = "aws:amz:" + region + ":s3";
+    e.access_key_id = std::move(id);
+    e.secret_access_key = std::move(secret);
+    e.headers.push_back(std::string("x-amz-content-sha256: ") + kEmptySha256);
+    if (!token.empty()) e.headers.push_back("x-amz-security-token: " + token);
+    e.credentials_hint = std::string("check credentials: ") + kS3CredentialsHint;
+  } else {
+    e.credentials_hint = std::string("no credentials were sent: set ") + kS3CredentialsHint;
+  }
+  return e;
+}
+
+Endpoint resolve_gs(const std::string& url, Endpoint e, const RemoteOptions& options) {
+  std::string key;
+  split_bucket_key(e.name, "gs", std::string_view(url).substr(5), &e.bucket, &key);
+  std::string emulator = option(options, "endpoint");
+  const char* from = "storage_options endpoint";
+  if (emulator.empty() && !(emulator = env("STORAGE_EMULATOR_HOST")).empty()) from = "STORAGE_EMULATOR_HOST";
+  if (!emulator.empty()) {
+    // "host:port" or "http://host:port"; the JSON API's media download.
+    if (url_scheme(emulator).empty()) emulator = "http://" + emulator;
+    e.service = Service::kGcsJson;
+    e.url = checked_endpoint(e.name, emulator, from) + "/storage/v1/b/" + percent_encode(e.bucket, false) +
+            "/o/" + percent_encode(key, false) + "?alt=media";
+  } else {
+    e.service = Service::kGcs;
+    e.url = "https://storage.googleapis.com/" + percent_encode(e.bucket, false) + "/" + percent_encode(key, true);
+  }
+  std::string token = setting(options, "bearer_token", {"GOOGLE_OAUTH_ACCESS_TOKEN"});
+  if (!token.empty()) {
+    e.headers.push_back("Authorization: Bearer " + token);
+    e.credentials_hint = std::string("check credentials: ") + kGcsCredentialsHint;
+  } else {
+    e.credentials_hint = std::string("no credentials were sent: set ") + kGcsCredentialsHint;
+  }
+  return e;
+}
+
+}  // namespace
+
+std::string url_scheme(std::string_view s) {
+  if (!is_url(s)) return {};
+  std::string scheme(s.substr(0, s.find("://")));
+  for (char& c : scheme) c = lower(c);
+  return scheme;
+}
+
+std::string percent_encode(std::string_view s, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+                      c == '.' || c == '_' || c == '~' || (keep_slash && c == '/');
+    if (unreserved) {
+      out.push_back(ch);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string redact_url(std::string_view url) {
+  std::string out(url);
+  size_t start = out.find("://");
+  if (start == std::string::npos) return out;
+  start += 3;
+  // user:password@host -> user:***@host
+  size_t end = out.find_first_of("/?#", start);
+  if (end == std::string::npos) end = out.size();
+  size_t at = out.rfind('@', end - 1);
+  if (at != std::string::npos && at >= start) {
+    size_t colon = out.find(':', start);
+    if (colon != std::string::npos && colon < at) {
+      out.replace(colon + 1, at - colon - 1, "***");
+      end = out.find_first_of("/?#", start);
+      if (end == std::string::npos) end = out.size();
+    }
+  }
+  // ?X-Amz-Signature=...&X-Amz-Security-Token=... -> ***
+  static constexpr std::string_view kSecretParams[] = {
+      "x-amz-signature", "x-amz-security-token", "x-goog-signature", "signature", "sig", "token", "access_token",
+  };
+  size_t q = out.find('?', start);
+  if (q == std::string::npos) return out;
+  size_t fragment = out.find('#', q);
+  size_t pos = q + 1;
+  while (pos < (fragment == std::string::npos ? out.size() : fragment)) {
+    size_t limit = fragment == std::string::npos ? out.size() : fragment;
+    size_t amp = out.find('&', pos);
+    if (amp == std::string::npos || amp > limit) amp = limit;
+    size_t eq = out.find('=', pos);
+    if (eq != std::string::npos && eq < amp) {
+      std::string_view param(out.data() + pos, eq - pos);
+      bool secret = false;
+      for (std::string_view s : kSecretParams) secret = secret || iequals(param, s);
+      if (secret && amp > eq + 1) {
+        out.replace(eq + 1, amp - eq - 1, "***");
+        amp = eq + 4;
+        if (fragment != std::string::npos) fragment = out.find('#', q);
+      }
+    }
+    pos = amp + 1;
+  }
+  return out;
+}
+
+Endpoint resolve(const std::string& url, const RemoteOptions& options) {
+  Endpoint e;
+  e.name = redact_url(url);
+  std::string scheme = url_scheme(url);
+  if (scheme.empty()) invalid(e.name, "not a URL: expected s3://, gs://, http:// or https://");
+  if (scheme != "s3" && scheme != "gs" && scheme != "http" && scheme != "https")
+    throw Error(ErrorCode::kUnsupported, e.name, "",
+                "the URL scheme \"" + scheme + "://\" is not supported (s3://, gs://, http:// and https:// are)");
+  check_option_keys(e.name, options);
+  e.ca_bundle = scheme == "s3" ? env("AWS_CA_BUNDLE") : std::string();
+  if (e.ca_bundle.empty()) e.ca_bundle = env("CURL_CA_BUNDLE");
+  if (e.ca_bundle.empty()) e.ca_bundle = env("SSL_CERT_FILE");
+  if (scheme == "s3") return resolve_s3(url, std::move(e), options);
+  if (scheme == "gs") return resolve_gs(url, std::move(e), options);
+  e.service = Service::kHttp;
+  e.url = url;
+  e.follow_redirects = true;
+  std::string token = option(options, "bearer_token");
+  if (!token.empty()) e.headers.push_back("Authorization: Bearer " + token);
+  e.credentials_hint = token.empty() ? "no credentials were sent" : "check the storage_options bearer_token";
+  return e;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (lower(a[i]) != lower(b[i])) return false;
+  return true;
+}
+
+bool contains_nocase(std::string_view haystack, std::string_view needle) {
+  if (needle.size() > haystack.size()) return false;
+  for (size_t i = 0; i + needle.size() <= haystack.size(); ++i)
+    if (iequals(haystack.substr(i, needle.size()), needle)) return true;
+  return false;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+    s.remove_suffix(1);
+  return s;
+}
+
+std::optional<uint64_t> parse_u64(std::string_view s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    uint64_t d = uint64_t(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return std::nullopt;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+std::optional<ContentRange> parse_content_range(std::string_view v) {
+  v = trim(v);
+  if (v.size() < 6 || !iequals(v.substr(0, 6), "bytes ")) return std::nullopt;
+  v = trim(v.substr(6));
+  size_t slash = v.find('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  std::string_view range = v.substr(0, slash), total = v.substr(slash + 1);
+  ContentRange cr;
+  if (total != "*") {
+    cr.total = parse_u64(total);
+    if (!cr.total) return std::nullopt;
+  }
+  if (range == "*") {
+    cr.unsatisfied = true;
+    return cr;
+  }
+  size_t dash = range.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  auto first = parse_u64(range.substr(0, dash)), last = parse_u64(range.substr(dash + 1));
+  if (!first || !last || *first > *last) return std::nullopt;
+  if (cr.total && *last >= *cr.total) return std::nullopt;
+  cr.first = *first;
+  cr.last = *last;
+  return cr;
+}
+
+std::string s3_error_code(std::string_view body) {
+  size_t a = body.find("<Code>");
+  if (a == std::string_view::npos) return {};
+  a += 6;
+  size_t b = body.find("</Code>", a);
+  if (b == std::string_view::npos || b - a > 64) return {};
+  return std::string(body.substr(a, b - a));
+}
+
+}  // namespace remote
+}  // namespace treecask

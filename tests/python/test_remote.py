@@ -1,0 +1,250 @@
+"""Reading archives and multi-process checkpoints straight from object stores
+(s3:// on SeaweedFS, gs:// on fake-gcs-server, http:// on nginx; the servers
+are real, started on loopback by conftest.py): the same trees, checks and
+errors as local files, one round trip to open, only the chunks a read needs
+(format/SPEC.md "Remote reading", docs/remote.md)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import uuid
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import treecask
+from treecask.errors import (ChecksumError, CorruptionError, IoError, NotFoundError,
+                             UnsupportedError)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CLI = os.environ.get("TREECASK_CLI")
+
+
+def model_tree():
+    """A small model's state: several dtypes, a compressible leaf, scalars, a string."""
+    rng = np.random.default_rng(0)
+    return {
+        "params": {
+            "embed": rng.standard_normal((512, 256)).astype(ml_dtypes.bfloat16),
+            "dense": {"kernel": rng.standard_normal((256, 1024)).astype(np.float32),
+                      "bias": np.zeros(1024, np.float32)},
+            "mask": (np.arange(200_000) % 3 == 0),
+        },
+        "step": 1234,
+        "lr": 0.25,
+        "note": "remote",
+    }
+
+
+def assert_same(got, want):
+    assert set(got) == set(want)
+    for k, v in want.items():
+        if isinstance(v, dict):
+            assert_same(got[k], v)
+        elif isinstance(v, np.ndarray):
+            assert got[k].dtype == v.dtype and got[k].shape == v.shape
+            assert np.array_equal(got[k].view(np.uint8), v.view(np.uint8))
+        else:
+            assert got[k] == v
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """(path, tree) of an archive saved locally, to upload."""
+    d = tmp_path_factory.mktemp("remote")
+    tree = model_tree()
+    p = d / "model.cask"
+    treecask.save(p, tree, chunk_size=64 << 10)
+    return p, tree
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """The boto3-style environment that points clients at the S3 server."""
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    return s3_server
+
+
+def s3_object(s3, path, bucket="ckpts"):
+    s3.create_bucket(bucket)
+    key = f"{uuid.uuid4().hex}/{pathlib.Path(path).name}"
+    s3.put(bucket, key, path)
+    return f"s3://{bucket}/{key}"
+
+
+def test_load_from_s3_gcs_and_http_equals_the_local_file(saved, s3_env, gcs_server, http_server, monkeypatch):
+    path, tree = saved
+    urls = [s3_object(s3_env, path)]
+    gcs_server.create_bucket("gbucket")
+    gcs_server.put("gbucket", "runs/model.cask", path)
+    for k, v in gcs_server.env().items():
+        monkeypatch.setenv(k, v)
+    urls.append("gs://gbucket/runs/model.cask")
+    shutil.copy(path, http_server.root / "model.cask")
+    urls.append(http_server.url("model.cask"))
+    local = treecask.open(path)
+    for url in urls:
+        assert_same(treecask.load(url), tree)
+        with treecask.open(url) as a:
+            assert a.path == url
+            assert a.keys() == local.keys()
+            info = a.info("params/dense/kernel")
+            assert info.zero_copy is False  # no map to view: every leaf is read
+            assert info.byte_length == local.info("params/dense/kernel").byte_length
+            np.testing.assert_array_equal(a.read_slice("params/dense/kernel", (slice(3, 9), slice(100, 700))),
+                                          tree["params"]["dense"]["kernel"][3:9, 100:700])
+            np.testing.assert_array_equal(a.read_rows("params/embed", 10, 20), tree["params"]["embed"][10:20])
+            assert a.verify() == []
+        sub = treecask.load(url, subtree="params/dense")
+        assert_same(sub, tree["params"]["dense"])
+
+
+def test_storage_options_override_the_environment_and_never_print_a_secret(saved, s3_server, monkeypatch):
+    path, tree = saved
+    url = s3_object(s3_server, path)
+    for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    env = s3_server.env()
+    good = {"endpoint": env["AWS_ENDPOINT_URL"], "access_key_id": env["AWS_ACCESS_KEY_ID"],
+            "secret_access_key": env["AWS_SECRET_ACCESS_KEY"], "region": env["AWS_REGION"]}
+    assert_same(treecask.load(url, storage_options=good), tree)
+    secret = "wrong-secret-that-must-not-leak-9f8e7d"
+    with pytest.raises(IoError) as e:
+        treecask.load(url, storage_options=dict(good, secret_access_key=secret))
+    assert url in str(e.value) and "access denied" in str(e.value)
+    assert secret not in str(e.value) and env["AWS_SECRET_ACCESS_KEY"] not in str(e.value)
+
+
+def test_missing_objects_and_buckets_are_not_found(s3_env):
+    s3_env.create_bucket("present")
+    for url in ("s3://present/no/such.cask", "s3://absent-bucket/x.cask"):
+        with pytest.raises(NotFoundError) as e:
+            treecask.open(url)
+        assert url in str(e.value)
+
+
+def test_a_scheme_treecask_does_not_serve_is_never_taken_for_a_local_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for url in ("hdfs://namenode/ckpt.cask", "s4://bucket/ckpt.cask"):
+        with pytest.raises(UnsupportedError) as e:
+            treecask.load(url)
+        assert url.split("://")[0] + "://" in str(e.value)
+    with pytest.raises(UnsupportedError):
+        treecask.CheckpointManager("s3://bucket/run")
+    assert list(tmp_path.iterdir()) == []  # no local directory "s3:" was made
+
+
+def test_a_tampered_object_is_a_checksum_error_naming_the_url_and_key_path(saved, s3_env, tmp_path):
+    path, tree = saved
+    data = bytearray(path.read_bytes())
+    kernel = tree["params"]["dense"]["kernel"].tobytes()
+    at = data.find(kernel[70_000:70_064])  # inside a raw chunk of the kernel
+    assert at > 0
+    data[at + 10] ^= 0xFF
+    bad = tmp_path / "tampered.cask"
+    bad.write_bytes(bytes(data))
+    url = s3_object(s3_env, bad)
+    with treecask.open(url) as a:
+        np.testing.assert_array_equal(a.read("params/dense/bias"), tree["params"]["dense"]["bias"])  # others read
+        with pytest.raises(ChecksumError) as e:
+            a.read("params/dense/kernel")
+        assert e.value.file == url and e.value.key_path == "params/dense/kernel"
+    # A truncated object fails at open, never reads as something else.
+    cut = tmp_path / "truncated.cask"
+    cut.write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(CorruptionError) as e:
+        treecask.open(s3_object(s3_env, cut))
+    assert "truncated" in str(e.value) or "corruption" in str(e.value)
+
+
+def test_an_object_replaced_after_open_is_detected_never_mixed(s3_env, tmp_path):
+    # 12 MiB: larger than the bytes the open fetched, so the read goes to the store.
+    tree = {"big": np.arange(3 << 20, dtype=np.float32), "step": 1}
+    path = tmp_path / "v1.cask"
+    treecask.save(path, tree)
+    url = s3_object(s3_env, path)
+    bucket, key = url[len("s3://"):].split("/", 1)
+    a = treecask.open(url)
+    p2 = tmp_path / "v2.cask"
+    treecask.save(p2, dict(tree, step=2))
+    s3_env.put(bucket, key, p2)
+    with pytest.raises(CorruptionError) as e:
+        a.read("big")
+    assert "changed since it was opened" in str(e.value) and url in str(e.value)
+
+
+def test_a_server_that_ignores_range_is_refused(saved, http_server):
+    path, _ = saved
+    shutil.copy(path, http_server.root / "norange.cask")
+    with pytest.raises((IoError, UnsupportedError, CorruptionError)) as e:
+        treecask.load(http_server.url("norange.cask", location="norange"))
+    assert "Range" in str(e.value)
+
+
+def test_a_multi_process_checkpoint_reads_from_a_bucket(s3_env):
+    local_dir = ROOT / "format" / "vectors" / "v3_1_bound"
+    s3_env.create_bucket("sharded")
+    prefix = uuid.uuid4().hex
+    for f in local_dir.iterdir():
+        s3_env.put("sharded", f"{prefix}/step_1/{f.name}", f)
+    local = treecask.open(local_dir)
+    for url in (f"s3://sharded/{prefix}/step_1/", f"s3://sharded/{prefix}/step_1"):
+        with treecask.open(url) as c:
+            assert isinstance(c, treecask.ShardedCheckpoint)
+            assert c.keys() == local.keys()
+            for k in local.keys():
+                np.testing.assert_array_equal(c.read(k), local.read(k))
+
+
+def access_log_lines(http_server):
+    return (http_server.server.log_path.parent / "access.log").read_text().splitlines()
+
+
+def test_open_and_first_tensor_of_10000_leaves_take_at_most_3_requests(http_server, tmp_path):
+    tree = {f"layer_{i:05d}": np.full((64,), i, np.float32) for i in range(10_000)}
+    p = http_server.root / "many.cask"
+    treecask.save(p, tree)
+    before = len(access_log_lines(http_server))
+    with treecask.open(http_server.url("many.cask")) as a:
+        np.testing.assert_array_equal(a.read("layer_00000"), tree["layer_00000"])
+    after = access_log_lines(http_server)[before:]
+    assert len([line for line in after if "many.cask" in line]) <= 3, after
+
+
+@pytest.mark.skipif(not CLI, reason="TREECASK_CLI is not set (point it at the built CLI)")
+def test_the_cli_reads_urls_with_libcurl(saved, s3_env, http_server, tmp_path):
+    path, tree = saved
+    url = s3_object(s3_env, path)
+    shutil.copy(path, http_server.root / "cli.cask")
+
+    def cli(*args):
+        return subprocess.run([CLI, *args], capture_output=True, text=True, env=os.environ.copy())
+
+    for u in (url, http_server.url("cli.cask")):
+        r = cli("info", u)
+        assert r.returncode == 0, r.stderr
+        assert "params/dense/kernel" in cli("ls", u).stdout
+        r = cli("verify", u)
+        assert r.returncode == 0, r.stderr
+        out = tmp_path / (uuid.uuid4().hex + ".npy")
+        r = cli("get", u, "params/dense/bias", "-o", str(out))
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_array_equal(np.load(out), tree["params"]["dense"]["bias"])
+    # export: an archive of arrays only (safetensors holds no scalars), from the bucket.
+    arrays = tmp_path / "arrays.cask"
+    treecask.save(arrays, tree["params"])
+    st = tmp_path / "arrays.safetensors"
+    r = cli("export", s3_object(s3_env, arrays), str(st))
+    assert r.returncode == 0, r.stderr
+    want = tmp_path / "local.safetensors"  # the same bytes as the local file's export
+    assert cli("export", str(arrays), str(want)).returncode == 0
+    assert st.read_bytes() == want.read_bytes()
+    r = cli("info", "hdfs://nn/x.cask")
+    assert r.returncode != 0 and "hdfs://" in r.stderr
+    r = cli("info", "s3://ckpts/no/such.cask")
+    assert r.returncode != 0 and "not found" in r.stderr
