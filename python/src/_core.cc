@@ -101,7 +101,10 @@ class PySource final : public treecask::Source {
         Py_buffer view;
         if (PyObject_GetBuffer(item.ptr(), &view, PyBUF_SIMPLE) != 0) throw nb::python_error();
         const bool fits = static_cast<size_t>(view.len) == ranges[k].out.size();
-        if (fits) std::memcpy(ranges[k].out.data(), view.buf, ranges[k].out.size());
+        if (fits) {  // the buffer stays held; other threads run Python meanwhile
+          nb::gil_scoped_release copying;
+          std::memcpy(ranges[k].out.data(), view.buf, ranges[k].out.size());
+        }
         const size_t got_len = static_cast<size_t>(view.len);
         PyBuffer_Release(&view);
         if (!fits)

@@ -173,9 +173,10 @@ void Archive::read(size_t index, std::span<std::byte> out, Verify verify) const 
   unsigned threads = r.byte_length >= (8u << 20) ? resolve_threads(0) : 1;
   std::vector<Impl::ChunkJob> jobs(r.num_chunks());
   for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) jobs[ci] = {index, ci};
-  im.for_chunks(jobs, threads, [&](const Impl::ChunkJob& j, unsigned) {
-    im.decode_chunk(index, j.chunk, out.data() + j.chunk * r.chunk_size, check);
-  });
+  auto to = [&](const Impl::ChunkJob& j) { return out.data() + j.chunk * r.chunk_size; };
+  im.for_chunks(
+      jobs, threads, [&](const Impl::ChunkJob& j, unsigned) { im.decode_chunk(index, j.chunk, to(j), check); },
+      [&](const Impl::ChunkJob& j) { return im.chunk_is_raw(r, im.chunk_of(j)) ? to(j) : nullptr; });
 }
 
 void Archive::read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
@@ -198,9 +199,11 @@ void Archive::read_many(std::span<const size_t> indices, std::span<const std::sp
   }
   bool check = im.want_verify(verify);
   const Impl::ChunkJob* first = jobs.data();
-  im.for_chunks(jobs, resolve_threads(threads), [&](const Impl::ChunkJob& j, unsigned) {
-    im.decode_chunk(j.leaf, j.chunk, dst[static_cast<size_t>(&j - first)], check);
-  });
+  auto to = [&](const Impl::ChunkJob& j) { return dst[static_cast<size_t>(&j - first)]; };
+  im.for_chunks(
+      jobs, resolve_threads(threads),
+      [&](const Impl::ChunkJob& j, unsigned) { im.decode_chunk(j.leaf, j.chunk, to(j), check); },
+      [&](const Impl::ChunkJob& j) { return im.chunk_is_raw(im.rec(j.leaf), im.chunk_of(j)) ? to(j) : nullptr; });
 }
 
 void Archive::read_rows(size_t index, int64_t row_begin, int64_t row_end, std::span<std::byte> out,

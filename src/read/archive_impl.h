@@ -180,25 +180,32 @@ struct Archive::Impl {
     if (done < src.size()) std::memcpy(out + done, src.data() + done, src.size() - done);
   }
   // ---- The bytes of a remote archive ----
-  // A range of the file already fetched by the calling thread (for_chunks
-  // sets it while it visits the chunks of one fetched group): fetch() serves
-  // reads inside it from memory.
+  // The ranges of the file already fetched by the calling thread (for_chunks
+  // sets them while it visits the chunks of one fetched group): fetch()
+  // serves reads inside them from memory. At most two: a group's bytes and
+  // the header of its first blob when that was fetched apart.
   struct Window {
     const Impl* owner = nullptr;
-    uint64_t start = 0;
-    std::span<const std::byte> bytes;
+    struct Piece {
+      uint64_t start = 0;
+      std::span<const std::byte> bytes;
+    };
+    Piece pieces[2];
   };
   static inline thread_local const Window* t_window = nullptr;
 
   // Copies the file's bytes [off, off + n) of a remote archive to `out`: from
-  // the calling thread's window when it holds them, else with one range read
-  // of the source (throws what Source::read throws).
+  // the calling thread's window when it holds them (no copy when they were
+  // fetched in place, at `out`), else with one range read of the source
+  // (throws what Source::read throws).
   void fetch(uint64_t off, std::byte* out, size_t n) const {
-    if (const Window* w = t_window; w && w->owner == this && off >= w->start &&
-                                    off - w->start <= w->bytes.size() && n <= w->bytes.size() - (off - w->start)) {
-      std::memcpy(out, w->bytes.data() + (off - w->start), n);
-      return;
-    }
+    if (const Window* w = t_window; w && w->owner == this)
+      for (const Window::Piece& p : w->pieces)
+        if (off >= p.start && off - p.start <= p.bytes.size() && n <= p.bytes.size() - (off - p.start)) {
+          const std::byte* at = p.bytes.data() + (off - p.start);
+          if (at != out) std::memcpy(out, at, n);
+          return;
+        }
     ReadRange r{off, {out, n}};
     source->read(std::span<const ReadRange>(&r, 1));
   }
@@ -208,6 +215,9 @@ struct Archive::Impl {
     size_t leaf;
     uint64_t chunk;
   };
+  const fb::Chunk* chunk_of(const ChunkJob& j) const {
+    return rec(j.leaf).chunks->Get(static_cast<flatbuffers::uoffset_t>(j.chunk));
+  }
   // Where chunk `ci` of leaf `li` starts in the file (no check of its blob).
   uint64_t chunk_offset(size_t li, uint64_t ci) const {
     const fb::Chunk* c = rec(li).chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
@@ -216,70 +226,113 @@ struct Archive::Impl {
   // Remote reads fetch the chunks they need in groups: chunks in file order,
   // merged while the gap to the next is at most kFetchGap bytes and the group
   // spans at most kFetchGroup bytes (a larger chunk is a group of its own).
-  // A group also takes in its first blob's header, when not yet checked and
-  // at most kFetchHeadReach bytes before it, so the blob check of SPEC.md
-  // step 38 costs no request of its own. Memory: one group per worker, at
-  // most Source::concurrency() workers.
-  static constexpr uint64_t kFetchGroup = uint64_t{4} << 20;
+  // A group of raw chunks bound for consecutive bytes of the caller's memory
+  // (`in_place`; a run of at least kInPlaceMin bytes) is fetched straight
+  // there; any other into a buffer of its worker. A group whose first blob's header is not checked yet fetches it
+  // too, in the same request when it lies at most kFetchHeadReach bytes
+  // before the group, else as a second range of the same call, so the blob
+  // check of SPEC.md step 38 costs no round trip of its own. Memory: one
+  // buffered group per worker, at most Source::concurrency() workers.
+  static constexpr uint64_t kFetchGroup = uint64_t{8} << 20;
   static constexpr uint64_t kFetchGap = uint64_t{64} << 10;
   static constexpr uint64_t kFetchHeadReach = uint64_t{256} << 10;
+  static constexpr uint64_t kInPlaceMin = uint64_t{256} << 10;
 
   // Calls fn(job, worker) once for every job. A local archive runs them on
   // up to `threads` threads (parallel_for); a remote one fetches them in
   // groups, up to Source::concurrency() at once, and visits each group's
   // chunks on the thread that fetched it with the group as its window, so
-  // every fetch() of those chunks is served from memory. `workers`, when
-  // given, receives the number of worker ids fn may see (for per-worker
-  // state sized before the call). A source error is rethrown naming the
-  // leaf of the group's first chunk.
+  // every fetch() of those chunks is served from memory. `in_place`, when
+  // given, says where a job's stored bytes may be fetched as they are (the
+  // destination of a raw chunk), or nullptr. A source error is rethrown
+  // naming the leaf of the group's first chunk.
   template <typename Fn>
-  void for_chunks(std::span<const ChunkJob> jobs, unsigned threads, Fn&& fn) const {
+  void for_chunks(std::span<const ChunkJob> jobs, unsigned threads, Fn&& fn,
+                  const std::function<std::byte*(const ChunkJob&)>& in_place = {}) const {
     if (!source) {
       parallel_for(jobs.size(), threads, [&](size_t j, unsigned w) { fn(jobs[j], w); });
       return;
     }
     std::vector<size_t> order(jobs.size());
     std::vector<uint64_t> at(jobs.size());
+    std::vector<std::byte*> dst(jobs.size(), nullptr);
     for (size_t j = 0; j < jobs.size(); ++j) {
       order[j] = j;
       at[j] = chunk_offset(jobs[j].leaf, jobs[j].chunk);
+      if (in_place) dst[j] = in_place(jobs[j]);
     }
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return at[a] < at[b]; });
+    // Only runs of in-place chunks of at least kInPlaceMin bytes are fetched
+    // in place: small ones (packed leaves) are coalesced through a buffer.
+    auto stored_end = [&](size_t j) { return at[j] + chunk_of(jobs[j])->stored_size(); };
+    for (size_t k = 0; k < order.size();) {
+      size_t e = k + 1;
+      while (dst[order[k]] && e < order.size() && dst[order[e]] && at[order[e]] == stored_end(order[e - 1]) &&
+             dst[order[e]] == dst[order[e - 1]] + (at[order[e]] - at[order[e - 1]]))
+        ++e;
+      if (stored_end(order[e - 1]) - at[order[k]] < kInPlaceMin)
+        for (size_t q = k; q < e; ++q) dst[order[q]] = nullptr;
+      k = e;
+    }
     struct Group {
       uint64_t start, end;
       size_t first, last;  // positions in `order`
+      std::byte* to;       // fetched in place here, or nullptr
     };
     std::vector<Group> groups;
     for (size_t k = 0; k < order.size(); ++k) {
-      const ChunkJob& job = jobs[order[k]];
-      const uint64_t b = at[order[k]];
-      const uint64_t e = b + rec(job.leaf).chunks->Get(static_cast<flatbuffers::uoffset_t>(job.chunk))->stored_size();
-      if (!groups.empty() && b <= groups.back().end + kFetchGap && e - groups.back().start <= kFetchGroup) {
-        groups.back().end = std::max(groups.back().end, e);
-        groups.back().last = k + 1;
-        continue;
+      const size_t j = order[k];
+      const uint64_t b = at[j], e = b + chunk_of(jobs[j])->stored_size();
+      if (!groups.empty()) {
+        Group& g = groups.back();
+        const size_t prev = order[k - 1];
+        const bool fits = b <= g.end + kFetchGap && e - g.start <= kFetchGroup;
+        // In place: no gap in the file, no gap in memory.
+        const bool joins_in_place = g.to && dst[j] && b == g.end && dst[j] == dst[prev] + (at[j] - at[prev]);
+        if (fits && (g.to ? joins_in_place : !dst[j])) {
+          g.end = std::max(g.end, e);
+          g.last = k + 1;
+          continue;
+        }
       }
-      uint64_t start = b;
-      const uint32_t blob = rec(job.leaf).chunks->Get(static_cast<flatbuffers::uoffset_t>(job.chunk))->blob();
-      if (blob_checked[blob].load(std::memory_order_acquire) == 0) {
-        const uint64_t head = blob_head_offset(blob);
-        if (b - head <= kFetchHeadReach) start = head;
-      }
-      groups.push_back({start, e, k, k + 1});
+      groups.push_back({b, e, k, k + 1, dst[j]});
     }
+    struct Buf {
+      std::unique_ptr<std::byte[]> p;
+      size_t cap = 0;
+      std::byte* get(size_t n) {
+        if (cap < n) {
+          p.reset(new std::byte[n]);
+          cap = n;
+        }
+        return p.get();
+      }
+    };
+    constexpr uint64_t kHeadBytes = lmdb::kOverflowDataOffset + format::kBlobHeaderSize;
     const unsigned n = static_cast<unsigned>(std::min<size_t>(std::max(source->concurrency(), 1u), groups.size()));
-    std::vector<std::vector<std::byte>> bufs(std::max(n, 1u));
+    std::vector<Buf> bufs(std::max(n, 1u));
     parallel_for(groups.size(), n, [&](size_t g, unsigned w) {
       const Group& grp = groups[g];
-      std::vector<std::byte>& buf = bufs[w];
-      buf.resize(grp.end - grp.start);
-      ReadRange r{grp.start, buf};
+      // The first blob's unchecked header: inside the range, before it, or apart.
+      const uint32_t blob = chunk_of(jobs[order[grp.first]])->blob();
+      uint64_t start = grp.start, head = UINT64_MAX;
+      if (blob_checked[blob].load(std::memory_order_acquire) == 0) {
+        head = blob_head_offset(blob);
+        if (!grp.to && grp.start - head <= kFetchHeadReach) {
+          start = head;
+          head = UINT64_MAX;
+        }
+      }
+      std::byte head_bytes[kHeadBytes];
+      ReadRange r[2];
+      r[0] = {start, {grp.to ? grp.to : bufs[w].get(grp.end - start), grp.end - start}};
+      if (head != UINT64_MAX) r[1] = {head, {head_bytes, std::min<uint64_t>(kHeadBytes, file_size - head)}};
       try {
-        source->read(std::span<const ReadRange>(&r, 1));
+        source->read(std::span<const ReadRange>(r, head != UINT64_MAX ? 2 : 1));
       } catch (const Error& e) {
         throw Error(e.code(), file, key(jobs[order[grp.first]].leaf), e.message());
       }
-      Window win{this, grp.start, buf};
+      Window win{this, {{r[0].offset, r[0].out}, {r[1].offset, r[1].out}}};
       t_window = &win;
       struct Reset {
         ~Reset() { t_window = nullptr; }
