@@ -6,23 +6,26 @@
 Servers are the tests' (tests/python/stores.py), on loopback: Debian's nginx
 (HTTP Range) and SeaweedFS (S3). Three workloads:
 
-1. Open + first tensor of a 10,000-leaf archive (leaves of 1,024 float32: 40
-   MiB, so the first tensor is not in what the open fetched) against
-   safetensors read by range requests as a remote reader must (its 8-byte
-   header length, then its JSON header, then the tensor), both through obstore
-   (the Python package's client), plus treecask's C++ libcurl source. Requests
-   are counted in nginx's access log. Loopback has no latency, so the same is
-   also timed through a proxy that delays every request by --rtt-ms (a
-   wide-area round trip): what one round trip at open is worth.
+1. Open + one tensor of a 10,000-leaf archive (leaves of 1,024 float32, 40
+   MiB: the first leaf lies in what the open fetched, a middle one does not)
+   against safetensors read by range requests as a remote reader must (its
+   8-byte header length, then its JSON header, then the tensor), both through
+   obstore (the Python package's client), plus the CLI (`treecask get`: the
+   C++ core and its libcurl source, process start included). Requests are
+   counted in nginx's access log. Loopback has no latency, so the same is also
+   timed through a proxy that delays every request by --rtt-ms (a wide-area
+   round trip): what a round trip saved at open is worth.
 2. Full load of --mib MiB (4 MiB float32 leaves of random bytes) from nginx
    and from S3: treecask.load(url) against the limit (the object's bytes
-   fetched by 16 concurrent 8 MiB range requests into one buffer, nothing
-   parsed or checked) and against download-then-load (GET the whole object,
-   write it to a local file, treecask.load it). With --runai-python, the Run:ai
-   model streamer (bench/remote_runai.py, in its own environment: it needs
-   torch) reads the same tensors as safetensors from the same S3 bucket.
-3. Bytes fetched by a partial read: one 4 MiB leaf and a 1/8 row range of it,
-   from nginx's log, against the bytes asked for.
+   fetched by concurrent 8 MiB range requests, obstore.get_ranges, nothing
+   parsed, copied or checked), against download-then-load (GET the whole
+   object, write it to a local file, treecask.load it) and `treecask verify
+   URL` (the CLI: every chunk fetched and checksummed, no arrays). With
+   --runai-python, the Run:ai model streamer (bench/remote_runai.py, in its
+   own environment: it needs torch) reads the same tensors as safetensors from
+   the same S3 bucket.
+3. Bytes fetched by partial reads: one 4 MiB leaf and 1/8 of its rows, from
+   nginx's log, against the bytes asked for.
 
 Runs are interleaved (every contender once per round); medians are printed
 with min-max, and ratios as contender time / treecask time. Not a test: the
@@ -33,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import json
 import os
 import pathlib
@@ -51,7 +53,14 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 import stores  # noqa: E402  (the tests' loopback servers)
 
 import treecask  # noqa: E402
-from treecask import _core  # noqa: E402
+
+# The CLI: the C++ core with its libcurl source (the Python extension reads
+# URLs through obstore and is built without libcurl).
+CLI = os.environ.get("TREECASK_CLI", str(ROOT / "build" / "src" / "cli" / "treecask"))
+
+
+def cli(*args):
+    subprocess.run([CLI, *args], check=True, capture_output=True)
 
 
 # ---------------------------------------------------------------- a latency proxy
@@ -140,18 +149,12 @@ def st_open_first_tensor(store, path, name):
     return np.frombuffer(raw, dtype=np.float32)
 
 
-def fetch_limit(store, path, size, piece=8 << 20, workers=16):
-    """The object's bytes by concurrent range requests into one buffer."""
+def fetch_limit(store, path, size, piece=8 << 20):
+    """The object's bytes by concurrent range requests (obstore.get_ranges: the
+    requests run concurrently in Rust, each range's bytes kept as they came)."""
     import obstore
-    out = bytearray(size)
-
-    def one(start):
-        data = obstore.get_range(store, path, start=start, length=min(piece, size - start))
-        out[start:start + len(data)] = data
-
-    with concurrent.futures.ThreadPoolExecutor(workers) as ex:
-        list(ex.map(one, range(0, size, piece)))
-    return out
+    starts = list(range(0, size, piece))
+    return obstore.get_ranges(store, path, starts=starts, ends=[min(s + piece, size) for s in starts])
 
 
 def download_then_load(store, path, tmp):
@@ -170,10 +173,16 @@ def bench_open(web, tmp, runs, rtt_ms):
     tree = {f"layer_{i:05d}": np.full((1024,), i, np.float32) for i in range(10_000)}
     treecask.save(web.root / "many.cask", tree, overwrite=True)
     save_file(tree, str(web.root / "many.safetensors"))
-    first = "layer_00000"
-    print("\n### Open + first tensor, 10,000 leaves (nginx on loopback)\n")
-    print("| reader | requests | round trips | time on loopback | time at +%d ms per request |" % rtt_ms)
+    print("\n### Open + one tensor, 10,000 leaves (nginx on loopback)\n")
+    print("| reader | tensor | requests | time on loopback | time at +%d ms per request |" % rtt_ms)
     print("|---|---|---|---|---|")
+    for first in ("layer_00000", "layer_05000"):
+        bench_open_one(web, tmp, first, runs, rtt_ms)
+
+
+def bench_open_one(web, tmp, first, runs, rtt_ms):
+    import obstore.store
+    want = int(first.rsplit("_", 1)[1])
     proxy = DelayProxy(int(web.endpoint.rsplit(":", 1)[1]), rtt_ms / 1e3)
     rows = []
     for base in (web.endpoint, f"http://127.0.0.1:{proxy.port}"):
@@ -182,32 +191,30 @@ def bench_open(web, tmp, runs, rtt_ms):
 
         def tc_py():
             with treecask.open(tc_url) as a:
-                assert a.read(first)[0] == 0
+                assert a.read(first)[0] == want
 
         def tc_cpp():
-            a = _core.Archive.open(tc_url, True, True)
-            out = np.empty(1024, np.float32)
-            a.read(a.index_of(first), out)
+            cli("get", tc_url, first, "-o", os.path.join(tmp, "first.npy"), "--overwrite")
 
         def st():
-            assert st_open_first_tensor(st_store, "many.safetensors", first)[0] == 0
+            assert st_open_first_tensor(st_store, "many.safetensors", first)[0] == want
 
         counts = {}
-        for k, fn in (("treecask (Python, obstore)", tc_py), ("treecask (C++, libcurl)", tc_cpp),
+        for k, fn in (("treecask (Python, obstore)", tc_py), ("treecask get (CLI: C++, libcurl)", tc_cpp),
                       ("safetensors by range (obstore)", st)):
             before = len(log_lines(web))
             fn()
             counts[k] = len(log_lines(web)) - before
-        times = interleaved({"treecask (Python, obstore)": tc_py, "treecask (C++, libcurl)": tc_cpp,
+        times = interleaved({"treecask (Python, obstore)": tc_py, "treecask get (CLI: C++, libcurl)": tc_cpp,
                              "safetensors by range (obstore)": st}, runs)
         rows.append((counts, times))
-    trips = {"treecask (Python, obstore)": 2, "treecask (C++, libcurl)": 2, "safetensors by range (obstore)": 3}
     (counts, t0), (_, t1) = rows
     for k in t0:
-        print(f"| {k} | {counts[k]} | {trips[k]} | {fmt(t0[k])} | {fmt(t1[k])} |")
-    ref = statistics.median(t1["treecask (Python, obstore)"])
-    print(f"\nsafetensors / treecask at +{rtt_ms} ms: "
-          f"{statistics.median(t1['safetensors by range (obstore)']) / ref:.2f}x")
+        print(f"| {k} | {first} | {counts[k]} | {fmt(t0[k])} | {fmt(t1[k])} |")
+    st = statistics.median(t1["safetensors by range (obstore)"])
+    print(f"| safetensors / treecask at +{rtt_ms:g} ms | {first} | | | "
+          f"Python {st / statistics.median(t1['treecask (Python, obstore)']):.2f}x, "
+          f"CLI {st / statistics.median(t1['treecask get (CLI: C++, libcurl)']):.2f}x |")
 
 
 def bench_full(web, s3, tmp, mib, runs, runai_python):
@@ -221,9 +228,10 @@ def bench_full(web, s3, tmp, mib, runs, runai_python):
     s3.create_bucket("bench")
     s3.put("bench", "full.cask", path)
     print(f"\n### Full load of {n * 4} MiB ({n} leaves of 4 MiB)\n")
-    print("| store | treecask.load(url) | limit: 16 concurrent 8 MiB ranges | download, then load | "
-          "treecask GiB/s | treecask / limit | download-then-load / treecask |")
-    print("|---|---|---|---|---|---|---|")
+    print("| store | treecask.load(url) (Python, obstore) | treecask verify (CLI: C++, libcurl) | limit: 8 MiB ranges, "
+          "concurrent (obstore.get_ranges) | download, then load | treecask GiB/s | limit / treecask | "
+          "download-then-load / treecask |")
+    print("|---|---|---|---|---|---|---|---|")
     for label, store, url in (
             ("nginx", obstore.store.HTTPStore.from_url(web.endpoint + "/", client_options={"allow_http": True}),
              web.url("full.cask")),
@@ -232,8 +240,12 @@ def bench_full(web, s3, tmp, mib, runs, runai_python):
         old = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
+            def cpp():
+                cli("verify", url)
+
             t = interleaved({
                 "tc": lambda: treecask.load(url),
+                "cpp": cpp,
                 "limit": lambda: fetch_limit(store, "full.cask", size),
                 "dl": lambda: download_then_load(store, "full.cask", tmp),
             }, runs)
@@ -241,7 +253,7 @@ def bench_full(web, s3, tmp, mib, runs, runai_python):
             for k, v in old.items():
                 os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         tc, lim, dl = (statistics.median(t[k]) for k in ("tc", "limit", "dl"))
-        print(f"| {label} | {fmt(t['tc'])} | {fmt(t['limit'])} | {fmt(t['dl'])} | "
+        print(f"| {label} | {fmt(t['tc'])} | {fmt(t['cpp'])} | {fmt(t['limit'])} | {fmt(t['dl'])} | "
               f"{size / tc / 2**30:.2f} | {lim / tc:.2f}x | {dl / tc:.2f}x |")
     if runai_python:
         from safetensors.numpy import save_file
@@ -257,7 +269,8 @@ def bench_full(web, s3, tmp, mib, runs, runai_python):
         else:
             got = json.loads(r.stdout.strip().splitlines()[-1])
             print(f"\nRun:ai model streamer ({got.get('version')}) from S3, same tensors as safetensors: "
-                  f"{fmt(got['runai_s'])}")
+                  f"{fmt(got['runai_s'])}; Run:ai / treecask.load: "
+                  f"{statistics.median(got['runai_s']) / tc:.2f}x")
 
 
 def bench_partial(web, runs):

@@ -1,0 +1,14 @@
+// open_url for a build without libcurl (TREECASK_WITH_CURL=OFF, as the
+// Python package is built: it reads URLs through obstore, a Source of its
+// own): every URL is refused, naming it, never taken for a local path.
+#include "treecask/remote.h"
+
+namespace treecask {
+
+std::shared_ptr<Source> open_url(const std::string& url, const RemoteOptions&) {
+  throw Error(ErrorCode::kUnsupported, url, "",
+              "this build of treecask has no built-in HTTP source (configured with TREECASK_WITH_CURL=OFF); "
+              "open the object through a Source (Archive::open(std::shared_ptr<const Source>))");
+}
+
+}  // namespace treecask
