@@ -171,7 +171,7 @@ def bench_open(web, tmp, runs, rtt_ms):
     from safetensors.numpy import save_file
     import obstore.store
     tree = {f"layer_{i:05d}": np.full((1024,), i, np.float32) for i in range(10_000)}
-    treecask.save(web.root / "many.cask", tree, overwrite=True)
+    treecask.save(web.root / "many.cask", tree, compression="none", overwrite=True)
     save_file(tree, str(web.root / "many.safetensors"))
     print("\n### Open + one tensor, 10,000 leaves (nginx on loopback)\n")
     print("| reader | tensor | requests | time on loopback | time at +%d ms per request |" % rtt_ms)

@@ -271,34 +271,54 @@ void Archive::read_bytes(size_t index, uint64_t offset, std::span<std::byte> out
 
 std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>& progress) const {
   const Impl& im = *impl_;
-  std::vector<Error> errors;
   // A local raw chunk is hashed through the map; any other chunk is decoded
-  // (a remote one: fetched) into a per-worker scratch buffer.
+  // (a remote one: fetched) into a per-worker scratch buffer. Leaves are
+  // checked in batches, errors and progress reported per leaf in leaf order:
+  // one leaf at a time locally, its chunks on the calling thread; up to
+  // kRemoteVerifyBatch stored bytes of leaves of a remote archive at once,
+  // their chunks fetched concurrently. A remote source's own failure (kIo,
+  // kNotFound, an object that changed) is thrown, not counted as damage.
+  constexpr uint64_t kRemoteVerifyBatch = uint64_t{64} << 20;
   std::vector<std::vector<std::byte>> scratch(im.chunk_workers(1));
+  std::vector<Error> errors;
   uint64_t total = 0, done = 0;
   if (progress)
     for (const auto& r : im.manifest->leaves) total += r.byte_length;
   std::vector<Impl::ChunkJob> jobs;
-  for (size_t li = 0; li < size(); ++li) {
-    const LeafRecord& r = im.rec(li);
-    try {
-      jobs.resize(r.num_chunks());
-      for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) jobs[ci] = {li, ci};
-      im.for_chunks(jobs, 1, [&](const Impl::ChunkJob& j, unsigned worker) {
-        if (!im.source && im.chunk_is_raw(r, r.chunks->Get(static_cast<flatbuffers::uoffset_t>(j.chunk)))) {
-          im.check_chunk(li, j.chunk);
+  std::vector<std::optional<Error>> failed;
+  std::mutex mu;
+  for (size_t first = 0; first < size();) {
+    size_t last = first;
+    uint64_t bytes = 0;
+    do bytes += im.rec(last++).stored_bytes;
+    while (im.source && last < size() && bytes < kRemoteVerifyBatch);
+    jobs.clear();
+    for (size_t li = first; li < last; ++li)
+      for (uint32_t ci = 0; ci < im.rec(li).num_chunks(); ++ci) jobs.push_back({li, ci});
+    failed.assign(last - first, std::nullopt);
+    im.for_chunks(jobs, 1, [&](const Impl::ChunkJob& j, unsigned worker) {
+      const LeafRecord& r = im.rec(j.leaf);
+      try {
+        if (!im.source && im.chunk_is_raw(r, im.chunk_of(j))) {
+          im.check_chunk(j.leaf, j.chunk);
         } else {
           scratch[worker].resize(im.raw_size(r, j.chunk));
-          im.decode_chunk(li, j.chunk, scratch[worker].data(), true);
+          im.decode_chunk(j.leaf, j.chunk, scratch[worker].data(), true);
         }
-      });
-    } catch (const Error& e) {
-      errors.push_back(e);
+      } catch (const Error& e) {
+        if (im.source && e.code() != ErrorCode::kChecksumMismatch && e.code() != ErrorCode::kCorruption) throw;
+        std::lock_guard lock(mu);
+        if (!failed[j.leaf - first]) failed[j.leaf - first] = e;
+      }
+    });
+    for (size_t li = first; li < last; ++li) {
+      if (failed[li - first]) errors.push_back(*failed[li - first]);
+      if (progress) {
+        done += im.rec(li).byte_length;
+        progress(done, total);
+      }
     }
-    if (progress) {
-      done += r.byte_length;
-      progress(done, total);
-    }
+    first = last;
   }
   if (progress && size() == 0) progress(0, 0);
   return errors;
