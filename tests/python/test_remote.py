@@ -252,7 +252,81 @@ def test_the_cli_reads_urls_with_libcurl(saved, s3_env, http_server, tmp_path):
     want = tmp_path / "local.safetensors"  # the same bytes as the local file's export
     assert cli("export", str(arrays), str(want)).returncode == 0
     assert st.read_bytes() == want.read_bytes()
+    secret = "wrong-secret-for-the-cli-5a4b3c"
+    r = subprocess.run([CLI, "info", url], capture_output=True, text=True,
+                       env=dict(os.environ, AWS_SECRET_ACCESS_KEY=secret))
+    assert r.returncode == 8 and "access denied" in r.stderr and secret not in r.stderr, r.stderr
     r = cli("info", "hdfs://nn/x.cask")
     assert r.returncode != 0 and "hdfs://" in r.stderr
     r = cli("info", "s3://ckpts/no/such.cask")
     assert r.returncode != 0 and "not found" in r.stderr
+
+
+class _Flaky:
+    """A real HTTP server on loopback (http.server) that serves one file with
+    Range and ETag, but answers the first `failures` requests with 503
+    SlowDown: what a throttled store does."""
+
+    def __init__(self, data: bytes, failures: int):
+        import http.server
+        import threading
+
+        self.failures, self.requests = failures, 0
+        flaky = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                flaky.requests += 1
+                if flaky.failures > 0:
+                    flaky.failures -= 1
+                    self.send_response(503)
+                    self.send_header("Content-Length", "9")
+                    self.end_headers()
+                    self.wfile.write(b"SlowDown\n")
+                    return
+                size = len(data)
+                spec = self.headers["Range"].split("=", 1)[1]
+                a, b = spec.split("-")
+                start, end = (size - int(b), size - 1) if a == "" else (int(a), min(int(b), size - 1))
+                start = max(start, 0)
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+                self.send_header("Content-Length", str(end - start + 1))
+                self.send_header("ETag", '"v1"')
+                self.end_headers()
+                self.wfile.write(data[start:end + 1])
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/model.cask"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_503_slowdown_is_retried_then_an_io_error_naming_the_url(saved):
+    path, tree = saved
+    data = path.read_bytes()
+    flaky = _Flaky(data, failures=2)  # two refusals, then it serves: retried, loaded
+    try:
+        assert_same(treecask.load(flaky.url), tree)
+        assert flaky.requests > 2
+    finally:
+        flaky.close()
+    flaky = _Flaky(data, failures=10**6)  # never serves: bounded retries, then IoError
+    try:
+        with pytest.raises(IoError) as e:
+            treecask.load(flaky.url)
+        assert flaky.url in str(e.value)
+        assert 2 <= flaky.requests <= 20
+        if CLI:  # the libcurl source: the same policy
+            flaky.requests = 0
+            r = subprocess.run([CLI, "info", flaky.url], capture_output=True, text=True)
+            assert r.returncode == 8 and flaky.url in r.stderr and "503" in r.stderr, r.stderr
+            assert 2 <= flaky.requests <= 20
+    finally:
+        flaky.close()
