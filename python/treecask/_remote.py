@@ -58,8 +58,39 @@ def check_url(url: str) -> str:
     return scheme
 
 
+# One obstore store (its HTTP client and connection pool) per bucket or HTTP
+# directory and options, shared by every open: building one costs ~15 ms
+# (TLS roots), and a kept connection saves a handshake per open.
+_STORES: dict = {}
+_STORES_LOCK = threading.Lock()
+
+
 def _store_for(url: str, storage_options: Optional[Mapping[str, Any]]):
-    """(obstore store, object path) for ``url``."""
+    """(obstore store, object path) for ``url``, the store shared with every
+    other object of the same bucket (or HTTP directory), options and
+    environment."""
+    scheme = check_url(url)
+    base = url.rpartition("/")[0] if scheme in ("http", "https") else url[:url.find("/", len(scheme) + 3) + 1 or None]
+    env = tuple(sorted((k, v) for k, v in os.environ.items()
+                       if k.startswith(("AWS_", "GOOGLE_", "AZURE_", "STORAGE_EMULATOR"))))
+    key = (base, tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items())), env)
+    with _STORES_LOCK:
+        hit = _STORES.get(key)
+    if hit is None:
+        hit = _new_store(url, storage_options)
+        with _STORES_LOCK:
+            _STORES[key] = hit
+    return hit[0], _object_path(url, scheme)
+
+
+def _object_path(url: str, scheme: str) -> str:
+    if scheme in ("http", "https"):
+        return url.rpartition("/")[2]
+    return url[len(scheme) + 3:].partition("/")[2]
+
+
+def _new_store(url: str, storage_options: Optional[Mapping[str, Any]]):
+    """(obstore store, object path) for ``url``, built anew."""
     import obstore.store
 
     scheme = check_url(url)
@@ -127,8 +158,9 @@ class ObjectSource:
         self._etag = tail.meta.get("e_tag")
         if head.meta.get("e_tag") != self._etag:
             raise CorruptionError("the object changed while it was opened", file=url)
-        self._held: List[Tuple[int, bytes]] = [(int(head.range[0]), bytes(head.bytes())),
-                                               (int(tail.range[0]), bytes(tail.bytes()))]
+        # obstore's buffers as they came, sliced without a copy.
+        self._held: List[Tuple[int, memoryview]] = [(int(head.range[0]), memoryview(head.bytes())),
+                                                    (int(tail.range[0]), memoryview(tail.bytes()))]
 
     def _get(self, options: dict):
         import obstore
@@ -140,7 +172,7 @@ class ObjectSource:
         except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
             raise _error(self.name, e, self._etag) from None
 
-    def _range(self, offset: int, length: int) -> bytes:
+    def _range(self, offset: int, length: int) -> Any:
         for start, data in self._held:
             if start <= offset and offset + length <= start + len(data):
                 return data[offset - start:offset - start + length]
