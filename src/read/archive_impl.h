@@ -179,6 +179,20 @@ struct Archive::Impl {
     }
     if (done < src.size()) std::memcpy(out + done, src.data() + done, src.size() - done);
   }
+  // A reusable buffer, not zeroed: grows to the largest size asked, freed
+  // with its owner.
+  struct Buffer {
+    std::unique_ptr<std::byte[]> p;
+    size_t cap = 0;
+    std::byte* get(size_t n) {
+      if (cap < n) {
+        p.reset(new std::byte[n]);
+        cap = n;
+      }
+      return p.get();
+    }
+  };
+
   // ---- The bytes of a remote archive ----
   // The ranges of the file already fetched by the calling thread (for_chunks
   // sets them while it visits the chunks of one fetched group): fetch()
@@ -297,20 +311,9 @@ struct Archive::Impl {
       }
       groups.push_back({b, e, k, k + 1, dst[j]});
     }
-    struct Buf {
-      std::unique_ptr<std::byte[]> p;
-      size_t cap = 0;
-      std::byte* get(size_t n) {
-        if (cap < n) {
-          p.reset(new std::byte[n]);
-          cap = n;
-        }
-        return p.get();
-      }
-    };
     constexpr uint64_t kHeadBytes = lmdb::kOverflowDataOffset + format::kBlobHeaderSize;
     const unsigned n = static_cast<unsigned>(std::min<size_t>(std::max(source->concurrency(), 1u), groups.size()));
-    std::vector<Buf> bufs(std::max(n, 1u));
+    std::vector<Buffer> bufs(std::max(n, 1u));
     parallel_for(groups.size(), n, [&](size_t g, unsigned w) {
       const Group& grp = groups[g];
       // The first blob's unchecked header: inside the range, before it, or apart.
@@ -354,18 +357,7 @@ struct Archive::Impl {
   // Reusable per-thread buffers for decode_chunk and the partial reads; each
   // grows to the largest size asked and is freed with the Scratch.
   struct Scratch {
-    struct Buf {
-      std::unique_ptr<std::byte[]> p;
-      size_t cap = 0;
-      std::byte* get(size_t n) {
-        if (cap < n) {
-          p.reset(new std::byte[n]);
-          cap = n;
-        }
-        return p.get();
-      }
-    };
-    Buf chunk, stored, shuffled;
+    Buffer chunk, stored, shuffled;
   };
   // Writes the raw bytes of chunk `ci` to `out` (raw_size bytes), checking the
   // checksum of exactly the bytes delivered when `verify`. Temporary buffers
