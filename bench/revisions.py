@@ -7,7 +7,7 @@
                                [--only open read ...] [--apply COMMIT ...]
 
 Each revision is exported with ``git archive`` (the checkout is not touched),
-its library alone is built (Release, ``-DTREECASK_BUILD_{TESTS,CLI,BENCH}=OFF``;
+its library alone is built (Release, ``-DTREECASK_BUILD_{TESTS,CLI,BENCH}=OFF``, ``-DTREECASK_WITH_CURL=OFF``;
 ccache is used when installed), and this checkout's bench/core_probe.cc is
 compiled against it, so both sides run the same source (``views`` is skipped
 when either revision predates ``Archive::view_many``). ``--apply COMMIT``
@@ -70,6 +70,7 @@ def build(rev: str, work: Path, apply: list[str]) -> tuple[Path, bool]:
     launcher = ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
     sh(["cmake", "-S", str(src), "-B", str(src / "build"), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
         "-DTREECASK_BUILD_TESTS=OFF", "-DTREECASK_BUILD_CLI=OFF", "-DTREECASK_BUILD_BENCH=OFF",
+        "-DTREECASK_WITH_CURL=OFF",  # the probe reads local files; no -lcurl to link
         "-DTREECASK_INSTALL=OFF", *launcher], stdout=subprocess.DEVNULL)
     sh(["cmake", "--build", str(src / "build"), "--target", "treecask"], stdout=subprocess.DEVNULL)
     lib = next((src / "build").rglob("libtreecask.a"))

@@ -199,6 +199,14 @@ def test_a_multi_process_checkpoint_reads_from_a_bucket(s3_env):
             assert c.keys() == local.keys()
             for k in local.keys():
                 np.testing.assert_array_equal(c.read(k), local.read(k))
+    # A restore onto a device: each array placed from its boxes, read by range.
+    import jax
+    placed = treecask.load(f"s3://sharded/{prefix}/step_1/",
+                           shardings=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+    want = treecask.load(local_dir)
+    for k, v in zip(jax.tree_util.tree_leaves(placed), jax.tree_util.tree_leaves(want)):
+        assert isinstance(k, jax.Array)
+        np.testing.assert_array_equal(np.asarray(k), v)
 
 
 def access_log_lines(http_server):
@@ -256,6 +264,8 @@ def test_the_cli_reads_urls_with_libcurl(saved, s3_env, http_server, tmp_path):
     r = subprocess.run([CLI, "info", url], capture_output=True, text=True,
                        env=dict(os.environ, AWS_SECRET_ACCESS_KEY=secret))
     assert r.returncode == 8 and "access denied" in r.stderr and secret not in r.stderr, r.stderr
+    r = cli("info", http_server.url("cli.cask", location="norange"))  # a server ignoring Range
+    assert r.returncode == 5 and "ignored the Range request" in r.stderr, r.stderr
     r = cli("info", "hdfs://nn/x.cask")
     assert r.returncode != 0 and "hdfs://" in r.stderr
     r = cli("info", "s3://ckpts/no/such.cask")
