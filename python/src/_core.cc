@@ -80,6 +80,10 @@ class PySource final : public treecask::Source {
     concurrency_ = std::max(nb::cast<unsigned>(obj_.attr("concurrency")), 1u);
   }
   ~PySource() override {
+    if (!Py_IsInitialized()) {  // after interpreter shutdown: nothing left to release
+      obj_.release();
+      return;
+    }
     nb::gil_scoped_acquire gil;  // the last owner may run without it
     obj_.reset();
   }
