@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <mutex>
 
 #include "../format/vectors/contents.h"
@@ -44,12 +45,14 @@ class FileSource final : public Source {
               static_cast<ssize_t>(r.out.size()));
       bytes += r.out.size();
       ranges_read += 1;
+      if (on_range) on_range(r.offset, r.out.size());
       if (damage_at >= r.offset && damage_at < r.offset + r.out.size()) r.out[damage_at - r.offset] ^= std::byte{1};
     }
   }
   mutable std::atomic<uint64_t> requests{0}, ranges_read{0}, bytes{0};
   uint64_t damage_at = UINT64_MAX;
   uint64_t fail_after = UINT64_MAX;
+  std::function<void(uint64_t, uint64_t)> on_range;  // called for every range read
 
  private:
   std::string name_;
@@ -248,4 +251,33 @@ TEST_CASE("a failing source is an I/O error naming the URL and the key path, nev
     CHECK(e.file() == src2->name());
     CHECK(e.key_path() == "big");
   }
+}
+
+TEST_CASE("an archive of this writer opens from its first 256 KiB and last 4 MiB alone") {
+  // SPEC.md "Remote reading", writer rule: the blob B-tree (here 1,024 blobs,
+  // several leaf pages and a branch page) at the start, the header record and
+  // the manifest at the end, so an open needs nothing between them.
+  TempDir dir;
+  FlatTree t;
+  t.add_random("w", DType::kUInt8, {4 << 20}, 7);
+  for (int i = 0; i < 300; ++i) t.add_random("b_" + std::to_string(i), DType::kUInt8, {100}, 100 + i);
+  SaveOptions opt;
+  opt.chunk_size = 4096;
+  opt.max_part_bytes = 4096;  // one blob per chunk
+  opt.compression = Compression::kNone;
+  const fs::path p = dir / "many_blobs.cask";
+  save(p, t.treedef(), t.inputs(), opt);
+  REQUIRE(fs::file_size(p) > (8u << 20));
+  auto src = std::make_shared<FileSource>(p);
+  std::vector<std::pair<uint64_t, uint64_t>> outside;  // ranges the open read beyond both ends
+  const uint64_t size = src->size(), head = 256 << 10, tail = 4 << 20;
+  src->on_range = [&](uint64_t off, uint64_t n) {
+    if (!(off + n <= head || off >= size - tail)) outside.emplace_back(off, n);
+  };
+  Archive a = Archive::open(src);
+  CHECK(a.size() == 301);
+  CHECK(outside.empty());
+  std::vector<std::byte> out(4 << 20);
+  a.read(a.index_of("w"), out);
+  CHECK(tc_test::same(out, t.data[0]));
 }

@@ -36,12 +36,13 @@ struct RemoteOptions {
   std::map<std::string, std::string> storage_options;
   // The first round trip reads the object's first `head_bytes` and last
   // `tail_bytes` with two concurrent range requests (SPEC.md "Remote
-  // reading": what an open needs lies there in files of format 4.1 and
-  // later); later reads inside them cost no request. Both buffers are kept
+  // reading", writer rule: what an open needs lies there in files this
+  // writer stores, up to ~11,000 blobs and a 4 MiB manifest); later reads
+  // inside them cost no request. Both buffers are kept
   // for the source's life. A server that ignores Range (HTTP 200 with the
   // whole object) is accepted only here, and only for an object of at most
   // head_bytes: every read is then served from memory.
-  uint64_t head_bytes = uint64_t{64} << 10;
+  uint64_t head_bytes = uint64_t{256} << 10;
   uint64_t tail_bytes = uint64_t{4} << 20;
   // Requests in flight at once in one read() call (Source::concurrency()),
   // each on its own connection; connections stay open between calls.

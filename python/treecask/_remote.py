@@ -28,9 +28,10 @@ SCHEMES = ("s3", "gs", "az", "http", "https")
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 # The first round trip reads the object's first HEAD_BYTES and last TAIL_BYTES
-# at once (the meta pages; the B-tree pages and the manifest of a file of this
-# version: SPEC.md "Remote reading"); reads inside them cost no request.
-HEAD_BYTES = 64 << 10
+# at once: the meta pages and the blob B-tree at the start, the header record
+# and the manifest at the end of a file this writer stores (SPEC.md "Remote
+# reading", writer rule); reads inside them cost no request.
+HEAD_BYTES = 256 << 10
 TAIL_BYTES = 4 << 20
 # Ranges in flight at once per object (Source::concurrency()).
 CONCURRENCY = 16

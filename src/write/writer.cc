@@ -117,6 +117,35 @@ class BlobWriter {
       (void)::sync_file_range(fd_, static_cast<off_t>(dst - map_base_), static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE);
   }
 
+  // Lays out the blob database's B-tree before any blob (SPEC.md "Remote
+  // reading", writer rule): a placeholder value of 8 bytes for each of
+  // blob ids [0, bound), stored in order, so that LMDB allocates every leaf
+  // and branch page of the tree first, right after the meta pages. Each
+  // reserve() then replaces its placeholder in place (a node of the same
+  // size: the page neither moves nor splits), and finish() deletes the
+  // placeholders no blob took. A reader fetching the file's first pages
+  // gets the whole tree. `bound` must be at least the number of blobs the
+  // save stores (else the later ones are inserted as LMDB places them).
+  void lay_out_tree(uint64_t bound) {
+    const uint64_t placeholder = 0;
+    for (uint64_t id = 0; id < bound; ++id) {
+      std::byte key[4];
+      format::put_blob_key(key, static_cast<uint32_t>(id));
+      MDB_val k{4, key}, v{sizeof placeholder, const_cast<uint64_t*>(&placeholder)};
+      lmdb::check(mdb_put(txn_, dbi_, &k, &v, MDB_APPEND), file_, "mdb_put(blob placeholder)");
+    }
+    placeholders_ = bound;
+  }
+  // Deletes the placeholders of lay_out_tree that no blob replaced.
+  void finish() {
+    for (uint64_t id = next_id_; id < placeholders_; ++id) {
+      std::byte key[4];
+      format::put_blob_key(key, static_cast<uint32_t>(id));
+      MDB_val k{4, key};
+      lmdb::check(mdb_del(txn_, dbi_, &k, nullptr), file_, "mdb_del(blob placeholder)");
+    }
+  }
+
   // Reserves the next blob with `payload` bytes and returns a pointer to the
   // payload inside the map (64-byte aligned).
   std::byte* reserve(uint64_t payload, uint32_t* id) {
@@ -127,7 +156,9 @@ class BlobWriter {
     std::byte key[4];
     format::put_blob_key(key, *id);
     MDB_val k{4, key}, v{value_len, nullptr};
-    lmdb::check(mdb_put(txn_, dbi_, &k, &v, MDB_RESERVE | MDB_APPEND), file_, "mdb_put(blob)");
+    // Over its placeholder (lay_out_tree), else appended.
+    const unsigned flags = *id < placeholders_ ? MDB_RESERVE : MDB_RESERVE | MDB_APPEND;
+    lmdb::check(mdb_put(txn_, dbi_, &k, &v, flags), file_, "mdb_put(blob)");
     auto* base = static_cast<std::byte*>(v.mv_data);
     // A blob value (at least a page long) is an overflow value: it starts
     // kOverflowDataOffset bytes into a page (SPEC.md "LMDB container").
@@ -172,8 +203,35 @@ class BlobWriter {
   const std::byte* map_base_ = nullptr;
   mutable std::mutex pwrite_mutex_;
   uint32_t next_id_ = 0;
+  uint64_t placeholders_ = 0;  // blob ids [0, placeholders_) hold a placeholder until reserved
   std::vector<uint64_t> payloads_;
 };
+
+// An upper bound of the blobs save() stores for `leaves` (lay_out_tree),
+// at most kMaxPlaceholders. Per leaf larger than kPackLeafBytes: its raw
+// parts or its LZ4 parts, whichever are more (the codec is chosen while
+// writing). The packs: a pack is flushed only when its bytes plus the next
+// leaf's worst case (under 2 * kPackLeafBytes) pass kPackBlobBytes, and a
+// packed leaf takes at most its raw bytes plus 63 of alignment (a chunk LZ4
+// cannot shrink is stored raw), so every pack but the last holds more than
+// kPackBlobBytes - 2 * kPackLeafBytes of them.
+constexpr uint64_t kMaxPlaceholders = uint64_t{1} << 20;  // 20 MiB of placeholder nodes at most
+uint64_t blob_bound(std::span<const LeafInput> leaves, const SaveOptions& opt) {
+  const uint64_t per_part = std::max<uint64_t>(
+      1, std::min(opt.max_part_bytes / opt.chunk_size, format::kLz4PartBytes / opt.chunk_size));
+  uint64_t bound = 0, packed = 0;
+  for (const LeafInput& l : leaves) {
+    const uint64_t len = l.data.size();
+    if (len == 0) continue;
+    if (len <= format::kPackLeafBytes) {
+      packed += len + format::kAlignment - 1;
+      continue;
+    }
+    bound += ((len + opt.chunk_size - 1) / opt.chunk_size + per_part - 1) / per_part;
+  }
+  if (packed) bound += packed / (format::kPackBlobBytes - 2 * format::kPackLeafBytes) + 1;
+  return std::min(bound, kMaxPlaceholders);
+}
 
 // Small leaves packed into one staging buffer, flushed as one blob.
 struct Pack {
@@ -528,6 +586,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     lmdb::check(mdb_dbi_open(txn.get(), format::kBlobDb, MDB_CREATE, &blob_dbi), file, "mdb_dbi_open(blobs)");
 
     BlobWriter blobs(txn.get(), blob_dbi, psize, map_size, fd, opt.durable, file);
+    blobs.lay_out_tree(blob_bound(leaves, opt));
     Writer w{.file = file,
              .leaves = leaves,
              .opt = opt,
@@ -537,6 +596,7 @@ SaveStats save(const std::filesystem::path& path, const TreeDef& treedef,
     w.out.resize(leaves.size());
     for (size_t i = 0; i < leaves.size(); ++i) w.add(i);
     w.flush_pack();
+    blobs.finish();
 
     const uint16_t major = format_major_of(w.out, leaves);  // header and manifest say the same
     const uint16_t minor = opt.shard_files.empty() ? 0 : format::kBindMinor;
