@@ -26,6 +26,11 @@ Servers are the tests' (tests/python/stores.py), on loopback: Debian's nginx
    the same S3 bucket.
 3. Bytes fetched by partial reads: one 4 MiB leaf and 1/8 of its rows, from
    nginx's log, against the bytes asked for.
+4. Bytes one process of a 2-process restore fetches for its own boxes (one
+   read_slice per box, as ShardedArchive and load(shardings=) read them),
+   against the bytes of its boxes: rows split (P("x")) and columns split
+   (P(None, "y"): C-order chunks hold whole rows, so each process fetches
+   every chunk).
 
 Runs are interleaved (every contender once per round); medians are printed
 with min-max, and ratios as contender time / treecask time. Not a test: the
@@ -288,6 +293,26 @@ def bench_partial(web, runs):
             print(f"| {what} | {asked} | {bytes_sent(log_lines(web)[before:])} |")
 
 
+def bench_boxes(web):
+    """What one process of a 2-process restore fetches: the boxes it owns of
+    every leaf (P("x"): half the rows; P(None, "y"): half the columns), read
+    as a restore reads them (one read_slice per box), from nginx's log."""
+    rng = np.random.default_rng(1)
+    tree = {f"w{i}": rng.standard_normal((4096, 1024)).astype(np.float32) for i in range(4)}
+    treecask.save(web.root / "boxes.cask", tree, compression="none", overwrite=True)
+    print("\n### A process's own boxes (2 processes; 4 leaves of 16 MiB, chunks of 1 MiB)\n")
+    print("| PartitionSpec | process | bytes of its boxes | bytes fetched | fetched / boxes |")
+    print("|---|---|---|---|---|")
+    with treecask.open(web.url("boxes.cask")) as a:
+        for spec, box in (('P("x")', lambda p: (slice(p * 2048, (p + 1) * 2048), slice(None))),
+                          ('P(None, "y")', lambda p: (slice(None), slice(p * 512, (p + 1) * 512)))):
+            for p in (0, 1):
+                before = len(log_lines(web))
+                got = sum(a.read_slice(k, box(p)).nbytes for k in tree)
+                fetched = bytes_sent(log_lines(web)[before:])
+                print(f"| {spec} | {p} | {got} | {fetched} | {fetched / got:.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
@@ -302,6 +327,7 @@ def main():
             bench_open(web, tmp, args.runs, args.rtt_ms)
             bench_full(web, s3, tmp, args.mib, args.runs, args.runai_python)
             bench_partial(web, args.runs)
+            bench_boxes(web)
 
 
 if __name__ == "__main__":
