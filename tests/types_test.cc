@@ -52,3 +52,34 @@ TEST_CASE("errors name the file, the key path and the code") {
   CHECK(e.file() == "/tmp/x.cask");
   CHECK(e.key_path() == "params/w");
 }
+
+TEST_CASE("find_subtree locates a subtree's nodes and leaves by key path components") {
+  // {"a": [x, {"b": y, "c": None}], "d": z}: leaves x, y, z (0, 1, 2).
+  auto node = [](NodeKind k, uint32_t arity, std::vector<std::string> keys = {}) {
+    TreeNode n;
+    n.kind = k;
+    n.arity = arity;
+    n.keys = std::move(keys);
+    return n;
+  };
+  TreeDef def = {node(NodeKind::kDict, 2, {"a", "d"}), node(NodeKind::kList, 2), node(NodeKind::kLeaf, 0),
+                 node(NodeKind::kDict, 2, {"b", "c"}), node(NodeKind::kLeaf, 0), node(NodeKind::kNone, 0),
+                 node(NodeKind::kLeaf, 0)};
+  auto at = [&](std::vector<std::string> c) { return find_subtree(def, c); };
+  auto all = at({});
+  REQUIRE(all);
+  CHECK((all->node_begin == 0 && all->node_end == 7 && all->leaf_begin == 0 && all->leaf_count == 3));
+  auto a1 = at({"a", "1"});
+  REQUIRE(a1);
+  CHECK((a1->node_begin == 3 && a1->node_end == 6 && a1->leaf_begin == 1 && a1->leaf_count == 1));
+  auto d = at({"d"});
+  REQUIRE(d);
+  CHECK((d->node_begin == 6 && d->node_end == 7 && d->leaf_begin == 2 && d->leaf_count == 1));
+  auto c = at({"a", "1", "c"});
+  REQUIRE(c);
+  CHECK((c->leaf_count == 0 && c->node_end == c->node_begin + 1));
+  CHECK(!at({"x"}));
+  CHECK(!at({"a", "2"}));
+  CHECK(!at({"d", "0"}));  // below a leaf
+  CHECK(!find_subtree(TreeDef{}, std::vector<std::string>{}));
+}

@@ -153,6 +153,20 @@ using TreeDef = std::vector<TreeNode>;
 // what a safetensors file or an .npz holds.
 TREECASK_API TreeDef flat_dict_treedef(const std::vector<std::string>& keys);
 
+// Where the subtree at `components` lies in `def`: its nodes [node_begin,
+// node_end) in pre-order and its leaves [leaf_begin, leaf_begin +
+// leaf_count). `components` are unescaped key path components (SPEC.md "Key
+// paths": dict keys, field names, decimal sequence indices); at each level
+// the first child of that name is taken. std::nullopt when there is none.
+// Cost: the nodes before the subtree and the subtree's own. A treedef that
+// an Archive opened is well formed; on any other the walk only never reads
+// past its end.
+struct SubtreeAt {
+  size_t node_begin = 0, node_end = 0;
+  size_t leaf_begin = 0, leaf_count = 0;
+};
+TREECASK_API std::optional<SubtreeAt> find_subtree(const TreeDef& def, std::span<const std::string> components);
+
 // Key paths (SPEC.md "Key paths"): the components from the root to a leaf --
 // dict keys, field names, decimal sequence indices -- each escaped as in
 // RFC 6901 ("~" -> "~0", "/" -> "~1") and joined with "/". The root leaf of a

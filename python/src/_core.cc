@@ -229,47 +229,6 @@ nb::list treedef_to_python(const treecask::TreeDef& def, size_t begin, size_t en
 
 nb::list treedef_to_python(const treecask::TreeDef& def) { return treedef_to_python(def, 0, def.size()); }
 
-// Position just past the subtree of the node at `pos` of a pre-order treedef;
-// adds the leaves it holds to `leaves`. The archive checked the arities when
-// it opened, the bound check only keeps a bad treedef from reading past it.
-size_t skip_subtree(const treecask::TreeDef& def, size_t pos, size_t& leaves) {
-  uint64_t pending = 1;
-  while (pending > 0 && pos < def.size()) {
-    const treecask::TreeNode& n = def[pos++];
-    --pending;
-    pending += n.arity;
-    if (n.kind == treecask::NodeKind::kLeaf) ++leaves;
-  }
-  return pos;
-}
-
-// Node position and first leaf index of the node at `components` (unescaped
-// key path components: dict keys, field names, decimal sequence indices; the
-// first child of that name), or nullopt when there is none.
-std::optional<std::pair<size_t, size_t>> find_subtree(const treecask::TreeDef& def,
-                                                      const std::vector<std::string>& components) {
-  if (def.empty()) return std::nullopt;
-  size_t pos = 0, leaf = 0;
-  for (const std::string& c : components) {
-    const treecask::TreeNode& n = def[pos];
-    using K = treecask::NodeKind;
-    if (n.kind == K::kLeaf || n.kind == K::kNone) return std::nullopt;
-    bool named = n.kind == K::kDict || n.kind == K::kNamedTuple || n.kind == K::kDataclass;
-    size_t child = n.arity;
-    for (size_t j = 0; j < n.arity; ++j) {
-      if (named ? (j < n.keys.size() && n.keys[j] == c) : std::to_string(j) == c) {
-        child = j;
-        break;
-      }
-    }
-    if (child == n.arity) return std::nullopt;
-    ++pos;
-    for (size_t j = 0; j < child; ++j) pos = skip_subtree(def, pos, leaf);
-    if (pos >= def.size()) return std::nullopt;
-  }
-  return std::make_pair(pos, leaf);
-}
-
 // A held Py_buffer, released (with the GIL held) when it goes out of scope.
 class Buffer {
  public:
@@ -477,14 +436,12 @@ nb::tuple leaf_columns_to_python(const A& a, size_t first, size_t count) {
   return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, nb::bytes(views.data(), views.size()));
 }
 
-// The subtree of `def` at `components` (find_subtree): (index of its first leaf,
-// number of leaves, its nodes as treedef_to_python gives them), or None.
+// The subtree of `def` at `components` (treecask::find_subtree): (index of its
+// first leaf, number of leaves, its nodes as treedef_to_python gives them), or None.
 nb::object subtree_nodes_to_python(const treecask::TreeDef& def, const std::vector<std::string>& components) {
-  std::optional<std::pair<size_t, size_t>> at = find_subtree(def, components);
+  std::optional<treecask::SubtreeAt> at = treecask::find_subtree(def, components);
   if (!at) return nb::none();
-  size_t leaves = 0;
-  size_t end = skip_subtree(def, at->first, leaves);
-  return nb::make_tuple(at->second, leaves, treedef_to_python(def, at->first, end));
+  return nb::make_tuple(at->leaf_begin, at->leaf_count, treedef_to_python(def, at->node_begin, at->node_end));
 }
 
 treecask::DType dtype_of(nb::handle name, const std::string& key_path) {

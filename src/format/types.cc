@@ -183,6 +183,47 @@ TreeDef flat_dict_treedef(const std::vector<std::string>& keys) {
   return def;
 }
 
+namespace {
+// Position just past the subtree of the node at `pos` of a pre-order treedef;
+// adds the leaves it holds to `leaves`. Never reads past the treedef's end.
+size_t skip_subtree(const TreeDef& def, size_t pos, size_t& leaves) {
+  uint64_t pending = 1;
+  while (pending > 0 && pos < def.size()) {
+    const TreeNode& n = def[pos++];
+    --pending;
+    pending += n.arity;
+    if (n.kind == NodeKind::kLeaf) ++leaves;
+  }
+  return pos;
+}
+}  // namespace
+
+std::optional<SubtreeAt> find_subtree(const TreeDef& def, std::span<const std::string> components) {
+  if (def.empty()) return std::nullopt;
+  size_t pos = 0, leaf = 0;
+  for (const std::string& c : components) {
+    const TreeNode& n = def[pos];
+    if (n.kind == NodeKind::kLeaf || n.kind == NodeKind::kNone) return std::nullopt;
+    const bool named = n.kind == NodeKind::kDict || n.kind == NodeKind::kNamedTuple || n.kind == NodeKind::kDataclass;
+    size_t child = n.arity;
+    for (size_t j = 0; j < n.arity; ++j) {
+      if (named ? (j < n.keys.size() && n.keys[j] == c) : std::to_string(j) == c) {
+        child = j;
+        break;
+      }
+    }
+    if (child == n.arity) return std::nullopt;
+    ++pos;
+    for (size_t j = 0; j < child; ++j) pos = skip_subtree(def, pos, leaf);
+    if (pos >= def.size()) return std::nullopt;
+  }
+  SubtreeAt at;
+  at.node_begin = pos;
+  at.leaf_begin = leaf;
+  at.node_end = skip_subtree(def, pos, at.leaf_count);
+  return at;
+}
+
 std::string escape_key(std::string_view component) {
   std::string out;
   out.reserve(component.size());
