@@ -55,16 +55,37 @@ namespace {
 using ByteView = nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>, nb::c_contig>;
 
 // Archive::open / ShardedArchive::open with the two OpenOptions flags, GIL released.
-template <class T>
-T open_with(const std::string& path, bool verify_checksums, bool validate_structure) {
+// The OpenOptions of the binding's open calls.
+treecask::OpenOptions open_options(bool verify_checksums, bool validate_structure = true) {
   treecask::OpenOptions o;
   o.verify_checksums = verify_checksums;
   o.validate_structure = validate_structure;
+  return o;
+}
+
+template <class T>
+T open_with(const std::string& path, bool verify_checksums, bool validate_structure) {
   nb::gil_scoped_release release;
-  return T::open(path, o);
+  return T::open(path, open_options(verify_checksums, validate_structure));
 }
 
 // ---- remote sources (include/treecask/source.h) -------------------------------
+
+// The treecask::Error for a Python exception raised by a source or a source
+// opener of object `file`: a treecask error (an instance with an int `code`
+// and a `message`) keeps its code, message and file (`file` when it names
+// none), any other is kIo with its type and text.
+treecask::Error error_from_python(nb::python_error& e, const std::string& file) {
+  nb::object v = nb::borrow(e.value());
+  if (nb::hasattr(v, "code") && nb::isinstance<nb::int_>(v.attr("code")) && nb::hasattr(v, "message")) {
+    std::string named = nb::hasattr(v, "file") ? nb::cast<std::string>(nb::str(v.attr("file"))) : "";
+    return treecask::Error(static_cast<treecask::ErrorCode>(nb::cast<int>(v.attr("code"))),
+                           named.empty() ? file : named, "", nb::cast<std::string>(nb::str(v.attr("message"))));
+  }
+  return treecask::Error(treecask::ErrorCode::kIo, file, "",
+                         nb::cast<std::string>(nb::str(v.type().attr("__name__"))) + ": " +
+                             nb::cast<std::string>(nb::str(v)));
+}
 
 // A Source implemented in Python (treecask._remote.ObjectSource, or any object
 // with `name` (str), `size` (int, bytes), `concurrency` (int) and
@@ -120,17 +141,7 @@ class PySource final : public treecask::Source {
       if (k != ranges.size())
         throw treecask::Error(treecask::ErrorCode::kIo, name_, "", "the source returned too few ranges");
     } catch (nb::python_error& e) {
-      nb::object v = nb::borrow(e.value());
-      int code = static_cast<int>(treecask::ErrorCode::kIo);
-      std::string message;
-      if (nb::hasattr(v, "code") && nb::isinstance<nb::int_>(v.attr("code")) && nb::hasattr(v, "message")) {
-        code = nb::cast<int>(v.attr("code"));
-        message = nb::cast<std::string>(nb::str(v.attr("message")));
-      } else {
-        message = nb::cast<std::string>(nb::str(v.type().attr("__name__"))) + ": " +
-                  nb::cast<std::string>(nb::str(v));
-      }
-      throw treecask::Error(static_cast<treecask::ErrorCode>(code), name_, "", message);
+      throw error_from_python(e, name_);
     }
   }
 
@@ -141,11 +152,6 @@ class PySource final : public treecask::Source {
   unsigned concurrency_ = 16;
 };
 
-treecask::OpenOptions open_options(bool verify_checksums) {
-  treecask::OpenOptions o;
-  o.verify_checksums = verify_checksums;
-  return o;
-}
 
 // ---- errors -------------------------------------------------------------------
 
@@ -1004,12 +1010,7 @@ NB_MODULE(_core, m) {
               try {
                 return std::make_shared<PySource>(opener(name));
               } catch (nb::python_error& e) {
-                nb::object v = nb::borrow(e.value());
-                if (nb::hasattr(v, "code") && nb::isinstance<nb::int_>(v.attr("code")) && nb::hasattr(v, "message"))
-                  throw treecask::Error(static_cast<treecask::ErrorCode>(nb::cast<int>(v.attr("code"))),
-                                        nb::cast<std::string>(nb::str(v.attr("file"))), "",
-                                        nb::cast<std::string>(nb::str(v.attr("message"))));
-                throw;
+                throw error_from_python(e, name);
               }
             };
             nb::gil_scoped_release release;

@@ -35,7 +35,13 @@ class Archive(Reader):
     its index in pre-order (int; InvalidArgumentError, which is also an
     IndexError, when out of range) in every method below.
 
-    Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError.
+    ``path`` may be the URL of an object in a store (``s3://``, ``gs://``,
+    ``az://``, ``http(s)://``; ``storage_options`` as in
+    :func:`treecask.open`): it is then read by range requests, with the same
+    checks, and no leaf is a view (docs/remote.md).
+
+    Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError,
+    UnsupportedError (a URL scheme treecask does not serve).
     """
 
     def __init__(self, path: PathLike, *, verify_checksums: bool = True, validate_structure: bool = True,

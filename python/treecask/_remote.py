@@ -66,51 +66,50 @@ _STORES: dict = {}
 _STORES_LOCK = threading.Lock()
 
 
-def _store_for(url: str, storage_options: Optional[Mapping[str, Any]]):
-    """(obstore store, object path) for ``url``, the store shared with every
-    other object of the same bucket (or HTTP directory), options and
-    environment."""
+def _split(url: str) -> Tuple[str, str, str]:
+    """(scheme, store base, object path) of ``url``: ``s3://bucket`` and
+    ``key``, or ``https://host/dir/`` and ``file``."""
     scheme = check_url(url)
-    base = url.rpartition("/")[0] if scheme in ("http", "https") else url[:url.find("/", len(scheme) + 3) + 1 or None]
-    env = tuple(sorted((k, v) for k, v in os.environ.items()
-                       if k.startswith(("AWS_", "GOOGLE_", "AZURE_", "STORAGE_EMULATOR"))))
-    key = (base, tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items())), env)
-    with _STORES_LOCK:
-        hit = _STORES.get(key)
-    if hit is None:
-        hit = _new_store(url, storage_options)
-        with _STORES_LOCK:
-            _STORES[key] = hit
-    return hit[0], _object_path(url, scheme)
-
-
-def _object_path(url: str, scheme: str) -> str:
-    if scheme in ("http", "https"):
-        return url.rpartition("/")[2]
-    return url[len(scheme) + 3:].partition("/")[2]
-
-
-def _new_store(url: str, storage_options: Optional[Mapping[str, Any]]):
-    """(obstore store, object path) for ``url``, built anew."""
-    import obstore.store
-
-    scheme = check_url(url)
-    options = dict(storage_options or {})
-    client = {"allow_http": True} if scheme != "https" else {}
     if scheme in ("http", "https"):
         base, _, name = url.rpartition("/")
-        return obstore.store.HTTPStore.from_url(base + "/", client_options=client or None,
-                                                retry_config=_RETRY), name
+        return scheme, base + "/", name
     bucket, _, key = url[len(scheme) + 3:].partition("/")
     if not bucket or not key:
         raise UnsupportedError(f"a {scheme}:// URL names a bucket and an object: {scheme}://BUCKET/KEY",
                                file=url)
+    return scheme, f"{scheme}://{bucket}", key
+
+
+def _store_for(url: str, storage_options: Optional[Mapping[str, Any]]):
+    """(obstore store, object path) for ``url``, the store shared with every
+    other object of the same bucket (or HTTP directory), options and
+    environment."""
+    scheme, base, path = _split(url)
+    env = tuple(sorted((k, v) for k, v in os.environ.items()
+                       if k.startswith(("AWS_", "GOOGLE_", "AZURE_", "STORAGE_EMULATOR"))))
+    key = (base, tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items())), env)
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+    if store is None:
+        store = _new_store(scheme, base, storage_options)
+        with _STORES_LOCK:
+            _STORES[key] = store
+    return store, path
+
+
+def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, Any]]):
+    """The obstore store of ``base`` (a bucket URL or an HTTP directory), built anew."""
+    import obstore.store
+
+    options = dict(storage_options or {})
+    client = {"allow_http": True} if scheme != "https" else None
+    if scheme in ("http", "https"):
+        return obstore.store.HTTPStore.from_url(base, client_options=client, retry_config=_RETRY)
     if scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST") and "base_url" not in options:
         host = os.environ["STORAGE_EMULATOR_HOST"]
         options.setdefault("base_url", host if "://" in host else "http://" + host)
         options.setdefault("skip_signature", True)
-    return obstore.store.from_url(f"{scheme}://{bucket}", config=options or None, client_options=client or None,
-                                  retry_config=_RETRY), key
+    return obstore.store.from_url(base, config=options or None, client_options=client, retry_config=_RETRY)
 
 
 def _error(url: str, exc: BaseException, etag: Optional[str] = None) -> Error:
