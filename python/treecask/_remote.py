@@ -105,11 +105,25 @@ def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, An
     client = {"allow_http": True} if scheme != "https" else None
     if scheme in ("http", "https"):
         return obstore.store.HTTPStore.from_url(base, client_options=client, retry_config=_RETRY)
+    provider = None
     if scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST") and "base_url" not in options:
         host = os.environ["STORAGE_EMULATOR_HOST"]
         options.setdefault("base_url", host if "://" in host else "http://" + host)
         options.setdefault("skip_signature", True)
+        # An emulator takes any bearer token: without one object_store would ask the
+        # cloud metadata server for a token before every write.
+        provider = _emulator_token
+    if scheme == "s3":  # the conditional commit of a multipart upload (_upload.put_file)
+        options.setdefault("copy_if_not_exists", "multipart")
+    if provider is not None:
+        return obstore.store.from_url(base, config=options, client_options=client, retry_config=_RETRY,
+                                      credential_provider=provider)
     return obstore.store.from_url(base, config=options or None, client_options=client, retry_config=_RETRY)
+
+
+def _emulator_token() -> dict:
+    """The bearer token sent to a GCS emulator (STORAGE_EMULATOR_HOST), which checks none."""
+    return {"token": "emulator", "expires_at": None}
 
 
 def _error(url: str, exc: BaseException, etag: Optional[str] = None) -> Error:

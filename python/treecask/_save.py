@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
-from . import _core
+from . import _core, _remote, _upload
 from ._request import SaveRequest, compression_code, metadata_items
 from ._types import PathLike, SaveStats
 from .errors import Error, _with_file
@@ -14,7 +14,8 @@ from .errors import Error, _with_file
 def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = None,
          compression: str = "auto", overwrite: bool = False, chunk_size: Optional[int] = None,
          threads: int = 0, durable: bool = True, max_part_bytes: Optional[int] = None,
-         shuffle: bool = False, _leaf_extras: Optional[Mapping[str, Any]] = None) -> SaveStats:
+         shuffle: bool = False, storage_options: Optional[Mapping[str, Any]] = None,
+         _leaf_extras: Optional[Mapping[str, Any]] = None) -> SaveStats:
     """Saves a pytree as one archive file, atomically.
 
     In a ``jax.distributed`` job of more than one process, call it the same
@@ -24,9 +25,21 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
     docs/python.md "Multi-process save and restore"). An error in any process
     is raised in every process.
 
+    ``path`` may be the URL of an object in a store, ``s3://bucket/key``,
+    ``gs://bucket/key`` or ``az://container/key`` (docs/remote.md "Saving to
+    object stores"): the archive is written to local scratch
+    (``$TREECASK_SCRATCH_DIR`` or the system temporary directory; at most
+    its own bytes), uploaded in parallel parts (at most 128 MiB of buffers)
+    and committed so that the object appears whole or not at all and,
+    without ``overwrite``, never replaces an existing object (the stores'
+    conditional writes: S3 ``If-None-Match: *``, GCS
+    ``ifGenerationMatch=0``). In a multi-process job the URL names a
+    checkpoint "directory": each process uploads its own shard file and
+    process 0 commits by creating ``index.cask`` last.
+
     Args:
       path: the archive file to create (written to a temporary file in the same
-        directory and renamed into place when complete).
+        directory and renamed into place when complete), or a URL (above).
       tree: any pytree of arrays (``numpy.ndarray``, ``jax.Array`` -- sharded
         ones are gathered --, NumPy scalars), Python ``int`` / ``float`` /
         ``bool`` / ``complex`` / ``str`` and ``None``, in dicts, lists, tuples,
@@ -49,6 +62,8 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
       max_part_bytes: advanced: the largest zero-copy piece of a raw leaf (a
         multiple of chunk_size, at most 1 GiB, the default); larger leaves are
         stored in several parts and read by copy.
+      storage_options: for a URL, the object store's configuration (obstore
+        config keys), overriding the environment's (as :func:`treecask.open`).
       shuffle: byte-shuffle each chunk of the LZ4-coded leaves whose dtype has
         2, 4, 8 or 16 bytes per element before compressing it (Blosc's
         shuffle; SPEC.md "Filters"): bf16/fp32 weights, which plain LZ4 barely
@@ -63,12 +78,21 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
       InvalidArgumentError: an unsupported leaf type or dtype, a non-str key
         path component that is empty, duplicate key paths, bad metadata or
         options (the message names the key path).
-      AlreadyExistsError: ``path`` exists and ``overwrite`` is False.
-      IoError: the OS refused (e.g. ENOSPC); any previous file is untouched.
+      AlreadyExistsError: ``path`` exists and ``overwrite`` is False (for a
+        URL, also when another saver commits the same object first).
+      NotFoundError: the parent directory, or the bucket, does not exist.
+      IoError: the OS refused (e.g. ENOSPC), or the store did (access denied,
+        failures left after bounded retries: 503 SlowDown, dropped
+        connections); any previous file or object is untouched.
+      UnsupportedError: a URL scheme that cannot be written (``http(s)://``,
+        or one treecask does not serve).
     """
     p = os.fspath(path)
     code = compression_code(compression, p)
     md = metadata_items(metadata, p)
+    url = _remote.is_url(p)
+    if url:
+        _remote.check_url(p)
     # ---- multi-process (jax.distributed, > 1 process): a sharded checkpoint directory ----
     from . import _distributed
 
@@ -76,12 +100,19 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
         try:
             return _distributed.save(p, tree, metadata=dict(md), compression=code,
                                      overwrite=bool(overwrite), chunk_size=chunk_size, threads=int(threads),
-                                     durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
+                                     durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle),
+                                     storage_options=storage_options)
         except Error as e:
             raise _with_file(e, p) from None
-    request, _ = SaveRequest.of_tree(
-        p, tree, leaf_extras=_leaf_extras, compression=code, chunk_size=chunk_size, threads=int(threads),
-        overwrite=bool(overwrite), durable=bool(durable), metadata=md, max_part_bytes=max_part_bytes,
-        shuffle=bool(shuffle))
-    st = _core.save(p, request)
-    return SaveStats(**{k: int(v) for k, v in st.items()})
+
+    def write(local: str) -> SaveStats:
+        request, _ = SaveRequest.of_tree(
+            local, tree, leaf_extras=_leaf_extras, compression=code, chunk_size=chunk_size, threads=int(threads),
+            overwrite=bool(overwrite) and not url, durable=bool(durable) and not url, metadata=md,
+            max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
+        st = _core.save(local, request)
+        return SaveStats(**{k: int(v) for k, v in st.items()})
+
+    if url:  # local scratch, then upload and commit (_upload's docstring)
+        return _upload.save_url(p, write, overwrite=bool(overwrite), storage_options=storage_options)
+    return write(p)

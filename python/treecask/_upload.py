@@ -1,0 +1,246 @@
+"""Saving to object stores: an archive written to local scratch, uploaded in
+parallel parts and committed so that the object appears whole or not at all
+and never replaces a checkpoint (docs/remote.md "Saving to object stores").
+
+The commit of one object (:func:`put_file`), through obstore:
+
+- at most ``SINGLE_PUT_BYTES``: one ``PutObject`` with ``If-None-Match: *``
+  (S3; GCS: ``ifGenerationMatch=0``), from a map of the scratch file;
+- larger: a multipart upload (``PART_BYTES`` parts, ``PARTS_IN_FLIGHT`` at
+  once) to a temporary object ``<key>.tmp.<host>.<pid>.<hex16>``, then a
+  server-side copy onto ``<key>`` that only succeeds if ``<key>`` does not
+  exist (S3: ``UploadPartCopy`` and ``CompleteMultipartUpload`` with
+  ``If-None-Match: *``; GCS: ``ifGenerationMatch=0``), then the temporary is
+  deleted. With ``overwrite`` the multipart upload goes straight to ``<key>``.
+- a store without conditional writes (obstore answers NotImplemented /
+  NotSupported, e.g. S3 ``conditional_put="disabled"``): the documented
+  fallback, a HEAD of ``<key>`` just before an unconditional upload; two
+  savers racing inside that window can replace each other's object (the
+  object is still always whole).
+
+Memory: at most ``PART_BYTES * PARTS_IN_FLIGHT`` (128 MiB) of upload buffers
+(a single PUT reads the mapped scratch file). Local scratch: the archive's own
+bytes, in ``$TREECASK_SCRATCH_DIR`` (default: the system temporary
+directory), removed when the save returns or fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Tuple
+
+from . import _remote
+from .errors import AlreadyExistsError, Error, NotFoundError, UnsupportedError
+
+# Objects up to this size are committed by one conditional PUT (bytes).
+SINGLE_PUT_BYTES = 64 << 20
+# Multipart upload: the size of a part and how many are in flight (bytes, count);
+# their product bounds the upload's memory.
+PART_BYTES = 16 << 20
+PARTS_IN_FLIGHT = 8
+_TMP = ".tmp."
+
+
+def scratch_dir() -> str:
+    """Where an upload's archive is written first: ``$TREECASK_SCRATCH_DIR``,
+    else the system temporary directory."""
+    return os.environ.get("TREECASK_SCRATCH_DIR") or tempfile.gettempdir()
+
+
+@contextlib.contextmanager
+def scratch(name: str) -> Iterator[str]:
+    """A fresh local directory for the files of one upload; yields the path of
+    ``name`` inside it and removes the directory (whatever happened)."""
+    d = tempfile.mkdtemp(prefix="treecask-upload-", dir=scratch_dir())
+    try:
+        yield os.path.join(d, name)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _store_error(url: str, exc: BaseException) -> Error:
+    """The treecask error of a failed write or listing on ``url``: a missing
+    bucket is NotFoundError, refused credentials IoError "access denied",
+    an existing object AlreadyExistsError; never a secret (obstore's messages
+    name the request only)."""
+    import obstore.exceptions as E
+
+    text = str(exc)
+    if isinstance(exc, E.AlreadyExistsError) or "412 Precondition Failed" in text:
+        return AlreadyExistsError("the object exists (a checkpoint is never replaced; pass overwrite=True "
+                                  "to replace it)", file=url)
+    if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        return NotFoundError("no such bucket", file=url)
+    if any(s in text for s in ("AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "403 Forbidden")):
+        return _remote._error(url, E.PermissionDeniedError())
+    return _remote._error(url, exc)
+
+
+def _tmp_key(key: str) -> str:
+    return f"{key}{_TMP}{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}"
+
+
+def _stale(key: str, name: str) -> bool:
+    """Whether object ``name`` is the temporary of a dead upload of ``key`` by
+    this host (``<key>.tmp.<host>.<pid>.<hex16>``, no process ``<pid>``
+    running): the local rule of SPEC.md "Atomic commit"."""
+    if not name.startswith(key + _TMP):
+        return False
+    parts = name[len(key + _TMP):].rsplit(".", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError, OverflowError):
+        return False
+    return False
+
+
+def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, overwrite: bool,
+                 prefix: bool = False) -> Tuple[Any, str]:
+    """(store, key) of a save to ``url``, after one listing of the objects
+    that start with its key: raises, before anything is uploaded,
+    AlreadyExistsError when the object (or, with ``prefix``, a checkpoint
+    "directory" ``<key>/``) exists and ``overwrite`` is False, NotFoundError
+    for a missing bucket, IoError "access denied" for refused credentials,
+    UnsupportedError for a scheme that cannot be written (``http(s)://``).
+    Also deletes the temporaries of dead uploads of this key by this host."""
+    import obstore
+
+    scheme = _remote.check_url(url)
+    if scheme in ("http", "https"):
+        raise UnsupportedError("an http(s):// URL is read-only: save to s3://, gs:// or az://", file=url)
+    store, key = _remote._store_for(url, storage_options)
+    key = key.rstrip("/")
+    try:
+        names = [m["path"] for batch in obstore.list(store, key, chunk_size=1000) for m in batch]
+    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
+        raise _store_error(url, e) from None
+    exists = key in names or (prefix and any(n.startswith(key + "/") for n in names))
+    if exists and not overwrite:
+        raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)", file=url)
+    for n in names:
+        if _stale(key, n):
+            with contextlib.suppress(Exception):
+                obstore.delete(store, n)
+    return store, key
+
+
+def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> None:
+    """Uploads the local file ``path`` as object ``key`` and commits it (the
+    module docstring): whole or not at all; without ``overwrite`` never onto
+    an existing object (AlreadyExistsError). Raises IoError naming ``url``
+    after obstore's bounded retries (503 SlowDown, dropped connections)."""
+    import obstore
+
+    size = os.path.getsize(path)
+    try:
+        if size <= SINGLE_PUT_BYTES:
+            _put_single(store, key, path, size, overwrite)
+        elif overwrite:
+            _put_parts(store, key, path)
+        else:
+            tmp = _tmp_key(key)
+            try:
+                _put_parts(store, tmp, path)
+                try:
+                    obstore.copy(store, tmp, key, overwrite=False)
+                except Exception as e:  # noqa: BLE001
+                    if not _no_conditional(e):
+                        raise
+                    _check_absent(store, key)  # the documented fallback
+                    obstore.copy(store, tmp, key, overwrite=True)
+            finally:
+                with contextlib.suppress(Exception):
+                    obstore.delete(store, tmp)
+    except Error:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise _store_error(url, e) from None
+
+
+def _no_conditional(e: BaseException) -> bool:
+    """Whether obstore refused a conditional write because the store (or its
+    configuration) has none."""
+    import obstore.exceptions as E
+
+    return isinstance(e, (NotImplementedError, E.NotSupportedError)) or "not yet implemented" in str(e)
+
+
+def _check_absent(store: Any, key: str) -> None:
+    import obstore
+
+    try:
+        obstore.head(store, key)
+    except FileNotFoundError:
+        return
+    raise AlreadyExistsError("the object exists (a checkpoint is never replaced)")
+
+
+def _put_single(store: Any, key: str, path: str, size: int, overwrite: bool) -> None:
+    import obstore
+
+    with open(path, "rb") as f:
+        data: Any = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if size else b""
+    try:
+        view = memoryview(data)
+        try:
+            obstore.put(store, key, view, mode="overwrite" if overwrite else "create", use_multipart=False)
+        except Exception as e:  # noqa: BLE001
+            if overwrite or not _no_conditional(e):
+                raise
+            _check_absent(store, key)  # the documented fallback
+            obstore.put(store, key, view, mode="overwrite", use_multipart=False)
+        finally:
+            view.release()
+    finally:
+        if size:
+            data.close()
+
+
+def _put_parts(store: Any, key: str, path: str) -> None:
+    import obstore
+
+    with open(path, "rb") as f:
+        obstore.put(store, key, f, use_multipart=True, chunk_size=PART_BYTES, max_concurrency=PARTS_IN_FLIGHT)
+
+
+def delete_objects(store: Any, keys: List[str]) -> None:
+    """Deletes ``keys`` (missing ones are no error); best effort."""
+    import obstore
+
+    for k in keys:
+        with contextlib.suppress(Exception):
+            obstore.delete(store, k)
+
+
+def save_url(url: str, write: Callable[[str], Any], *, overwrite: bool,
+             storage_options: Optional[Mapping[str, Any]]) -> Any:
+    """treecask.save to an object store: checks the target
+    (:func:`check_target`), runs ``write(local_path)`` (the local save, into
+    scratch), uploads and commits the file (:func:`put_file`); returns what
+    ``write`` returned. The scratch file is removed whatever happens."""
+    local = ""
+    try:
+        store, key = check_target(url, storage_options, overwrite=overwrite)
+        with scratch(os.path.basename(key) or "archive.cask") as local:
+            stats = write(local)
+            put_file(store, key, local, url=url, overwrite=overwrite)
+        return stats
+    except Error as e:
+        raise named(e, local, url) from None
+
+
+def named(e: Error, local: str, url: str) -> Error:
+    """``e`` naming ``url`` where it named the scratch file ``local`` (or no file)."""
+    if e.file and e.file != local:
+        return e
+    return type(e)(e.message, file=url, key_path=e.key_path)
