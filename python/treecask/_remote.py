@@ -113,7 +113,10 @@ def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, An
         # An emulator takes any bearer token: without one object_store would ask the
         # cloud metadata server for a token before every write.
         provider = _emulator_token
-    if scheme == "s3":  # the conditional commit of a multipart upload (_upload.put_file)
+    if scheme == "s3" and str(options.get("conditional_put", "")).lower() != "disabled":
+        # The conditional commit of a multipart upload (_upload.put_file): If-None-Match
+        # on CompleteMultipartUpload, as on PutObject; a store configured without
+        # conditional writes gets neither.
         options.setdefault("copy_if_not_exists", "multipart")
     if provider is not None:
         return obstore.store.from_url(base, config=options, client_options=client, retry_config=_RETRY,

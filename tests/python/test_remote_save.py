@@ -1,0 +1,270 @@
+"""Saving to object stores (docs/remote.md "Saving to object stores";
+python/treecask/_upload.py) against a real S3 server, SeaweedFS on loopback:
+the object appears whole or not at all, never replaces a checkpoint, and every
+failure is an error naming the URL with nothing half-committed."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import numpy as np
+import pytest
+
+import treecask
+from treecask import _upload
+from treecask.errors import AlreadyExistsError, IoError, NotFoundError, UnsupportedError
+
+from test_remote import assert_same, model_tree
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    s3_server.create_bucket("saves")
+    return s3_server
+
+
+def fresh_url(name="model.cask"):
+    return f"s3://saves/{uuid.uuid4().hex}/{name}"
+
+
+def listing(s3, prefix):
+    import obstore
+    return sorted(m["path"] for batch in obstore.list(s3.store("saves"), prefix) for m in batch)
+
+
+def big_tree(mib=80):
+    """A tree over SINGLE_PUT_BYTES, so its upload takes the multipart path."""
+    rng = np.random.default_rng(1)
+    return {"a": rng.standard_normal((mib << 20) // 8), "b": np.arange(10, dtype=np.int32)}
+
+
+@pytest.mark.parametrize("tree_of", [model_tree, big_tree], ids=["single-put", "multipart"])
+def test_save_to_s3_round_trips_and_never_replaces(s3_env, tree_of):
+    tree = tree_of()
+    url = fresh_url()
+    st = treecask.save(url, tree, compression="none")
+    assert st.num_leaves > 0
+    assert_same(treecask.load(url), tree)
+    key = url[len("s3://saves/"):]
+    assert listing(s3_env, key.split("/")[0]) == [key]  # no temporary left behind
+    with pytest.raises(AlreadyExistsError) as e:
+        treecask.save(url, {"other": np.zeros(3)})
+    assert url in str(e.value)
+    assert_same(treecask.load(url), tree)
+    # The commit itself refuses an existing object, whatever a listing said before it
+    # (a saver that lost a race): both the single PUT and the multipart copy.
+    store, _ = _upload.check_target(fresh_url(), None, overwrite=False)
+    local = treecask.save
+    tmp_file = os.path.join(_upload.scratch_dir(), f"tc-{uuid.uuid4().hex}.cask")
+    try:
+        local(tmp_file, {"other": np.zeros(3)})
+        with pytest.raises(AlreadyExistsError):
+            _upload.put_file(store, key, tmp_file, url=url, overwrite=False)
+    finally:
+        os.unlink(tmp_file)
+    assert_same(treecask.load(url), tree)
+    treecask.save(url, {"other": np.zeros(3)}, overwrite=True)
+    assert_same(treecask.load(url), {"other": np.zeros(3)})
+
+
+def test_two_savers_racing_for_one_object_one_commits(s3_env, tmp_path):
+    """Two processes save different trees to one URL at once: exactly one
+    commits, the other gets AlreadyExistsError, the object is the winner's."""
+    url = fresh_url()
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, treecask
+        from treecask.errors import AlreadyExistsError
+        tree = {{"who": np.full((90 << 20) // 8, float(sys.argv[1]))}}
+        try:
+            treecask.save({url!r}, tree, compression="none")
+            print("committed")
+        except AlreadyExistsError as e:
+            print("refused", e)
+    """)
+    env = dict(os.environ, **s3_env.env())
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(i)], stdout=subprocess.PIPE, text=True, env=env)
+             for i in (1, 2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert sorted(o.split()[0] for o in outs) == ["committed", "refused"], outs
+    winner = 1 + [o.startswith("committed") for o in outs].index(True)
+    got = treecask.load(url)["who"]
+    assert got.shape == ((90 << 20) // 8,) and np.all(got == winner)
+
+
+def test_a_store_without_conditional_writes_uses_the_documented_fallback(s3_env):
+    opts = {"conditional_put": "disabled"}
+    for tree in (model_tree(), big_tree()):
+        url = fresh_url()
+        treecask.save(url, tree, storage_options=opts, compression="none")
+        assert_same(treecask.load(url), tree)
+        key = url[len("s3://saves/"):]
+        store, _ = _upload.check_target(fresh_url(), opts, overwrite=False)
+        tmp_file = os.path.join(_upload.scratch_dir(), f"tc-{uuid.uuid4().hex}.cask")
+        try:
+            treecask.save(tmp_file, {"other": np.zeros(3)})
+            with pytest.raises(AlreadyExistsError):  # the HEAD just before the upload
+                _upload.put_file(store, key, tmp_file, url=url, overwrite=False)
+        finally:
+            os.unlink(tmp_file)
+        assert_same(treecask.load(url), tree)
+
+
+def test_bad_targets_fail_before_any_upload_and_never_print_a_secret(s3_env, tmp_path, monkeypatch):
+    secret = "not-the-secret-" + uuid.uuid4().hex
+    with pytest.raises(IoError) as e:
+        treecask.save(fresh_url(), model_tree(), storage_options={"secret_access_key": secret})
+    assert "access denied" in str(e.value) and secret not in str(e.value)
+    with pytest.raises(NotFoundError) as e:
+        treecask.save("s3://no-such-bucket-here/x.cask", model_tree())
+    assert "no such bucket" in str(e.value)
+    with pytest.raises(UnsupportedError):
+        treecask.save("https://example.invalid/x.cask", model_tree())
+    with pytest.raises(UnsupportedError):
+        treecask.save("hdfs://namenode/x.cask", model_tree())
+    # Nothing was written to scratch and left there.
+    monkeypatch.setenv("TREECASK_SCRATCH_DIR", str(tmp_path))
+    with pytest.raises(AlreadyExistsError):
+        url = fresh_url()
+        treecask.save(url, model_tree())
+        treecask.save(url, model_tree())
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Throttle:
+    """An HTTP proxy in front of the S3 server that answers the first
+    ``failures`` PUT/POST requests with 503 SlowDown (or drops the
+    connection), then forwards everything (Host kept, so signatures hold)."""
+
+    def __init__(self, backend: str, failures: int, drop: bool = False):
+        self.failures, self.drop, self.refused = failures, drop, 0
+        target = backend.split("//", 1)[1]
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command in ("PUT", "POST") and outer.refused < outer.failures:
+                    outer.refused += 1
+                    if outer.drop:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                        return
+                    msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                req = urllib.request.Request(f"http://{target}{self.path}", data=body if body or self.command
+                                             in ("PUT", "POST") else None, method=self.command)
+                for k, v in self.headers.items():
+                    if k.lower() not in ("content-length", "connection", "expect"):
+                        req.add_header(k, v)
+                try:
+                    with urllib.request.urlopen(req, timeout=60) as r:
+                        status, headers, data = r.status, r.headers, r.read()
+                except urllib.error.HTTPError as r:
+                    status, headers, data = r.code, r.headers, r.read()
+                self.send_response(status)
+                for k, v in headers.items():
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("drop", [False, True], ids=["503-slowdown", "dropped-connection"])
+def test_throttled_uploads_are_retried_then_an_io_error_with_nothing_committed(s3_env, drop):
+    tree = model_tree()
+    proxy = _Throttle(s3_env.endpoint, failures=2, drop=drop)
+    try:
+        url = fresh_url()
+        treecask.save(url, tree, storage_options={"endpoint": proxy.endpoint})
+        assert proxy.refused == 2
+        assert_same(treecask.load(url), tree)
+    finally:
+        proxy.close()
+    proxy = _Throttle(s3_env.endpoint, failures=10**6, drop=drop)
+    try:
+        url = fresh_url()
+        t0 = time.monotonic()
+        with pytest.raises(IoError) as e:
+            treecask.save(url, tree, storage_options={"endpoint": proxy.endpoint})
+        assert url in str(e.value) and time.monotonic() - t0 < 120
+        assert 2 <= proxy.refused <= 20
+    finally:
+        proxy.close()
+    with pytest.raises(NotFoundError):
+        treecask.open(url)
+    assert listing(s3_env, url[len("s3://saves/"):].split("/")[0]) == []
+
+
+def test_a_saver_killed_mid_upload_leaves_no_object_and_the_next_save_commits(s3_env, tmp_path):
+    """SIGKILL while the multipart upload runs: the key never appears (a
+    reader gets NotFoundError, the previous checkpoint still loads); the next
+    save of the same key succeeds and sweeps this host's dead temporaries."""
+    previous = fresh_url("prev.cask")
+    treecask.save(previous, model_tree())
+    url = fresh_url()
+    script = textwrap.dedent(f"""
+        import numpy as np, treecask
+        from treecask import _upload
+        _upload.PARTS_IN_FLIGHT = 1  # a slow upload, to be killed in the middle
+        _upload.PART_BYTES = 5 << 20
+        treecask.save({url!r}, {{"a": np.ones((200 << 20) // 8)}}, compression="none")
+    """)
+    env = dict(os.environ, **s3_env.env(), TREECASK_SCRATCH_DIR=str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # an upload in progress: a multipart upload listed by the server
+            status, _, body = s3_env.request("GET", "/saves?uploads")
+            if b"<UploadId>" in body and url.split("/")[3].encode() in body:
+                break
+            assert p.poll() is None, "the save finished before it could be killed"
+            time.sleep(0.05)
+        else:
+            pytest.fail("no multipart upload appeared")
+        time.sleep(0.3)
+        p.kill()
+        p.wait()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    with pytest.raises(NotFoundError):
+        treecask.open(url)
+    assert_same(treecask.load(previous), model_tree())
+    tree = big_tree()
+    treecask.save(url, tree, compression="none")
+    assert_same(treecask.load(url), tree)
+    key = url[len("s3://saves/"):]
+    assert listing(s3_env, key.split("/")[0]) == [key]
