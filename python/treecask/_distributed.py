@@ -57,7 +57,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _codec, _dtypes
+from . import _codec, _dtypes, _remote, _upload
 from . import _jaxutil as J
 from . import _tree as T
 from . import _core
@@ -78,9 +78,11 @@ BARRIER_TIMEOUT_S = float(os.environ.get("TREECASK_BARRIER_TIMEOUT_S", "600"))
 _save_counter = 0
 
 
-def process_file(k: int) -> str:
-    """File name of process k's shard archive inside a checkpoint directory."""
-    return f"process_{k}.cask"
+def process_file(k: int, save_id: str = "", remote: bool = False) -> str:
+    """File name of process k's shard archive inside a checkpoint directory;
+    in an object store ``process_<k>.<first 16 hex digits of the save id>.cask``,
+    so that a competing save of the same step never overwrites it."""
+    return f"process_{k}.{save_id[:16]}.cask" if remote else f"process_{k}.cask"
 
 
 def _client():
@@ -205,12 +207,13 @@ class _Save:
     protocol, on any thread -- never touches the tree again."""
 
     __slots__ = ("path", "key", "pid", "nproc", "nodes", "key_paths", "metas", "is_global", "md",
-                 "keys", "kinds", "names", "shapes", "datas", "options")
+                 "keys", "kinds", "names", "shapes", "datas", "options", "remote", "storage_options")
 
 
 def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], compression: int,
             overwrite: bool, chunk_size: Optional[int], threads: int, durable: bool,
-            max_part_bytes: Optional[int], shuffle: bool, snapshot: bool = False) -> _Save:
+            max_part_bytes: Optional[int], shuffle: bool, snapshot: bool = False,
+            storage_options: Optional[Mapping[str, Any]] = None) -> _Save:
     """The caller's half of a multi-process save: flattens ``tree``, describes
     every leaf for the index, and takes this process's boxes (replica-0
     shards of global jax.Arrays; on process 0 also the host leaves).
@@ -230,7 +233,9 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     import jax
 
     s = _Save()
-    s.path = os.path.abspath(path)
+    s.remote = _remote.is_url(path)
+    s.path = path.rstrip("/") if s.remote else os.path.abspath(path)
+    s.storage_options = storage_options
     s.pid, s.nproc = jax.process_index(), jax.process_count()
     _save_counter += 1
     s.key = f"treecask/save/{_save_counter}"
@@ -286,19 +291,24 @@ def run(s: _Save):
     pid, key, p, o = s.pid, s.key, s.path, s.options
     timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
 
-    # Step 1: process 0 prepares the temporary directory.
+    # Step 1: process 0 prepares the temporary directory (in a store: checks the target).
     if pid == 0:
         try:
-            if os.path.lexists(p) and not o["overwrite"]:
-                raise E.AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=p)
-            if not os.path.isdir(os.path.dirname(p)):
-                raise E.NotFoundError("the parent directory does not exist", file=p)
-            clean_stale(p)
-            tmp = f"{p}{_TMP}{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}"
-            os.mkdir(tmp)
             # The save's identity (SPEC.md "Sharded checkpoints"): in every file's metadata,
             # so that no two saves write the same manifest, whatever their trees.
-            answer = "ok:" + secrets.token_hex(16) + ":" + tmp
+            save_id = secrets.token_hex(16)
+            if s.remote:  # the shard objects go under the checkpoint's prefix, named by the save id
+                _upload.check_target(p, s.storage_options, overwrite=o["overwrite"], prefix=True)
+                tmp = p
+            else:
+                if os.path.lexists(p) and not o["overwrite"]:
+                    raise E.AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=p)
+                if not os.path.isdir(os.path.dirname(p)):
+                    raise E.NotFoundError("the parent directory does not exist", file=p)
+                clean_stale(p)
+                tmp = f"{p}{_TMP}{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}"
+                os.mkdir(tmp)
+            answer = "ok:" + save_id + ":" + tmp
         except Exception as e:
             answer = "err:" + _error_text(e)
         client.key_value_set(key + "/dir", answer)
@@ -310,12 +320,21 @@ def run(s: _Save):
 
     # Step 2: every process writes its own shards.
     try:
-        mine = os.path.join(tmp, process_file(pid))
-        st = _core.save(mine, SaveRequest(
-            _flat_nodes(s.keys), [T.escape_key(k) for k in s.keys], s.kinds, s.names, s.shapes, s.datas,
-            compression=o["compression"], chunk_size=o["chunk_size"], threads=o["threads"],
-            durable=o["durable"], metadata=[(SAVE_ID_KEY, save_id)], max_part_bytes=o["max_part_bytes"],
-            shuffle=o["shuffle"]))
+        def write(mine: str):
+            return _core.save(mine, SaveRequest(
+                _flat_nodes(s.keys), [T.escape_key(k) for k in s.keys], s.kinds, s.names, s.shapes, s.datas,
+                compression=o["compression"], chunk_size=o["chunk_size"], threads=o["threads"],
+                durable=o["durable"] and not s.remote, metadata=[(SAVE_ID_KEY, save_id)],
+                max_part_bytes=o["max_part_bytes"], shuffle=o["shuffle"]))
+
+        name = process_file(pid, save_id, s.remote)
+        if s.remote:  # written to scratch, then uploaded (never onto an existing object)
+            with _upload.scratch(name) as local:
+                st = write(local)
+                store, obj = _remote._store_for(f"{tmp}/{name}", s.storage_options)
+                _upload.put_file(store, obj, local, url=f"{tmp}/{name}", overwrite=False)
+        else:
+            st = write(os.path.join(tmp, name))
         status = "ok:" + json.dumps({k: int(v) for k, v in st.items()})
     except Exception as e:  # reported to every process; never leaves the others waiting
         status = "err:" + _error_text(e)
@@ -326,10 +345,15 @@ def run(s: _Save):
     # Step 3: process 0 builds the index from what was written and commits.
     if pid == 0:
         try:
-            stats = _commit(s, tmp, client, timeout_ms)
+            stats = _commit(s, tmp, save_id, client, timeout_ms)
             result = "ok:" + json.dumps(stats)
         except Exception as e:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if s.remote:  # this save's shard objects, whatever got uploaded
+                store, prefix = _remote._store_for(p + "/" + INDEX, s.storage_options)
+                prefix = prefix[:-len(INDEX)]
+                _upload.delete_objects(store, [prefix + process_file(k, save_id, True) for k in range(s.nproc)])
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
             result = "err:" + _error_text(e)
         client.key_value_set(key + "/result", result)
     result = client.blocking_key_value_get(key + "/result", timeout_ms)
@@ -346,7 +370,7 @@ def save(path: str, tree: Any, **options: Any):
     return run(prepare(path, tree, **options))
 
 
-def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
+def _commit(s: _Save, tmp: str, save_id: str, client, timeout_ms: int) -> Dict[str, int]:
     p, key, nproc = s.path, s.key, s.nproc
     totals = {"file_bytes": 0, "raw_bytes": 0, "stored_bytes": 0, "num_leaves": len(s.key_paths), "num_blobs": 0}
     for k in range(nproc):
@@ -363,9 +387,12 @@ def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
     # The fingerprint of each shard file that holds a box (every leaf of a file is one), for the
     # index to bind (SPEC.md R8: it lists exactly the files its ShardRefs name, or more).
     bound: List[Tuple[str, int, int]] = []
-    for k in range(nproc):
-        name = process_file(k)
-        a = _core.Archive.open(os.path.join(tmp, name), True, False)
+    names = [process_file(k, save_id, s.remote) for k in range(nproc)]
+    for name in names:
+        if s.remote:
+            a = _core.Archive.open_source(_remote.ObjectSource(f"{tmp}/{name}", s.storage_options), True)
+        else:
+            a = _core.Archive.open(os.path.join(tmp, name), True, False)
         if len(a):
             bound.append(a.manifest_fingerprint)
         for j in range(len(a)):
@@ -377,20 +404,22 @@ def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
                 raise E.CorruptionError(f"{name} holds '{d['key_path']}', which names no leaf of the tree",
                                         file=os.path.join(p, name))
             refs[i].append((name, d["key_path"], b, e))
-    kinds, names, shapes, datas, more = [], [], [], [], {}
+    kinds, dtypes, shapes, datas, more = [], [], [], [], {}
     empty = np.empty(0, np.uint8)
     for i, (kp, meta) in enumerate(zip(s.key_paths, s.metas)):
         if not refs[i]:
             raise E.CorruptionError("no process wrote any shard of this leaf", file=p, key_path=kp)
         kinds.append(meta["value_kind"])
-        names.append(meta["dtype"])
+        dtypes.append(meta["dtype"])
         shapes.append(meta["shape"])
         datas.append(empty)
         totals["raw_bytes"] += int(_core.byte_length_for(meta["dtype"], meta["shape"]))
         more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i])
-    st = _core.save(os.path.join(tmp, INDEX), SaveRequest(
-        s.nodes, s.key_paths, kinds, names, shapes, datas, more, threads=1, durable=s.options["durable"],
-        metadata=s.md, shard_files=bound))
+    request = SaveRequest(s.nodes, s.key_paths, kinds, dtypes, shapes, datas, more, threads=1,
+                          durable=s.options["durable"] and not s.remote, metadata=s.md, shard_files=bound)
+    if s.remote:
+        return _commit_remote(s, request, names, totals)
+    st = _core.save(os.path.join(tmp, INDEX), request)
     totals["file_bytes"] += int(st["file_bytes"])
     # The checkpoint must open as a whole (every ShardRef resolves, boxes tile every leaf).
     _core.ShardedArchive.open(tmp, True, False)
@@ -399,4 +428,35 @@ def _commit(s: _Save, tmp: str, client, timeout_ms: int) -> Dict[str, int]:
     # The one commit path of the core (include/treecask/commit.h): RENAME_NOREPLACE, or with
     # overwrite RENAME_EXCHANGE and removal of the old directory; then the parent's fsync.
     _core.publish(tmp, p, s.options["overwrite"], s.options["durable"], p)
+    return totals
+
+
+def _commit_remote(s: _Save, request: SaveRequest, names: List[str], totals: Dict[str, int]) -> Dict[str, int]:
+    """Step 3 in an object store: the index, written to scratch, must open
+    with the uploaded shard objects as one checkpoint; then it is uploaded
+    as ``<prefix>/index.cask``, never onto an existing one (without
+    ``overwrite``): that creation is the commit. Objects under the prefix
+    that the new index does not name (an overwritten checkpoint's, a dead
+    save's) are deleted afterwards."""
+    p = s.path
+    store, key = _remote._store_for(f"{p}/{INDEX}", s.storage_options)
+    prefix = key[:-len(INDEX)]
+    with _upload.scratch(INDEX) as local:
+        st = _core.save(local, request)
+        totals["file_bytes"] += int(st["file_bytes"])
+
+        def open_one(name: str):
+            return _remote.FileSource(local) if name == INDEX else _remote.ObjectSource(f"{p}/{name}",
+                                                                                         s.storage_options)
+        _core.ShardedArchive.open_sources(open_one, p, True)
+        _upload.put_file(store, key, local, url=f"{p}/{INDEX}", overwrite=s.options["overwrite"])
+    import obstore
+
+    keep = {key} | {prefix + n for n in names}
+    try:
+        stale = [m["path"] for batch in obstore.list(store, prefix, chunk_size=1000) for m in batch
+                 if m["path"] not in keep and "/" not in m["path"][len(prefix):]]
+    except Exception:  # noqa: BLE001 -- committed; leftovers cost storage, not correctness
+        stale = []
+    _upload.delete_objects(store, stale)
     return totals

@@ -215,6 +215,26 @@ class ObjectSource:
             self._pool.shutdown(wait=False)
 
 
+class FileSource:
+    """A local file as a Source of the C++ core (``name``, ``size``,
+    ``concurrency``, ``read``): what a check of a checkpoint half in a store,
+    half on this disk (an index not yet uploaded) opens."""
+
+    concurrency = 1
+
+    def __init__(self, path: str):
+        self.name = path
+        self.size = os.path.getsize(path)
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def read(self, offsets: List[int], lengths: List[int]) -> List[bytes]:
+        return [os.pread(self._fd, n, off) for off, n in zip(offsets, lengths)]
+
+    def __del__(self):
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+
+
 def opener(base_url: str, storage_options: Optional[Mapping[str, Any]] = None) -> Callable[[str], ObjectSource]:
     """The objects of the multi-process checkpoint at ``base_url`` (its
     ``index.cask`` and shard files), for ``_core.ShardedArchive.open_sources``."""

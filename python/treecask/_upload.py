@@ -45,6 +45,7 @@ SINGLE_PUT_BYTES = 64 << 20
 PART_BYTES = 16 << 20
 PARTS_IN_FLIGHT = 8
 _TMP = ".tmp."
+INDEX = "index.cask"  # the commit object of a multi-process checkpoint (_distributed.INDEX)
 
 
 def scratch_dir() -> str:
@@ -108,8 +109,8 @@ def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, over
                  prefix: bool = False) -> Tuple[Any, str]:
     """(store, key) of a save to ``url``, after one listing of the objects
     that start with its key: raises, before anything is uploaded,
-    AlreadyExistsError when the object (or, with ``prefix``, a checkpoint
-    "directory" ``<key>/``) exists and ``overwrite`` is False, NotFoundError
+    AlreadyExistsError when the object (or, with ``prefix``, the commit
+    object ``<key>/index.cask`` of a checkpoint "directory") exists and ``overwrite`` is False, NotFoundError
     for a missing bucket, IoError "access denied" for refused credentials,
     UnsupportedError for a scheme that cannot be written (``http(s)://``).
     Also deletes the temporaries of dead uploads of this key by this host."""
@@ -124,7 +125,7 @@ def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, over
         names = [m["path"] for batch in obstore.list(store, key, chunk_size=1000) for m in batch]
     except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
         raise _store_error(url, e) from None
-    exists = key in names or (prefix and any(n.startswith(key + "/") for n in names))
+    exists = key in names or (prefix and f"{key}/{INDEX}" in names)
     if exists and not overwrite:
         raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)", file=url)
     for n in names:

@@ -268,3 +268,71 @@ def test_a_saver_killed_mid_upload_leaves_no_object_and_the_next_save_commits(s3
     assert_same(treecask.load(url), tree)
     key = url[len("s3://saves/"):]
     assert listing(s3_env, key.split("/")[0]) == [key]
+
+
+MP_CHILD = textwrap.dedent(r'''
+    import os, sys
+    port, nproc, pid, scenario, base = sys.argv[1:6]
+    nproc, pid = int(nproc), int(pid)
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_num_cpu_devices", 2)
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid)
+    import numpy as np
+    import treecask
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    W = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    m = Mesh(np.array(jax.devices()).reshape(2, 2), ("x", "y"))
+
+    def tree(step):
+        w = jax.make_array_from_callback(W.shape, NamedSharding(m, P("x", "y")), lambda i: (W * step)[i])
+        return {"w": w, "host": np.full(3, float(step)), "step": step}
+
+    def check(url, step, spec):
+        got = treecask.load(url, shardings={"w": NamedSharding(m, spec)})
+        assert got["step"] == step and got["w"].sharding.spec == spec
+        for s in got["w"].addressable_shards:
+            np.testing.assert_array_equal(np.asarray(s.data), (W * step)[s.index])
+        np.testing.assert_array_equal(got["host"], np.full(3, float(step)))
+
+    if scenario == "save":
+        url = base + "/ckpt"
+        treecask.save(url, tree(1))
+        check(url, 1, P("y", "x"))
+        try:
+            treecask.save(url, tree(2))
+            raise SystemExit("expected AlreadyExistsError")
+        except treecask.AlreadyExistsError as e:
+            assert url in str(e), e
+        treecask.save(url, tree(3), overwrite=True)
+        check(url, 3, P(None, "x"))
+    elif scenario == "manager":
+        with treecask.CheckpointManager(base + "/run", max_to_keep=2) as mngr:
+            for step in (1, 2, 3):
+                assert mngr.save(step, tree(step), metrics={"loss": float(10 - step)})
+            mngr.wait_until_finished()
+            assert mngr.all_steps() == [2, 3], mngr.all_steps()
+            check(str(mngr.path(3)) if not hasattr(mngr, "url") else mngr.url(3), 3, P("x", None))
+    print(f"CHILD OK {pid}", flush=True)
+''')
+
+
+def test_a_two_process_checkpoint_saves_to_a_bucket_and_restores_sharded(s3_env, tmp_path):
+    """A jax.distributed job of two processes saves to s3://: each process
+    uploads only its own shard object, process 0 commits by creating the
+    index last; an existing checkpoint is refused, overwrite replaces it and
+    leaves no object of the old one; every process restores onto its devices."""
+    from jobs import collect, launch
+    base = f"s3://saves/{uuid.uuid4().hex}"
+    procs = launch(tmp_path / "child.py", MP_CHILD, 2, lambda port, i: [port, 2, i, "save", base],
+                   env_extra=s3_env.env())
+    collect(procs, "save to a bucket", timeout=240)
+    prefix = base[len("s3://saves/"):] + "/ckpt/"
+    names = [n[len(prefix):] for n in listing(s3_env, prefix)]
+    assert names[0] == "index.cask" and len(names) == 3, names
+    assert [n.split(".")[0] for n in names[1:]] == ["process_0", "process_1"]
+    assert names[1].split(".")[1] == names[2].split(".")[1]  # one save id: the overwrite's
+    got = treecask.load(base + "/ckpt")
+    assert got["step"] == 3
+    np.testing.assert_array_equal(got["w"], np.arange(4096, dtype=np.float32).reshape(64, 64) * 3)
