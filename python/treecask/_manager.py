@@ -38,7 +38,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _core, _distributed, _remote
+from . import _core, _distributed, _remote, _upload
 from . import _jaxutil as J
 from ._open import load
 from ._open import open as open_archive
@@ -83,6 +83,49 @@ def list_steps(directory: PathLike) -> Dict[int, str]:
         if step not in out or name == step_name(step):
             out[step] = name
     return out
+
+
+class _Bucket:
+    """A manager's directory in an object store (``s3://bucket/run``): the
+    same entries as a local directory, as objects. A single-process step is
+    the object ``step_<n>.cask``; a multi-process step is the prefix
+    ``step_<n>.cask/`` and exists once its commit object ``index.cask`` does
+    (docs/remote.md "Saving to object stores")."""
+
+    def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]]):
+        self.url = url.rstrip("/")
+        self.storage_options = storage_options
+        self.store, key = _remote._store_for(self.url + "/" + step_name(0), storage_options)
+        self.prefix = key[:-len(step_name(0))]
+
+    def _objects(self) -> List[str]:
+        import obstore
+
+        try:
+            return [m["path"][len(self.prefix):] for batch in obstore.list(self.store, self.prefix, chunk_size=1000)
+                    for m in batch]
+        except Exception as e:  # noqa: BLE001
+            raise _upload._store_error(self.url, e) from None
+
+    def steps(self) -> Dict[int, str]:
+        """``{step: entry name}`` of the committed steps (one listing)."""
+        out: Dict[int, str] = {}
+        for name in self._objects():
+            entry, _, rest = name.partition("/")
+            m = _STEP_RE.fullmatch(entry)
+            if m is None or rest not in ("", _distributed.INDEX):
+                continue
+            step = int(m.group(1))
+            if step not in out or entry == step_name(step):
+                out[step] = entry
+        return out
+
+    def remove(self, entry: str) -> None:
+        """Deletes a step: for a multi-process step its commit object first,
+        so that it leaves every listing at once, then its shard objects."""
+        names = [n for n in self._objects() if n == entry or n.startswith(entry + "/")]
+        names.sort(key=lambda n: n != f"{entry}/{_distributed.INDEX}")
+        _upload.delete_objects(self.store, [self.prefix + n for n in names])
 
 
 def _jax_processes() -> Tuple[int, int]:
@@ -182,7 +225,7 @@ def _save_async(path: str, tree: Any, *, metadata: Mapping[str, str], pool: Any 
 def _prepare_distributed(path: str, tree: Any, *, metadata: Mapping[str, str], snapshot: bool,
                          compression: str = "auto", chunk_size: Optional[int] = None, threads: int = 0,
                          durable: bool = True, max_part_bytes: Optional[int] = None,
-                         shuffle: bool = False):
+                         shuffle: bool = False, storage_options: Optional[Mapping[str, Any]] = None):
     """The caller's half of a multi-process save of a step
     (``_distributed.prepare``); with ``snapshot`` safe from the caller as
     :func:`_save_async` is."""
@@ -191,7 +234,7 @@ def _prepare_distributed(path: str, tree: Any, *, metadata: Mapping[str, str], s
         return _distributed.prepare(path, tree, metadata=metadata, compression=code,
                                     overwrite=False, chunk_size=chunk_size, threads=threads,
                                     durable=durable, max_part_bytes=max_part_bytes, shuffle=shuffle,
-                                    snapshot=snapshot)
+                                    snapshot=snapshot, storage_options=storage_options)
     except Error as e:
         raise _with_file(e, path) from None
 
@@ -230,7 +273,14 @@ class CheckpointManager:
     """Saves, lists, retains and restores the steps of a training run in one directory.
 
     Args:
-      directory: the directory of step archives (created if missing).
+      directory: the directory of step archives (created if missing), or the
+        URL of a prefix in an object store (``s3://bucket/run``, ``gs://``,
+        ``az://``): each step is then the object ``step_<n>.cask`` (a
+        multi-process step the prefix ``step_<n>.cask/``, which exists once
+        its ``index.cask`` does), committed as ``treecask.save`` commits to a
+        store, never replacing a step; the asynchronous save's upload runs in
+        the background; retention deletes a step's commit object first
+        (docs/remote.md "Saving to object stores").
       max_to_keep: how many steps retention keeps (>= 1), or None (default): keep all.
         Without ``best_fn`` the newest ``max_to_keep``; with it the ``max_to_keep``
         best by ``best_fn`` plus always the newest (so a preempted job can resume).
@@ -255,6 +305,8 @@ class CheckpointManager:
         that is already faulted in (2-3x faster than into fresh memory here),
         at the price of holding about those leaves' bytes of host memory from
         the first save until :meth:`close`. (jax.Array leaves are not copied.)
+      storage_options: for a URL, the store's configuration (obstore config
+        keys) overriding the environment's, as :func:`treecask.open`.
       **save_options: passed to :func:`treecask.save` for every step:
         ``compression``, ``shuffle``, ``durable``, ``chunk_size``, ``threads``,
         ``max_part_bytes``, ``metadata`` (the keys ``treecask.step`` and
@@ -270,13 +322,17 @@ class CheckpointManager:
     def __init__(self, directory: PathLike, *, max_to_keep: Optional[int] = None,
                  keep_period: Optional[int] = None, best_fn: Optional[Callable[[Any], float]] = None,
                  best_mode: str = "max", save_interval_steps: int = 1, async_save: bool = True,
-                 keep_snapshot_memory: bool = False, **save_options: Any):
+                 keep_snapshot_memory: bool = False, storage_options: Optional[Mapping[str, Any]] = None,
+                 **save_options: Any):
+        self._bucket: Optional[_Bucket] = None
         if _remote.is_url(os.fspath(directory)):  # never a local directory "s3:/bucket/run"
-            _remote.check_url(os.fspath(directory))
-            raise UnsupportedError("a CheckpointManager keeps its steps in a local directory; object stores "
-                                   "are read-only for now (treecask.load(url), docs/remote.md)",
-                                   file=os.fspath(directory))
-        self.directory = pathlib.Path(os.fspath(directory))
+            if _remote.check_url(os.fspath(directory)) in ("http", "https"):
+                raise UnsupportedError("an http(s):// URL is read-only: keep steps in s3://, gs:// or az://",
+                                       file=os.fspath(directory))
+            self._bucket = _Bucket(os.fspath(directory), storage_options)
+            self.directory: Any = self._bucket.url
+        else:
+            self.directory = pathlib.Path(os.fspath(directory))
         d = str(self.directory)
         for name, v in (("max_to_keep", max_to_keep), ("keep_period", keep_period)):
             if v is not None and (not _is_int(v) or v < 1):
@@ -315,7 +371,8 @@ class CheckpointManager:
         # entry name -> ((inode, mtime_ns), metrics): step archives are immutable,
         # a step deleted and written again gets a new inode.
         self._metrics_cache: Dict[str, Tuple[Tuple[int, int], Any]] = {}
-        os.makedirs(self.directory, exist_ok=True)
+        if self._bucket is None:
+            os.makedirs(self.directory, exist_ok=True)
         _LIVE.add(self)
 
     # ---- context manager ----
@@ -329,13 +386,22 @@ class CheckpointManager:
         return f"<treecask.CheckpointManager {str(self.directory)!r}>"
 
     # ---- naming ----
-    def path(self, step: int) -> pathlib.Path:
+    def _steps(self) -> Dict[int, str]:
+        """``{step: entry name}``: the directory's listing, or the bucket's."""
+        return self._bucket.steps() if self._bucket is not None else list_steps(self.directory)
+
+    def _entry(self, name: str) -> Any:
+        """The path (a ``pathlib.Path``) or URL (a str) of entry ``name``."""
+        return f"{self._bucket.url}/{name}" if self._bucket is not None else self.directory / name
+
+    def path(self, step: int) -> Any:
         """The path of ``step``: its existing entry if the directory has one
-        (whatever its digit count), else ``<directory>/step_<step:08d>.cask``.
+        (whatever its digit count), else ``<directory>/step_<step:08d>.cask``
+        (a ``pathlib.Path``; for a manager on a bucket, the URL as a str).
         Treat it as opaque: a file today, a directory for a multi-process step."""
         step = _check_step(step, str(self.directory))
-        name = list_steps(self.directory).get(step, step_name(step))
-        return self.directory / name
+        name = self._steps().get(step, step_name(step))
+        return self._entry(name)
 
     def should_save(self, step: int) -> bool:
         """Whether :meth:`save` writes ``step``: it is a multiple of
@@ -347,26 +413,26 @@ class CheckpointManager:
         """Steps in the directory, ascending. A step being saved asynchronously
         appears once it is durable (call :meth:`wait_until_finished` first to
         include it)."""
-        return sorted(list_steps(self.directory))
+        return sorted(self._steps())
 
     def latest_step(self) -> Optional[int]:
         """The highest step in the directory, or None."""
-        steps = list_steps(self.directory)
+        steps = self._steps()
         return max(steps) if steps else None
 
     def metrics(self, step: int) -> Optional[Any]:
         """The metrics saved with ``step`` (JSON-decoded), or None if it was
         saved without. Raises NotFoundError when the step does not exist."""
         step = _check_step(step, str(self.directory))
-        name = list_steps(self.directory).get(step)
+        name = self._steps().get(step)
         if name is None:
-            raise NotFoundError(f"no step {step} in the directory", file=str(self.directory / step_name(step)))
+            raise NotFoundError(f"no step {step} in the directory", file=str(self._entry(step_name(step))))
         return self._metrics_of(name)
 
     def best_step(self) -> Optional[int]:
         """With ``best_fn``: the step with the best score among those saved with
         metrics (ties: the newest), or None. Without: the latest step (Orbax)."""
-        steps = list_steps(self.directory)
+        steps = self._steps()
         if self.best_fn is None:
             return max(steps) if steps else None
         scored = []
@@ -415,11 +481,11 @@ class CheckpointManager:
         err = self._take_error()
         if err is not None:
             raise err
-        existing = list_steps(self.directory).get(step)
+        existing = self._steps().get(step)
         if existing is not None:
             raise AlreadyExistsError(f"step {step} already exists (a step is never overwritten)",
-                                     file=str(self.directory / existing))
-        path = str(self.directory / step_name(step))
+                                     file=str(self._entry(existing)))
+        path = str(self._entry(step_name(step)))
         md = dict(self._metadata)
         md[STEP_KEY] = str(step)
         stored_metrics = None
@@ -428,15 +494,20 @@ class CheckpointManager:
             stored_metrics = json.loads(md[METRICS_KEY])
         job = _Job(step, path, stored_metrics)
         _, nproc = _jax_processes()
+        remote = self._bucket is not None
+        so = {"storage_options": self._bucket.storage_options} if remote else {}
         if nproc > 1:  # every process's half of a sharded step directory (treecask.save's protocol)
             plan = _prepare_distributed(path, tree, metadata=md, snapshot=self.async_save,
-                                        **self._save_options)
+                                        **so, **self._save_options)
             write = functools.partial(_distributed.run, plan)
+        elif self.async_save and remote:  # into scratch in the background, then the upload
+            write = self._upload_later(path, tree, md)
         elif self.async_save:
             write = _save_async(path, tree, metadata=md, pool=self._pool, **self._save_options).wait
         else:
-            sweep_temporaries(self.directory)
-            save(path, tree, metadata=md, **self._save_options)
+            if not remote:
+                sweep_temporaries(self.directory)
+            save(path, tree, metadata=md, **so, **self._save_options)
             write = None
         if write is None or not self.async_save:
             if write is not None:
@@ -451,12 +522,37 @@ class CheckpointManager:
         job.thread.start()
         return True
 
+    def _upload_later(self, url: str, tree: Any, md: Mapping[str, str]) -> Callable[[], None]:
+        """An asynchronous save of one archive to the bucket: the snapshot is
+        taken now (as for a local step) into a scratch file that the returned
+        call finishes writing, uploads and commits (``_upload.put_file``, never
+        onto an existing step), and removes."""
+        scratch = _upload.scratch(step_name(0))
+        local = scratch.__enter__()
+        try:
+            pending = _save_async(local, tree, metadata=md, pool=self._pool,
+                                  **dict(self._save_options, durable=False))
+        except BaseException:
+            scratch.__exit__(None, None, None)
+            raise
+        store, key = _remote._store_for(url, self._bucket.storage_options)
+
+        def write() -> None:
+            try:
+                pending.wait()
+                _upload.put_file(store, key, local, url=url, overwrite=False)
+            except Error as e:
+                raise _upload.named(e, local, url) from None
+            finally:
+                scratch.__exit__(None, None, None)
+        return write
+
     def _finish(self, job: _Job, write: Callable[[], Any]) -> None:
         """The background half of an asynchronous save (worker thread): the
         core's write (single process) or the collective protocol (a
         multi-process job), then retention."""
         try:
-            if _may_delete() and _jax_processes()[1] == 1:
+            if _may_delete() and _jax_processes()[1] == 1 and self._bucket is None:
                 sweep_temporaries(self.directory)
             write()
             del write  # the snapshot / borrowed buffers go now, not at the next save
@@ -472,10 +568,10 @@ class CheckpointManager:
         """Caches the metrics of the step just written (no need to reopen it)."""
         name = os.path.basename(job.path)
         try:
-            st = os.stat(job.path)
-        except FileNotFoundError:
+            stamp = self._stamp(name)
+        except NotFoundError:
             return
-        self._metrics_cache[name] = ((st.st_ino, st.st_mtime_ns), job.metrics)
+        self._metrics_cache[name] = (stamp, job.metrics)
 
     # ---- retention ----
     def _score(self, metrics: Any) -> float:
@@ -497,7 +593,7 @@ class CheckpointManager:
         the newest and every step without metrics (with ``best_fn``), plus every
         multiple of ``keep_period``. None when ``max_to_keep`` is None."""
         if steps is None:
-            listing = list_steps(self.directory)
+            listing = self._steps()
             steps = sorted(listing)
         else:
             listing = None
@@ -527,24 +623,37 @@ class CheckpointManager:
     def _retain(self, new_step: int) -> None:
         if self.max_to_keep is None or not _may_delete():
             return
-        listing = list_steps(self.directory)
+        listing = self._steps()
         for s in self.steps_to_delete(sorted(listing)):
             if s == new_step:
                 continue
-            _remove_entry(str(self.directory / listing[s]))
+            if self._bucket is not None:
+                self._bucket.remove(listing[s])
+            else:
+                _remove_entry(str(self.directory / listing[s]))
             self._metrics_cache.pop(listing[s], None)
 
-    def _metrics_of(self, name: str) -> Optional[Any]:
+    def _stamp(self, name: str) -> Tuple[int, int]:
+        """What identifies one writing of entry ``name``: (inode, mtime) of a
+        local step (a step deleted and written again gets a new inode); for a
+        step in a bucket its name alone (a manager never rewrites a step).
+        Raises NotFoundError when a local step no longer exists."""
+        if self._bucket is not None:
+            return (0, 0)
         p = str(self.directory / name)
         try:
             st = os.stat(p)
         except FileNotFoundError:
             raise NotFoundError("the step no longer exists", file=p) from None
-        key = (st.st_ino, st.st_mtime_ns)
+        return (st.st_ino, st.st_mtime_ns)
+
+    def _metrics_of(self, name: str) -> Optional[Any]:
+        p = str(self._entry(name))
+        key = self._stamp(name)
         hit = self._metrics_cache.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
-        with open_archive(p) as a:
+        with open_archive(p, **({"storage_options": self._bucket.storage_options} if self._bucket else {})) as a:
             raw = a.metadata.get(METRICS_KEY)
         m = json.loads(raw) if raw is not None else None
         self._metrics_cache[name] = (key, m)
@@ -566,6 +675,8 @@ class CheckpointManager:
           everything :func:`treecask.load` raises.
         """
         self._join()
+        if self._bucket is not None:
+            load_options.setdefault("storage_options", self._bucket.storage_options)
         if step is not None:
             return load(self.path(step), like, **load_options)
         for _ in range(8):

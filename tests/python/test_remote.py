@@ -134,8 +134,9 @@ def test_a_scheme_treecask_does_not_serve_is_never_taken_for_a_local_path(tmp_pa
         with pytest.raises(UnsupportedError) as e:
             treecask.load(url)
         assert url.split("://")[0] + "://" in str(e.value)
-    with pytest.raises(UnsupportedError):
-        treecask.CheckpointManager("s3://bucket/run")
+    for url in ("hdfs://namenode/run", "https://example.invalid/run"):  # not served / read-only
+        with pytest.raises(UnsupportedError):
+            treecask.CheckpointManager(url)
     assert list(tmp_path.iterdir()) == []  # no local directory "s3:" was made
 
 
