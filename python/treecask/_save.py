@@ -29,7 +29,8 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
     ``gs://bucket/key`` or ``az://container/key`` (docs/remote.md "Saving to
     object stores"): the archive is written to local scratch
     (``$TREECASK_SCRATCH_DIR`` or the system temporary directory; at most
-    its own bytes), uploaded in parallel parts (at most 128 MiB of buffers)
+    its own bytes), uploaded in parallel parts (about 160 MiB of buffers: 8 parts of 16 MiB in flight and
+    obstore's own)
     and committed so that the object appears whole or not at all and,
     without ``overwrite``, never replaces an existing object (the stores'
     conditional writes: S3 ``If-None-Match: *``, GCS

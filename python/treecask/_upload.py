@@ -18,7 +18,9 @@ The commit of one object (:func:`put_file`), through obstore:
   savers racing inside that window can replace each other's object (the
   object is still always whole).
 
-Memory: at most ``PART_BYTES * PARTS_IN_FLIGHT`` (128 MiB) of upload buffers
+Memory: ``PART_BYTES * PARTS_IN_FLIGHT`` (128 MiB) of parts in flight, plus
+obstore's own buffering: bench/remote_save.py measured a peak of 162 MiB above
+the process's size for a 256 MiB archive (the same as a plain ``obstore.put``);
 (a single PUT reads the mapped scratch file). Local scratch: the archive's own
 bytes, in ``$TREECASK_SCRATCH_DIR`` (default: the system temporary
 directory), removed when the save returns or fails.
