@@ -410,3 +410,47 @@ def test_a_two_process_manager_on_a_bucket(s3_env, tmp_path):
     with treecask.CheckpointManager(base + "/run") as mngr:
         assert mngr.all_steps() == [2, 3] and mngr.metrics(2) == {"loss": 8.0}
         assert mngr.restore()["step"] == 3
+
+
+def test_the_server_killed_mid_upload_then_restarted(tmp_path, monkeypatch):
+    """A store that dies while a save uploads: IoError naming the URL within
+    the retry budget; restarted on the same data, it holds the previous
+    checkpoint and nothing of the interrupted one (its own SeaweedFS: the
+    session's server must live on)."""
+    import signal
+    import stores
+    pytest.importorskip("obstore")
+    if os.environ.get("TREECASK_NO_STORES") == "1":
+        pytest.skip("TREECASK_NO_STORES=1: no object-store servers")
+    monkeypatch.setattr(_upload, "SINGLE_PUT_BYTES", 4 << 20)
+    monkeypatch.setattr(_upload, "PART_BYTES", 5 << 20)
+    monkeypatch.setattr(_upload, "PARTS_IN_FLIGHT", 1)  # a slow upload, to be cut in the middle
+    data = tmp_path / "weed"
+    with stores.seaweedfs(data) as s3:
+        s3.create_bucket("dying")
+        for k, v in s3.env().items():
+            monkeypatch.setenv(k, v)
+        treecask.save("s3://dying/prev.cask", model_tree())
+
+        def kill():
+            deadline = time.monotonic() + 60
+            while b"<UploadId>" not in s3.request("GET", "/dying?uploads")[2]:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.02)
+            os.killpg(s3.server.pid, signal.SIGKILL)
+        killer = threading.Thread(target=kill)
+        killer.start()
+        t0 = time.monotonic()
+        with pytest.raises(IoError) as e:
+            treecask.save("s3://dying/new.cask", {"a": np.ones((60 << 20) // 8)}, compression="none")
+        killer.join()
+        assert "s3://dying/new.cask" in str(e.value) and time.monotonic() - t0 < 120
+    with stores.seaweedfs(data) as s3:  # the same data, new ports
+        for k, v in s3.env().items():
+            monkeypatch.setenv(k, v)
+        assert_same(treecask.load("s3://dying/prev.cask"), model_tree())
+        with pytest.raises(NotFoundError):
+            treecask.open("s3://dying/new.cask")
+        import obstore
+        assert [m["path"] for b in obstore.list(s3.store("dying")) for m in b] == ["prev.cask"]
