@@ -454,3 +454,42 @@ def test_the_server_killed_mid_upload_then_restarted(tmp_path, monkeypatch):
             treecask.open("s3://dying/new.cask")
         import obstore
         assert [m["path"] for b in obstore.list(s3.store("dying")) for m in b] == ["prev.cask"]
+
+
+def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path):
+    """A training process SIGKILLed while its CheckpointManager uploads step 2
+    in the background: step 2 is never listed, step 1 restores, and the next
+    run saves step 2."""
+    url = f"s3://saves/{uuid.uuid4().hex}/run"
+    with treecask.CheckpointManager(url) as mngr:
+        mngr.save(1, {"a": np.ones(3)})
+    script = textwrap.dedent(f"""
+        import time, numpy as np, treecask
+        {SMALL_PARTS}
+        _upload.PARTS_IN_FLIGHT = 1  # a slow upload, to be killed in the middle
+        mngr = treecask.CheckpointManager({url!r}, compression="none")
+        mngr.save(2, {{"a": np.ones((100 << 20) // 8)}})
+        print("returned", flush=True)
+        time.sleep(600)
+    """)
+    env = dict(os.environ, **s3_env.env(), TREECASK_SCRATCH_DIR=str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "returned"  # save() returned: the upload runs in the background
+        deadline = time.monotonic() + 120
+        run = url.split("/")[3].encode()
+        while run not in s3_env.request("GET", "/saves?uploads")[2]:  # this run's upload has begun
+            assert time.monotonic() < deadline, "no multipart upload appeared"
+            time.sleep(0.02)
+        p.kill()
+        p.wait()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    with treecask.CheckpointManager(url) as mngr:
+        assert mngr.all_steps() == [1]
+        assert_same(mngr.restore(), {"a": np.ones(3)})
+        mngr.save(2, {"a": np.full(3, 2.0)})
+        mngr.wait_until_finished()
+        assert mngr.all_steps() == [1, 2]
