@@ -190,9 +190,23 @@ class ObjectSource:
             raise _error(self.name, e, self._etag) from None
 
     def _range(self, offset: int, length: int) -> Any:
+        end = offset + length
         for start, data in self._held:
-            if start <= offset and offset + length <= start + len(data):
-                return data[offset - start:offset - start + length]
+            if start <= offset and end <= start + len(data):
+                return data[offset - start:end - start]
+        # A range that runs into (or out of) a held buffer fetches only the rest:
+        # a full read of an object would otherwise fetch its tail twice.
+        head = tail = b""
+        for start, data in self._held:
+            stop = start + len(data)
+            if offset < start < end <= stop:
+                tail, end = data[:end - start], start
+            elif start <= offset < stop < end:
+                head, offset = data[offset - start:], stop
+        data = self._fetch(offset, end - offset)
+        return b"".join((head, data, tail)) if head or tail else data
+
+    def _fetch(self, offset: int, length: int) -> Any:
         got = self._get({"range": (offset, offset + length)})
         data = got.bytes()
         if len(data) != length or int(got.range[0]) != offset:

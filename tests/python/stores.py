@@ -24,6 +24,7 @@ import contextlib
 import datetime
 import hashlib
 import hmac
+import http.server
 import json
 import os
 import pathlib
@@ -33,6 +34,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -330,6 +332,72 @@ def seaweedfs(tmp_dir, timeout: float = STARTUP_TIMEOUT):
                            ("s3", s3_g), ("admin", admin + 10000)):
             with contextlib.suppress(OSError):
                 os.unlink(f"/tmp/seaweedfs-{role}-grpc-{port}.sock")
+
+
+class S3Proxy:
+    """An HTTP proxy on 127.0.0.1 in front of an S3 server (``endpoint``: the
+    URL to give clients): answers the first ``failures`` PUT/POST requests
+    with 503 SlowDown (or, with ``drop``, closes the connection), forwards
+    everything else (Host kept, so SigV4 signatures hold) and counts the
+    body bytes of the GET responses it forwards (``bytes_read``)."""
+
+    def __init__(self, backend: str, failures: int = 0, drop: bool = False):
+        self.failures, self.drop, self.refused, self.bytes_read = failures, drop, 0, 0
+        self._lock = threading.Lock()
+        target = backend.split("//", 1)[1]
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command in ("PUT", "POST") and outer.refused < outer.failures:
+                    outer.refused += 1
+                    if outer.drop:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                        return
+                    msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                req = urllib.request.Request(f"http://{target}{self.path}", data=body if body or self.command
+                                             in ("PUT", "POST") else None, method=self.command)
+                for k, v in self.headers.items():
+                    if k.lower() not in ("content-length", "connection", "expect"):
+                        req.add_header(k, v)
+                try:
+                    with urllib.request.urlopen(req, timeout=60) as r:
+                        status, headers, data = r.status, r.headers, r.read()
+                except urllib.error.HTTPError as r:
+                    status, headers, data = r.code, r.headers, r.read()
+                self.send_response(status)
+                for k, v in headers.items():
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                if self.command == "GET":
+                    with outer._lock:
+                        outer.bytes_read += len(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 # --------------------------------------------------------------------------- fake-gcs-server

@@ -5,7 +5,6 @@ failure is an error naming the URL with nothing half-committed."""
 
 from __future__ import annotations
 
-import http.server
 import os
 import socket
 import subprocess
@@ -13,8 +12,6 @@ import sys
 import textwrap
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 
 import numpy as np
@@ -24,6 +21,7 @@ import treecask
 from treecask import _upload
 from treecask.errors import AlreadyExistsError, IoError, NotFoundError, UnsupportedError
 
+import stores
 from test_remote import assert_same, model_tree
 
 
@@ -150,70 +148,10 @@ def test_bad_targets_fail_before_any_upload_and_never_print_a_secret(s3_env, tmp
     assert list(tmp_path.iterdir()) == []
 
 
-class _Throttle:
-    """An HTTP proxy in front of the S3 server that answers the first
-    ``failures`` PUT/POST requests with 503 SlowDown (or drops the
-    connection), then forwards everything (Host kept, so signatures hold)."""
-
-    def __init__(self, backend: str, failures: int, drop: bool = False):
-        self.failures, self.drop, self.refused = failures, drop, 0
-        target = backend.split("//", 1)[1]
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def _forward(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.command in ("PUT", "POST") and outer.refused < outer.failures:
-                    outer.refused += 1
-                    if outer.drop:
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                        self.close_connection = True
-                        return
-                    msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
-                    self.send_response(503)
-                    self.send_header("Content-Length", str(len(msg)))
-                    self.end_headers()
-                    self.wfile.write(msg)
-                    return
-                req = urllib.request.Request(f"http://{target}{self.path}", data=body if body or self.command
-                                             in ("PUT", "POST") else None, method=self.command)
-                for k, v in self.headers.items():
-                    if k.lower() not in ("content-length", "connection", "expect"):
-                        req.add_header(k, v)
-                try:
-                    with urllib.request.urlopen(req, timeout=60) as r:
-                        status, headers, data = r.status, r.headers, r.read()
-                except urllib.error.HTTPError as r:
-                    status, headers, data = r.code, r.headers, r.read()
-                self.send_response(status)
-                for k, v in headers.items():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.mark.parametrize("drop", [False, True], ids=["503-slowdown", "dropped-connection"])
 def test_throttled_uploads_are_retried_then_an_io_error_with_nothing_committed(s3_env, drop):
     tree = model_tree()
-    proxy = _Throttle(s3_env.endpoint, failures=2, drop=drop)
+    proxy = stores.S3Proxy(s3_env.endpoint, failures=2, drop=drop)
     try:
         url = fresh_url()
         treecask.save(url, tree, storage_options={"endpoint": proxy.endpoint})
@@ -221,7 +159,7 @@ def test_throttled_uploads_are_retried_then_an_io_error_with_nothing_committed(s
         assert_same(treecask.load(url), tree)
     finally:
         proxy.close()
-    proxy = _Throttle(s3_env.endpoint, failures=10**6, drop=drop)
+    proxy = stores.S3Proxy(s3_env.endpoint, failures=10**6, drop=drop)
     try:
         url = fresh_url()
         t0 = time.monotonic()
@@ -321,6 +259,21 @@ MP_CHILD = textwrap.dedent(r'''
             mngr.wait_until_finished()
             assert mngr.all_steps()[-2:] == [2, 3], mngr.all_steps()  # process 0 deletes step 1 after the commit
             check(mngr.path(3), 3, P("x", None))
+    elif scenario == "boxes":  # a row-sharded 32 MiB array, restored onto the same sharding
+        sys.path.insert(0, os.environ["TESTS_DIR"])
+        import stores
+        big = np.arange(8192 * 1024, dtype=np.float32).reshape(8192, 1024)
+        rows = NamedSharding(m, P("x", None))
+        treecask.save(base + "/boxes", {"w": jax.make_array_from_callback(big.shape, rows, lambda i: big[i])})
+        proxy = stores.S3Proxy(os.environ["AWS_ENDPOINT_URL"])
+        try:
+            got = treecask.load(base + "/boxes", shardings={"w": rows},
+                                storage_options={"endpoint": proxy.endpoint})
+        finally:
+            proxy.close()
+        for s in got["w"].addressable_shards:
+            np.testing.assert_array_equal(np.asarray(s.data), big[s.index])
+        print(f"FETCHED {proxy.bytes_read}", flush=True)
     print(f"CHILD OK {pid}", flush=True)
 ''')
 
@@ -493,3 +446,20 @@ def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path):
         mngr.save(2, {"a": np.full(3, 2.0)})
         mngr.wait_until_finished()
         assert mngr.all_steps() == [1, 2]
+
+
+def test_a_sharded_restore_from_a_bucket_fetches_only_its_own_boxes(s3_env, tmp_path):
+    """Each process of a 2-process job restores a 32 MiB row-sharded array
+    that the job saved to the bucket onto the same sharding: the bytes it
+    fetches (counted by a proxy of its own) are its 16 MiB box plus the
+    opens (the index, the 256 KiB head of its own shard file, the head and
+    tail of the other process's: 4.25 MiB), never the whole array."""
+    from jobs import collect, launch
+    base = f"s3://saves/{uuid.uuid4().hex}"
+    procs = launch(tmp_path / "child.py", MP_CHILD, 2, lambda port, i: [port, 2, i, "boxes", base],
+                   env_extra=dict(s3_env.env(), TESTS_DIR=os.path.dirname(os.path.abspath(__file__))))
+    outs = collect(procs, "sharded restore from a bucket", timeout=240)
+    box = 16 << 20
+    for out in outs:
+        fetched = int(out.split("FETCHED ")[1].split()[0])
+        assert box <= fetched <= box + (5 << 20), fetched
