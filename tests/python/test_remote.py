@@ -10,6 +10,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import time
 import uuid
 
 import ml_dtypes
@@ -215,8 +216,20 @@ def test_a_multi_process_checkpoint_reads_from_a_bucket(s3_env):
             assert got == w
 
 
-def access_log_lines(http_server):
-    return (http_server.server.log_path.parent / "access.log").read_text().splitlines()
+def access_log_lines(http_server, settle: float = 0.0):
+    """nginx's access log. nginx writes a request's line once it has sent the
+    last byte, which can be after the client has them all: with ``settle``
+    the log is read until it has not grown for that many seconds (5 s at most)."""
+    log = http_server.server.log_path.parent / "access.log"
+    lines = log.read_text().splitlines()
+    deadline = time.monotonic() + 5
+    while settle and time.monotonic() < deadline:
+        time.sleep(settle)
+        again = log.read_text().splitlines()
+        if len(again) == len(lines):
+            break
+        lines = again
+    return lines
 
 
 def test_open_and_a_tensor_of_10000_leaves_take_two_round_trips(http_server, tmp_path):
@@ -229,10 +242,10 @@ def test_open_and_a_tensor_of_10000_leaves_take_two_round_trips(http_server, tmp
     # A middle leaf: its chunk, and (deep in a 4 MiB pack) its blob's 64-byte
     # header as a second range of the same call, sent at once: one round trip.
     for key, most in (("layer_00000", 3), ("layer_05000", 4)):
-        before = len(access_log_lines(http_server))
+        before = len(access_log_lines(http_server, settle=0.3))
         with treecask.open(http_server.url("many.cask")) as a:
             np.testing.assert_array_equal(a.read(key), tree[key])
-        after = [line for line in access_log_lines(http_server)[before:] if "many.cask" in line]
+        after = [line for line in access_log_lines(http_server, settle=0.3)[before:] if "many.cask" in line]
         assert 2 <= len(after) <= most, after
         # what came back: the head and tail of the open, then one chunk (4 KiB) and its blob header
         assert sum(int(line.split('"')[2].split()[1]) for line in after) < (4 << 20) + (64 << 10) + (1 << 20)
