@@ -19,11 +19,11 @@ enum ExitStatus : int {
   kExitNotFound = 2,          // ErrorCode::kNotFound
   kExitNotAnArchive = 3,      // ErrorCode::kNotAnArchive
   kExitUnsupportedVersion = 4,
-  kExitDamaged = 5,           // kCorruption (a damaged archive or .safetensors file),
+  kExitDamaged = 5,           // kCorruption (a damaged archive or import input),
                               // kChecksumMismatch; verify found damage
   kExitKeyNotFound = 6,
   kExitInvalid = 7,           // kInvalidArgument, kShapeMismatch (a bad argument; a
-                              // malformed .npz/.npy file or safetensors index)
+                              // valid input file import does not take)
   kExitIo = 8,
   kExitAlreadyExists = 9,
   kExitUnsupported = 10,      // e.g. a dtype the output format cannot hold

@@ -72,13 +72,16 @@ struct SafetensorsImport {
 // names to plain file names in its directory.
 // Throws Error(kNotFound) for a missing input or a shard the index names that
 // does not exist (naming that shard); Error(kCorruption) naming the file and
-// tensor for a damaged or malformed .safetensors file (parse_safetensors);
-// Error(kInvalidArgument) naming the file for a directory with several
-// candidates, a malformed index, a tensor found in two shards, a tensor in a
-// shard other than the one the index names, a shard tensor the index lacks,
-// or an index entry no shard holds; what treecask::save throws (e.g.
-// kAlreadyExists, kInvalidArgument for a bad option, kUnsupported). Nothing is
-// written when it throws.
+// tensor for damaged input: a damaged or malformed .safetensors file
+// (parse_safetensors), a malformed index (over the size cap, not JSON, no
+// "weight_map" object, a value that is not a plain file name), a tensor found
+// in two shards, a tensor in a shard other than the one the index names, a
+// shard tensor the index lacks, or an index entry no shard holds;
+// Error(kInvalidArgument) naming the directory for one with several
+// candidates, or the index when a shard's __metadata__ uses a key treecask
+// reserves; what treecask::save throws (e.g. kAlreadyExists,
+// kInvalidArgument for a bad option, kUnsupported). Nothing is written when
+// it throws.
 SafetensorsImport import_safetensors(const std::string& input, const std::string& output,
                                      const SaveOptions& options);
 
