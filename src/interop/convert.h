@@ -20,7 +20,6 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint.h"
 #include "treecask/treecask.h"
 
 namespace treecask::interop {
@@ -106,11 +105,13 @@ struct SafetensorsExport {
 };
 
 // Writes every leaf of `source` (an Archive, or a ShardedArchive whose global
-// arrays are assembled from their boxes) as safetensors tensors.
+// arrays are assembled from their boxes; open_reader() opens either) as
+// safetensors tensors, each streamed by for_each_leaf_piece (files.h).
 //
-// Names and refusals (one rule for both layouts): a flat dict archive
-// (is_flat_dict) names tensors by its dict keys verbatim, any other tree by
-// canonical key paths (SPEC.md "Key paths"). Refused with
+// Names and refusals (one rule for both layouts): a flat dict archive (one
+// dict whose children are all leaves, as every import writes) names tensors
+// by its dict keys verbatim, any other tree by canonical key paths (SPEC.md
+// "Key paths"). Refused with
 // Error(kUnsupported, source.path(), leaf key path): a leaf safetensors cannot
 // hold (safetensors_refusal: no safetensors dtype, or sub-byte elements that
 // do not fill whole bytes), a Python scalar/str leaf, an unnamed single-array
@@ -149,7 +150,7 @@ struct SafetensorsExport {
 // file that exists when !overwrite (nothing is written); what reading
 // `source` throws (kChecksumMismatch, kCorruption: no output file is left);
 // Error(kIo).
-SafetensorsExport export_safetensors(const Checkpoint& source, const std::string& output,
+SafetensorsExport export_safetensors(const Reader& source, const std::string& output,
                                      const SafetensorsExportOptions& options);
 
 }  // namespace treecask::interop
