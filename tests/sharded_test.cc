@@ -5,6 +5,11 @@
 #include "format/manifest.h"
 #include "testutil.h"
 #include "treecask/sharded.h"
+#include "treecask/writer.h"
+
+#include <cstring>
+#include <functional>
+#include <memory>
 
 using namespace treecask;
 namespace fs = std::filesystem;
@@ -120,4 +125,80 @@ TEST_CASE("a reader refuses an index whose shard_files break R8") {
   tc_test::expect_error(ErrorCode::kCorruption,
                         [&] { parse({{"process_0.cask", 1, 2}, {"process_1.cask", 3, 4}, {"process_0.cask", 1, 2}}, 3); });
   tc_test::expect_error(ErrorCode::kCorruption, [&] { parse({{"process_0.cask", 1, 2}, {"a/b", 3, 4}}, 3); });
+}
+
+// The reads every Reader serves, checked through the interface alone against
+// `want(i)`, leaf i's bytes: read, read_many, find, subtree, and read_slices
+// of two boxes (one strided) against read_slice of each.
+static void check_reader(const Reader& r, const std::function<std::vector<std::byte>(size_t)>& want) {
+  REQUIRE(r.size() > 0);
+  std::vector<size_t> all(r.size());
+  std::vector<std::vector<std::byte>> outs;
+  std::vector<std::span<std::byte>> spans;
+  for (size_t i = 0; i < r.size(); ++i) {
+    all[i] = i;
+    LeafInfo info = r.leaf(i);
+    INFO(info.key_path);
+    CHECK(r.find(info.key_path) == i);
+    outs.emplace_back(info.byte_length);
+    std::vector<std::byte> one(info.byte_length);
+    r.read(i, one);
+    CHECK(tc_test::same(one, want(i)));
+  }
+  for (auto& o : outs) spans.emplace_back(o);
+  r.read_many(all, spans);
+  for (size_t i = 0; i < r.size(); ++i) CHECK(tc_test::same(outs[i], want(i)));
+  CHECK(r.subtree("") == all);
+  CHECK_FALSE(r.find("no/such/leaf"));
+  tc_test::expect_error(ErrorCode::kKeyNotFound, [&] { r.subtree("no/such/leaf"); });
+  tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { r.read_many(all, std::span(spans).first(1)); });
+  tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { r.leaf(r.size()); });
+  CHECK(r.verify().empty());
+  // Two boxes of the first rank-2 leaf of 4-byte elements at least 2 x 2.
+  for (size_t i = 0; i < r.size(); ++i) {
+    LeafInfo info = r.leaf(i);
+    if (info.shape.size() != 2 || info.shape[0] < 2 || info.shape[1] < 2 || dtype_bits(info.dtype) != 32) continue;
+    std::vector<int64_t> b0{0, 0}, e0{2, 2}, b1{info.shape[0] - 2, 1}, e1{info.shape[0], 2};
+    std::vector<std::byte> want0(16), want1(8), got0(16), got1(8, std::byte{0}), wide(2 * 12, std::byte{0});
+    r.read_slice(i, b0, e0, want0);
+    r.read_slice(i, b1, e1, want1);
+    std::vector<int64_t> strides{12, 4};  // box 1 into column 0 of a 2 x 3 int32 buffer
+    std::vector<SliceRequest> boxes{{b0, e0, got0, {}}, {b1, e1, std::span(wide).first(16), strides}};
+    r.read_slices(i, boxes);
+    CHECK(tc_test::same(got0, want0));
+    CHECK(std::memcmp(wide.data(), want1.data(), 4) == 0);
+    CHECK(std::memcmp(wide.data() + 12, want1.data() + 4, 4) == 0);
+    return;
+  }
+  FAIL("no rank-2 leaf of 4-byte elements to slice");
+}
+
+TEST_CASE("Reader: open_reader picks the reader; an archive and a sharded checkpoint serve one read API") {
+  golden::ShardedVector v = golden::sharded_vector();
+  std::unique_ptr<Reader> sharded = open_reader(vectors() / v.dir);
+  const auto* s = dynamic_cast<const ShardedArchive*>(sharded.get());
+  REQUIRE(s);
+  CHECK(&sharded->treedef() == &s->index().treedef());
+  CHECK(sharded->metadata() == s->index().metadata());
+  CHECK(sharded->path() == s->path());
+  check_reader(*sharded, [&](size_t i) { return v.global_bytes(i); });
+
+  // The same global arrays saved as one archive file read the same through Reader.
+  tc_test::TempDir tmp;
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<LeafInput> leaves;
+  for (size_t i = 0; i < s->size(); ++i) bytes.push_back(v.global_bytes(i));
+  for (size_t i = 0; i < s->size(); ++i) {
+    LeafInput in;
+    in.meta = s->leaf(i);
+    in.meta.shards.clear();
+    in.data = bytes[i];
+    leaves.push_back(std::move(in));
+  }
+  save(tmp / "one.cask", s->treedef(), leaves);
+  std::unique_ptr<Reader> file = open_reader(tmp / "one.cask");
+  REQUIRE(dynamic_cast<const Archive*>(file.get()));
+  CHECK(file->treedef().size() == s->treedef().size());
+  check_reader(*file, [&](size_t i) { return bytes[i]; });
+  tc_test::expect_error(ErrorCode::kNotFound, [&] { open_reader(tmp / "missing.cask"); });
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "treecask/error.h"
+#include "treecask/reader.h"
 #include "treecask/source.h"
 #include "treecask/types.h"
 
@@ -30,24 +31,6 @@ struct OpenOptions {
   bool validate_structure = true;
 };
 
-enum class Verify : uint8_t { kDefault, kYes, kNo };
-
-// What the manifest says about one leaf.
-struct LeafInfo : LeafMeta {
-  size_t index = 0;            // position in pre-order
-  uint64_t byte_length = 0;    // raw bytes
-  uint64_t stored_bytes = 0;   // bytes in the file (compressed where LZ4)
-  Codec codec = Codec::kNone;
-  Filter filter = Filter::kNone;  // applied to each chunk before its codec (format 2.0)
-  uint64_t chunk_size = 0;     // raw bytes per chunk
-  uint32_t num_chunks = 0;
-  uint32_t num_parts = 0;      // zero-copy pieces of a raw leaf (SPEC.md "Large leaves")
-  // Whether view() serves this leaf: raw, stored in at most one part, in a
-  // local archive (a remote one has no map), and not a leaf of a sharded
-  // checkpoint's index (its bytes are in other files).
-  bool has_view = false;
-};
-
 // An open archive. Copies share one mapping; the map stays alive while any
 // copy does, and every span returned points into it and is valid as long as
 // some copy of the Archive lives. All const methods are safe to call from
@@ -56,8 +39,9 @@ struct LeafInfo : LeafMeta {
 //
 // Every method that takes a leaf index throws Error(kInvalidArgument) when
 // the index is not below size(). Out of memory is std::bad_alloc, as
-// error.h says.
-class TREECASK_API Archive {
+// error.h says. Archive is a Reader (reader.h): the methods marked override
+// are that interface's, with the contract stated here.
+class TREECASK_API Archive final : public Reader {
  public:
   // Maps `path` read-only (works on read-only files and directories; takes no
   // lock and writes nothing). Checks the LMDB meta pages against the file
@@ -98,14 +82,14 @@ class TREECASK_API Archive {
   // The source of a remote archive, nullptr for a local file.
   const Source* source() const noexcept;
 
-  const std::string& path() const noexcept;
+  const std::string& path() const noexcept override;
   uint64_t file_size() const noexcept;
   uint16_t format_major() const noexcept;
   uint16_t format_minor() const noexcept;
   const std::string& library_version() const noexcept;  // of the writer
   int64_t created_unix_ns() const noexcept;
-  const KeyValues& metadata() const noexcept;           // archive-level
-  const TreeDef& treedef() const noexcept;
+  const KeyValues& metadata() const noexcept override;  // archive-level
+  const TreeDef& treedef() const noexcept override;
   // This file's fingerprint for the index of a sharded checkpoint (format
   // 3.1, SPEC.md "Sharded checkpoints" R8/R9): `file` is the last component
   // of path(), the numbers are the header record's manifest_length (bytes)
@@ -117,17 +101,17 @@ class TREECASK_API Archive {
   // included (unbound: ShardedArchive then checks dtypes and shapes only).
   const std::vector<ShardFile>& shard_files() const noexcept;
 
-  size_t size() const noexcept;  // number of leaves
+  size_t size() const noexcept override;  // number of leaves
   // What the manifest says about leaf `index`. Throws kInvalidArgument when
   // index >= size().
-  LeafInfo leaf(size_t index) const;
-  std::optional<size_t> find(std::string_view key_path) const noexcept;
+  LeafInfo leaf(size_t index) const override;
+  std::optional<size_t> find(std::string_view key_path) const noexcept override;
   // Like find(), but throws Error(kKeyNotFound) naming the key path.
   size_t index_of(std::string_view key_path) const;
   // Indices of the leaves at or under `prefix` (whole components only:
   // "enc" does not select "encoder/w"); "" selects every leaf.
   // Throws Error(kKeyNotFound) if none.
-  std::vector<size_t> subtree(std::string_view prefix) const;
+  std::vector<size_t> subtree(std::string_view prefix) const override;
 
   // Zero-copy read-only view of a raw (Codec::kNone) leaf stored in one part.
   // The first byte is 64-byte aligned (SPEC.md "Alignment"); a 0-byte leaf
@@ -162,7 +146,7 @@ class TREECASK_API Archive {
   // Throws kInvalidArgument (index), kShapeMismatch, kUnsupported (a leaf of a
   // sharded checkpoint's index), kChecksumMismatch, kCorruption (a damaged
   // blob header or LZ4 block), each naming the file and the key path.
-  void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault) const;
+  void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault) const override;
 
   // Copies many leaves at once: outs[k] receives leaf indices[k] (each
   // exactly byte_length bytes, else kShapeMismatch). The chunks of all leaves
@@ -170,7 +154,7 @@ class TREECASK_API Archive {
   // from the page cache and checksummed in the same pass: the full-load path.
   // Throws as read(), for the first damaged leaf found.
   void read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
-                 Verify verify = Verify::kDefault, unsigned threads = 0) const;
+                 Verify verify = Verify::kDefault, unsigned threads = 0) const override;
 
   // Copies rows [row_begin, row_end) along axis 0 into `out`, touching and
   // decompressing only the chunks those rows lie in (read_bytes of the rows'
@@ -200,21 +184,6 @@ class TREECASK_API Archive {
   // and the calling thread alone otherwise. Each chunk is decoded by one
   // thread, once, whatever the number of boxes it feeds.
 
-  // One box of a leaf for read_slices(): elements start[d] <= i_d < stop[d]
-  // (int64, C order, one entry per dimension; a 0-d leaf takes empty spans).
-  // Element (i_0, ..., i_r-1) of the box, counted from start, is written at
-  // out.data() + sum_d (i_d - start[d]) * out_byte_strides[d] - o_min, where
-  // o_min is the least value of that sum over the box (0 unless a stride is
-  // negative): `out` is the smallest span holding every element, as for a
-  // NumPy view. Empty strides mean C-contiguous. The spans are borrowed for
-  // the call only.
-  struct SliceRequest {
-    std::span<const int64_t> start;
-    std::span<const int64_t> stop;
-    std::span<std::byte> out;
-    std::span<const int64_t> out_byte_strides;
-  };
-
   // Copies the box [start, stop) of leaf `index` into `out` (layout: see
   // SliceRequest). Elements are written as the file stores them (SPEC.md
   // "Dtypes"), except the packed sub-byte dtypes (dtype_packed: int2, uint2,
@@ -235,14 +204,14 @@ class TREECASK_API Archive {
   // arguments are checked; on a data error `out` is partly written.
   void read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
                   std::span<std::byte> out, std::span<const int64_t> out_byte_strides = {},
-                  Verify verify = Verify::kDefault, unsigned threads = 0) const;
+                  Verify verify = Verify::kDefault, unsigned threads = 0) const override;
 
   // Like read_slice for several boxes of one leaf at once (e.g. every shard
   // of a sharded restore): every argument is checked first, then each chunk
   // any box needs is decoded and checksummed once, and scattered to every box
   // it feeds. The boxes may overlap in the leaf; their outputs must not.
   void read_slices(size_t index, std::span<const SliceRequest> boxes,
-                   Verify verify = Verify::kDefault, unsigned threads = 0) const;
+                   Verify verify = Verify::kDefault, unsigned threads = 0) const override;
 
   // Copies raw leaf bytes [offset, offset + out.size()) into `out`: the bytes
   // as stored after decoding (sub-byte dtypes stay packed, SPEC.md
@@ -257,7 +226,7 @@ class TREECASK_API Archive {
   // (empty: intact). `progress`, when set, is called after each leaf with
   // (raw bytes checked so far, raw bytes in all), from the calling thread; the
   // last call reports (total, total), (0, 0) for an archive without leaves.
-  std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
+  std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const override;
 
   struct Impl;
 

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,6 +25,7 @@
 
 #include "treecask/archive.h"
 #include "treecask/error.h"
+#include "treecask/reader.h"
 #include "treecask/types.h"
 
 namespace treecask {
@@ -31,7 +33,12 @@ namespace treecask {
 // File name of the index archive inside a sharded checkpoint directory.
 inline constexpr std::string_view kShardedIndexName = "index.cask";
 
-class TREECASK_API ShardedArchive {
+// A sharded checkpoint directory open for reading: a Reader (reader.h) whose
+// leaves are the global arrays; the methods marked override are that
+// interface's, with the contract stated here. A handle: copies share one
+// state (the index and every shard file, kept open). All const methods are
+// safe to call from many threads at once.
+class TREECASK_API ShardedArchive final : public Reader {
  public:
   // True when `path` is a directory holding an index.cask (what open() takes),
   // or a URL (is_url) ending in '/': a checkpoint in a store is named by its
@@ -73,14 +80,20 @@ class TREECASK_API ShardedArchive {
                              const OpenOptions& options = {}, unsigned threads = 16);
   static constexpr int kOpenAttempts = 4;
 
-  const std::string& path() const noexcept;  // the directory
-  const Archive& index() const noexcept;     // the index archive (treedef, metadata, leaf infos)
-  size_t size() const noexcept;              // number of leaves
+  const std::string& path() const noexcept override;  // the directory
+  const Archive& index() const noexcept;              // the index archive (treedef, metadata, leaf infos)
+  size_t size() const noexcept override;              // number of leaves
   // The index's description of leaf `index`: global shape, dtype, sharding,
   // logical axes, metadata and its ShardRefs (LeafInfo::shards). byte_length
   // is the global array's; stored_bytes the sum over its boxes in the shard
   // files. Throws kInvalidArgument when index >= size().
-  LeafInfo leaf(size_t index) const;
+  LeafInfo leaf(size_t index) const override;
+  // The index archive's treedef, metadata, find() and subtree() (Archive's
+  // contracts): a checkpoint's structure and key paths are its index's.
+  const TreeDef& treedef() const noexcept override;
+  const KeyValues& metadata() const noexcept override;
+  std::optional<size_t> find(std::string_view key_path) const noexcept override;
+  std::vector<size_t> subtree(std::string_view prefix) const override;
   // Shard file names (sorted) and the open archive of one of them
   // (kNotFound for a name the index does not use).
   std::vector<std::string> files() const;
@@ -92,8 +105,16 @@ class TREECASK_API ShardedArchive {
   // sub-byte dtypes (int4, uint4, ...) come packed (SPEC.md "Dtypes"). A
   // packed leaf saved in several boxes is read unpacked into a temporary of
   // one byte per element, then packed into `out`.
-  void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault,
-            unsigned threads = 0) const;
+  // `threads` as read_slice's; the Reader overload (three arguments) passes 0.
+  void read(size_t index, std::span<std::byte> out, Verify verify, unsigned threads) const;
+  void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault) const override;
+
+  // Copies many whole leaves, outs[k] receiving leaf indices[k]: one read()
+  // per leaf, in order, each with `threads`. Throws kInvalidArgument when
+  // the spans differ in length (nothing read), else as read() for the first
+  // failing leaf (the earlier outputs are written).
+  void read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
+                 Verify verify = Verify::kDefault, unsigned threads = 0) const override;
 
   // Copies the hyperslab [start, stop) of the global array (one entry per
   // dimension, 0 <= start[d] <= stop[d] <= shape[d]; both empty for a 0-d
@@ -112,12 +133,19 @@ class TREECASK_API ShardedArchive {
   // small / wrong size), kChecksumMismatch, kCorruption.
   void read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
                   std::span<std::byte> out, std::span<const int64_t> out_byte_strides = {},
-                  Verify verify = Verify::kDefault, unsigned threads = 0) const;
+                  Verify verify = Verify::kDefault, unsigned threads = 0) const override;
+
+  // Several hyperslabs of leaf `index`: one read_slice() per box, in order
+  // (each box's arguments checked before it is read; the boxes may overlap
+  // in the leaf, their outputs must not). Throws as read_slice() for the
+  // first failing box (the earlier outputs are written).
+  void read_slices(size_t index, std::span<const SliceRequest> boxes, Verify verify = Verify::kDefault,
+                   unsigned threads = 0) const override;
 
   // Checks every chunk of every shard file (Archive::verify of each, errors
   // naming the shard file) -- the tiling of every leaf was checked at open.
   // `progress` gets (raw bytes checked, raw bytes in all files).
-  std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
+  std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const override;
 
   struct Impl;
 
@@ -131,5 +159,14 @@ class TREECASK_API ShardedArchive {
   explicit ShardedArchive(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };
+
+// Opens `path` as whatever it names: a sharded checkpoint directory (or a
+// URL ending in '/') when ShardedArchive::is_sharded(path), with
+// ShardedArchive::open, anything else with Archive::open, both with
+// `options`. Cost: the manifests, no tensor bytes. The caller owns the result.
+// Throws what those throw: Error(kNotFound), kNotAnArchive,
+// kUnsupportedVersion, kCorruption, kChecksumMismatch, kUnsupported, kIo.
+TREECASK_API std::unique_ptr<Reader> open_reader(const std::filesystem::path& path,
+                                                 const OpenOptions& options = {});
 
 }  // namespace treecask

@@ -2,6 +2,7 @@
 // Include this header for the whole public API.
 #pragma once
 
+#include "treecask/reader.h"
 #include "treecask/archive.h"
 #include "treecask/sharded.h"
 #include "treecask/remote.h"

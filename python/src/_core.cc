@@ -44,8 +44,7 @@
 #include <vector>
 
 #include "treecask/treecask.h"
-#include "checkpoint.h"  // treecask_interop (src/interop)
-#include "convert.h"
+#include "convert.h"  // treecask_interop (src/interop)
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -627,7 +626,7 @@ void register_interop(nb::module_& m) {
       "src"_a, "dst"_a, "compression"_a = 0, "chunk_size"_a = nb::none(), "threads"_a = 0,
       "shuffle"_a = false, "overwrite"_a = false, "durable"_a = true);
   // export_safetensors(src, dst_dir, max_shard_size, overwrite): `src` an
-  // archive file or a sharded checkpoint directory (interop::Checkpoint::open)
+  // archive file or a sharded checkpoint directory (treecask::open_reader)
   // -> {"index", "shards", "num_tensors", "total_size"}
   m.def(
       "export_safetensors",
@@ -638,7 +637,7 @@ void register_interop(nb::module_& m) {
           treecask::interop::SafetensorsExportOptions opt;
           opt.max_shard_size = max_shard_size;
           opt.overwrite = overwrite;
-          r = treecask::interop::export_safetensors(treecask::interop::Checkpoint::open(src), dst, opt);
+          r = treecask::interop::export_safetensors(*treecask::open_reader(src), dst, opt);
         }
         nb::dict d;
         d["index"] = r.index;
@@ -1029,20 +1028,20 @@ NB_MODULE(_core, m) {
       .def_prop_ro("library_version", [](const treecask::ShardedArchive& s) { return s.index().library_version(); })
       .def_prop_ro("created_unix_ns", [](const treecask::ShardedArchive& s) { return s.index().created_unix_ns(); })
       .def_prop_ro("metadata",
-                   [](const treecask::ShardedArchive& s) { return key_values_to_python(s.index().metadata()); })
+                   [](const treecask::ShardedArchive& s) { return key_values_to_python(s.metadata()); })
       .def_prop_ro("treedef",
-                   [](const treecask::ShardedArchive& s) { return treedef_to_python(s.index().treedef()); })
+                   [](const treecask::ShardedArchive& s) { return treedef_to_python(s.treedef()); })
       .def("__len__", &treecask::ShardedArchive::size)
       .def("files", &treecask::ShardedArchive::files)
       .def("file", [](const treecask::ShardedArchive& s, const std::string& name) { return s.file(name); })
       .def("leaf", [](const treecask::ShardedArchive& s, size_t i) { return leaf_info_to_dict(s.leaf(i)); })
-      .def("find", [](const treecask::ShardedArchive& s, const std::string& k) { return s.index().find(k); })
+      .def("find", [](const treecask::ShardedArchive& s, const std::string& k) { return s.find(k); })
       .def("index_of",
            [](const treecask::ShardedArchive& s, const std::string& k) { return s.index().index_of(k); })
       .def(
           "subtree_nodes",
           [](const treecask::ShardedArchive& s, const std::vector<std::string>& components) {
-            return subtree_nodes_to_python(s.index().treedef(), components);
+            return subtree_nodes_to_python(s.treedef(), components);
           },
           "components"_a, "As Archive.subtree_nodes, over the index's treedef.")
       .def("leaf_columns", &leaf_columns_to_python<treecask::ShardedArchive>, "first"_a, "count"_a,
@@ -1071,14 +1070,16 @@ NB_MODULE(_core, m) {
              std::optional<bool> verify) {
             if (indices.size() != outs.size()) throw nb::value_error("one output per index");
             std::vector<Buffer> bufs;  // reserved: never moved once held
+            std::vector<std::span<std::byte>> spans;
             bufs.reserve(outs.size());
+            spans.reserve(outs.size());
             for (size_t k = 0; k < indices.size(); ++k) {
               check_index(s, indices[k]);
               bufs.emplace_back(outs[k], true);
+              spans.emplace_back(bufs.back().data(), bufs.back().size());
             }
             nb::gil_scoped_release release;
-            for (size_t k = 0; k < indices.size(); ++k)
-              s.read(indices[k], {bufs[k].data(), bufs[k].size()}, to_verify(verify));
+            s.read_many(indices, spans, to_verify(verify));
           },
           "indices"_a, "outs"_a, "verify"_a = nb::none(),
           "As Archive.read_many (outs[k]: a writable C-contiguous buffer of exactly leaf "
@@ -1103,11 +1104,14 @@ NB_MODULE(_core, m) {
             if (starts.size() != stops.size() || starts.size() != outs.size())
               throw nb::value_error("read_slices: one start, stop and output per box");
             std::vector<Buffer> bufs;  // reserved: never moved once held
+            std::vector<treecask::SliceRequest> reqs;
             bufs.reserve(outs.size());
-            for (size_t k = 0; k < outs.size(); ++k) bufs.emplace_back(outs[k], true);
+            for (size_t k = 0; k < outs.size(); ++k) {
+              bufs.emplace_back(outs[k], true);
+              reqs.push_back({starts[k], stops[k], {bufs.back().data(), bufs.back().size()}, {}});
+            }
             nb::gil_scoped_release release;
-            for (size_t k = 0; k < bufs.size(); ++k)
-              s.read_slice(i, starts[k], stops[k], {bufs[k].data(), bufs[k].size()}, {}, to_verify(verify));
+            s.read_slices(i, reqs, to_verify(verify));
           },
           "index"_a, "starts"_a, "stops"_a, "outs"_a, "verify"_a = nb::none(),
           "As Archive.read_slices (outs[k]: a writable C-contiguous buffer of box k), one "

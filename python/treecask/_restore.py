@@ -115,8 +115,7 @@ def _sharding_resolver(shardings: Any, a: Reader) -> Callable[[Tuple[str, ...], 
         if n.kind == T.NONE:
             table[comps] = None
             return
-        names = n.keys if n.kind in (T.DICT, T.NAMEDTUPLE, T.DATACLASS) else [str(k) for k in range(len(n.children))]
-        for name, c in zip(names, n.children):
+        for name, c in zip(T.child_names(n.kind, n.keys, len(n.children)), n.children):
             collect(c, comps + (name,))
 
     collect(node, ())

@@ -44,6 +44,13 @@ join_path: Callable[[Sequence[str]], str] = _core.join_key_path
 split_path: Callable[[str], List[str]] = _core.split_key_path
 
 
+def child_names(kind: int, keys: Sequence[str], arity: int) -> List[str]:
+    """The key path component of each of a node's `arity` children (SPEC.md
+    "Key paths"): its keys for a dict, namedtuple or dataclass node, else
+    "0", "1", ... The one statement of that rule for both trees (PNode, TNode)."""
+    return list(keys) if kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(arity)]
+
+
 @dataclass
 class PNode:
     kind: int
@@ -213,8 +220,7 @@ def iter_leaves(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple
     if node.kind == LEAF:
         yield path, node
         return
-    names = node.keys if node.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(node.children))]
-    for n, c in zip(names, node.children):
+    for n, c in zip(child_names(node.kind, node.keys, len(node.children)), node.children):
         yield from iter_leaves(c, path + (n,))
 
 
@@ -224,9 +230,8 @@ def box_components(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tu
         if n.kind == LEAF:
             yield comps, flags
             return
-        names = n.keys if n.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(n.children))]
         isbox = n.box is not None
-        for name, c in zip(names, n.children):
+        for name, c in zip(child_names(n.kind, n.keys, len(n.children)), n.children):
             yield from rec(c, comps + (name,), flags + (isbox,))
     yield from rec(node, path, ())
 
@@ -314,8 +319,7 @@ def _emit(n: PNode, comps: Tuple[str, ...], nodes: list, key_paths: List[str], o
         return
     keys = list(n.keys) if n.kind in (DICT, NAMEDTUPLE, DATACLASS) else []
     nodes.append((n.kind, len(n.children), n.type_name, keys))
-    names = keys if keys or n.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(n.children))]
-    for name, c in zip(names, n.children):
+    for name, c in zip(child_names(n.kind, n.keys, len(n.children)), n.children):
         _emit(c, comps + (name,), nodes, key_paths, objs, extras)
 
 
@@ -326,7 +330,7 @@ def rebuild(node: PNode, leaf_value: Callable[[Tuple[str, ...], PNode], Any],
         return leaf_value(path, node)
     if node.kind == NONE:
         return None
-    names = node.keys if node.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(len(node.children))]
+    names = child_names(node.kind, node.keys, len(node.children))
     ch = [rebuild(c, leaf_value, path + (n,)) for n, c in zip(names, node.children)]
     return node.rebuild(ch)
 
@@ -369,7 +373,7 @@ def index_treedef(raw: Sequence[Tuple[int, int, str, Sequence[str]]], path: Tupl
             leaf += 1
             node.num_leaves = 1
             return node
-        names = list(keys) if kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(arity)]
+        names = child_names(kind, keys, arity)
         for i in range(arity):
             node.children.append(rec(path + (names[i],)))
         node.num_leaves = leaf - node.first_leaf
@@ -383,15 +387,9 @@ def find_node(root: Optional[TNode], comps: Sequence[str]) -> Optional[TNode]:
     for c in comps:
         if node is None or node.kind in (LEAF, NONE):
             return None
-        names = node.keys if node.kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(node.arity)]
         try:
-            node = node.children[names.index(c)]
+            node = node.children[child_names(node.kind, node.keys, node.arity).index(c)]
         except ValueError:
             return None
     return node
 
-
-def child_names(node: TNode) -> List[str]:
-    if node.kind in (DICT, NAMEDTUPLE, DATACLASS):
-        return node.keys
-    return [str(i) for i in range(node.arity)]

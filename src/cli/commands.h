@@ -19,11 +19,11 @@ enum ExitStatus : int {
   kExitNotFound = 2,          // ErrorCode::kNotFound
   kExitNotAnArchive = 3,      // ErrorCode::kNotAnArchive
   kExitUnsupportedVersion = 4,
-  kExitDamaged = 5,           // kCorruption (a damaged archive or .safetensors file),
+  kExitDamaged = 5,           // kCorruption (a damaged archive or import input),
                               // kChecksumMismatch; verify found damage
   kExitKeyNotFound = 6,
   kExitInvalid = 7,           // kInvalidArgument, kShapeMismatch (a bad argument; a
-                              // malformed .npz/.npy file or safetensors index)
+                              // valid input file import does not take)
   kExitIo = 8,
   kExitAlreadyExists = 9,
   kExitUnsupported = 10,      // e.g. a dtype the output format cannot hold
@@ -36,9 +36,9 @@ int exit_status(ErrorCode code) noexcept;
 int run_info(const std::string& file, bool json);
 int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json);
 int run_verify(const std::string& file);
-// Sharded checkpoint directories (SPEC.md "Sharded checkpoints"): run_info,
-// run_ls and run_verify hand a directory to these (run_export reads one
-// through interop::Checkpoint).
+// Sharded checkpoint directories (SPEC.md "Sharded checkpoints"): run_verify
+// hands a directory to this; run_info reads its index, run_ls and run_export
+// read either kind through open_reader().
 int run_verify_sharded(const std::string& dir);
 
 struct GetOptions {
@@ -72,7 +72,7 @@ struct ExportOptions {
   // Hub's size syntax, interop::parse_size().
   std::optional<std::string> max_shard_size;
 };
-// interop::export_safetensors of interop::Checkpoint::open(options.file).
+// interop::export_safetensors of open_reader(options.file).
 int run_export(const ExportOptions& options);
 
 }  // namespace treecask::cli

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include "convert.h"
@@ -114,8 +115,8 @@ int run_export(const ExportOptions& options) {
     if (!progress) progress.emplace("export", total);
     progress->update(done);
   };
-  const interop::Checkpoint source = interop::Checkpoint::open(options.file);
-  const interop::SafetensorsExport r = interop::export_safetensors(source, options.output, export_options);
+  const std::unique_ptr<Reader> source = open_reader(options.file);
+  const interop::SafetensorsExport r = interop::export_safetensors(*source, options.output, export_options);
   if (progress) progress->finish();
   const char* tensors = r.num_tensors == 1 ? " tensor, " : " tensors, ";
   if (export_options.max_shard_size) {
@@ -126,7 +127,8 @@ int run_export(const ExportOptions& options) {
   } else {
     std::cout << "wrote " << options.output << ": " << r.num_tensors << tensors << r.total_size
               << " data bytes";
-    if (source.sharded()) std::cout << " from " << source.shard_files().size() << " shard files";
+    if (const auto* sharded = dynamic_cast<const ShardedArchive*>(source.get()))
+      std::cout << " from " << sharded->files().size() << " shard files";
     std::cout << ", " << r.file_bytes << " file bytes\n";
   }
   return kExitOk;

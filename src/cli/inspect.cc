@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -192,19 +193,17 @@ int run_info(const std::string& file, bool json) {
 int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json) {
   // A sharded checkpoint directory lists its global leaves (shape of the
   // whole array; stored bytes summed over the shard files).
-  std::optional<ShardedArchive> sharded;
-  if (ShardedArchive::is_sharded(file)) sharded = ShardedArchive::open(file);
-  Archive archive = sharded ? sharded->index() : Archive::open(file);
+  const std::unique_ptr<Reader> reader = open_reader(file);
   std::vector<size_t> indices;
   if (prefix && !prefix->empty()) {
-    indices = archive.subtree(*prefix);
+    indices = reader->subtree(*prefix);
   } else {
-    indices.resize(archive.size());
+    indices.resize(reader->size());
     for (size_t i = 0; i < indices.size(); ++i) indices[i] = i;
   }
   std::vector<LeafInfo> leaves;
   leaves.reserve(indices.size());
-  for (size_t i : indices) leaves.push_back(sharded ? sharded->leaf(i) : archive.leaf(i));
+  for (size_t i : indices) leaves.push_back(reader->leaf(i));
 
   if (json) {
     Json j = Json::array();

@@ -33,7 +33,7 @@ constexpr const char* kExitCodes =
     "Exit status:\n"
     "  0 success            1 usage error          2 file not found\n"
     "  3 not an archive     4 unsupported version  5 corruption / checksum mismatch\n"
-    "  6 key not found      7 invalid argument or malformed input file\n"
+    "  6 key not found      7 invalid argument or unsupported input file\n"
     "  8 I/O error          9 output exists (no --overwrite)\n"
     " 10 unsupported (e.g. dtype the output format lacks)   11 internal error\n"
     "Errors go to stderr as \"treecask: <file>: [<key path>: ]<error>: <message>\".\n"

@@ -20,7 +20,6 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint.h"
 #include "treecask/treecask.h"
 
 namespace treecask::interop {
@@ -72,13 +71,16 @@ struct SafetensorsImport {
 // names to plain file names in its directory.
 // Throws Error(kNotFound) for a missing input or a shard the index names that
 // does not exist (naming that shard); Error(kCorruption) naming the file and
-// tensor for a damaged or malformed .safetensors file (parse_safetensors);
-// Error(kInvalidArgument) naming the file for a directory with several
-// candidates, a malformed index, a tensor found in two shards, a tensor in a
-// shard other than the one the index names, a shard tensor the index lacks,
-// or an index entry no shard holds; what treecask::save throws (e.g.
-// kAlreadyExists, kInvalidArgument for a bad option, kUnsupported). Nothing is
-// written when it throws.
+// tensor for damaged input: a damaged or malformed .safetensors file
+// (parse_safetensors), a malformed index (over the size cap, not JSON, no
+// "weight_map" object, a value that is not a plain file name), a tensor found
+// in two shards, a tensor in a shard other than the one the index names, a
+// shard tensor the index lacks, or an index entry no shard holds;
+// Error(kInvalidArgument) naming the directory for one with several
+// candidates, or the index when a shard's __metadata__ uses a key treecask
+// reserves; what treecask::save throws (e.g. kAlreadyExists,
+// kInvalidArgument for a bad option, kUnsupported). Nothing is written when
+// it throws.
 SafetensorsImport import_safetensors(const std::string& input, const std::string& output,
                                      const SaveOptions& options);
 
@@ -103,11 +105,13 @@ struct SafetensorsExport {
 };
 
 // Writes every leaf of `source` (an Archive, or a ShardedArchive whose global
-// arrays are assembled from their boxes) as safetensors tensors.
+// arrays are assembled from their boxes; open_reader() opens either) as
+// safetensors tensors, each streamed by for_each_leaf_piece (files.h).
 //
-// Names and refusals (one rule for both layouts): a flat dict archive
-// (is_flat_dict) names tensors by its dict keys verbatim, any other tree by
-// canonical key paths (SPEC.md "Key paths"). Refused with
+// Names and refusals (one rule for both layouts): a flat dict archive (one
+// dict whose children are all leaves, as every import writes) names tensors
+// by its dict keys verbatim, any other tree by canonical key paths (SPEC.md
+// "Key paths"). Refused with
 // Error(kUnsupported, source.path(), leaf key path): a leaf safetensors cannot
 // hold (safetensors_refusal: no safetensors dtype, or sub-byte elements that
 // do not fill whole bytes), a Python scalar/str leaf, an unnamed single-array
@@ -146,7 +150,7 @@ struct SafetensorsExport {
 // file that exists when !overwrite (nothing is written); what reading
 // `source` throws (kChecksumMismatch, kCorruption: no output file is left);
 // Error(kIo).
-SafetensorsExport export_safetensors(const Checkpoint& source, const std::string& output,
+SafetensorsExport export_safetensors(const Reader& source, const std::string& output,
                                      const SafetensorsExportOptions& options);
 
 }  // namespace treecask::interop

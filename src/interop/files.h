@@ -1,5 +1,5 @@
 // Files the conversions read and write: a read-only map of an input file, an
-// output file committed atomically, and the streaming of one archive leaf.
+// output file committed atomically, and the streaming of one leaf.
 // Part of the treecask_interop library (src/interop/CMakeLists.txt), which
 // the `treecask` tool and the Python extension link.
 // Every failure is a treecask::Error naming the file concerned.
@@ -85,28 +85,39 @@ class OutputFile {
   bool committed_ = false;
 };
 
-// Copies the raw bytes of leaf `index` to `sink` in order, in pieces of at
-// most ~64 MiB (whole chunks), each read with Archive::read_bytes (all cores,
-// only the chunks of that piece). `sink` is called with each piece (a
-// std::span<const std::byte>, valid only during the call). Checksums are
-// verified as the archive was opened to (OpenOptions).
-// Throws what Archive::read_bytes throws.
+// Hands the bytes of leaf `index` of `reader`, exactly LeafInfo::byte_length
+// of them as Reader::read gives them (C order; sub-byte dtypes packed), to
+// `sink` in order, in one or more pieces (each a std::span<const std::byte>,
+// valid only during its call); none for an empty leaf. An Archive: pieces of
+// at most ~64 MiB (whole chunks), each read with Archive::read_bytes (all
+// cores, only the chunks of that piece). Any other Reader (a ShardedArchive):
+// the whole leaf at once, with Reader::read, so peak memory is the leaf's
+// size. Checksums are verified as the reader was opened to (OpenOptions).
+// Throws what those reads throw (kChecksumMismatch, kCorruption, kIo) and
+// what `sink` throws.
 template <typename Sink>
-void for_each_leaf_piece(const Archive& archive, size_t index, Sink&& sink);
+void for_each_leaf_piece(const Reader& reader, size_t index, Sink&& sink);
 
 // ---------------------------------------------------------------------------
 
 template <typename Sink>
-void for_each_leaf_piece(const Archive& archive, size_t index, Sink&& sink) {
-  const LeafInfo info = archive.leaf(index);
+void for_each_leaf_piece(const Reader& reader, size_t index, Sink&& sink) {
+  const LeafInfo info = reader.leaf(index);
   if (info.byte_length == 0) return;
+  const auto* archive = dynamic_cast<const Archive*>(&reader);
+  if (!archive) {
+    std::vector<std::byte> whole(info.byte_length);
+    reader.read(index, whole);
+    sink(std::span<const std::byte>(whole));
+    return;
+  }
   constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
   const uint64_t chunk = std::max<uint64_t>(info.chunk_size, 1);
   const uint64_t batch = std::min(info.byte_length, std::max<uint64_t>(kBatchBytes / chunk, 1) * chunk);
   std::vector<std::byte> buffer(batch);
   for (uint64_t at = 0; at < info.byte_length; at += batch) {
     std::span<std::byte> out(buffer.data(), std::min(batch, info.byte_length - at));
-    archive.read_bytes(index, at, out);
+    archive->read_bytes(index, at, out);
     sink(std::span<const std::byte>(out));
   }
 }

@@ -65,9 +65,12 @@ class DictParser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& why) const {
-    throw Error(ErrorCode::kInvalidArgument, file_, key_,
-                ".npy header: " + why + " at offset " + std::to_string(pos_));
+  // A header that is not the literal np.save writes: kCorruption.
+  [[noreturn]] void fail(const std::string& why) const { throw error(ErrorCode::kCorruption, why); }
+  // A valid literal that the tool does not take: kInvalidArgument.
+  [[noreturn]] void refuse(const std::string& why) const { throw error(ErrorCode::kInvalidArgument, why); }
+  Error error(ErrorCode code, const std::string& why) const {
+    return Error(code, file_, key_, ".npy header: " + why + " at offset " + std::to_string(pos_));
   }
   char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
   void expect(char c) {
@@ -84,7 +87,7 @@ class DictParser {
     std::string out;
     while (peek() != quote) {
       if (pos_ >= s_.size()) fail("unterminated string");
-      if (s_[pos_] == '\\') fail("escape sequences are not supported");
+      if (s_[pos_] == '\\') refuse("escape sequences are not supported");
       out += s_[pos_++];
     }
     ++pos_;
@@ -119,7 +122,7 @@ class DictParser {
       }
       ++pos_;
     } else if (c == '[') {
-      fail("structured dtypes (a descr list) are not supported");
+      refuse("structured dtypes (a descr list) are not supported");
     } else {
       fail("unsupported value");
     }
@@ -181,7 +184,10 @@ std::string npy_header(std::string_view descr, std::span<const int64_t> shape) {
 
 NpyArray parse_npy(std::span<const std::byte> bytes, const std::string& file,
                    const std::string& key) {
-  auto fail = [&](const std::string& why) -> Error {
+  // Damage (the bytes break the .npy format) is kCorruption; a valid array
+  // the tool does not take (version, byte order, dtype, layout) kInvalidArgument.
+  auto fail = [&](const std::string& why) -> Error { return Error(ErrorCode::kCorruption, file, key, why); };
+  auto refuse = [&](const std::string& why) -> Error {
     return Error(ErrorCode::kInvalidArgument, file, key, why);
   };
   auto byte_at = [&](size_t i) { return static_cast<uint8_t>(bytes[i]); };
@@ -200,7 +206,7 @@ NpyArray parse_npy(std::span<const std::byte> bytes, const std::string& file,
     if (bytes.size() < prefix) throw fail(".npy header truncated");
     for (int i = 0; i < 4; ++i) header_len |= uint64_t{byte_at(8 + i)} << (8 * i);
   } else {
-    throw fail(".npy format version " + std::to_string(major) + "." +
+    throw refuse(".npy format version " + std::to_string(major) + "." +
                std::to_string(byte_at(7)) + " is not supported (1.0, 2.0, 3.0 are)");
   }
   if (header_len > bytes.size() - prefix) throw fail(".npy header length exceeds the member");
@@ -221,7 +227,7 @@ NpyArray parse_npy(std::span<const std::byte> bytes, const std::string& file,
 
   std::optional<DType> dtype;
   if (!descr.empty() && descr[0] == '>') {
-    throw fail("big-endian arrays ('" + descr + "') are not supported; convert with "
+    throw refuse("big-endian arrays ('" + descr + "') are not supported; convert with "
                "a.astype(a.dtype.newbyteorder('<'))");
   }
   for (const auto& e : kDescrs) {
@@ -232,7 +238,7 @@ NpyArray parse_npy(std::span<const std::byte> bytes, const std::string& file,
     }
   }
   if (!dtype) {
-    throw fail("dtype '" + descr + "' is not supported: only bool, integer, float and complex "
+    throw refuse("dtype '" + descr + "' is not supported: only bool, integer, float and complex "
                "dtypes are (ml_dtypes' bfloat16/float8 are saved by NumPy as void '|V1'/'|V2' "
                "and cannot be told apart)");
   }
@@ -241,7 +247,7 @@ NpyArray parse_npy(std::span<const std::byte> bytes, const std::string& file,
     int big_dims = 0;
     for (int64_t d : out.shape) big_dims += d > 1 ? 1 : 0;
     if (big_dims > 1) {
-      throw fail("Fortran-order arrays are not supported; save np.ascontiguousarray(a)");
+      throw refuse("Fortran-order arrays are not supported; save np.ascontiguousarray(a)");
     }
   }
   uint64_t expected = 0;

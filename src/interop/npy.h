@@ -37,8 +37,12 @@ struct NpyArray {
 // Accepts versions 1.0/2.0/3.0, descr with '<' or '|' byte order of kinds
 // b1, i1-i8, u1-u8, f2-f8, c8-c16, and fortran_order True only for arrays of
 // at most one dimension larger than 1 (where it is the same layout).
-// Throws Error(kInvalidArgument, file, key, ...) for anything else (bad magic,
-// big-endian, structured or object dtype, size mismatch).
+// Throws Error(kCorruption, file, key, ...) for damage: bad magic, a
+// truncated header, a header dict that is not the literal np.save writes
+// (syntax, missing or extra keys, a bad shape), data that is not exactly the
+// size the header implies. Throws Error(kInvalidArgument, file, key, ...) for a
+// valid array it does not take: another format version, big-endian,
+// structured or object dtype, Fortran order over several dimensions.
 NpyArray parse_npy(std::span<const std::byte> bytes, const std::string& file,
                    const std::string& key);
 

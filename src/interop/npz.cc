@@ -38,7 +38,7 @@ NpzFile NpzFile::read(const std::filesystem::path& path) {
     if (code == ZIP_ER_OPEN || code == ZIP_ER_READ) {
       throw Error(ErrorCode::kIo, file, "", "cannot read: " + zip_error_text(code));
     }
-    throw Error(ErrorCode::kInvalidArgument, file, "", "npz: " + zip_error_text(code));
+    throw Error(ErrorCode::kCorruption, file, "", "npz: " + zip_error_text(code));
   }
   NpzFile out;
   const zip_int64_t count = zip_get_num_entries(zip.get(), 0);
@@ -46,8 +46,7 @@ NpzFile NpzFile::read(const std::filesystem::path& path) {
     zip_stat_t st;
     zip_stat_init(&st);
     if (zip_stat_index(zip.get(), static_cast<zip_uint64_t>(i), 0, &st) != 0) {
-      throw Error(ErrorCode::kInvalidArgument, file, "",
-                  std::string("npz: ") + zip_strerror(zip.get()));
+      throw Error(ErrorCode::kCorruption, file, "", std::string("npz: ") + zip_strerror(zip.get()));
     }
     std::string name = (st.valid & ZIP_STAT_NAME) ? st.name : "";
     if (name.size() < 4 || name.compare(name.size() - 4, 4, ".npy") != 0) {
@@ -59,17 +58,21 @@ NpzFile NpzFile::read(const std::filesystem::path& path) {
       throw Error(ErrorCode::kInvalidArgument, file, key, "npz: member is encrypted");
     }
     if (!(st.valid & ZIP_STAT_SIZE) || !(st.valid & ZIP_STAT_COMP_SIZE)) {
-      throw Error(ErrorCode::kInvalidArgument, file, key, "npz: member has no size");
+      throw Error(ErrorCode::kCorruption, file, key, "npz: member has no size");
     }
     if (st.size / kMaxDeflateRatio > st.comp_size + (1 << 20)) {
-      throw Error(ErrorCode::kInvalidArgument, file, key,
+      throw Error(ErrorCode::kCorruption, file, key,
                   "npz: member claims " + std::to_string(st.size) + " bytes from " +
                       std::to_string(st.comp_size) + " compressed bytes, beyond deflate's limit");
     }
     std::unique_ptr<zip_file_t, ZipFileCloser> member(
         zip_fopen_index(zip.get(), static_cast<zip_uint64_t>(i), 0));
     if (!member) {
-      throw Error(ErrorCode::kInvalidArgument, file, key,
+      // A compression or encryption method libzip lacks is a valid member it
+      // cannot read; any other failure is damage.
+      const int why = zip_error_code_zip(zip_get_error(zip.get()));
+      const bool unsupported = why == ZIP_ER_COMPNOTSUPP || why == ZIP_ER_ENCRNOTSUPP;
+      throw Error(unsupported ? ErrorCode::kInvalidArgument : ErrorCode::kCorruption, file, key,
                   std::string("npz: cannot open member: ") + zip_strerror(zip.get()));
     }
     std::vector<std::byte> buffer(st.size);
@@ -77,7 +80,7 @@ NpzFile NpzFile::read(const std::filesystem::path& path) {
     while (done < st.size) {
       zip_int64_t n = zip_fread(member.get(), buffer.data() + done, st.size - done);
       if (n < 0) {
-        throw Error(ErrorCode::kInvalidArgument, file, key,
+        throw Error(ErrorCode::kCorruption, file, key,
                     std::string("npz: member damaged: ") + zip_file_strerror(member.get()));
       }
       if (n == 0) break;
@@ -85,12 +88,11 @@ NpzFile NpzFile::read(const std::filesystem::path& path) {
     }
     char extra;
     if (done != st.size || zip_fread(member.get(), &extra, 1) != 0) {
-      throw Error(ErrorCode::kInvalidArgument, file, key,
+      throw Error(ErrorCode::kCorruption, file, key,
                   "npz: member size differs from the size the zip directory declares");
     }
     if (int rc = zip_fclose(member.release()); rc != 0) {
-      throw Error(ErrorCode::kInvalidArgument, file, key,
-                  "npz: member damaged: " + zip_error_text(rc));
+      throw Error(ErrorCode::kCorruption, file, key, "npz: member damaged: " + zip_error_text(rc));
     }
     out.buffers_.push_back(std::move(buffer));
     NpzMember m;

@@ -25,10 +25,13 @@ class NpzFile {
   // Reads every member in central-directory order (the order np.savez wrote
   // them). Each member's CRC-32 and sizes are checked by libzip, and a
   // member's declared size is checked against the deflate ratio limit before
-  // anything is allocated. Throws Error(kNotFound) for a missing file,
-  // Error(kInvalidArgument, path, member) for a file that is not a zip, an
-  // encrypted member, a member not named "*.npy", a bad .npy (see parse_npy)
-  // or a damaged member, Error(kIo) when reading fails.
+  // anything is allocated. Throws Error(kNotFound) for a missing file;
+  // Error(kCorruption, path, member) for damage: a file that is not a zip, a
+  // damaged zip directory or member (CRC, sizes, inflate), a member's size
+  // beyond deflate's ratio, a damaged .npy (see parse_npy);
+  // Error(kInvalidArgument, path, member) for a valid file it does not take:
+  // an encrypted member or a compression method libzip lacks, a member not
+  // named "*.npy", a .npy parse_npy refuses; Error(kIo) when reading fails.
   static NpzFile read(const std::filesystem::path& path);
 
   const std::vector<NpzMember>& members() const noexcept { return members_; }

@@ -54,9 +54,17 @@ struct Item {
   uint64_t size;  // data bytes
 };
 
+// True when `def` is one dict whose children are all leaves (what
+// flat_dict_treedef builds and every import writes): such a tree names
+// tensors by its dict keys verbatim, any other by key paths.
+bool is_flat_dict(const TreeDef& def) {
+  if (def.empty() || def[0].kind != NodeKind::kDict || def.size() != def[0].arity + 1) return false;
+  return std::all_of(def.begin() + 1, def.end(), [](const TreeNode& n) { return n.kind == NodeKind::kLeaf; });
+}
+
 // The tensors of `source`, named and checked by the one rule both layouts
 // follow (convert.h export_safetensors).
-std::vector<Item> name_tensors(const Checkpoint& source) {
+std::vector<Item> name_tensors(const Reader& source) {
   const bool flat = is_flat_dict(source.treedef());
   std::vector<Item> items;
   std::set<std::string> names;
@@ -140,12 +148,12 @@ struct Progress {
 };
 
 // Writes `header`, then the bytes of items[k] for k in `group`, to `out`.
-void write_file(const Checkpoint& source, const std::vector<Item>& items,
+void write_file(const Reader& source, const std::vector<Item>& items,
                 const std::vector<size_t>& group, const std::string& header, OutputFile& out,
                 Progress& progress) {
   out.write(header);
   for (size_t k : group) {
-    source.read_leaf(items[k].leaf, [&](std::span<const std::byte> piece) {
+    for_each_leaf_piece(source, items[k].leaf, [&](std::span<const std::byte> piece) {
       out.write(piece);
       progress.done += piece.size();
       if (progress.report) progress.report(progress.done, progress.total);
@@ -153,7 +161,7 @@ void write_file(const Checkpoint& source, const std::vector<Item>& items,
   }
 }
 
-SafetensorsExport export_one_file(const Checkpoint& source, const std::string& output,
+SafetensorsExport export_one_file(const Reader& source, const std::string& output,
                                   const std::vector<Item>& items, const SafetensorsExportOptions& options,
                                   Progress& progress) {
   const KeyValues& metadata = source.metadata();
@@ -192,7 +200,7 @@ std::vector<std::vector<size_t>> pack(const std::vector<Item>& items, uint64_t m
   return groups;
 }
 
-SafetensorsExport export_sharded(const Checkpoint& source, const std::string& dir,
+SafetensorsExport export_sharded(const Reader& source, const std::string& dir,
                                  const std::vector<Item>& items, const SafetensorsExportOptions& options,
                                  Progress& progress) {
   const std::string& file = source.path();
@@ -330,7 +338,7 @@ uint64_t parse_size(std::string_view text) {
   return static_cast<uint64_t>(value);
 }
 
-SafetensorsExport export_safetensors(const Checkpoint& source, const std::string& output,
+SafetensorsExport export_safetensors(const Reader& source, const std::string& output,
                                      const SafetensorsExportOptions& options) {
   if (options.max_shard_size && *options.max_shard_size == 0) {
     throw Error(ErrorCode::kInvalidArgument, output, "", "--max-shard-size must be at least 1 byte");

@@ -105,12 +105,14 @@ std::string compact(const OJson& v) { return v.dump(-1, ' ', false, OJson::error
 
 SafetensorsImport import_sharded(const std::string& index_path, const std::string& output,
                                  SaveOptions options) {
-  auto invalid = [&](const std::string& file, const std::string& key, const std::string& why) {
-    return Error(ErrorCode::kInvalidArgument, file, key, why);
+  // A malformed index, or shards that disagree with it, is a damaged
+  // checkpoint: kCorruption naming the file and the tensor.
+  auto corrupt = [&](const std::string& file, const std::string& key, const std::string& why) {
+    return Error(ErrorCode::kCorruption, file, key, why);
   };
   const std::string text = read_text(index_path);
   if (text.size() > kSafetensorsMaxHeader) {  // untrusted input: the same cap as a header
-    throw invalid(index_path, "", "safetensors index is " + std::to_string(text.size()) +
+    throw corrupt(index_path, "", "safetensors index is " + std::to_string(text.size()) +
                                       " bytes, over the limit of " +
                                       std::to_string(kSafetensorsMaxHeader));
   }
@@ -135,9 +137,9 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
       return false;  // (a kept key is inserted into the DOM before its value)
     } else if (in_weight_map && depth == 2) {  // a value: a string, else a container starting
       if (event != E::value || !parsed.is_string())
-        throw invalid(index_path, tensor, "\"weight_map\" value is not a string");
+        throw corrupt(index_path, tensor, "\"weight_map\" value is not a string");
       if (!shard_of.emplace(tensor, parsed.get_ref<const std::string&>()).second)
-        throw invalid(index_path, tensor, "\"weight_map\" lists the tensor twice");
+        throw corrupt(index_path, tensor, "\"weight_map\" lists the tensor twice");
       return false;
     }
     return true;
@@ -146,15 +148,15 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
   try {
     index = OJson::parse(text, divert_weight_map);
   } catch (const OJson::exception& e) {
-    throw invalid(index_path, "", std::string("safetensors index is not valid JSON: ") + e.what());
+    throw corrupt(index_path, "", std::string("safetensors index is not valid JSON: ") + e.what());
   }
-  if (!index.is_object()) throw invalid(index_path, "", "safetensors index is not a JSON object");
+  if (!index.is_object()) throw corrupt(index_path, "", "safetensors index is not a JSON object");
   auto wm = index.find("weight_map");
-  if (wm == index.end()) throw invalid(index_path, "", "safetensors index has no \"weight_map\"");
-  if (!wm->is_object()) throw invalid(index_path, "", "\"weight_map\" is not an object");
+  if (wm == index.end()) throw corrupt(index_path, "", "safetensors index has no \"weight_map\"");
+  if (!wm->is_object()) throw corrupt(index_path, "", "\"weight_map\" is not an object");
   std::optional<OJson> index_metadata;
   if (auto md = index.find("metadata"); md != index.end() && !md->is_null()) {
-    if (!md->is_object()) throw invalid(index_path, "", "\"metadata\" is not an object");
+    if (!md->is_object()) throw corrupt(index_path, "", "\"metadata\" is not an object");
     index_metadata = *md;
   }
 
@@ -163,7 +165,7 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
   for (const auto& [tensor, f] : shard_of) {
     if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos ||
         f == "." || f == "..") {
-      throw invalid(index_path, tensor,
+      throw corrupt(index_path, tensor,
                     "weight_map names shard \"" + f + "\"; a shard must be a file name in the "
                     "index's directory");
     }
@@ -194,7 +196,7 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
     for (const SafetensorsTensor& t : s.header.tensors) {
       auto [it, fresh] = found_in.emplace(t.name, &s.name);
       if (!fresh) {
-        throw invalid(path, t.name, "tensor found in two shards: " + *it->second + " and " +
+        throw corrupt(path, t.name, "tensor found in two shards: " + *it->second + " and " +
                                         s.name + " (index " + index_path + ")");
       }
     }
@@ -204,17 +206,17 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
     for (const SafetensorsTensor& t : s.header.tensors) {
       auto it = shard_of.find(t.name);
       if (it == shard_of.end()) {
-        throw invalid(path, t.name, "tensor not in the index's weight_map (" + index_path + ")");
+        throw corrupt(path, t.name, "tensor not in the index's weight_map (" + index_path + ")");
       }
       if (it->second != s.name) {
-        throw invalid(path, t.name, "tensor found in shard " + s.name + " but the index " +
+        throw corrupt(path, t.name, "tensor found in shard " + s.name + " but the index " +
                                         index_path + " says " + it->second);
       }
     }
   }
   for (const auto& [tensor, file] : shard_of) {
     if (!found_in.count(tensor)) {
-      throw invalid((dir / file).string(), tensor,
+      throw corrupt((dir / file).string(), tensor,
                     "the index " + index_path + " names this shard for the tensor, which it does "
                     "not hold");
     }
@@ -264,8 +266,9 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
   for (const auto& [k, v] : metadata) {
     (void)v;
     if (std::count_if(metadata.begin(), metadata.end(), [&](const auto& kv) { return kv.first == k; }) > 1) {
-      throw invalid(index_path, "", "metadata key \"" + k + "\" appears twice (a shard's "
-                                    "__metadata__ uses a key treecask reserves)");
+      throw Error(ErrorCode::kInvalidArgument, index_path, "",
+                  "metadata key \"" + k + "\" appears twice (a shard's __metadata__ uses a key "
+                  "treecask reserves)");
     }
   }
   options.metadata = std::move(metadata);

@@ -352,6 +352,8 @@ void Archive::Impl::take_blobs(uint64_t entries, const std::function<BlobValue(u
   }
 }
 
+Reader::~Reader() = default;  // reader.h: the one out-of-line member anchors its vtable
+
 const std::string& Archive::path() const noexcept { return impl_->file; }
 const Source* Archive::source() const noexcept { return impl_->source.get(); }
 uint64_t Archive::file_size() const noexcept { return impl_->file_size; }

@@ -224,6 +224,13 @@ LeafInfo ShardedArchive::leaf(size_t index) const {
   return info;
 }
 
+const TreeDef& ShardedArchive::treedef() const noexcept { return impl_->index.treedef(); }
+const KeyValues& ShardedArchive::metadata() const noexcept { return impl_->index.metadata(); }
+std::optional<size_t> ShardedArchive::find(std::string_view key_path) const noexcept {
+  return impl_->index.find(key_path);
+}
+std::vector<size_t> ShardedArchive::subtree(std::string_view prefix) const { return impl_->index.subtree(prefix); }
+
 std::vector<std::string> ShardedArchive::files() const { return impl_->names; }
 
 const Archive& ShardedArchive::file(std::string_view name) const {
@@ -254,6 +261,22 @@ void ShardedArchive::read(size_t index, std::span<std::byte> out, Verify verify,
   std::vector<std::byte> unpacked(count);
   read_slice(index, start, info.shape, unpacked, {}, verify, threads);
   pack_elements(info.dtype, unpacked, out);
+}
+
+void ShardedArchive::read(size_t index, std::span<std::byte> out, Verify verify) const {
+  read(index, out, verify, 0);
+}
+
+void ShardedArchive::read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
+                               Verify verify, unsigned threads) const {
+  if (indices.size() != outs.size())
+    throw Error(ErrorCode::kInvalidArgument, impl_->dir, "", "read_many needs one output per index");
+  for (size_t k = 0; k < indices.size(); ++k) read(indices[k], outs[k], verify, threads);
+}
+
+void ShardedArchive::read_slices(size_t index, std::span<const SliceRequest> boxes, Verify verify,
+                                 unsigned threads) const {
+  for (const SliceRequest& q : boxes) read_slice(index, q.start, q.stop, q.out, q.out_byte_strides, verify, threads);
 }
 
 void ShardedArchive::read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
@@ -336,6 +359,11 @@ std::vector<Error> ShardedArchive::verify(const std::function<void(uint64_t, uin
     before += mine;
   }
   return errors;
+}
+
+std::unique_ptr<Reader> open_reader(const std::filesystem::path& path, const OpenOptions& options) {
+  if (ShardedArchive::is_sharded(path)) return std::make_unique<ShardedArchive>(ShardedArchive::open(path, options));
+  return std::make_unique<Archive>(Archive::open(path, options));
 }
 
 }  // namespace treecask

@@ -313,15 +313,15 @@ def test_npz_bad_inputs(d):
         return buf.getvalue()
 
     cases = {
-        "not_npy": ({"readme.txt": b"hello"}, "not a .npy"),
-        "big_endian": ({"x.npy": npy(np.arange(3, dtype=">f4"))}, "big-endian"),
-        "fortran": ({"x.npy": npy(np.asfortranarray(np.ones((2, 3), np.float32)))}, "Fortran"),
-        "object": ({"x.npy": npy(np.array([1, "a"], dtype=object))}, "not supported"),
-        "truncated_npy": ({"x.npy": npy(np.ones(10, np.float64))[:-8]}, "imply"),
-        "bad_magic": ({"x.npy": b"\x93NUMPX" + b"\0" * 60}, "bad magic"),
+        "not_npy": ({"readme.txt": b"hello"}, "not a .npy", INVALID),
+        "big_endian": ({"x.npy": npy(np.arange(3, dtype=">f4"))}, "big-endian", INVALID),
+        "fortran": ({"x.npy": npy(np.asfortranarray(np.ones((2, 3), np.float32)))}, "Fortran", INVALID),
+        "object": ({"x.npy": npy(np.array([1, "a"], dtype=object))}, "not supported", INVALID),
+        "truncated_npy": ({"x.npy": npy(np.ones(10, np.float64))[:-8]}, "imply", DAMAGED),
+        "bad_magic": ({"x.npy": b"\x93NUMPX" + b"\0" * 60}, "bad magic", DAMAGED),
     }
-    for name, (members, message) in cases.items():
-        r = expect(tc("import", npz(name, members), f"{d}/{name}.cask"), INVALID, err_contains=message)
+    for name, (members, message, code) in cases.items():
+        r = expect(tc("import", npz(name, members), f"{d}/{name}.cask"), code, err_contains=message)
         assert not os.path.exists(f"{d}/{name}.cask"), name
     # A damaged deflated member: CRC or inflate error.
     path = f"{d}/crc.npz"
@@ -329,12 +329,77 @@ def test_npz_bad_inputs(d):
     data = bytearray(open(path, "rb").read())
     data[len(data) // 2] ^= 0xFF
     open(path, "wb").write(bytes(data))
-    expect(tc("import", path, f"{d}/crc.cask"), INVALID, err_contains="npz")
+    expect(tc("import", path, f"{d}/crc.cask"), DAMAGED, err_contains="npz")
     # Truncated zip.
     np.savez(f"{d}/trunc.npz", x=np.arange(100))
     data = open(f"{d}/trunc.npz", "rb").read()
     open(f"{d}/trunc.npz", "wb").write(data[: len(data) // 2])
-    expect(tc("import", f"{d}/trunc.npz", f"{d}/trunc.cask"), INVALID)
+    expect(tc("import", f"{d}/trunc.npz", f"{d}/trunc.cask"), DAMAGED)
+
+
+def test_damaged_npz_is_corruption(d):
+    """A damaged .npz (its zip, or a member's bytes) is corruption (exit 5) naming the file and
+    the member; a valid member the tool does not take stays an invalid argument (exit 7)."""
+    np.savez(f"{d}/good.npz", weights=np.arange(1000, dtype=np.int32))
+    data = bytearray(open(f"{d}/good.npz", "rb").read())
+    at = data.index(b"\x93NUMPY") + 200  # inside the stored member's data: its CRC-32 fails
+    data[at] ^= 0xFF
+    open(f"{d}/flipped.npz", "wb").write(bytes(data))
+    r = expect(tc("import", f"{d}/flipped.npz", f"{d}/flipped.cask"), DAMAGED, err_contains="npz")
+    assert r.err.startswith(f"treecask: {d}/flipped.npz: weights: corruption: "), r
+    open(f"{d}/notzip.npz", "wb").write(b"PK\3\4" + b"\0" * 100)
+    expect(tc("import", f"{d}/notzip.npz", f"{d}/notzip.cask"), DAMAGED, err_contains="npz")
+    assert not os.path.exists(f"{d}/flipped.cask") and not os.path.exists(f"{d}/notzip.cask")
+
+
+def test_damaged_npy_header_is_corruption(d):
+    """A .npy member whose header is not the dict np.save writes is corruption (exit 5) naming
+    the member; a well-formed header of an array the tool does not take stays exit 7."""
+    def member(header):
+        prefix = b"\x93NUMPY\x01\x00"
+        text = header + b" " * (-(len(prefix) + 2 + len(header) + 1) % 64) + b"\n"
+        return prefix + len(text).to_bytes(2, "little") + text + b"\0" * 12
+
+    cases = {
+        "unclosed": (b"{'descr': '<f4', 'fortran_order': False, 'shape': (3,), ", DAMAGED, "expected"),
+        "no_shape": (b"{'descr': '<f4', 'fortran_order': False, }", DAMAGED, "lacks 'shape'"),
+        "shape_type": (b"{'descr': '<f4', 'fortran_order': False, 'shape': 'x', }", DAMAGED, "bad type"),
+        "extra_key": (b"{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 'y', }", DAMAGED,
+                      "other than"),
+        "structured": (b"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", INVALID,
+                       "structured"),
+    }
+    for name, (header, code, message) in cases.items():
+        path = f"{d}/{name}.npz"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("x.npy", member(header))
+        r = expect(tc("import", path, f"{d}/{name}.cask"), code, err_contains=message)
+        assert r.err.startswith(f"treecask: {path}: x: "), r
+        assert not os.path.exists(f"{d}/{name}.cask"), name
+
+
+def test_malformed_safetensors_index_is_corruption(d):
+    """A Hugging Face index that is not the JSON object transformers writes, or that disagrees
+    with its shards, is corruption (exit 5) naming the index or the shard; a directory with
+    several candidates stays an invalid argument (exit 7)."""
+    save_file({"a": np.ones(3, np.float32)}, f"{d}/model-00001-of-00001.safetensors")
+    index = f"{d}/model.safetensors.index.json"
+    cases = {
+        "not_json": ('{"weight_map": ', "not valid JSON"),
+        "no_weight_map": ('{"metadata": {}}', "no \"weight_map\""),
+        "escape": ('{"weight_map": {"a": "../model-00001-of-00001.safetensors"}}', "file name"),
+        "not_in_index": ('{"weight_map": {"b": "model-00001-of-00001.safetensors"}}', "not in the index"),
+        "not_held": ('{"weight_map": {"a": "model-00001-of-00001.safetensors", '
+                     '"b": "model-00001-of-00001.safetensors"}}', "does not hold"),
+    }
+    for name, (text, message) in cases.items():
+        open(index, "w").write(text)
+        r = expect(tc("import", d, f"{d}/{name}.cask"), DAMAGED, err_contains=message)
+        assert ": corruption: " in r.err, r
+        assert not os.path.exists(f"{d}/{name}.cask"), name
+    os.remove(index)
+    save_file({"b": np.ones(3, np.float32)}, f"{d}/other.safetensors")
+    expect(tc("import", d, f"{d}/two.cask"), INVALID, err_contains="several .safetensors files")
 
 
 # ---- get, ls, info, verify ------------------------------------------------------

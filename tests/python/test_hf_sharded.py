@@ -259,11 +259,11 @@ def _malformed(tmp_path, case):
 
 @pytest.mark.parametrize("case,error,message", [
     ("missing_shard", treecask.NotFoundError, "shard missing"),
-    ("two_shards", treecask.InvalidArgumentError, "found in two shards: model-00001-of-00002.safetensors and "
+    ("two_shards", treecask.CorruptionError, "found in two shards: model-00001-of-00002.safetensors and "
                                                   "model-00002-of-00002.safetensors"),
-    ("wrong_shard", treecask.InvalidArgumentError, "found in shard model-00002-of-00002.safetensors but the index"),
-    ("not_in_index", treecask.InvalidArgumentError, "not in the index"),
-    ("index_entry_not_held", treecask.InvalidArgumentError, "does not hold"),
+    ("wrong_shard", treecask.CorruptionError, "found in shard model-00002-of-00002.safetensors but the index"),
+    ("not_in_index", treecask.CorruptionError, "not in the index"),
+    ("index_entry_not_held", treecask.CorruptionError, "does not hold"),
 ])
 def test_malformed_index_refused(tmp_path, case, error, message):
     d, (file, key) = _malformed(tmp_path, case)
@@ -287,7 +287,7 @@ def test_malformed_index_refused(tmp_path, case, error, message):
 def test_malformed_index_json_refused(tmp_path, text, key, message):
     """The index's JSON itself is checked, naming the index file and the tensor where there is one."""
     (tmp_path / "model.safetensors.index.json").write_text(text)
-    with pytest.raises(treecask.InvalidArgumentError, match=message) as e:
+    with pytest.raises(treecask.CorruptionError, match=message) as e:
         treecask.import_safetensors(tmp_path, tmp_path / "x.cask")
     assert e.value.file == str(tmp_path / "model.safetensors.index.json") and e.value.key_path == key
 
@@ -313,7 +313,7 @@ def test_directory_with_one_file_and_errors(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "model.safetensors.index.json").write_text('{"weight_map": {"w": "../escape.safetensors"}}')
-    with pytest.raises(treecask.InvalidArgumentError, match="file name in the index's directory"):
+    with pytest.raises(treecask.CorruptionError, match="file name in the index's directory"):
         treecask.import_safetensors(bad, tmp_path / "x.cask")
 
 
@@ -378,7 +378,7 @@ def test_cli(tmp_path):
     assert r.returncode == 2 and str(file) in r.stderr
     d, (file, key) = _malformed(tmp_path, "two_shards")
     r = cli("import", d, tmp_path / "m.cask")
-    assert r.returncode == 7 and str(file) in r.stderr and "two shards" in r.stderr
+    assert r.returncode == 5 and str(file) in r.stderr and "two shards" in r.stderr
     assert not (tmp_path / "m.cask").exists()
 
 
