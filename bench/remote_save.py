@@ -1,8 +1,11 @@
 """Saving to an object store against its limit and against doing it by hand,
 same run, same server (docs/remote.md "Saving to object stores";
-python/treecask/_upload.py).
+python/treecask/_upload.py); CheckpointManager on a bucket against the local
+one; a 2-process jax.distributed save to a bucket against saving locally and
+uploading by hand (issue 21, "Benchmarks").
 
-    python bench/remote_save.py [--pairs 5] [--mib 256] [--quick] [--no-rss] [--no-orbax]
+    python bench/remote_save.py [--pairs 5] [--mib 256] [--mgr-mib 128] [--mp-mib 128]
+                                [--parts save,manager,mp] [--quick] [--no-rss] [--no-orbax]
 
 The server is the tests' SeaweedFS (`weed mini`, tests/python/stores.py) on
 127.0.0.1. The tree: float32 leaves of 32-64 MiB (random bits), saved with
@@ -36,6 +39,27 @@ s3:// against the emulators, tried in a network namespace of its own
 non-loopback address, the cloud metadata server included), with SeaweedFS
 and fake-gcs-server started inside it.
 
+Manager part (--mgr-mib, a tree of 32 MiB float32 leaves, once as jax.Array
+leaves on jax's CPU device and once as NumPy arrays): per round and tree,
+CheckpointManager(local dir).save(1, tree) and
+CheckpointManager("s3://bench/<prefix>/run").save(1, tree) (asynchronous, the
+default; a fresh manager each time, their order swapped every round), timed
+until save() returns (the blocking time) and until wait_until_finished()
+returns (committed), then a synchronous treecask.save("s3://...", tree) of
+the same tree.
+
+Two-process part (--mp-mib): a jax.distributed job of two processes of this
+script (coordinator, gloo collectives and S3 all on 127.0.0.1; 2 CPU devices
+each; a float32 array sharded by rows over the 4 devices), each round
+treecask.save("s3://bench/mp/url-<r>/ckpt", tree) against
+treecask.save(local dir) then each process obstore.put of its own shard file
+and, after a barrier, process 0's put of index.cask; timed in process 0 from
+a barrier before to a barrier after; the whole job killed after MP_TIMEOUT.
+
+Every part after an untimed warm-up round; objects deleted and SeaweedFS
+compacted between contenders (untimed). Nothing here contacts a non-loopback
+address.
+
 Not a test: the numbers depend on the machine's load (printed at the start).
 """
 
@@ -47,6 +71,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -155,14 +180,49 @@ def master_port(s3) -> int:
 STORE_CAP = 1024 * MIB  # SeaweedFS's volumes: 16 of 64 MiB (stores.py)
 
 
+def _port(s3) -> int:
+    return s3 if isinstance(s3, int) else master_port(s3)  # the S3Server, or its master's port
+
+
+def master_bytes(s3) -> int:
+    """The volumes' bytes as SeaweedFS's master sees them (/vol/status): what
+    it assigns writes by. It learns a volume's size from the volume server's
+    heartbeat, a few seconds after a compaction: until then a compacted
+    volume still counts as full, and a write that needs the volumes it thinks
+    full fails with 500 (a 256 MiB run's overwrite contender did, right after
+    a vacuum). -1 if the master does not answer."""
+    url = f"http://{stores.LOOPBACK}:{_port(s3)}/vol/status"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            status = json.load(r)
+    except Exception:  # noqa: BLE001
+        return -1
+    total = 0
+
+    def walk(x):
+        nonlocal total
+        if isinstance(x, dict):
+            if "Id" in x and "Size" in x:
+                total += int(x["Size"])
+            else:
+                for v in x.values():
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(status)
+    return total
+
+
 def make_room(s3, data_dir: pathlib.Path, need: int) -> int:
     """The store's bytes on disk now (deleted objects not yet compacted
-    included); vacuums first unless they and `need` more bytes stay within
-    half of STORE_CAP (the cap counts volumes, and a volume that holds
-    garbage is not written again until compacted: bytes alone are no safe
-    measure -- a run that let them reach 833 MiB got 500 errors)."""
+    included); vacuums first unless they (and the master's view of them,
+    master_bytes) and `need` more bytes stay within half of STORE_CAP (the
+    cap counts volumes, and a volume that holds garbage is not written again
+    until compacted: bytes alone are no safe measure -- a run that let them
+    reach 833 MiB got 500 errors)."""
     used = du(data_dir)
-    if used + need > STORE_CAP // 2:
+    if max(used, master_bytes(s3)) + need > STORE_CAP // 2:
         vacuum(s3, data_dir)
     return used
 
@@ -171,9 +231,10 @@ def vacuum(s3, data_dir: pathlib.Path, timeout: float = 60.0) -> float:
     """Compacts SeaweedFS's volumes once every object is deleted: asks its
     master to vacuum (/vol/vacuum) once a second until the data directory is
     (nearly) empty -- the filer deletes a removed object's chunks a moment
-    later, so the first request may find no garbage yet. Returns the seconds
-    it took (untimed work)."""
-    url = f"http://{stores.LOOPBACK}:{master_port(s3)}/vol/vacuum?garbageThreshold=0.0001"
+    later, so the first request may find no garbage yet -- then waits until
+    the master sees it too (master_bytes, the next heartbeat). Returns the
+    seconds it took (untimed work)."""
+    url = f"http://{stores.LOOPBACK}:{_port(s3)}/vol/vacuum?garbageThreshold=0.0001"
     t = time.perf_counter()
     while time.perf_counter() - t < timeout:
         with contextlib.suppress(Exception):
@@ -181,6 +242,8 @@ def vacuum(s3, data_dir: pathlib.Path, timeout: float = 60.0) -> float:
         if du(data_dir) < 8 * MIB:
             break
         time.sleep(0.5)
+    while time.perf_counter() - t < timeout and master_bytes(s3) >= 8 * MIB:
+        time.sleep(0.25)
     return time.perf_counter() - t
 
 
@@ -377,6 +440,261 @@ def bench_orbax(tmp: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+# ---------------------------------------------------------------- manager on a bucket
+
+def delete_prefix(store, prefix: str) -> int:
+    """Deletes every object under `prefix`; returns how many there were."""
+    import obstore
+    names = [m["path"] for batch in obstore.list(store, prefix, chunk_size=1000) for m in batch]
+    for n in names:
+        delete(store, n)
+    return len(names)
+
+
+def jax_tree(tree: dict) -> dict:
+    """The same leaves as jax.Arrays on jax's CPU device (copies, computed)."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+    out = {k: jax.device_put(v) for k, v in tree.items()}
+    jax.block_until_ready(out)
+    return out
+
+
+MANAGER_TIMES = ("local_block", "local_commit", "bucket_block", "bucket_commit", "sync")
+
+
+def bench_manager(s3, mib: int, pairs: int, tmp: str) -> dict:
+    """CheckpointManager(s3://...).save against CheckpointManager(dir).save
+    (the time until save() returns, and until wait_until_finished() returns)
+    and against a synchronous treecask.save(url), for a tree of jax.Array
+    leaves and the same tree as NumPy arrays. One fresh manager per timing
+    (directory or bucket prefix), asynchronous (the default), step 1, its
+    step deleted afterwards (untimed). Interleaved: per round, per tree,
+    the local and the bucket manager (their order swapped every round), then
+    the synchronous save."""
+    store, _ = _remote._store_for(f"s3://{BUCKET}/x", None)
+    data_dir = pathlib.Path(tmp) / "s3" / "data"
+    np_tree = make_tree(mib)
+    trees = {"jax.Array": jax_tree(np_tree), "NumPy": np_tree}
+    size = sum(v.nbytes for v in np_tree.values())
+    times = {kind: {k: [] for k in MANAGER_TIMES} for kind in trees}
+    n = [0]
+
+    def manager(kind: str, where: str, out: dict):
+        n[0] += 1
+        prefix = f"mgr-{n[0]:03d}/"
+        d = os.path.join(tmp, prefix) if where == "local" else f"s3://{BUCKET}/{prefix}run"
+        mngr = treecask.CheckpointManager(d, compression="none")
+        try:
+            t = time.perf_counter()
+            mngr.save(1, trees[kind])
+            blocked = time.perf_counter() - t
+            mngr.wait_until_finished()
+            committed = time.perf_counter() - t
+            if mngr.all_steps() != [1]:
+                raise RuntimeError(f"{d}: steps {mngr.all_steps()} after saving step 1")
+        finally:
+            mngr.close()
+        out[f"{where}_block"].append(blocked)
+        out[f"{where}_commit"].append(committed)
+        if where == "local":
+            shutil.rmtree(d)
+        else:
+            delete_prefix(store, prefix)
+            make_room(s3, data_dir, 2 * size)
+
+    def sync(kind: str, out: dict):
+        n[0] += 1
+        key = f"sync-{n[0]:03d}.cask"
+        t = time.perf_counter()
+        treecask.save(f"s3://{BUCKET}/{key}", trees[kind], compression="none")
+        out["sync"].append(time.perf_counter() - t)
+        delete(store, key)
+        make_room(s3, data_dir, 2 * size)
+
+    def one_round(r: int):
+        for kind, out in times.items():
+            for where in (("local", "bucket") if r % 2 == 0 else ("bucket", "local")):
+                manager(kind, where, out)
+            sync(kind, out)
+
+    one_round(0)  # untimed warm-up
+    for kind in times.values():
+        for v in kind.values():
+            v.clear()
+    for r in range(pairs):
+        one_round(r)
+    return {"size": size, "times": times, "left": leftovers(store)}
+
+
+# ---------------------------------------------------------------- two processes (jax.distributed)
+
+MP_TIMEOUT = 360  # seconds for the whole 2-process job (start, rounds, exit)
+MP_BARRIER_MS = 240_000
+
+
+def mp_child(port: int, nproc: int, pid: int, mib: int, pairs: int, local_root: str, data_dir: str,
+             mport: int) -> None:
+    """One process of the 2-process job (started by bench_two_process): 2 CPU
+    devices each, gloo collectives bound to 127.0.0.1, a float32 array of
+    `mib` MiB sharded by rows over the 4 devices (each process holds half),
+    then per round (after an untimed warm-up round) and between barriers of
+    the coordination service:
+
+    - url: treecask.save("s3://bench/mp/url-<r>/ckpt", tree)
+    - by_hand: treecask.save(local dir, tree, durable=False) (the sharded
+      directory: index.cask, process_<k>.cask), then each process puts its
+      own process_<k>.cask (obstore.put, multipart, the upload's part size
+      and concurrency), a barrier, then process 0 puts index.cask (last, as
+      a commit would).
+
+    Objects and directories are deleted, and SeaweedFS compacted, between
+    contenders (untimed, process 0, between barriers). Process 0 prints
+    MP_RESULT <json>; every process ends with CHILD OK <pid>."""
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_num_cpu_devices", 2)
+    from jax._src import xla_bridge
+    make_gloo = xla_bridge._jax.make_gloo_tcp_collectives
+    # gloo's TCP device on 127.0.0.1 (not the address the host name resolves to).
+    gloo_on = []
+
+    def loopback_gloo(distributed_client, **_):
+        gloo_on.append(stores.LOOPBACK)
+        return make_gloo(distributed_client, hostname=stores.LOOPBACK)
+    xla_bridge._jax.make_gloo_tcp_collectives = loopback_gloo
+    jax.distributed.initialize(f"{stores.LOOPBACK}:{port}", num_processes=nproc, process_id=pid)
+    import obstore
+    from jax._src.distributed import global_state
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    client = global_state.client
+    cols = 1024
+    rows = mib * MIB // 4 // cols
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+
+    def shard(index):
+        r = index[0]
+        start, stop = r.start or 0, rows if r.stop is None else r.stop
+        return (np.random.default_rng(start).integers(0, 2**31, size=(stop - start, cols), dtype=np.int32)
+                .view(np.float32))
+
+    tree = {"w": jax.make_array_from_callback((rows, cols), NamedSharding(mesh, P("x")), shard), "step": 1}
+    store, _ = _remote._store_for(f"s3://{BUCKET}/x", None)
+    nb = [0]
+
+    def barrier():
+        nb[0] += 1
+        client.wait_at_barrier(f"remote_save_bench/{nb[0]}", MP_BARRIER_MS)
+
+    def clean(prefix: str, local: str = ""):
+        """Untimed: process 0 deletes the contender's objects (checking there
+        were 3: index and two shard files) and its local directory, then
+        makes room in the store."""
+        barrier()
+        if pid == 0:
+            got = delete_prefix(store, prefix)
+            if got != 3:
+                raise RuntimeError(f"{prefix}: {got} objects, expected index.cask and 2 shard files")
+            if local:
+                shutil.rmtree(local)
+            make_room(mport, pathlib.Path(data_dir), 2 * mib * MIB)
+        barrier()
+
+    def run_url(r: int) -> float:
+        barrier()
+        t = time.perf_counter()
+        treecask.save(f"s3://{BUCKET}/mp/url-{r}/ckpt", tree, compression="none")
+        barrier()
+        dt = time.perf_counter() - t
+        clean(f"mp/url-{r}/")
+        return dt
+
+    def run_by_hand(r: int):
+        local = os.path.join(local_root, f"by-hand-{r}")
+        key = f"mp/by-hand-{r}/ckpt"
+        barrier()
+        t = time.perf_counter()
+        treecask.save(local, tree, compression="none", durable=False)
+        t_local = time.perf_counter() - t
+        put_limit(store, f"{key}/process_{pid}.cask", os.path.join(local, f"process_{pid}.cask"))
+        barrier()
+        if pid == 0:
+            with open(os.path.join(local, "index.cask"), "rb") as f:
+                obstore.put(store, f"{key}/index.cask", f.read())
+        barrier()
+        dt = time.perf_counter() - t
+        shard_bytes = os.path.getsize(os.path.join(local, f"process_{pid}.cask"))
+        clean(f"mp/by-hand-{r}/", local)
+        return dt, t_local, shard_bytes
+
+    res = {"url": [], "by_hand": [], "by_hand_local": []}
+    for r in range(pairs + 1):  # round 0: untimed warm-up
+        a = run_url(r)
+        b, b_local, shard_bytes = run_by_hand(r)
+        if r:
+            res["url"].append(a)
+            res["by_hand"].append(b)
+            res["by_hand_local"].append(b_local)
+    res["shard_bytes"] = shard_bytes
+    res["devices"] = (f"{jax.process_count()} processes x {jax.local_device_count()} CPU devices, gloo "
+                      f"collectives on {gloo_on[0] if gloo_on else '(gloo not created)'}")
+    if pid == 0:
+        print("MP_RESULT " + json.dumps(res), flush=True)
+    barrier()
+    print(f"CHILD OK {pid}", flush=True)
+
+
+def bench_two_process(s3, mib: int, pairs: int, tmp: str) -> dict:
+    """Starts the 2-process jax.distributed job (mp_child; coordinator on a
+    free 127.0.0.1 port, CPU only, the environment of tests/python/jobs.py)
+    and returns process 0's result, or {"error": ...}; the whole job is
+    killed after MP_TIMEOUT seconds."""
+    from jobs import free_port
+    local_root = os.path.join(tmp, "mp-local")
+    os.makedirs(local_root, exist_ok=True)
+    port = free_port()
+    env = dict(os.environ, **s3.env())
+    env.pop("XLA_FLAGS", None)
+    env["JAX_PLATFORMS"] = "cpu"
+    env["TREECASK_BARRIER_TIMEOUT_S"] = "120"
+    procs, logs = [], []
+    for i in range(2):
+        log = open(os.path.join(tmp, f"mp-{i}.log"), "w+")
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            [sys.executable, __file__, "--mp-child", str(port), "2", str(i), "--mib", str(mib), "--pairs",
+             str(pairs), "--local-root", local_root, "--data-dir", str(pathlib.Path(tmp) / "s3" / "data"),
+             "--master-port", str(master_port(s3))],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env))
+    deadline = time.monotonic() + MP_TIMEOUT
+    try:
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        timed_out = any(p.poll() is None for p in procs)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    outs = []
+    for log in logs:
+        log.seek(0)
+        outs.append(log.read())
+        log.close()
+    if timed_out:
+        return {"error": f"killed after {MP_TIMEOUT} s; process 0 said: {outs[0][-800:]}"}
+    for i, (p, out) in enumerate(zip(procs, outs)):
+        if p.returncode != 0 or f"CHILD OK {i}" not in out:
+            return {"error": f"process {i} exited {p.returncode}: {out[-1500:]}"}
+    for line in outs[0].splitlines():
+        if line.startswith("MP_RESULT "):
+            return json.loads(line[len("MP_RESULT "):])
+    return {"error": "no MP_RESULT from process 0"}
+
+
 # ---------------------------------------------------------------- report
 
 def report(size, times, split, rss, pairs):
@@ -416,17 +734,64 @@ def report(size, times, split, rss, pairs):
                 print(f"| {label} | {r['before'] / MIB:.0f} MiB | {r['growth'] / MIB:.0f} MiB{note} |")
 
 
+
+def report_manager(m: dict, pairs: int):
+    print(f"\n### CheckpointManager on a bucket: {m['size'] / MIB:.0f} MiB tree, {pairs} interleaved rounds\n")
+    print("Asynchronous managers (the default), compression='none'; a fresh manager and step 1 per timing.\n")
+    print("| tree | contender | save() blocks, median (min-max) | until committed (save + wait_until_finished) |")
+    print("|---|---|---|---|")
+    for kind, t in m["times"].items():
+        print(f"| {kind} | CheckpointManager(local dir) | {fmt(t['local_block'])} | {fmt(t['local_commit'])} |")
+        print(f"| {kind} | CheckpointManager('s3://bench/...') | {fmt(t['bucket_block'])} | "
+              f"{fmt(t['bucket_commit'])} |")
+        print(f"| {kind} | treecask.save('s3://bench/...') (synchronous) | (all of it) | {fmt(t['sync'])} |")
+    print()
+    for kind, t in m["times"].items():
+        med = {k: statistics.median(v) for k, v in t.items()}
+        print(f"- {kind}: save() blocks bucket / local **{med['bucket_block'] / med['local_block']:.2f}x** "
+              f"({med['bucket_block'] * 1e3:.0f} vs {med['local_block'] * 1e3:.0f} ms); until committed, "
+              f"bucket manager / synchronous save(url) **{med['bucket_commit'] / med['sync']:.2f}x**")
+    print(f"\nObjects left in the bucket by this part: {m['left'] or 'none'}")
+
+
+def report_two_process(r: dict, mib: int, pairs: int):
+    print(f"\n### Two processes (jax.distributed, gloo on 127.0.0.1) saving one {mib} MiB sharded array "
+          f"to the bucket, {pairs} interleaved rounds\n")
+    if "error" in r:
+        print(f"failed: {r['error']}")
+        return
+    print(f"{r['devices']}; each process's shard file {r['shard_bytes'] / MIB:.1f} MiB; timed in process 0 "
+          "from a barrier before to a barrier after (both processes done).\n")
+    med = {k: statistics.median(r[k]) for k in ("url", "by_hand", "by_hand_local")}
+    print("| contender | time, median (min-max) | time / treecask.save(url) |")
+    print("|---|---|---|")
+    print(f"| treecask.save('s3://bench/.../ckpt', tree) in both processes | {fmt(r['url'])} | 1.00 |")
+    print(f"| by hand: treecask.save(local dir, durable=False), each process obstore.put its shard file, "
+          f"barrier, process 0 puts index.cask | {fmt(r['by_hand'])} | {med['by_hand'] / med['url']:.2f} |")
+    print(f"| (of which the local save) | {fmt(r['by_hand_local'])} | {med['by_hand_local'] / med['url']:.2f} |")
+    print(f"\nsave-then-upload / save(url) (time): **{med['by_hand'] / med['url']:.2f}x**")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pairs", type=int, default=5, help="interleaved rounds")
-    ap.add_argument("--mib", type=int, default=256, help="tree size (MiB)")
-    ap.add_argument("--quick", action="store_true", help="smoke test: 64 MiB, 2 rounds")
+    ap.add_argument("--pairs", type=int, default=5, help="interleaved rounds (every part)")
+    ap.add_argument("--mib", type=int, default=256, help="tree size (MiB) of the save-vs-limit part")
+    ap.add_argument("--mgr-mib", type=int, default=128, help="tree size (MiB) of the manager part")
+    ap.add_argument("--mp-mib", type=int, default=128, help="array size (MiB) of the 2-process part")
+    ap.add_argument("--parts", default="save,manager,mp",
+                    help="comma-separated: save (against the limit, RSS, Orbax), manager, mp (2 processes)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: 2 rounds; 64 MiB (save part), 32 MiB (manager and 2-process parts)")
     ap.add_argument("--no-rss", action="store_true")
     ap.add_argument("--no-orbax", action="store_true")
     ap.add_argument("--rss-child", help=argparse.SUPPRESS)
     ap.add_argument("--orbax-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mp-child", nargs=3, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--archive", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
+    ap.add_argument("--local-root", help=argparse.SUPPRESS)
+    ap.add_argument("--data-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--master-port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rss_child:
         print(json.dumps(rss_child(args.rss_child, args.mib, args.archive, args.tmp)))
@@ -434,27 +799,51 @@ def main():
     if args.orbax_child:
         print(json.dumps(orbax_probe(args.tmp)))
         return
+    if args.mp_child:
+        mp_child(*args.mp_child, args.mib, args.pairs, args.local_root, args.data_dir, args.master_port)
+        return
+    # SIGTERM (timeout(1)...) unwinds like Ctrl-C: the servers, the 2-process job and
+    # the temporary directory (SeaweedFS's data, archives) go with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    parts = set(args.parts.split(","))
+    if parts - {"save", "manager", "mp"}:
+        ap.error(f"unknown part(s) {sorted(parts - {'save', 'manager', 'mp'})}")
     if args.quick:
-        args.mib, args.pairs = 64, 2
+        args.mib, args.mgr_mib, args.mp_mib, args.pairs = 64, 32, 32, 2
     t0 = time.time()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs; "
-          f"tree {args.mib} MiB in leaves of {leaf_sizes(args.mib)} MiB (float32, compression='none')")
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs; parts {sorted(parts)}")
+    if "save" in parts:
+        print(f"save part: tree {args.mib} MiB in leaves of {leaf_sizes(args.mib)} MiB "
+              "(float32, compression='none')")
     with tempfile.TemporaryDirectory(prefix="treecask-bench-save-") as tmp:
-        tree = make_tree(args.mib)
-        local_archive = os.path.join(tmp, "archive.cask")
-        treecask.save(local_archive, tree, compression="none")
         with stores.seaweedfs(pathlib.Path(tmp) / "s3") as s3:
             s3.create_bucket(BUCKET)
             os.environ.update(s3.env())
-            size, times, split, left, peak_store = bench_times(s3, tree, local_archive, tmp, args.pairs)
-            rss = {} if args.no_rss else bench_rss(s3, args.mib, local_archive, tmp)
+            if "save" in parts:
+                tree = make_tree(args.mib)
+                local_archive = os.path.join(tmp, "archive.cask")
+                treecask.save(local_archive, tree, compression="none")
+                size, times, split, left, peak_store = bench_times(s3, tree, local_archive, tmp, args.pairs)
+                rss = {} if args.no_rss else bench_rss(s3, args.mib, local_archive, tmp)
+                del tree
+                data_bytes = du(pathlib.Path(tmp) / "s3" / "data")
+                report(size, times, split, rss, args.pairs)
+                print(f"({time.time() - t0:.0f} s)")
+                print(f"\nObjects left in the bucket: {left or 'none'}; SeaweedFS data directory: at most "
+                      f"{peak_store / MIB:.0f} MiB after a contender (deleted objects not yet compacted "
+                      f"included), {data_bytes / MIB:.0f} MiB at the end of this part")
+            if "manager" in parts:
+                t = time.time()
+                report_manager(bench_manager(s3, args.mgr_mib, args.pairs, tmp), args.pairs)
+                print(f"({time.time() - t:.0f} s)")
+            if "mp" in parts:
+                t = time.time()
+                report_two_process(bench_two_process(s3, args.mp_mib, args.pairs, tmp), args.mp_mib, args.pairs)
+                print(f"({time.time() - t:.0f} s)")
             data_bytes = du(pathlib.Path(tmp) / "s3" / "data")
-        report(size, times, split, rss, args.pairs)
-        print(f"\nObjects left in the bucket: {left or 'none'}; SeaweedFS data directory: at most "
-              f"{peak_store / MIB:.0f} MiB after a contender (deleted objects not yet compacted included), {data_bytes / MIB:.0f} MiB "
-              "at the end")
-        if not args.no_orbax:
+        print(f"\nSeaweedFS data directory at the end: {data_bytes / MIB:.0f} MiB")
+        if "save" in parts and not args.no_orbax:
             print("\n### Orbax to s3:// and gs:// (own network namespace: loopback only)\n")
             for k, v in bench_orbax(tmp).items():
                 print(f"- {k}: {v}")
