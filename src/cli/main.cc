@@ -30,7 +30,7 @@ int exit_status(ErrorCode code) noexcept {
 namespace {
 
 constexpr const char* kExitCodes =
-    "With the Python package (pip install treecask), `treecask import-orbax` and\n"
+    "Installed with the Python package (pip install), `treecask import-orbax` and\n"
     "`treecask import-flax` convert Orbax and legacy Flax checkpoints (python -m treecask).\n"
     "Exit status:\n"
     "  0 success            1 usage error          2 file not found\n"
@@ -199,7 +199,7 @@ int run(int argc, char** argv) {
               << "'; the subcommands are info, ls, verify, get, import, export\n";
     if (word == "import-orbax" || word == "import-flax") {
       std::cerr << "'" << word << "' is a command of the Python package: run 'python -m treecask "
-                << word << " --help' (pip install treecask; its `treecask` command runs it too)\n";
+                << word << " --help' (the `treecask` command that pip installs with the package runs it too)\n";
     }
     std::cerr << "Run 'treecask --help' for more information.\n";
     return kExitUsage;
