@@ -4,6 +4,9 @@
 # Idempotent: re-running only rebuilds what changed.
 #
 # Environment: BUILD_DIR (default build), SKIP_PYTHON=1 to skip the venv.
+# The Python package (extension and `treecask` tool) is built in build-py/,
+# kept between runs: a re-run, and scripts/wheel.sh after it, only rebuild
+# what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,6 +42,6 @@ if [ "${SKIP_PYTHON:-0}" != 1 ]; then
   fi
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -r python/requirements-test.txt
-  .venv/bin/python -m pip install -q --no-build-isolation .
+  .venv/bin/python -m pip install -q --no-build-isolation -C build-dir=build-py .
 fi
 echo "setup: done (C++ build in $BUILD_DIR, Python in .venv)"

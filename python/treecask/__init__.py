@@ -44,6 +44,9 @@ from .errors import (
 # ---- interop: Orbax import ----
 from ._orbax import OrbaxImport, import_orbax
 
+# ---- interop: legacy Flax checkpoints (msgpack, checkpoint_<N>) ----
+from ._flax import FlaxImport, import_flax
+
 # ---- interop: Hugging Face safetensors layouts ----
 from ._hf import SafetensorsExport, SafetensorsImport, export_safetensors, import_safetensors
 
@@ -93,6 +96,8 @@ __all__ = [
     # interop
     "OrbaxImport",
     "import_orbax",
+    "FlaxImport",
+    "import_flax",
     "SafetensorsImport",
     "SafetensorsExport",
     "import_safetensors",

@@ -1,8 +1,9 @@
 """``python -m treecask``: the Python package's own commands.
 
 The C++ ``treecask`` tool (docs/cli.md) inspects, verifies, imports and
-exports archives; the commands here need Python libraries the C++ tool cannot
-use. Exit statuses are the C++ tool's (docs/cli.md "Exit codes"): 0 success,
+exports archives; the commands here (import-orbax, import-flax) need Python
+libraries the C++ tool cannot use, and the ``treecask`` command that pip
+installs runs them as well (treecask/_cli.py). Exit statuses are the C++ tool's (docs/cli.md "Exit codes"): 0 success,
 1 usage error, 2 not found, 3 not an archive, 4 unsupported version,
 5 corruption / checksum mismatch, 6 key not found, 7 invalid argument,
 8 I/O error, 9 output exists, 10 unsupported (e.g. orbax-checkpoint missing),
@@ -48,8 +49,8 @@ def _key_value(text: str):
     return k, v
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m treecask",
+def _parser(prog: str = "python -m treecask") -> argparse.ArgumentParser:
+    p = _Parser(prog=prog,
                 description="treecask commands that need Python libraries (docs/python.md).",
                 epilog=__doc__.split("\n\n", 2)[1].replace("\n", " "))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -72,7 +73,45 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("src", metavar="SRC", help="Orbax checkpoint directory")
     o.add_argument("dst", metavar="DST", help="archive file to write")
     o.add_argument("--item", help="import only this CheckpointManager item (default: all PyTree items)")
-    o.add_argument("--step", type=int, help="with a CheckpointManager root: this step (default: the highest)")
+    o.add_argument("--step", type=int,
+                   help="with a CheckpointManager root or a Flax checkpoint directory: this step (default: the highest)")
+    _save_arguments(o)
+
+    f = sub.add_parser(
+        "import-flax", help="convert a legacy Flax checkpoint (msgpack or checkpoint_N) into one archive",
+        description=(
+            "Convert a legacy Flax checkpoint into one treecask archive (treecask.import_flax). "
+            "SRC is a msgpack file written by flax.serialization.to_bytes or by "
+            "flax.training.checkpoints.save_checkpoint (msgpack backend), an Orbax checkpoint_N "
+            "directory of save_checkpoint (Orbax backend), or a save_checkpoint directory: its "
+            "latest checkpoint_* (Flax's natural sort, as restore_checkpoint picks it) or "
+            "--step N. msgpack is decoded by flax.serialization.msgpack_restore, Orbax by "
+            "import-orbax, so the archive holds the state dict restore_checkpoint(SRC, None) "
+            "returns. Needs flax (and orbax-checkpoint for the Orbax backend)."),
+        epilog=("Prints 'wrote DST from CHECKPOINT [step N] (BACKEND): <n> leaves (<k> sharded), "
+                "<raw> raw bytes, <stored> stored bytes, <file> file bytes' (sizes in bytes). "
+                "Exit status: 0 ok; 1 usage; 2 SRC or the step missing, or no checkpoint_* in "
+                "SRC; 7 not Flax msgpack, or --step with a file; 9 DST exists (no --overwrite); "
+                "10 flax not installed, a multi-process (_gda) array or a bytes leaf."))
+    f.add_argument("src", metavar="SRC", help="Flax checkpoint file or directory")
+    f.add_argument("dst", metavar="DST", help="archive file to write")
+    f.add_argument("--step", type=_step, help="with a checkpoint directory: this step (default: the latest)")
+    f.add_argument("--prefix", default="checkpoint_",
+                   help="checkpoint name prefix given to save_checkpoint (default: checkpoint_)")
+    _save_arguments(f)
+    return p
+
+
+def _step(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(f"expected a step number, got {text!r}")
+
+
+def _save_arguments(o: argparse.ArgumentParser) -> None:
     o.add_argument("--compression", choices=("auto", "none", "lz4"), default="auto",
                    help="auto: LZ4 where it saves >= 10%% (default); none: raw, zero-copy; lz4: always")
     o.add_argument("--chunk-size", type=int, default=None,
@@ -82,7 +121,6 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--metadata", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
                    help="add an archive metadata key-value (repeatable)")
     o.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
-    return p
 
 
 def _import_orbax(a: argparse.Namespace) -> int:
@@ -100,12 +138,31 @@ def _import_orbax(a: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Runs one command; returns its exit status (see the module docstring)."""
-    a = _parser().parse_args(argv)
+def _import_flax(a: argparse.Namespace) -> int:
+    from ._flax import import_flax
+
+    r = import_flax(a.src, a.dst, step=a.step, prefix=a.prefix, metadata=dict(a.metadata),
+                    compression=a.compression, chunk_size=a.chunk_size, shuffle=a.shuffle,
+                    overwrite=a.overwrite)
+    step = f" step {r.step}" if r.step is not None else ""
+    print(f"wrote {a.dst} from {r.checkpoint}{step} ({r.backend}): {r.num_leaves} leaves "
+          f"({r.num_sharded} sharded), {r.stats.raw_bytes} raw bytes, {r.stats.stored_bytes} "
+          f"stored bytes, {r.stats.file_bytes} file bytes")
+    return 0
+
+
+def main(argv: Optional[List[str]] = None, prog: str = "python -m treecask") -> int:
+    """Runs one command; returns its exit status (see the module docstring).
+
+    ``argv``: the arguments after the program name (default ``sys.argv[1:]``);
+    ``prog``: the program name usage messages show (the ``treecask`` entry
+    point, treecask/_cli.py, passes ``"treecask"``)."""
+    a = _parser(prog).parse_args(argv)
     try:
         if a.command == "import-orbax":
             return _import_orbax(a)
+        if a.command == "import-flax":
+            return _import_flax(a)
     except errors.Error as e:
         print(f"treecask: {e}", file=sys.stderr)
         for cls, status in _EXIT:

@@ -112,15 +112,41 @@ def _step_items(step_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
     return items, other
 
 
+def _is_step_dir(d: str) -> bool:
+    """A step: a CheckpointManager step directory (PyTree items inside), or a
+    directory that is itself one PyTree item (Flax's ``checkpoint_<N>``, written by
+    ``flax.training.checkpoints.save_checkpoint`` with the Orbax backend)."""
+    return os.path.isdir(d) and (_is_item_dir(d) or bool(_step_items(d)[0]))
+
+
+def _holds_steps_only(src: str, items: List[Tuple[str, str]], other: List[str]) -> bool:
+    """True when the "items" found in `src` are really steps: `src` has no step
+    metadata of its own (no _CHECKPOINT_METADATA naming item handlers) and every
+    item-like subdirectory is named like a step ("checkpoint_5", "7"). Flax's
+    ``save_checkpoint`` (Orbax backend) writes each step as one PyTree item
+    directory ``<ckpt_dir>/checkpoint_<N>``, so such a parent directory is a
+    collection of steps, never one step holding them all as items."""
+    if other or not items:
+        return False
+    meta = _read_json(os.path.join(src, _STEP_METADATA)) or {}
+    if isinstance(meta.get("item_handlers"), dict):
+        return False
+    return all(_STEP_NAME.match(name) for name, _ in items)
+
+
 def _latest_step(root: str, step: Optional[int]) -> Optional[Tuple[int, str]]:
     """(step, directory) of `step` (or the highest step) among the step directories
-    of a CheckpointManager root; None when `root` holds no step directory. Orbax's
-    temporary directories ("<step>.orbax-checkpoint-tmp-<n>") are not steps."""
+    of a CheckpointManager root or of a Flax checkpoint directory
+    (``checkpoint_<N>`` subdirectories, as ``flax.training.checkpoints.
+    restore_checkpoint`` picks the latest); None when `root` holds no step
+    directory. Orbax's temporary directories ("<step>.orbax-checkpoint-tmp-<n>")
+    and Flax's multi-process array directories ("checkpoint_<N>_gda") are not
+    steps."""
     found: Dict[int, str] = {}
-    for name in os.listdir(root):
+    for name in sorted(os.listdir(root)):
         m = _STEP_NAME.match(name)
         d = os.path.join(root, name)
-        if m and os.path.isdir(d) and _step_items(d)[0]:
+        if m and _is_step_dir(d):
             found.setdefault(int(m.group(1)), d)
     if not found:
         return None
@@ -148,15 +174,21 @@ def _resolve(src: str, item: Optional[str], step: Optional[int]):
     step_no: Optional[int] = None
     step_dir = src
     items, other = _step_items(src)
+    if _holds_steps_only(src, items, other):
+        items = []  # checkpoint_5/, checkpoint_7/ are steps, not items of one step
     if not items and not other:
         latest = _latest_step(src, step)
         if latest is None:
             raise InvalidArgumentError(
                 "not an Orbax checkpoint: no _METADATA / manifest.ocdbt (a StandardCheckpointer "
                 "directory), no item subdirectory (a CheckpointManager step) and no step "
-                "subdirectory (a CheckpointManager root)", file=src)
+                "subdirectory (a CheckpointManager root, or a Flax directory of checkpoint_<N>)",
+                file=src)
         step_no, step_dir = latest
-        items, other = _step_items(step_dir)
+        if _is_item_dir(step_dir):  # Flax's checkpoint_<N>: the step is one bare item
+            items, other = [("", step_dir)], []
+        else:
+            items, other = _step_items(step_dir)
     else:
         if step is not None:
             raise InvalidArgumentError(f"step={step} given, but this is already a step directory",
@@ -264,7 +296,15 @@ def import_orbax(src: PathLike, dst: PathLike, *, item: Optional[str] = None,
       the archive; several are written as a dict keyed by item name. ``item``
       picks one. Items of other handlers (JSON...) are skipped and listed in
       ``OrbaxImport.skipped``;
-    * a ``CheckpointManager`` root: the highest step (or ``step``) is read.
+    * a ``CheckpointManager`` root: the highest step (or ``step``) is read;
+    * a directory of Flax ``checkpoint_<N>`` steps written by
+      ``flax.training.checkpoints.save_checkpoint`` with the Orbax backend
+      (each step one PyTree item directory): the highest step (or ``step``) is
+      read, as ``restore_checkpoint(ckpt_dir, target)`` reads the latest
+      (``restore_checkpoint(..., step=N)`` the named one). A directory with no
+      step metadata whose item-like subdirectories are all named like steps
+      (``checkpoint_5``, ``7``) counts as such a directory, never as one step
+      holding each step as an item.
 
     Every leaf is restored on the host as a NumPy array (or, for leaves Orbax
     saved as Python scalars, the same Python int/float), with Orbax's own
@@ -288,7 +328,8 @@ def import_orbax(src: PathLike, dst: PathLike, *, item: Optional[str] = None,
       src: the Orbax checkpoint directory (see above).
       dst: the archive to write (atomically, as ``treecask.save`` does).
       item: the one CheckpointManager item to import (default: all PyTree items).
-      step: with a CheckpointManager root, the step to import (default: the highest).
+      step: with a CheckpointManager root or a Flax checkpoint directory, the
+        step to import (default: the highest).
       metadata: extra archive-level ``str -> str`` key-values.
       **save_options: passed to ``treecask.save`` (``compression``,
         ``overwrite``, ``chunk_size``, ``shuffle``, ``threads``, ``durable``...).
@@ -305,8 +346,25 @@ def import_orbax(src: PathLike, dst: PathLike, *, item: Optional[str] = None,
       Orbax's own exceptions for a damaged checkpoint (Orbax has no checksums),
       and what ``treecask.save`` raises (e.g. AlreadyExistsError).
     """
+    r = _read(src, item, step)
+    return _write(r, dst, metadata, save_options)
+
+
+@dataclass
+class _Read:
+    """An Orbax checkpoint restored on the host, not yet written."""
+    checkpoint: str
+    step: Optional[int]
+    items: List[Tuple[str, str]]
+    skipped: List[str]
+    tree: Any
+    extras: Dict[str, Extras]
+    metadata: Dict[str, str]
+
+
+def _read(src: PathLike, item: Optional[str], step: Optional[int]) -> _Read:
+    """Finds and restores the checkpoint as ``import_orbax`` does (same errors)."""
     s = os.path.abspath(os.fspath(src))
-    d = os.fspath(dst)
     checkpoint, step_no, items, skipped = _resolve(s, item, step)
     ocp = _require_orbax()
 
@@ -324,7 +382,14 @@ def import_orbax(src: PathLike, dst: PathLike, *, item: Optional[str] = None,
     custom = (_read_json(os.path.join(checkpoint, _STEP_METADATA)) or {}).get("custom_metadata")
     if custom:
         md[META_CUSTOM] = json.dumps(custom, sort_keys=True)
+    return _Read(checkpoint, step_no, items, skipped, tree, extras, md)
+
+
+def _write(r: _Read, dst: PathLike, metadata: Optional[Mapping[str, str]],
+           save_options: Mapping[str, Any]) -> OrbaxImport:
+    md = dict(r.metadata)
     md.update(metadata or {})
-    stats = _save.save(d, tree, metadata=md, _leaf_extras=extras, **save_options)
-    return OrbaxImport(checkpoint=checkpoint, step=step_no, items=tuple(items), skipped=tuple(skipped),
-                       num_leaves=stats.num_leaves, num_sharded=len(extras), stats=stats)
+    stats = _save.save(os.fspath(dst), r.tree, metadata=md, _leaf_extras=r.extras, **save_options)
+    return OrbaxImport(checkpoint=r.checkpoint, step=r.step, items=tuple(r.items),
+                       skipped=tuple(r.skipped), num_leaves=stats.num_leaves,
+                       num_sharded=len(r.extras), stats=stats)

@@ -115,6 +115,7 @@ int run_export(const ExportOptions& options) {
     if (!progress) progress.emplace("export", total);
     progress->update(done);
   };
+  refuse_manager_directory(options.file);
   const std::unique_ptr<Reader> source = open_reader(options.file);
   const interop::SafetensorsExport r = interop::export_safetensors(*source, options.output, export_options);
   if (progress) progress->finish();

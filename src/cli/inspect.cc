@@ -127,6 +127,7 @@ std::string leaf_extras(const LeafInfo& info) {
 }  // namespace
 
 int run_info(const std::string& file, bool json) {
+  refuse_manager_directory(file);
   std::optional<ShardedArchive> sharded;
   if (ShardedArchive::is_sharded(file)) sharded = ShardedArchive::open(file);
   Archive archive = sharded ? sharded->index() : Archive::open(file);
@@ -191,6 +192,7 @@ int run_info(const std::string& file, bool json) {
 }
 
 int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json) {
+  refuse_manager_directory(file);
   // A sharded checkpoint directory lists its global leaves (shape of the
   // whole array; stored bytes summed over the shard files).
   const std::unique_ptr<Reader> reader = open_reader(file);
@@ -243,6 +245,7 @@ int run_ls(const std::string& file, const std::optional<std::string>& prefix, bo
 }
 
 int run_verify(const std::string& file) {
+  refuse_manager_directory(file);
   if (ShardedArchive::is_sharded(file)) return run_verify_sharded(file);
   Archive archive = Archive::open(file);
   uint64_t raw = 0;
@@ -269,6 +272,7 @@ int run_verify(const std::string& file) {
 }
 
 int run_get(const GetOptions& options) {
+  refuse_manager_directory(options.file);
   Archive archive = Archive::open(options.file);
   const size_t index = archive.index_of(options.key_path);
   const LeafInfo info = archive.leaf(index);

@@ -30,6 +30,8 @@ int exit_status(ErrorCode code) noexcept {
 namespace {
 
 constexpr const char* kExitCodes =
+    "Installed with the Python package (pip install), `treecask import-orbax` and\n"
+    "`treecask import-flax` convert Orbax and legacy Flax checkpoints (python -m treecask).\n"
     "Exit status:\n"
     "  0 success            1 usage error          2 file not found\n"
     "  3 not an archive     4 unsupported version  5 corruption / checksum mismatch\n"
@@ -183,6 +185,25 @@ int run(int argc, char** argv) {
       "<k> shards, <n> tensors, <data> data bytes (max shard size <bytes> bytes), index <path>\".\n"
       "Exit status: 0 ok; 10 a leaf safetensors cannot hold (complex128, int2/uint2, int4/uint4,\n"
       "float8_e3m4/e4m3/e4m3b11fnuz, Python scalar/str leaves); 5 checksum mismatch; 9 OUTPUT exists; 2, 3, 8 as for info.\n");
+
+  // A first word that names no subcommand: say so, rather than CLI11's "A
+  // subcommand is required". import-orbax / import-flax are the Python
+  // package's (python -m treecask; the `treecask` command pip installs runs them).
+  bool known = argc < 2 || argv[1][0] == '-';
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    known = known || sub->check_name(argv[1]);
+  }
+  if (!known) {
+    const std::string word = argv[1];
+    std::cerr << "treecask: usage: unknown subcommand '" << word
+              << "'; the subcommands are info, ls, verify, get, import, export\n";
+    if (word == "import-orbax" || word == "import-flax") {
+      std::cerr << "'" << word << "' is a command of the Python package: run 'python -m treecask "
+                << word << " --help' (the `treecask` command that pip installs with the package runs it too)\n";
+    }
+    std::cerr << "Run 'treecask --help' for more information.\n";
+    return kExitUsage;
+  }
 
   try {
     app.parse(argc, argv);

@@ -7,6 +7,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <optional>
+#include <system_error>
 #include <utility>
 
 namespace treecask::cli {
@@ -117,6 +120,48 @@ std::string escape_for_terminal(std::string_view text) {
     }
   }
   return out;
+}
+
+// ---- refuse_manager_directory ------------------------------------------------------
+
+namespace {
+
+// The step of "step_<digits>.cask" (python/treecask/_manager.py names steps so;
+// readers accept any digit count), else nullopt.
+std::optional<uint64_t> manager_step(const std::string& name) {
+  constexpr std::string_view kPrefix = "step_", kSuffix = ".cask";
+  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
+      !name.ends_with(kSuffix)) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  if (digits.size() > 19 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return std::stoull(digits);
+}
+
+}  // namespace
+
+void refuse_manager_directory(const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (file.find("://") != std::string::npos || !fs::is_directory(file, ec) ||
+      fs::exists(fs::path(file) / "index.cask", ec)) {
+    return;
+  }
+  std::optional<std::pair<uint64_t, std::string>> latest;
+  for (fs::directory_iterator it(file, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::optional<uint64_t> step = manager_step(name);
+    if (step && (!latest || *step > latest->first)) latest = std::pair(*step, name);
+  }
+  if (!latest) return;
+  std::string dir = file;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  throw Error(ErrorCode::kNotAnArchive, file, "",
+              "a directory, not an archive: a checkpoint manager directory: name a step, e.g. " +
+                  dir + "/" + latest->second + " (its latest step)");
 }
 
 }  // namespace treecask::cli

@@ -45,4 +45,11 @@ std::string format_unix_ns(int64_t unix_ns);
 // (\n, \t, \u0001...), for one-line human output. Other bytes pass through.
 std::string escape_for_terminal(std::string_view text);
 
+// Throws Error(kNotAnArchive) naming a step to open when `file` is a local
+// directory that is no sharded checkpoint (no index.cask) but holds
+// CheckpointManager steps (step_<digits>.cask): "a checkpoint manager
+// directory: name a step, e.g. DIR/step_00000005.cask" (the latest step).
+// Does nothing otherwise; the commands' own open reports every other case.
+void refuse_manager_directory(const std::string& file);
+
 }  // namespace treecask::cli

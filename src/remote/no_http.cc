@@ -7,7 +7,9 @@ namespace treecask {
 
 std::shared_ptr<Source> open_url(const std::string& url, const RemoteOptions&) {
   throw Error(ErrorCode::kUnsupported, url, "",
-              "this build of treecask has no built-in HTTP source (configured with TREECASK_WITH_CURL=OFF); "
+              "this build of treecask has no built-in HTTP source (configured with TREECASK_WITH_CURL=OFF, "
+              "as the Python package and the `treecask` command it installs are); read URLs from Python "
+              "(treecask.open, treecask.load: obstore), build the tool with CMake and libcurl, or, in C++, "
               "open the object through a Source (Archive::open(std::shared_ptr<const Source>))");
 }
 

@@ -528,6 +528,41 @@ def test_usage_and_missing_files(d):
         expect(tc(*args), NOT_FOUND, err_contains="not found")
 
 
+def test_unknown_subcommand_says_so(d):
+    r = expect(tc("frobnicate", "x.cask"), USAGE, err_contains="unknown subcommand 'frobnicate'")
+    assert "A subcommand is required" not in r.err
+    assert "info, ls, verify, get, import, export" in r.err
+    # The Python package's commands: the tool's message says where they are (the
+    # `treecask` entry point that pip installs runs them itself: see their help).
+    for word in ("import-flax", "import-orbax"):
+        if tc(word, "--help").code == OK:
+            expect(tc(word, "--help"), OK, out_contains=f"usage: treecask {word}")
+        else:
+            expect(tc(word, "src", "dst.cask"), USAGE, err_contains=f"python -m treecask {word}")
+    expect(tc(), USAGE, err_contains="A subcommand is required")  # none given at all
+    r = expect(tc("--help"), OK, out_contains="import-flax")
+
+
+def test_manager_directory_names_a_step(d):
+    # A CheckpointManager directory holds step_<n>.cask archives (docs/python.md):
+    # each command that reads one archive says to name a step, giving the latest.
+    save_file({"x": np.ones(3, np.float32)}, f"{d}/x.safetensors")
+    run = f"{d}/run"
+    os.mkdir(run)
+    for step in (5, 12, 7):
+        expect(tc("import", f"{d}/x.safetensors", f"{run}/step_{step:08d}.cask"), OK)
+    hint = f"a checkpoint manager directory: name a step, e.g. {run}/step_00000012.cask"
+    for args in (("info", run), ("info", run + "/"), ("ls", run), ("verify", run),
+                 ("get", run, "x", "-o", f"{d}/x.npy"), ("export", run, f"{d}/x2.safetensors")):
+        r = expect(tc(*args), NOT_ARCHIVE, err_contains=hint)
+        assert r.err.startswith(f"treecask: {args[1]}: not an archive: "), r
+    expect(tc("info", f"{run}/step_00000012.cask"), OK)
+    # A directory without steps is still refused as before.
+    os.mkdir(f"{d}/empty")
+    r = expect(tc("info", f"{d}/empty"), NOT_ARCHIVE)
+    assert "checkpoint manager" not in r.err
+
+
 def test_not_an_archive(d):
     text = f"{d}/notes.txt"
     open(text, "w").write("this is not an archive\n" * 200)

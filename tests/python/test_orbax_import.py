@@ -360,3 +360,45 @@ def test_checkpoint_saved_by_two_processes(tmp_path):
         s = a.info("w").sharding
         assert (s.mesh_axis_names, s.mesh_axis_sizes, s.spec) == (("x", "y"), (4, 2), (("x",), ("y",)))
         assert a.info("r").sharding.spec == ()
+
+
+def test_flax_directory_of_steps_picks_the_latest(tmp_path):
+    # flax.training.checkpoints.save_checkpoint with the Orbax backend writes each
+    # step as one PyTree item directory, <dir>/checkpoint_<N>. The parent is a
+    # directory of steps: the latest is imported (or step=), as Flax's
+    # restore_checkpoint reads it, never every step as an item of one archive.
+    from flax.training import checkpoints
+
+    root = tmp_path / "flax"
+    trees = {5: make_tree(5), 7: make_tree(7)}
+    for t in trees.values():
+        # PyTreeCheckpointer (the Flax guide's) has no handler for a NumPy bool
+        # scalar and writes a NumPy float32 scalar as a Python float: arrays here.
+        del t["flag"]
+        t["layers"][2] = np.asarray(t["layers"][2])
+    ck = ocp.PyTreeCheckpointer()
+    for s, t in trees.items():
+        checkpoints.save_checkpoint(root, t, s, orbax_checkpointer=ck, keep=5)
+    assert sorted(os.listdir(root)) == ["checkpoint_5", "checkpoint_7"]
+    before = snapshot(root)
+
+    r = treecask.import_orbax(root, tmp_path / "latest.cask")
+    assert r.step == 7 and r.checkpoint == str(root / "checkpoint_7")
+    assert [n for n, _ in r.items] == [""] and r.skipped == ()
+    assert_archive_matches(tmp_path / "latest.cask", trees[7])
+    flax_leaves = jax.tree_util.tree_flatten_with_path(checkpoints.restore_checkpoint(root, None))[0]
+    with treecask.open(tmp_path / "latest.cask") as a:
+        assert sorted(a.keys()) == sorted(
+            "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p) for p, _ in flax_leaves)
+        assert a.metadata["orbax.step"] == "7"
+
+    r = treecask.import_orbax(root, tmp_path / "five.cask", step=5)
+    assert r.step == 5 and r.checkpoint == str(root / "checkpoint_5")
+    assert_archive_matches(tmp_path / "five.cask", trees[5])
+    with pytest.raises(treecask.NotFoundError, match=r"no step 6 here; steps found: \[5, 7\]"):
+        treecask.import_orbax(root, tmp_path / "x.cask", step=6)
+    p = _cli("import-orbax", root, tmp_path / "cli.cask", "--step", "5")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"wrote {tmp_path / 'cli.cask'} from {root / 'checkpoint_5'} step 5 items (root): ")
+    assert_archive_matches(tmp_path / "cli.cask", trees[5])
+    assert snapshot(root) == before  # only read
