@@ -328,11 +328,13 @@ def run(s: _Save):
                 max_part_bytes=o["max_part_bytes"], shuffle=o["shuffle"]))
 
         name = process_file(pid, save_id, s.remote)
-        if s.remote:  # written to scratch, then uploaded (never onto an existing object)
+        if s.remote:  # written to scratch, then uploaded
             with _upload.scratch(name) as local:
                 st = write(local)
                 store, obj = _remote._store_for(f"{tmp}/{name}", s.storage_options)
-                _upload.put_file(store, obj, local, url=f"{tmp}/{name}", overwrite=False)
+                # Straight to its name (no temporary and conditional copy): the name is this
+                # save's own (its id), and the commit is the index's conditional creation.
+                _upload.put_file(store, obj, local, url=f"{tmp}/{name}", overwrite=True)
         else:
             st = write(os.path.join(tmp, name))
         status = "ok:" + json.dumps({k: int(v) for k, v in st.items()})
