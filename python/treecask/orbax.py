@@ -28,6 +28,7 @@ docs/python.md "Switching from Orbax in one line" lists what differs.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import json
 import os
@@ -39,6 +40,7 @@ import numpy as np
 
 from . import _jaxutil as J
 from . import _manager as _M
+from . import _remote
 from . import _ocp_args as args
 from . import _ocp_args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
 from . import _restore as _R
@@ -71,6 +73,8 @@ __all__ = [
     "StringMetadata",
     "TreeMetadata",
     "DEFAULT_ITEM_NAME",
+    "utils",
+    "checkpoint_utils",
 ]
 
 #: The item name of a checkpoint of one item (Orbax's).
@@ -221,6 +225,52 @@ def _apply_leaf_args(tree: Any, flat: Mapping[str, Any]) -> Any:
     return jax.tree_util.tree_map_with_path(convert, tree)
 
 
+def _to_shape_dtype_struct(x: Any, dtype: Any = None, scalar_dtype: Any = None, sharding: Any = None) -> Any:
+    """``jax.ShapeDtypeStruct`` of an array (its shape, dtype or ``dtype``, and
+    sharding or ``sharding``); a Python scalar as is, or as a 0-d struct of
+    ``scalar_dtype`` (Orbax ``utils.to_shape_dtype_struct``)."""
+    jax = J.import_jax()
+    if isinstance(x, (int, float, bool, complex)) and not hasattr(x, "shape"):
+        return x if scalar_dtype is None else jax.ShapeDtypeStruct((), scalar_dtype)
+    return jax.ShapeDtypeStruct(tuple(x.shape), dtype or x.dtype,
+                                sharding=sharding if sharding is not None else getattr(x, "sharding", None))
+
+
+def _construct_restore_args(target: Any, sharding_tree: Any = None, set_global_shape: bool = True) -> Any:
+    """A tree of restore arguments from a target (Orbax
+    ``checkpoint_utils.construct_restore_args``): a jax array or
+    ``ShapeDtypeStruct`` -> :class:`ArrayRestoreArgs` on its sharding (or
+    ``sharding_tree``'s), with its dtype (and shape: ``set_global_shape``); a
+    NumPy array -> ``RestoreArgs(restore_type=np.ndarray, dtype)``; other
+    leaves -> ``RestoreArgs(restore_type=type(leaf))``."""
+    jax = J.import_jax()
+
+    def one(x, s=None):
+        if J.is_jax_array(x) or J.is_shape_dtype_struct(x):
+            return ArrayRestoreArgs(restore_type=jax.Array, dtype=x.dtype,
+                                    sharding=s if s is not None else getattr(x, "sharding", None),
+                                    global_shape=tuple(x.shape) if set_global_shape else None)
+        if isinstance(x, np.ndarray):
+            return RestoreArgs(restore_type=np.ndarray, dtype=x.dtype)
+        return RestoreArgs(restore_type=type(x))
+
+    if sharding_tree is None:
+        return jax.tree_util.tree_map(one, target)
+    return jax.tree_util.tree_map(one, target, sharding_tree)
+
+
+class utils:  # noqa: N801 - Orbax's module name
+    """``ocp.utils``: the helpers of Orbax's that guides call."""
+
+    to_shape_dtype_struct = staticmethod(_to_shape_dtype_struct)
+
+
+class checkpoint_utils:  # noqa: N801 - Orbax's module name
+    """``ocp.checkpoint_utils``: ``construct_restore_args``."""
+
+    construct_restore_args = staticmethod(_construct_restore_args)
+
+
 # ---------------------------------------------------------------- items in an archive
 
 
@@ -312,14 +362,22 @@ def _restore_item(path: str, md: Mapping[str, str], name: str, saved: str, defau
         return _restore_pytree(path, sub, ra.item, None, None)
     if getattr(ra, "legacy_transform_fn", None) is not None:
         raise _unsupported("PyTreeRestore(legacy_transform_fn=...)", "restore raw and transform", file=path)
-    restore_args = getattr(ra, "restore_args", None)
-    if k == "array" and restore_args is not None and _is_restore_arg(restore_args):
-        restore_args = restore_args  # one leaf at the item's root: key path ""
-    return _restore_pytree(path, sub, ra.item, restore_args, getattr(ra, "transforms", None))
+    # (ArrayRestore's restore_args is one RestoreArgs: the leaf at the item's root, key path "")
+    return _restore_pytree(path, sub, ra.item, getattr(ra, "restore_args", None), getattr(ra, "transforms", None))
+
+
+def _orbax_hint(path: str) -> None:
+    """Raises InvalidArgumentError pointing to treecask.import_orbax when `path`
+    is a checkpoint directory written by Orbax itself."""
+    if os.path.isdir(path) and any(os.path.exists(os.path.join(path, n))
+                                   for n in ("_METADATA", "_CHECKPOINT_METADATA", "_sharding")):
+        raise InvalidArgumentError("this is a checkpoint written by Orbax itself (a directory), not a treecask "
+                                   "archive: convert it once with treecask.import_orbax(src, dst)", file=path)
 
 
 def _restore(path: str, ra: Any) -> Any:
     """A checkpoint (one archive) restored with a restore argument (None: every item raw)."""
+    _orbax_hint(path)
     with _open(path) as a:
         md = dict(a.metadata)
     default, kinds = _layout(md)
@@ -372,7 +430,7 @@ class StringMetadata:
     name: str
 
 
-class TreeMetadata(Mapping):
+class TreeMetadata(collections.abc.Mapping):
     """What ``item_metadata`` returns for a PyTree item (Orbax ``TreeMetadata``):
     ``.tree``, the item's tree (dicts, lists, tuples, as ``treecask.load``
     without a target builds it) of :class:`ArrayMetadata` /
@@ -406,6 +464,7 @@ def _leaf_metadata(info: Any) -> Any:
 
 def _item_metadata(path: str) -> Any:
     """A checkpoint's item metadata: a TreeMetadata (one item) or a Composite of them (None for JSON items)."""
+    _orbax_hint(path)
     with _open(path) as a:
         md = dict(a.metadata)
         default, kinds = _layout(md)
@@ -561,12 +620,14 @@ class Checkpointer:
         a = _build_args(self._handler, "save", args_, kwargs)
         tree, md, _ = _encode(a, custom_metadata, path)
         self.wait_until_finished()
+        if _remote.is_url(path):  # an object in a store: committed whole or not at all by treecask.save
+            _save(path, tree, metadata=md, overwrite=bool(force))
+            return
         if os.path.lexists(path):
             if not force:
                 raise AlreadyExistsError("a checkpoint exists here (force=True replaces it)", file=path)
             _M._remove_entry(path)
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         if not self._async or _M._jax_processes()[1] > 1:
             _save(path, tree, metadata=md)
             return
@@ -941,7 +1002,11 @@ class CheckpointManager:
             if step is None:
                 step = self._mgr.latest_step()
             if step is None:
-                raise NotFoundError("no steps found", file=str(self.directory))
+                hint = ""
+                if self._mgr._bucket is None and any(n.isdigit() for n in os.listdir(self._mgr.directory)):
+                    hint = (": its numbered entries look like steps written by Orbax itself; convert one with "
+                            "treecask.import_orbax(directory, dst, step=N)")
+                raise NotFoundError("no steps found" + hint, file=str(self.directory))
             if step not in self._mgr._steps():
                 raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
             return str(self._mgr.path(step))

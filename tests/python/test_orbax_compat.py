@@ -306,6 +306,9 @@ def todays_api(ocp, root):
         ra = {"w": ocp.ArrayRestoreArgs(sharding=NamedSharding(mesh, P(None, "data")), global_shape=(16, 8)),
               "step": ocp.RestoreArgs()}
         out["sharded_ra"] = (mngr.restore(0, args=ocp.args.PyTreeRestore(restore_args=ra)), "all")
+        target = {"w": jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, w), "step": 0}
+        ra = ocp.checkpoint_utils.construct_restore_args(target)
+        out["constructed"] = (mngr.restore(0, args=ocp.args.PyTreeRestore(target, restore_args=ra)), "all")
     return out
 
 
@@ -446,3 +449,18 @@ def test_importing_treecask_orbax_needs_no_orbax(tmp_path):
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_an_orbax_directory_names_import_orbax(tmp_path):
+    d = str(tmp_path / "orbax")
+    with orbax_checkpoint.CheckpointManager(d) as m:
+        m.save(3, args=orbax_checkpoint.args.StandardSave({"w": np.ones(2)}))
+    with pytest.raises(treecask.InvalidArgumentError, match="import_orbax"):
+        tcp.PyTreeCheckpointer().restore(os.path.join(d, "3", "default"))
+    with pytest.raises(FileNotFoundError, match="import_orbax"):
+        tcp.CheckpointManager(d).restore(None)
+    treecask.import_orbax(d, tmp_path / "w.cask")  # the way in
+    with tcp.CheckpointManager(tmp_path / "m") as m:
+        m.save(3, args=tcp.args.StandardSave(treecask.load(tmp_path / "w.cask")))
+        m.wait_until_finished()
+        assert m.restore(3)["w"].tolist() == [1.0, 1.0]
