@@ -72,6 +72,8 @@ __all__ = [
     "ScalarMetadata",
     "StringMetadata",
     "TreeMetadata",
+    "StepMetadata",
+    "RootMetadata",
     "DEFAULT_ITEM_NAME",
     "utils",
     "checkpoint_utils",
@@ -226,14 +228,25 @@ def _apply_leaf_args(tree: Any, flat: Mapping[str, Any]) -> Any:
 
 
 def _to_shape_dtype_struct(x: Any, dtype: Any = None, scalar_dtype: Any = None, sharding: Any = None) -> Any:
-    """``jax.ShapeDtypeStruct`` of an array (its shape, dtype or ``dtype``, and
-    sharding or ``sharding``); a Python scalar as is, or as a 0-d struct of
-    ``scalar_dtype`` (Orbax ``utils.to_shape_dtype_struct``)."""
+    """``jax.ShapeDtypeStruct`` of an array, ``ShapeDtypeStruct`` or
+    :class:`ArrayMetadata` (its shape, its dtype or ``dtype``, its sharding
+    or ``sharding``; an ArrayMetadata's recorded NamedSharding rebuilt over
+    the current devices); a Python scalar as is, or converted by
+    ``scalar_dtype``; a :class:`StringMetadata` as ``""`` (Orbax
+    ``utils.to_shape_dtype_struct``)."""
     jax = J.import_jax()
     if isinstance(x, (int, float, bool, complex)) and not hasattr(x, "shape"):
-        return x if scalar_dtype is None else jax.ShapeDtypeStruct((), scalar_dtype)
-    return jax.ShapeDtypeStruct(tuple(x.shape), dtype or x.dtype,
-                                sharding=sharding if sharding is not None else getattr(x, "sharding", None))
+        return x if scalar_dtype is None else scalar_dtype(x)
+    if isinstance(x, StringMetadata):
+        return ""  # a str target
+    if sharding is None:
+        sharding = getattr(x, "sharding", None)
+        if sharding is not None and not isinstance(sharding, jax.sharding.Sharding):
+            to_jax = getattr(sharding, "to_jax", None) or getattr(sharding, "to_jax_sharding", None)
+            sharding = to_jax() if to_jax is not None else None  # ArrayMetadata's ShardingInfo
+    if isinstance(x, np.ndarray):
+        sharding = None
+    return jax.ShapeDtypeStruct(tuple(x.shape), dtype or x.dtype, sharding=sharding)
 
 
 def _construct_restore_args(target: Any, sharding_tree: Any = None, set_global_shape: bool = True) -> Any:
@@ -340,6 +353,14 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     return _apply_leaf_args(tree, flat) if flat else tree
 
 
+def _tree_of(item: Any) -> Any:
+    """A restore target; a TreeMetadata (treecask's or Orbax's, e.g. of
+    ShapeDtypeStructs) stands for its ``.tree``, as Orbax restores it."""
+    if any(c.__name__ in ("TreeMetadata", "_TreeMetadataImpl") for c in type(item).__mro__):
+        return item.tree
+    return item
+
+
 def _restore_item(path: str, md: Mapping[str, str], name: str, saved: str, default: bool, ra: Any) -> Any:
     """Item `name` (saved as kind `saved`) restored with its restore argument `ra` (or None: raw)."""
     op, k = args.kind(ra) if ra is not None else ("restore", saved)
@@ -359,11 +380,11 @@ def _restore_item(path: str, md: Mapping[str, str], name: str, saved: str, defau
         if getattr(ra, "support_layout", False) or getattr(ra, "fallback_sharding", None) is not None:
             raise _unsupported("StandardRestore(support_layout / fallback_sharding)",
                                "a target without a sharding restores onto the current mesh or NumPy", file=path)
-        return _restore_pytree(path, sub, ra.item, None, None)
+        return _restore_pytree(path, sub, _tree_of(ra.item), None, None)
     if getattr(ra, "legacy_transform_fn", None) is not None:
         raise _unsupported("PyTreeRestore(legacy_transform_fn=...)", "restore raw and transform", file=path)
     # (ArrayRestore's restore_args is one RestoreArgs: the leaf at the item's root, key path "")
-    return _restore_pytree(path, sub, ra.item, getattr(ra, "restore_args", None), getattr(ra, "transforms", None))
+    return _restore_pytree(path, sub, _tree_of(ra.item), getattr(ra, "restore_args", None), getattr(ra, "transforms", None))
 
 
 def _orbax_hint(path: str) -> None:
@@ -441,6 +462,34 @@ class TreeMetadata(collections.abc.Mapping):
     def __init__(self, tree: Any, custom_metadata: Any = None):
         self.tree = tree
         self.custom_metadata = custom_metadata
+        _register_tree_metadata()
+
+    # A jax pytree whose children are the top level of `tree` (as Orbax's), so that
+    # jax.tree.map(ocp.utils.to_shape_dtype_struct, metadata) gives a restore target.
+    def tree_flatten_with_keys(self):
+        jtu = J.import_jax().tree_util
+        t = self.tree
+        if isinstance(t, dict):
+            keys = list(t)
+            return [(jtu.DictKey(k), t[k]) for k in keys], (dict, keys, self.custom_metadata)
+        if isinstance(t, (list, tuple)):
+            return [(jtu.SequenceKey(i), v) for i, v in enumerate(t)], (type(t), len(t), self.custom_metadata)
+        return [(jtu.GetAttrKey("tree"), t)], (None, None, self.custom_metadata)
+
+    def tree_flatten(self):
+        pairs, aux = self.tree_flatten_with_keys()
+        return [v for _, v in pairs], aux
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        kind, keys, custom = aux
+        if kind is dict:
+            tree = dict(zip(keys, children))
+        elif kind is not None:
+            tree = kind(children) if kind in (list, tuple) else kind(*children)
+        else:
+            tree = children[0]
+        return cls(tree, custom)
 
     def __getitem__(self, k: Any) -> Any:
         return self.tree[k]
@@ -453,6 +502,37 @@ class TreeMetadata(collections.abc.Mapping):
 
     def __repr__(self) -> str:
         return f"TreeMetadata(tree={self.tree!r}, custom_metadata={self.custom_metadata!r})"
+
+
+_REGISTERED = []
+
+
+def _register_tree_metadata() -> None:
+    """Registers TreeMetadata as a jax pytree once jax is loaded (never imports jax)."""
+    jax = J.jax_loaded()
+    if jax is not None and not _REGISTERED:
+        _REGISTERED.append(True)
+        jax.tree_util.register_pytree_with_keys_class(TreeMetadata)
+
+
+@dataclasses.dataclass
+class StepMetadata:
+    """A checkpoint's (or a manager step's) metadata (Orbax ``StepMetadata``):
+    ``item_metadata`` (a :class:`TreeMetadata`, or a Composite of them and
+    None for JSON items), ``metrics`` (the step's, or None) and
+    ``custom_metadata`` (the save's ``custom_metadata``, or None)."""
+
+    item_metadata: Any
+    metrics: Optional[Any] = None
+    custom_metadata: Optional[Any] = None
+
+
+@dataclasses.dataclass
+class RootMetadata:
+    """A manager's metadata (Orbax ``RootMetadata``): ``custom_metadata``, the
+    ``metadata=`` given to a manager of the directory (kept in each step it saves)."""
+
+    custom_metadata: Optional[Any] = None
 
 
 def _leaf_metadata(info: Any) -> Any:
@@ -648,10 +728,13 @@ class Checkpointer:
         self.wait_until_finished()
         return _restore(os.fspath(directory), _build_args(self._handler, "restore", args_, kwargs))
 
-    def metadata(self, directory: Any) -> Any:
-        """The checkpoint's item metadata (a :class:`TreeMetadata`, no bytes read)."""
+    def metadata(self, directory: Any) -> "StepMetadata":
+        """The checkpoint's :class:`StepMetadata` (``.item_metadata`` a
+        :class:`TreeMetadata`; no array bytes read)."""
         self.wait_until_finished()
-        return _item_metadata(os.fspath(directory))
+        path = os.fspath(directory)
+        im = _item_metadata(path)
+        return StepMetadata(im, None, getattr(im, "custom_metadata", None))
 
     def wait_until_finished(self) -> None:
         """Blocks until the save in flight (asynchronous checkpointers) is
@@ -1056,11 +1139,9 @@ class CheckpointManager:
         return self._mgr.metrics(step)
 
     def metadata(self, step: Optional[int] = None) -> Any:
-        """``step`` None: the manager's ``metadata`` (or the latest step's
-        record of it) as ``.custom_metadata``; a step: its ``item_metadata``,
-        ``metrics`` and ``custom_metadata``."""
-        from types import SimpleNamespace
-
+        """``step`` None: a :class:`RootMetadata`, the manager's ``metadata``
+        (or the latest step's record of it) as ``.custom_metadata``; a step:
+        its :class:`StepMetadata`."""
         if step is None:
             custom = self._root_metadata
             latest = self._mgr.latest_step()
@@ -1068,12 +1149,12 @@ class CheckpointManager:
                 with _open(self._step_path(latest, None)) as a:
                     raw = a.metadata.get("treecask.orbax.root_metadata")
                 custom = json.loads(raw) if raw is not None else None
-            return SimpleNamespace(custom_metadata=custom)
+            return RootMetadata(custom)
         path = self._step_path(step, None)
         with _open(path) as a:
             raw = a.metadata.get(_CUSTOM_KEY)
-        return SimpleNamespace(item_metadata=_item_metadata(path), metrics=self.metrics(step),
-                               custom_metadata=json.loads(raw) if raw is not None else None)
+        return StepMetadata(_item_metadata(path), self.metrics(step),
+                            json.loads(raw) if raw is not None else None)
 
     def delete(self, step: int) -> None:
         """Deletes ``step``. Raises NotFoundError when it does not exist."""

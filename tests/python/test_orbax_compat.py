@@ -261,6 +261,11 @@ def todays_api(ocp, root):
         out["restored"] = (restored, "all")
         out["raw"] = (mngr.restore(mngr.latest_step()), False)
         out["item_metadata"] = (_md_tree(mngr.item_metadata(mngr.best_step())), "all")
+        # The restore target from the metadata alone.
+        abstract_md = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, mngr.item_metadata(mngr.best_step()))
+        restored = mngr.restore(mngr.best_step(), args=ocp.args.StandardRestore(abstract_md))
+        assert type(restored) is dict
+        out["from_metadata"] = (restored, False)  # Orbax's metadata has lists for tuples
         assert not mngr.save(1, args=ocp.args.StandardSave(state))  # below the latest: not due
 
     # A float64 checkpoint into a float32 target, fp32 into a bf16 serving template.
@@ -290,6 +295,25 @@ def todays_api(ocp, root):
     with ocp.CheckpointManager(d) as mngr:  # a fresh manager, no args: every item raw
         r = mngr.restore(1)
         out["composite_raw"] = ({"meta": r["meta"], "params": r["state"]["params"]}, False)
+
+    # The "Checkpointing PyTrees" guide: a StandardCheckpointer.
+    ckptr = ocp.StandardCheckpointer()
+    tree = {"params": state.params, "n": np.arange(3, dtype=np.int32), "lr": 0.5}
+    ckptr.save(os.path.join(root, "std"), tree)
+    ckptr.wait_until_finished()
+    out["std_target"] = (ckptr.restore(os.path.join(root, "std"),
+                                       jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)), "nodes")
+    out["std_raw"] = (ckptr.restore(os.path.join(root, "std")), False)
+    out["std_md"] = (_md_tree(ckptr.metadata(os.path.join(root, "std")).item_metadata), "all")
+
+    # The legacy API with several named items.
+    mngr = ocp.CheckpointManager(os.path.join(root, "legacy_items"),
+                                 {"state": ocp.PyTreeCheckpointer(), "meta": ocp.Checkpointer(ocp.JsonCheckpointHandler())})
+    mngr.save(0, {"state": tree, "meta": {"a": [1, 2]}})
+    r = mngr.restore(0)
+    out["legacy_items_raw"] = ({"state": r["state"], "meta": r["meta"]}, False)
+    out["legacy_items_some"] = (sorted(mngr.restore(0, items={"state": tree}).keys()), "all")
+    mngr.close()
 
     # Onto shardings: a ShapeDtypeStruct target, and PyTreeRestore with ArrayRestoreArgs.
     mesh = jax.make_mesh((4, 2), ("data", "model"))
@@ -355,7 +379,7 @@ def test_checkpointers(tmp_path):
     assert ck.restore(tmp_path / "sub" / "c")["s"] == "y"
     out = ck.restore(tmp_path / "sub" / "c", {"a": jax.ShapeDtypeStruct((5,), jnp.int32), "s": ""})
     assert out["a"].dtype == jnp.int32 and isinstance(out["a"], jax.Array)
-    md = ck.metadata(tmp_path / "sub" / "c")
+    md = ck.metadata(tmp_path / "sub" / "c").item_metadata
     assert md["a"].shape == (5,) and isinstance(md["s"], tcp.StringMetadata)
     with pytest.raises(FileNotFoundError):
         ck.restore(tmp_path / "missing")
