@@ -700,7 +700,9 @@ class Checkpointer:
         a = _build_args(self._handler, "save", args_, kwargs)
         tree, md, _ = _encode(a, custom_metadata, path)
         self.wait_until_finished()
-        if _remote.is_url(path):  # an object in a store: committed whole or not at all by treecask.save
+        if _remote.is_url(path) or _M._jax_processes()[1] > 1:
+            # An object in a store (committed whole or not at all), or a multi-process save (a
+            # sharded checkpoint directory, swapped in atomically by force): treecask.save's rules.
             _save(path, tree, metadata=md, overwrite=bool(force))
             return
         if os.path.lexists(path):
@@ -708,7 +710,7 @@ class Checkpointer:
                 raise AlreadyExistsError("a checkpoint exists here (force=True replaces it)", file=path)
             _M._remove_entry(path)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        if not self._async or _M._jax_processes()[1] > 1:
+        if not self._async:
             _save(path, tree, metadata=md)
             return
         pending = _M._save_async(path, tree, metadata=md)  # returns once the bytes are safe
@@ -771,7 +773,9 @@ class AsyncCheckpointer(Checkpointer):
     in the background. ``wait_until_finished()`` blocks until durable and
     raises a background error; the next ``save``, ``restore`` or ``close``
     waits first. ``timeout_secs`` and ``async_options`` are accepted and have
-    no effect (the wait is until done)."""
+    no effect (the wait is until done). A save to an object-store URL, or in
+    a multi-process jax job, runs synchronously (``treecask.save``'s upload
+    and cross-process commit); a manager's steps are asynchronous there too."""
 
     _async = True
 
@@ -1028,15 +1032,16 @@ class CheckpointManager:
         o = self._opts
         if getattr(o, "read_only", False):
             return False
+        fn = getattr(o, "should_save_fn", None)
+        if fn is None:  # the step's schedule first: a step that is not due lists nothing (a bucket: no request)
+            interval = getattr(o, "save_interval_steps", 1)
+            on_steps = getattr(o, "save_on_steps", None)
+            if not ((interval and step % interval == 0) or (on_steps and step in on_steps)):
+                return False
         last = self.latest_step()
         if last is not None and last >= step:
             return False
-        fn = getattr(o, "should_save_fn", None)
-        if fn is not None:
-            return bool(fn(step, last))
-        interval = getattr(o, "save_interval_steps", 1)
-        on_steps = getattr(o, "save_on_steps", None)
-        return bool((interval and step % interval == 0) or (on_steps and step in on_steps))
+        return fn is None or bool(fn(step, last))
 
     # ---- save ----
     def _legacy_save_args(self, items: Any, save_kwargs: Any) -> Any:

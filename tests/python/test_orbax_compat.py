@@ -488,3 +488,33 @@ def test_an_orbax_directory_names_import_orbax(tmp_path):
         m.save(3, args=tcp.args.StandardSave(treecask.load(tmp_path / "w.cask")))
         m.wait_until_finished()
         assert m.restore(3)["w"].tolist() == [1.0, 1.0]
+
+
+def test_on_a_bucket(s3_server, monkeypatch):
+    """treecask.orbax over an object store: the manager's steps, best-N retention and
+    several items in s3://, a checkpointer's file there (force replaces it)."""
+    import uuid
+
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    s3_server.create_bucket("ocp")
+    url = f"s3://ocp/{uuid.uuid4().hex}"
+    tree = lambda s: {"w": np.full((64, 64), float(s), np.float32), "s": s}  # noqa: E731
+    opts = tcp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: m["loss"], best_mode="min",
+                                        save_interval_steps=2)
+    with tcp.CheckpointManager(url + "/run", options=opts) as m:
+        for s, loss in enumerate([3.0, 9.0, 1.0, 9.0, 2.0]):
+            m.save(s, args=tcp.args.Composite(state=tcp.args.StandardSave(tree(s)), meta=tcp.args.JsonSave({"s": s})),
+                   metrics={"loss": loss})
+        m.wait_until_finished()
+        assert m.all_steps() == [2] and m.best_step() == 2  # steps 0, 2, 4 saved; the best one kept
+        r = m.restore(None)
+        assert r.meta == {"s": 2} and r.state["s"] == 2 and (r.state["w"] == 2).all()
+        assert m.item_metadata(2)["state"]["w"].shape == (64, 64)
+    ck = tcp.StandardCheckpointer()
+    ck.save(url + "/one.cask", tree(1))
+    ck.wait_until_finished()
+    with pytest.raises(treecask.AlreadyExistsError):
+        ck.save(url + "/one.cask", tree(2))
+    ck.save(url + "/one.cask", tree(3), force=True)
+    assert ck.restore(url + "/one.cask")["s"] == 3
