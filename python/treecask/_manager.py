@@ -283,13 +283,19 @@ class CheckpointManager:
         (docs/remote.md "Saving to object stores").
       max_to_keep: how many steps retention keeps (>= 1), or None (default): keep all.
         Without ``best_fn`` the newest ``max_to_keep``; with it the ``max_to_keep``
-        best by ``best_fn`` plus always the newest (so a preempted job can resume).
+        best by ``best_fn`` plus the newest (so a preempted job can resume;
+        ``keep_newest=False``: exactly the ``max_to_keep`` best, as Orbax).
         Steps saved without metrics are never deleted by the best-N rule (Orbax's
         ``keep_checkpoints_without_metrics=True``).
       keep_period: steps with ``step % keep_period == 0`` are never deleted.
       best_fn: ``metrics -> float``, the score of a step (``metrics`` as saved,
         after a JSON round trip).
       best_mode: "max" (default: a higher score is better) or "min".
+      keep_newest: default True: with ``best_fn`` and ``max_to_keep``, the
+        newest step is kept as well as the best ones. False: only the
+        ``max_to_keep`` best (Orbax's ``CheckpointManagerOptions`` semantics;
+        ``treecask.orbax.CheckpointManager`` passes it), so a step just saved
+        with a worse score than those is deleted at once.
       save_interval_steps: :meth:`save` writes only steps that are a multiple of
         it (unless ``force``); default 1.
       async_save: default True: :meth:`save` returns once the tree's bytes are
@@ -321,7 +327,8 @@ class CheckpointManager:
 
     def __init__(self, directory: PathLike, *, max_to_keep: Optional[int] = None,
                  keep_period: Optional[int] = None, best_fn: Optional[Callable[[Any], float]] = None,
-                 best_mode: str = "max", save_interval_steps: int = 1, async_save: bool = True,
+                 best_mode: str = "max", keep_newest: bool = True, save_interval_steps: int = 1,
+                 async_save: bool = True,
                  keep_snapshot_memory: bool = False, storage_options: Optional[Mapping[str, Any]] = None,
                  **save_options: Any):
         self._bucket: Optional[_Bucket] = None
@@ -359,6 +366,7 @@ class CheckpointManager:
         self.keep_period = keep_period
         self.best_fn = best_fn
         self.best_mode = best_mode
+        self.keep_newest = bool(keep_newest)
         self.save_interval_steps = int(save_interval_steps)
         self.async_save = bool(async_save)
         self._pool = _core.SnapshotPool() if keep_snapshot_memory else None
@@ -447,7 +455,8 @@ class CheckpointManager:
         return ranked[-1] if ranked else None
 
     # ---- save ----
-    def save(self, step: int, tree: Any, *, metrics: Optional[Any] = None, force: bool = False) -> bool:
+    def save(self, step: int, tree: Any, *, metrics: Optional[Any] = None, force: bool = False,
+             metadata: Optional[Mapping[str, str]] = None) -> bool:
         """Saves ``tree`` as step ``step``.
 
         Returns False, writing nothing, when the step is not due
@@ -464,6 +473,9 @@ class CheckpointManager:
             and jax scalars are converted) stored in the step's archive, read by
             :meth:`metrics` and ``best_fn``.
           force: save even when the step is not due.
+          metadata: optional archive metadata (``str -> str``) of this step
+            only, over the manager's ``metadata`` save option (the keys
+            ``treecask.step`` and ``treecask.metrics`` are the manager's).
 
         Raises:
           the error of the previous asynchronous save (IoError for a full
@@ -487,6 +499,12 @@ class CheckpointManager:
                                      file=str(self._entry(existing)))
         path = str(self._entry(step_name(step)))
         md = dict(self._metadata)
+        for k, v in (metadata or {}).items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise InvalidArgumentError("archive metadata must map str to str", file=d)
+            if k in (STEP_KEY, METRICS_KEY):
+                raise InvalidArgumentError(f"metadata key '{k}' is reserved for the manager", file=d)
+            md[k] = v
         md[STEP_KEY] = str(step)
         stored_metrics = None
         if metrics is not None:
@@ -590,7 +608,8 @@ class CheckpointManager:
         """The steps retention would delete now (ascending), from ``steps`` or
         the directory's: all but the kept ones, where kept = the newest
         ``max_to_keep`` (without ``best_fn``) or the ``max_to_keep`` best and
-        the newest and every step without metrics (with ``best_fn``), plus every
+        the newest (unless ``keep_newest`` is False) and every step without
+        metrics (with ``best_fn``), plus every
         multiple of ``keep_period``. None when ``max_to_keep`` is None."""
         if steps is None:
             listing = self._steps()
@@ -600,7 +619,7 @@ class CheckpointManager:
             steps = sorted(steps)
         if self.max_to_keep is None or not steps:
             return []
-        keep = {steps[-1]}
+        keep = {steps[-1]} if self.keep_newest or self.best_fn is None else set()
         if self.best_fn is None:
             keep.update(steps[-self.max_to_keep:])
         else:
@@ -625,7 +644,7 @@ class CheckpointManager:
             return
         listing = self._steps()
         for s in self.steps_to_delete(sorted(listing)):
-            if s == new_step:
+            if s == new_step and self.keep_newest:
                 continue
             if self._bucket is not None:
                 self._bucket.remove(listing[s])

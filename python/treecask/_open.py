@@ -60,7 +60,7 @@ def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
 
 
 def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
-         missing: str = "error", extra: str = "ignore", copy: bool = True,
+         missing: str = "error", extra: str = "ignore", copy: bool = True, cast: bool = False,
          storage_options: Optional[dict] = None) -> Any:
     """Restores a pytree from an archive.
 
@@ -107,6 +107,11 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         without ``like`` and ``shardings`` (InvalidArgumentError otherwise).
         Writing to a leaf raises ``ValueError`` (NumPy's read-only flag);
         ``np.array(leaf)`` makes a writable copy of one leaf.
+      cast: False (default): a leaf whose dtype differs from ``like``'s raises
+        ShapeError ("dtype mismatch"). True: it is converted to ``like``'s dtype
+        (NumPy ``astype`` rules: a float64 checkpoint into a float32 or
+        bfloat16 template, an int4 leaf into int8...), as Orbax restores into
+        a target; shapes must still agree. Only with ``like``.
 
     Returns:
       The restored tree.
@@ -116,10 +121,12 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       KeyNotFoundError: ``subtree`` names nothing in the archive;
       StructureError: ``like`` asks for a leaf the checkpoint lacks (missing="error")
         or the checkpoint has leaves ``like`` lacks (extra="error");
-      ShapeError: a leaf's dtype or shape differs from ``like``'s (the message
-        names the key path and both dtypes/shapes);
+      ShapeError: a leaf's shape differs from ``like``'s ("shape mismatch"), or
+        its dtype does without ``cast`` ("dtype mismatch"; the message names the
+        key path and both dtypes/shapes);
       InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
         key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
     """
     with open(path, storage_options=storage_options) as a:  # a file, a sharded checkpoint, or a URL of either
-        return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy)
+        return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy,
+                      cast=cast)

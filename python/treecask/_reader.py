@@ -265,10 +265,10 @@ class Reader(abc.ABC):
         return list(self._c().verify())
 
     def load(self, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
-             missing: str = "error", extra: str = "ignore", copy: bool = True) -> Any:
+             missing: str = "error", extra: str = "ignore", copy: bool = True, cast: bool = False) -> Any:
         """Restores the tree (or a subtree): see :func:`treecask.load`."""
         return _restore.restore(self, like, subtree=subtree, shardings=shardings, missing=missing,
-                                extra=extra, copy=copy)
+                                extra=extra, copy=copy, cast=cast)
 
     # -- leaves as values: what a restore assembles --
     def values(self, first: int, count: int, *, copy: bool = True) -> List[Any]:

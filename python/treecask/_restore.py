@@ -28,6 +28,7 @@ from .errors import (
     KeyNotFoundError,
     ShapeError,
     StructureError,
+    _format as _format_error,
     _with_file,
 )
 
@@ -37,10 +38,13 @@ Reader = Any
 
 
 def restore(a: Reader, like: Any, *, subtree: Optional[str], shardings: Any, missing: str,
-            extra: str, copy: bool = True) -> Any:
+            extra: str, copy: bool = True, cast: bool = False) -> Any:
     """What :func:`treecask.load` and ``Reader.load`` return, from the open
     reader `a` (arguments and errors as :func:`treecask.load`'s)."""
     file = a.path
+    if cast and like is None:
+        raise InvalidArgumentError("cast=True converts leaves to the template's dtypes: it needs like",
+                                   file=file)
     if not copy and (like is not None or shardings is not None):
         raise InvalidArgumentError("copy=False returns read-only NumPy views of the file; it does not "
                                    "combine with like or shardings", file=file)
@@ -77,7 +81,7 @@ def restore(a: Reader, like: Any, *, subtree: Optional[str], shardings: Any, mis
     start = T.index_treedef(nodes, path=prefix, first_leaf=first)
     resolver = _sharding_resolver(shardings, a)
     try:
-        return _like(a, start, prefix, like, resolver, missing, extra, bulk=shardings is None)
+        return _like(a, start, prefix, like, resolver, missing, extra, bulk=shardings is None, cast=bool(cast))
     except Error as e:
         raise _with_file(e, file) from None
 
@@ -202,11 +206,12 @@ def _is_box_node(n: T.TNode) -> bool:
 
 
 def _like(a: Reader, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolver,
-          missing: str, extra: str, bulk: bool = False) -> Any:
+          missing: str, extra: str, bulk: bool = False, cast: bool = False) -> Any:
     """`like` rebuilt with each of its data leaves read from the archive leaf at
     the same key path under the node `start` (components `prefix`), checked
-    against it (_check) and converted to its type (_convert). With `bulk`, the
-    leaves it reads are first read by one bulk call (Reader.read_many)."""
+    against it (_check) and converted to its type (_convert; with `cast`, to
+    its dtype too). With `bulk`, the leaves it reads are first read by one
+    bulk call (Reader.read_many)."""
     file = a.path
     pt = T.build(like, strict=False)
     flags = dict(T.box_components(pt))
@@ -227,7 +232,7 @@ def _like(a: Reader, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolve
                     why + ("; pass missing='from_like' to keep like's value" if missing == "error" else ""),
                     file=file, key_path=_join(prefix, comps))
         else:
-            _check(a.leaf(idx), leaf.obj, _join(prefix, comps), file)
+            _check(a.leaf(idx), leaf.obj, _join(prefix, comps), file, cast)
         plan[comps] = idx
 
     if extra == "error":
@@ -255,7 +260,10 @@ def _like(a: Reader, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolve
         idx = plan.get(comps)
         if idx is None:
             return leaf.obj
-        return _convert(a, idx, leaf.obj, resolver(comps, idx), pre)
+        sharding = resolver(comps, idx)
+        if cast and _needs_cast(a.leaf(idx), leaf.obj):
+            return _cast_leaf(a, idx, leaf.obj, sharding, pre)
+        return _convert(a, idx, leaf.obj, sharding, pre)
 
     return T.rebuild(pt, leaf_value)
 
@@ -280,14 +288,21 @@ def _shape_str(name: str, shape: Sequence[int]) -> str:
     return f"{name}[{', '.join(str(int(s)) for s in shape)}]"
 
 
-def _check(info: Dict[str, Any], x: Any, key_path: str, file: str) -> None:
-    """Raises ShapeError when leaf `info` cannot restore template leaf `x`."""
+def _check(info: Dict[str, Any], x: Any, key_path: str, file: str, cast: bool = False) -> None:
+    """Raises ShapeError when leaf `info` cannot restore template leaf `x`
+    (with `cast`, a numeric leaf restores into a template of another numeric
+    dtype and the same shape). An error where only the dtype differs says
+    "dtype mismatch" where the others say "shape mismatch"."""
     name, shape, kind = info["dtype"], tuple(info["shape"]), info["value_kind"]
     got = _shape_str(name, shape) + ("" if kind == _codec.ARRAY else f" ({_codec.VALUE_KIND_NAMES[kind]})")
 
-    def bad(expected: str):
-        raise ShapeError(f"the template expects {expected}, the checkpoint has {got}", file=file,
-                         key_path=key_path)
+    def bad(expected: str, dtype_only: bool = False):
+        msg = f"the template expects {expected}, the checkpoint has {got}"
+        if dtype_only:
+            msg += "; pass cast=True to convert it to the template's dtype"
+            raise ShapeError(msg, file=file, key_path=key_path,
+                             what=_format_error(file, key_path, "dtype mismatch", msg))
+        raise ShapeError(msg, file=file, key_path=key_path)
 
     for scalar_type, names, expected in _SCALAR_TEMPLATES:  # bool before int: a bool is an int
         if isinstance(x, scalar_type):
@@ -306,8 +321,8 @@ def _check(info: Dict[str, Any], x: Any, key_path: str, file: str) -> None:
         except Error:
             xname = ""
         ok = {_codec.INT: _INT_NAMES, _codec.FLOAT: _FLOAT_NAMES, _codec.BOOL: {"bool"}}[kind]
-        if xname not in ok:
-            bad(f"a 0-d {xname or x.dtype} array")
+        if xname not in ok and not (cast and xname in _NUMERIC_NAMES):
+            bad(f"a 0-d {xname or x.dtype} array", dtype_only=True)
         return
     if J.is_prng_dtype(x.dtype):
         if J.KEY_IMPL_META not in info["metadata"] or shape[: len(xshape)] != xshape:
@@ -317,8 +332,45 @@ def _check(info: Dict[str, Any], x: Any, key_path: str, file: str) -> None:
         xname = _dtypes.to_name(x.dtype)
     except Error:
         xname = str(np.dtype(x.dtype))
-    if xname != name or xshape != shape:
+    if xshape != shape:
         bad(_shape_str(xname, xshape))
+    if xname != name and not (cast and kind == _codec.ARRAY and name in _NUMERIC_NAMES
+                              and xname in _NUMERIC_NAMES):
+        bad(_shape_str(xname, xshape), dtype_only=True)
+
+
+def _needs_cast(info: Dict[str, Any], x: Any) -> bool:
+    """Whether archive leaf `info`, an array, restores into template array leaf `x` of another dtype."""
+    if info["value_kind"] != _codec.ARRAY or isinstance(x, (bool, int, float, complex, str)):
+        return False
+    want = getattr(x, "dtype", None)
+    if want is None or J.is_prng_dtype(want):
+        return False
+    try:
+        return _dtypes.to_name(want) != info["dtype"]
+    except Error:
+        return False
+
+
+def _cast_leaf(a: Reader, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarray]) -> Any:
+    """Leaf i converted to template leaf `x`'s dtype (``cast=True``) and type.
+    The whole leaf is read on the host and converted there (NumPy ``astype``,
+    once, from the stored dtype: no detour through a dtype jax lacks, such as
+    float64 without x64), then placed on `sharding` (or `x`'s own) for a
+    jax template."""
+    arr = _array(a, i, pre).astype(x.dtype)
+    if isinstance(x, np.generic):
+        return arr[()]
+    if J.is_jax_array(x) or J.is_shape_dtype_struct(x):
+        import jax
+
+        s = sharding if sharding is not None else _own_sharding(x)
+        return jax.device_put(arr, s) if s is not None else jax.numpy.asarray(arr)
+    if sharding is not None:
+        import jax
+
+        return jax.device_put(arr, sharding)
+    return arr
 
 
 def _array(a: Reader, i: int, pre: Dict[int, np.ndarray]) -> np.ndarray:
@@ -386,5 +438,6 @@ _FLOAT_NAMES = frozenset(n for n in _ALL_NAMES if n.startswith(("float", "bfloat
 _INT_NAMES = frozenset(n for n in _ALL_NAMES if n.startswith(("int", "uint")))
 _COMPLEX_NAMES = frozenset(n for n in _ALL_NAMES if n.startswith("complex"))
 # (Python scalar type of a template leaf, the dtypes it restores from, what the error says it expects).
+_NUMERIC_NAMES = _FLOAT_NAMES | _INT_NAMES | _COMPLEX_NAMES | {"bool"}
 _SCALAR_TEMPLATES = ((bool, frozenset({"bool"}), "a bool"), (int, _INT_NAMES, "an int"),
                      (float, _FLOAT_NAMES, "a float"), (complex, _COMPLEX_NAMES, "a complex"))

@@ -117,6 +117,42 @@ def test_best_fn_keeps_the_best_and_the_newest(tmp_path):
         assert m.all_steps() == [1, 5, 6] and m.best_step() == 1
 
 
+def test_keep_newest_false_keeps_exactly_the_best(tmp_path):
+    """Orbax's rule (treecask.orbax passes it): with best_fn, only the max_to_keep best,
+    even when the step just saved is worse than them."""
+    losses = {0: 5.0, 1: 1.0, 2: 4.0, 3: 0.5, 4: 3.0, 5: 6.0}
+    for async_save in (True, False):
+        d = tmp_path / str(async_save)
+        with CheckpointManager(d, max_to_keep=2, best_fn=lambda m: m["loss"], best_mode="min",
+                               keep_newest=False, async_save=async_save) as m:
+            for s, loss in losses.items():
+                m.save(s, _tree(s), metrics={"loss": loss})
+            m.wait_until_finished()
+            assert m.all_steps() == [1, 3] and m.best_step() == 3 and m.latest_step() == 3
+            m.save(6, _tree(6))  # without metrics: kept
+            m.wait_until_finished()
+            assert m.all_steps() == [1, 3, 6]
+    with CheckpointManager(tmp_path / "n", max_to_keep=2, keep_newest=False) as m:  # no best_fn: the newest N
+        for s in range(4):
+            m.save(s, _tree(s))
+        m.wait_until_finished()
+        assert m.all_steps() == [2, 3]
+
+
+def test_per_step_metadata(tmp_path):
+    with CheckpointManager(tmp_path, metadata={"run": "a"}, async_save=False) as m:
+        m.save(1, _tree(1), metadata={"note": "first", "run": "b"})
+        m.save(2, _tree(2))
+        assert treecask.open(m.path(1)).metadata["note"] == "first"
+        assert treecask.open(m.path(1)).metadata["run"] == "b"
+        assert "note" not in treecask.open(m.path(2)).metadata
+        with pytest.raises(InvalidArgumentError, match="reserved"):
+            m.save(3, _tree(3), metadata={"treecask.step": "9"})
+        with pytest.raises(InvalidArgumentError, match="str to str"):
+            m.save(3, _tree(3), metadata={"x": 1})
+        assert m.all_steps() == [1, 2]
+
+
 def test_keep_period_interval_and_force(tmp_path):
     with CheckpointManager(tmp_path / "p", max_to_keep=2, keep_period=3, async_save=False) as m:
         for s in range(8):

@@ -176,3 +176,31 @@ def test_python_scalars_restore_into_jax_scalars(cask):
     back = treecask.load(cask, like={"step": jnp.array(0, jnp.int32), "lr": jnp.array(0.0, jnp.float32)})
     assert isinstance(back["step"], jax.Array) and back["step"].dtype == jnp.int32 and int(back["step"]) == 12
     assert back["lr"].dtype == jnp.float32 and float(back["lr"]) == 0.25
+
+
+def test_cast_restores_into_a_target_of_another_dtype(cask):
+    import ml_dtypes
+
+    w = np.arange(12, dtype=np.float64).reshape(3, 4)
+    treecask.save(cask, {"w": w, "i": np.arange(4, dtype=np.int32), "n": 3}, durable=False)
+    like = {"w": np.zeros((3, 4), np.float32), "i": np.zeros(4, np.int32)}
+    with pytest.raises(treecask.ShapeError) as e:
+        treecask.load(cask, like=like)
+    assert "dtype mismatch" in str(e.value) and "shape mismatch" not in str(e.value)
+    assert e.value.key_path == "w" and "cast=True" in str(e.value)
+    with pytest.raises(treecask.ShapeError) as e:  # a shape mismatch still says so, cast or not
+        treecask.load(cask, like={"w": np.zeros((4, 3), np.float32)}, cast=True)
+    assert "shape mismatch" in str(e.value)
+    out = treecask.load(cask, like=like, cast=True)
+    assert out["w"].dtype == np.float32 and out["i"].dtype == np.int32
+    np.testing.assert_array_equal(out["w"], w.astype(np.float32))
+    # Into a bf16 serving template on a sharding, and a Python int into an int8 0-d array.
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    sharding = NamedSharding(mesh, P(None, "y"))
+    out = treecask.load(cask, like={"w": jax.ShapeDtypeStruct((3, 4), jnp.bfloat16, sharding=sharding),
+                                    "n": np.int8(0)}, cast=True)
+    assert out["w"].dtype == jnp.bfloat16 and out["n"].dtype == np.int8 and out["n"] == 3
+    assert out["w"].sharding == sharding
+    np.testing.assert_array_equal(np.asarray(out["w"]), w.astype(ml_dtypes.bfloat16))
+    with pytest.raises(treecask.InvalidArgumentError, match="needs like"):
+        treecask.load(cask, cast=True)

@@ -1,0 +1,520 @@
+"""``import treecask.orbax as ocp``: the Orbax / Flax checkpointing guides' own
+code, run twice -- once with ``orbax.checkpoint`` (the real orbax-checkpoint
+0.12.8), once with ``treecask.orbax`` -- and the results compared leaf by leaf:
+the legacy API (PyTreeCheckpointer, CheckpointManager(dir, checkpointer,
+options), save_kwargs/restore_kwargs, transforms={}, AsyncCheckpointer,
+sharded restore_args) and today's (options=, args=StandardSave/StandardRestore,
+Composite + JsonSave, item_metadata, best_fn retention, dtype cast). 8 CPU
+devices (conftest.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+orbax_checkpoint = pytest.importorskip("orbax.checkpoint")
+import flax.linen as nn  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+from flax.training import orbax_utils, train_state  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+import treecask  # noqa: E402
+import treecask.orbax as tcp  # noqa: E402
+
+MODULES = {"orbax": orbax_checkpoint, "treecask": tcp}
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+# ---- comparing results leaf by leaf -----------------------------------------------------
+
+
+def _plain(tree):
+    """Tuples as lists (Orbax restores tuples as lists without a target), recursively."""
+    if isinstance(tree, dict):
+        return {k: _plain(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)) and not hasattr(type(tree), "_fields"):
+        return [_plain(v) for v in tree]
+    return tree
+
+
+def _flat(tree, plain=True):
+    pairs, _ = jax.tree_util.tree_flatten_with_path(_plain(tree) if plain else tree)
+    return {jax.tree_util.keystr(p): v for p, v in pairs}
+
+
+def _node_types(tree):
+    """The type of every inner node, by key path (static fields such as apply_fn left out)."""
+    out = {}
+
+    def walk(x, path):
+        children = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)[0]
+        if len(children) == 1 and children[0][1] is x or not children:
+            return
+        out[path] = type(x).__name__
+        for p, c in children:
+            walk(c, path + jax.tree_util.keystr(p))
+
+    walk(tree, "")
+    return out
+
+
+def assert_same(expected, got, *, types="all"):
+    """Same key paths, and per leaf the same values, dtype and shape; with
+    `types`, the same node types (dict, list, TrainState...), the same leaf
+    types (NumPy / jax.Array / Python scalar) and, for jax arrays, the same
+    sharding ("nodes": the node types only)."""
+    if types:
+        assert _node_types(expected) == _node_types(got)
+    fe, fg = _flat(expected, plain=not types), _flat(got, plain=not types)
+    assert sorted(fe) == sorted(fg)
+    for k, e in fe.items():
+        g = fg[k]
+        if isinstance(e, str) or isinstance(g, str):
+            assert e == g, k
+            continue
+        ea, ga = np.asarray(e), np.asarray(g)
+        assert ea.dtype == ga.dtype and ea.shape == ga.shape, (k, ea.dtype, ga.dtype, ea.shape, ga.shape)
+        np.testing.assert_array_equal(ea, ga, err_msg=k)
+        if types == "all":
+            assert isinstance(g, jax.Array) == isinstance(e, jax.Array), (k, type(e), type(g))
+            assert isinstance(g, np.ndarray) == isinstance(e, np.ndarray), (k, type(e), type(g))
+            if isinstance(e, jax.Array):
+                assert e.sharding.is_equivalent_to(g.sharding, e.ndim), (k, e.sharding, g.sharding)
+
+
+def assert_same_results(results):
+    """results[module] is {name: (value, compare types?)}."""
+    o, t = results["orbax"], results["treecask"]
+    assert sorted(o) == sorted(t)
+    for name, (value, types) in o.items():
+        try:
+            if isinstance(value, (int, float, str, list, type(None))) and not _has_arrays(value):
+                assert value == t[name][0]
+            else:
+                assert_same(value, t[name][0], types=types)
+        except AssertionError as e:
+            raise AssertionError(f"result {name!r}: {e}") from None
+
+
+def _has_arrays(x):
+    return any(isinstance(v, (np.ndarray, jax.Array)) for v in jax.tree_util.tree_leaves(x))
+
+
+# ---- the legacy API: the Flax guide "Save and load checkpoints" ----------------------------
+
+
+class CustomTrainState(train_state.TrainState):
+    batch_stats: Any = None
+
+
+def legacy_guide(ocp, root):
+    """The Flax guide's Orbax section, as written there (legacy API)."""
+    out = {}
+    key1, key2 = jax.random.split(jax.random.key(0))
+    x1 = jax.random.normal(key1, (5,))
+    model = nn.Dense(3)
+    variables = model.init(key2, x1)
+    tx = optax.sgd(learning_rate=0.001)
+    state = train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
+    grads = jax.tree_util.tree_map(jnp.ones_like, state.params)
+    state = state.apply_gradients(grads=grads)
+    config = {"dimensions": np.array([5, 3]), "name": "dense"}
+    ckpt = {"model": state, "config": config, "data": [x1]}
+
+    # A single save, restored raw.
+    orbax_checkpointer = ocp.PyTreeCheckpointer()
+    save_args = orbax_utils.save_args_from_target(ckpt)
+    orbax_checkpointer.save(os.path.join(root, "single_save"), ckpt, save_args=save_args)
+    out["raw"] = (orbax_checkpointer.restore(os.path.join(root, "single_save")), False)
+
+    # The manager: max_to_keep=2 of 5 steps.
+    options = ocp.CheckpointManagerOptions(max_to_keep=2, create=True)
+    checkpoint_manager = ocp.CheckpointManager(os.path.join(root, "managed"), orbax_checkpointer, options)
+    for step in range(5):
+        checkpoint_manager.save(step, ckpt, save_kwargs={"save_args": save_args})
+    out["all_steps"] = (checkpoint_manager.all_steps(), "all")
+    out["latest_raw"] = (checkpoint_manager.restore(checkpoint_manager.latest_step()), False)
+
+    # Restore into a target: the TrainState comes back, apply_fn and tx from the target.
+    empty_state = train_state.TrainState.create(
+        apply_fn=model.apply, params=jax.tree_util.tree_map(np.zeros_like, variables["params"]), tx=tx)
+    empty_config = {"dimensions": np.array([0, 0]), "name": ""}
+    target = {"model": empty_state, "config": empty_config, "data": [jnp.zeros_like(x1)]}
+    restored = orbax_checkpointer.restore(os.path.join(root, "single_save"), item=target)
+    assert type(restored["model"]) is train_state.TrainState and restored["model"].tx is tx
+    out["target"] = (restored, "nodes")  # Orbax: each leaf's type as saved; treecask: the target's
+
+    # A field the checkpoint lacks, filled from the target with transforms={}.
+    custom_state = CustomTrainState.create(apply_fn=state.apply_fn, params=state.params, tx=state.tx,
+                                           batch_stats=np.arange(10))
+    custom_ckpt = {"model": custom_state, "config": config, "data": [x1]}
+    restore_args = orbax_utils.restore_args_from_target(custom_ckpt, mesh=None)
+    restored = checkpoint_manager.restore(4, items=custom_ckpt,
+                                          restore_kwargs={"transforms": {}, "restore_args": restore_args})
+    assert type(restored["model"]) is CustomTrainState
+    out["transforms"] = (restored, "all")
+
+    # Asynchronous save.
+    async_checkpointer = ocp.AsyncCheckpointer(ocp.PyTreeCheckpointHandler(), timeout_secs=50)
+    async_manager = ocp.CheckpointManager(os.path.join(root, "async"), async_checkpointer, options)
+    for step in range(3):
+        async_manager.save(step, ckpt, save_kwargs={"save_args": save_args})
+    async_manager.wait_until_finished()
+    out["async_steps"] = (async_manager.all_steps(), "all")
+    out["async_target"] = (async_manager.restore(2, items=target), "nodes")
+    async_manager.close()
+    checkpoint_manager.close()
+
+    # Restore onto shardings: restore_args from the target (Orbax's ArrayRestoreArgs, from
+    # Flax's orbax_utils), and ArrayRestoreArgs of the module under test.
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    w = np.arange(64, dtype=np.float32).reshape(8, 8)
+    sharded = {"w": jax.device_put(w, NamedSharding(mesh, P("x", "y"))), "b": jnp.arange(8.0), "n": np.ones(3)}
+    orbax_checkpointer.save(os.path.join(root, "sharded"), sharded,
+                            save_args=orbax_utils.save_args_from_target(sharded))
+    target = {"w": jax.device_put(np.zeros_like(w), NamedSharding(mesh, P(None, "y"))),
+              "b": jax.device_put(jnp.zeros(8), NamedSharding(mesh, P("x"))), "n": np.zeros(3)}
+    out["sharded_target"] = (orbax_checkpointer.restore(
+        os.path.join(root, "sharded"), item=target, restore_args=orbax_utils.restore_args_from_target(target)), "all")
+    restore_args = {"w": ocp.ArrayRestoreArgs(sharding=NamedSharding(mesh, P("y", "x"))),
+                    "b": ocp.ArrayRestoreArgs(sharding=NamedSharding(mesh, P()), dtype=jnp.bfloat16),
+                    "n": ocp.RestoreArgs(restore_type=np.ndarray, dtype=np.float32)}
+    out["sharded_args"] = (orbax_checkpointer.restore(
+        os.path.join(root, "sharded"), item=target, restore_args=restore_args), "all")
+    return out
+
+
+def test_the_legacy_guide_gives_the_same_results(tmp_path):
+    results = {name: legacy_guide(ocp, str(tmp_path / name)) for name, ocp in MODULES.items()}
+    assert results["treecask"]["all_steps"][0] == [3, 4]
+    assert_same_results(results)
+    # Every treecask.orbax checkpoint is an ordinary archive.
+    tree = treecask.load(tmp_path / "treecask" / "single_save")
+    assert tree["config"]["name"] == "dense"
+    assert sorted(os.listdir(tmp_path / "treecask" / "managed")) == ["step_00000003.cask", "step_00000004.cask"]
+
+
+# ---- today's API: options=, args=, Composite ----------------------------------------------
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(4)(nn.relu(nn.Dense(16)(x)))
+
+
+def _create_state(seed):
+    params = MLP().init(jax.random.key(seed), jnp.ones((1, 8)))["params"]
+    return train_state.TrainState.create(apply_fn=MLP().apply, params=params, tx=optax.adam(1e-3))
+
+
+@jax.jit
+def _train_step(state, x):
+    grads = jax.grad(lambda p: jnp.mean(state.apply_fn({"params": p}, x) ** 2))(state.params)
+    return state.apply_gradients(grads=grads)
+
+
+def _md_tree(md):
+    """{key path: (shape, dtype)} of an item_metadata tree."""
+    tree = md.tree if hasattr(md, "tree") else md
+    leaves = jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
+    pairs, _ = jax.tree_util.tree_flatten_with_path(
+        _plain(tree), is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
+    assert len(pairs) == len(leaves)
+    return {jax.tree_util.keystr(p): (tuple(v.shape), np.dtype(v.dtype)) for p, v in pairs}
+
+
+def todays_api(ocp, root):
+    out = {}
+    x = jnp.ones((32, 8))
+    state = _create_state(0)
+    abstract = jax.eval_shape(lambda: _create_state(1))
+
+    # Best-2 retention by loss: Orbax keeps exactly the two best.
+    options = ocp.CheckpointManagerOptions(max_to_keep=2, best_fn=lambda m: m["loss"], best_mode="min")
+    with ocp.CheckpointManager(os.path.join(root, "run"), options=options) as mngr:
+        for step, loss in enumerate([5.0, 1.0, 3.0, 0.5, 4.0]):
+            state = _train_step(state, x)
+            mngr.save(step, args=ocp.args.StandardSave(state), metrics={"loss": loss})
+        mngr.wait_until_finished()
+        out["steps"] = ([mngr.all_steps(), mngr.latest_step(), mngr.best_step(), mngr.should_save(2),
+                         mngr.should_save(7), mngr.metrics(mngr.best_step())], "all")
+        restored = mngr.restore(mngr.best_step(), args=ocp.args.StandardRestore(abstract))
+        assert type(restored) is train_state.TrainState
+        out["restored"] = (restored, "all")
+        out["raw"] = (mngr.restore(mngr.latest_step()), False)
+        out["item_metadata"] = (_md_tree(mngr.item_metadata(mngr.best_step())), "all")
+        # The restore target from the metadata alone.
+        abstract_md = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, mngr.item_metadata(mngr.best_step()))
+        restored = mngr.restore(mngr.best_step(), args=ocp.args.StandardRestore(abstract_md))
+        assert type(restored) is dict
+        out["from_metadata"] = (restored, False)  # Orbax's metadata has lists for tuples
+        assert not mngr.save(1, args=ocp.args.StandardSave(state))  # below the latest: not due
+
+    # A float64 checkpoint into a float32 target, fp32 into a bf16 serving template.
+    with ocp.CheckpointManager(os.path.join(root, "cast")) as mngr:
+        mngr.save(0, args=ocp.args.StandardSave({"w": np.arange(6.0).reshape(2, 3), "b": np.ones(3, np.float32)}))
+        mngr.wait_until_finished()
+        out["cast"] = (mngr.restore(0, args=ocp.args.StandardRestore(
+            {"w": jax.ShapeDtypeStruct((2, 3), jnp.float32), "b": jax.ShapeDtypeStruct((3,), jnp.bfloat16)})),
+            "nodes")  # Orbax: NumPy arrays for leaves saved as NumPy; treecask: the target's jax.Array
+        out["cast_numpy"] = (mngr.restore(0, args=ocp.args.StandardRestore(
+            {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)})), "all")
+
+    # Several items: a train state and JSON.
+    meta = {"lr": 0.1, "names": ["a", "b"], "nested": {"k": 1}}
+    d = os.path.join(root, "composite")
+    with ocp.CheckpointManager(d, options=ocp.CheckpointManagerOptions(max_to_keep=3)) as mngr:
+        mngr.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+        mngr.wait_until_finished()
+        r = mngr.restore(1, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                    meta=ocp.args.JsonRestore()))
+        out["composite_state"] = (r.state, "all")
+        out["composite_meta"] = (r["meta"], "all")
+        out["composite_part"] = (sorted(mngr.restore(1, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).keys()),
+                                 "all")
+        md = mngr.item_metadata(1)
+        out["composite_md"] = ((md["meta"], _md_tree(md["state"])), "all")
+    with ocp.CheckpointManager(d) as mngr:  # a fresh manager, no args: every item raw
+        r = mngr.restore(1)
+        out["composite_raw"] = ({"meta": r["meta"], "params": r["state"]["params"]}, False)
+
+    # The "Checkpointing PyTrees" guide: a StandardCheckpointer.
+    ckptr = ocp.StandardCheckpointer()
+    tree = {"params": state.params, "n": np.arange(3, dtype=np.int32), "lr": 0.5}
+    ckptr.save(os.path.join(root, "std"), tree)
+    ckptr.wait_until_finished()
+    out["std_target"] = (ckptr.restore(os.path.join(root, "std"),
+                                       jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)), "nodes")
+    out["std_raw"] = (ckptr.restore(os.path.join(root, "std")), False)
+    out["std_md"] = (_md_tree(ckptr.metadata(os.path.join(root, "std")).item_metadata), "all")
+
+    # The legacy API with several named items.
+    mngr = ocp.CheckpointManager(os.path.join(root, "legacy_items"),
+                                 {"state": ocp.PyTreeCheckpointer(), "meta": ocp.Checkpointer(ocp.JsonCheckpointHandler())})
+    mngr.save(0, {"state": tree, "meta": {"a": [1, 2]}})
+    r = mngr.restore(0)
+    out["legacy_items_raw"] = ({"state": r["state"], "meta": r["meta"]}, False)
+    out["legacy_items_some"] = (sorted(mngr.restore(0, items={"state": tree}).keys()), "all")
+    mngr.close()
+
+    # Onto shardings: a ShapeDtypeStruct target, and PyTreeRestore with ArrayRestoreArgs.
+    mesh = jax.make_mesh((4, 2), ("data", "model"))
+    w = jax.device_put(np.arange(128, dtype=np.float32).reshape(16, 8), NamedSharding(mesh, P("data", "model")))
+    with ocp.CheckpointManager(os.path.join(root, "sharded"),
+                               options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False)) as mngr:
+        mngr.save(0, args=ocp.args.StandardSave({"w": w, "step": 0}))
+        target = {"w": jax.ShapeDtypeStruct((16, 8), jnp.float32, sharding=NamedSharding(mesh, P("model", None))),
+                  "step": 0}
+        out["sharded"] = (mngr.restore(0, args=ocp.args.StandardRestore(target)), "all")
+    with ocp.CheckpointManager(os.path.join(root, "pytree")) as mngr:  # Orbax: PyTreeRestore after PyTreeSave
+        mngr.save(0, args=ocp.args.PyTreeSave({"w": w, "step": 0}))
+        mngr.wait_until_finished()
+        ra = {"w": ocp.ArrayRestoreArgs(sharding=NamedSharding(mesh, P(None, "data")), global_shape=(16, 8)),
+              "step": ocp.RestoreArgs()}
+        out["sharded_ra"] = (mngr.restore(0, args=ocp.args.PyTreeRestore(restore_args=ra)), "all")
+        target = {"w": jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, w), "step": 0}
+        ra = ocp.checkpoint_utils.construct_restore_args(target)
+        out["constructed"] = (mngr.restore(0, args=ocp.args.PyTreeRestore(target, restore_args=ra)), "all")
+    return out
+
+
+def test_todays_api_gives_the_same_results(tmp_path):
+    results = {name: todays_api(ocp, str(tmp_path / name)) for name, ocp in MODULES.items()}
+    assert results["treecask"]["steps"][0][0] == [1, 3]  # exactly the two best, as Orbax
+    assert results["treecask"]["cast"][0]["w"].dtype == jnp.float32
+    assert_same_results(results)
+
+
+# ---- treecask.orbax on its own -------------------------------------------------------------
+
+
+def test_orbax_objects_are_accepted(tmp_path):
+    """Orbax's own argument, handler, options and RestoreArgs objects drive treecask.orbax."""
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    tree = {"w": np.arange(16, dtype=np.float32).reshape(4, 4), "n": 3}
+    opts = orbax_checkpoint.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=False)
+    with tcp.CheckpointManager(tmp_path / "m", options=opts) as m:
+        m.save(0, args=orbax_checkpoint.args.StandardSave(tree))
+        m.save(1, args=orbax_checkpoint.args.StandardSave(tree))
+        assert m.all_steps() == [1]
+        ra = {"w": orbax_checkpoint.ArrayRestoreArgs(sharding=NamedSharding(mesh, P("x")), dtype=jnp.bfloat16),
+              "n": orbax_checkpoint.RestoreArgs()}
+        r = m.restore(1, args=orbax_checkpoint.args.PyTreeRestore(restore_args=ra))
+        assert r["w"].dtype == jnp.bfloat16 and r["n"] == 3
+        assert r["w"].sharding.is_equivalent_to(NamedSharding(mesh, P("x")), 2)
+    ck = tcp.AsyncCheckpointer(orbax_checkpoint.StandardCheckpointHandler())
+    ck.save(tmp_path / "c", args=orbax_checkpoint.args.StandardSave(tree))
+    ck.wait_until_finished()
+    assert ck.restore(tmp_path / "c")["n"] == 3
+    legacy = tcp.CheckpointManager(tmp_path / "l", orbax_checkpoint.PyTreeCheckpointer())
+    assert legacy.save(0, tree) and legacy.restore(0)["n"] == 3
+
+
+def test_checkpointers(tmp_path):
+    tree = {"a": np.arange(4), "s": "x"}
+    ck = tcp.StandardCheckpointer()
+    ck.save(tmp_path / "sub" / "c", tree)   # parents created
+    with pytest.raises(treecask.AlreadyExistsError):
+        ck.save(tmp_path / "sub" / "c", tree)
+    ck.wait_until_finished()
+    ck.save(tmp_path / "sub" / "c", {"a": np.arange(5), "s": "y"}, force=True)
+    assert ck.restore(tmp_path / "sub" / "c")["s"] == "y"
+    out = ck.restore(tmp_path / "sub" / "c", {"a": jax.ShapeDtypeStruct((5,), jnp.int32), "s": ""})
+    assert out["a"].dtype == jnp.int32 and isinstance(out["a"], jax.Array)
+    md = ck.metadata(tmp_path / "sub" / "c").item_metadata
+    assert md["a"].shape == (5,) and isinstance(md["s"], tcp.StringMetadata)
+    with pytest.raises(FileNotFoundError):
+        ck.restore(tmp_path / "missing")
+    js = tcp.Checkpointer(tcp.JsonCheckpointHandler())
+    js.save(tmp_path / "j", {"a": [1, 2]})
+    assert js.restore(tmp_path / "j") == {"a": [1, 2]}
+    assert treecask.open(tmp_path / "j").metadata["treecask.orbax.json/default"] == '{"a": [1, 2]}'
+    with tcp.PyTreeCheckpointer() as pc:  # a shape mismatch is an error, a dtype one a cast
+        pc.save(tmp_path / "p", {"w": np.ones((2, 2))}, save_args={"w": tcp.SaveArgs(dtype=np.float16)})
+        assert treecask.open(tmp_path / "p").info("w").dtype == np.float16  # SaveArgs(dtype) casts on save
+        with pytest.raises(treecask.ShapeError, match="shape mismatch"):
+            pc.restore(tmp_path / "p", item={"w": np.ones((3, 2))})
+        assert pc.restore(tmp_path / "p", item={"w": np.ones((2, 2), np.float32)})["w"].dtype == np.float32
+        with pytest.raises(treecask.StructureError):
+            pc.restore(tmp_path / "p", item={"w": np.ones((2, 2)), "new": np.ones(1)})
+        assert pc.restore(tmp_path / "p", item={"w": np.ones((2, 2)), "new": np.ones(1)}, transforms={})["new"] == 1
+
+
+def test_manager_api(tmp_path):
+    tree = lambda s: {"x": np.full(3, s, np.int32)}  # noqa: E731
+    opts = tcp.CheckpointManagerOptions(save_interval_steps=2, save_on_steps=[3], keep_period=4, max_to_keep=1)
+    with tcp.CheckpointManager(tmp_path, options=opts, metadata={"version": 2}) as m:
+        saved = [s for s in range(9) if m.save(s, args=tcp.args.StandardSave(tree(s)), custom_metadata={"s": s})]
+        assert saved == [0, 2, 3, 4, 6, 8]
+        m.wait_until_finished()
+        assert m.all_steps() == [0, 4, 8]  # the newest, and every multiple of keep_period
+        assert m.metadata().custom_metadata == {"version": 2}
+        assert m.metadata(8).custom_metadata == {"s": 8} and m.metadata(8).metrics is None
+        assert m.item_metadata(8).custom_metadata == {"s": 8}
+        m.delete(4)
+        assert m.all_steps() == [0, 8] and not m.is_saving_in_progress()
+        m.check_for_errors()
+        with pytest.raises(FileNotFoundError):
+            m.restore(5)
+        with pytest.raises(ValueError):
+            m.save(10)
+        assert m.restore(None)["x"][0] == 8
+        assert m.restore(0, directory=tmp_path)["x"][0] == 0
+    assert treecask.load(tmp_path / "step_00000008.cask")["x"][0] == 8  # an ordinary step archive
+    ro = tcp.CheckpointManager(tmp_path, options=tcp.CheckpointManagerOptions(read_only=True))
+    assert not ro.save(20, args=tcp.args.StandardSave(tree(20))) and ro.all_steps() == [0, 8]
+    # A treecask.CheckpointManager directory reads through treecask.orbax, and the reverse.
+    with treecask.CheckpointManager(tmp_path / "own") as own:
+        own.save(1, tree(1), metrics={"loss": 1.0})
+    with tcp.CheckpointManager(tmp_path / "own") as m:
+        assert m.restore(1)["x"][0] == 1 and m.metrics(1) == {"loss": 1.0}
+        m.save(2, args=tcp.args.StandardSave(tree(2)))
+    assert treecask.CheckpointManager(tmp_path / "own").restore(2)["x"][0] == 2
+
+
+def test_unsupported_orbax_features_are_named(tmp_path):
+    cases = [
+        (dict(options=tcp.CheckpointManagerOptions(step_prefix="ckpt")), "step_prefix"),
+        (dict(options=tcp.CheckpointManagerOptions(keep_time_interval=5)), "keep_time_interval"),
+        (dict(options=tcp.CheckpointManagerOptions(keep_checkpoints_without_metrics=False)),
+         "keep_checkpoints_without_metrics"),
+        (dict(options=tcp.CheckpointManagerOptions(preservation_policy=object())), "preservation_policy"),
+        (dict(handler_registry=object()), "handler_registry"),
+    ]
+    for kwargs, name in cases:
+        with pytest.raises(treecask.UnsupportedError, match=name) as e:
+            tcp.CheckpointManager(tmp_path / "u", **kwargs)
+        assert "Orbax" in str(e.value)
+    with tcp.CheckpointManager(tmp_path / "m") as m:
+        m.save(0, args=tcp.args.StandardSave({"w": np.ones(3)}))
+        m.wait_until_finished()
+        with pytest.raises(treecask.UnsupportedError, match="strict=False"):
+            m.restore(0, args=tcp.args.StandardRestore({"w": np.ones(4)}, strict=False))
+        with pytest.raises(treecask.UnsupportedError, match="transforms with rules"):
+            m.restore(0, args=tcp.args.PyTreeRestore({"w": np.ones(3)}, transforms={"w": object()}))
+        with pytest.raises(treecask.UnsupportedError, match="global_shape"):
+            m.restore(0, args=tcp.args.PyTreeRestore(restore_args={"w": tcp.ArrayRestoreArgs(global_shape=(4,))}))
+    with pytest.raises(treecask.UnsupportedError, match="handler"):
+        tcp.Checkpointer(object())
+
+
+def test_importing_treecask_orbax_needs_no_orbax(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["orbax"] = None          # any import of orbax fails
+        import numpy as np
+        import treecask.orbax as ocp
+        with ocp.CheckpointManager({str(tmp_path)!r}, options=ocp.CheckpointManagerOptions(max_to_keep=1)) as m:
+            m.save(0, args=ocp.args.Composite(w=ocp.args.StandardSave({{"w": np.ones(2)}}),
+                                              meta=ocp.args.JsonSave({{"a": 1}})))
+            m.wait_until_finished()
+            r = m.restore(0)
+        assert r.meta == {{"a": 1}} and r.w["w"].tolist() == [1.0, 1.0]
+        assert "orbax" not in [k for k, v in sys.modules.items() if v is not None and k.startswith("orbax")]
+        print("ok")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_an_orbax_directory_names_import_orbax(tmp_path):
+    d = str(tmp_path / "orbax")
+    with orbax_checkpoint.CheckpointManager(d) as m:
+        m.save(3, args=orbax_checkpoint.args.StandardSave({"w": np.ones(2)}))
+    with pytest.raises(treecask.InvalidArgumentError, match="import_orbax"):
+        tcp.PyTreeCheckpointer().restore(os.path.join(d, "3", "default"))
+    with pytest.raises(FileNotFoundError, match="import_orbax"):
+        tcp.CheckpointManager(d).restore(None)
+    treecask.import_orbax(d, tmp_path / "w.cask")  # the way in
+    with tcp.CheckpointManager(tmp_path / "m") as m:
+        m.save(3, args=tcp.args.StandardSave(treecask.load(tmp_path / "w.cask")))
+        m.wait_until_finished()
+        assert m.restore(3)["w"].tolist() == [1.0, 1.0]
+
+
+def test_on_a_bucket(s3_server, monkeypatch):
+    """treecask.orbax over an object store: the manager's steps, best-N retention and
+    several items in s3://, a checkpointer's file there (force replaces it)."""
+    import uuid
+
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    s3_server.create_bucket("ocp")
+    url = f"s3://ocp/{uuid.uuid4().hex}"
+    tree = lambda s: {"w": np.full((64, 64), float(s), np.float32), "s": s}  # noqa: E731
+    opts = tcp.CheckpointManagerOptions(max_to_keep=1, best_fn=lambda m: m["loss"], best_mode="min",
+                                        save_interval_steps=2)
+    with tcp.CheckpointManager(url + "/run", options=opts) as m:
+        for s, loss in enumerate([3.0, 9.0, 1.0, 9.0, 2.0]):
+            m.save(s, args=tcp.args.Composite(state=tcp.args.StandardSave(tree(s)), meta=tcp.args.JsonSave({"s": s})),
+                   metrics={"loss": loss})
+        m.wait_until_finished()
+        assert m.all_steps() == [2] and m.best_step() == 2  # steps 0, 2, 4 saved; the best one kept
+        r = m.restore(None)
+        assert r.meta == {"s": 2} and r.state["s"] == 2 and (r.state["w"] == 2).all()
+        assert m.item_metadata(2)["state"]["w"].shape == (64, 64)
+    ck = tcp.StandardCheckpointer()
+    ck.save(url + "/one.cask", tree(1))
+    ck.wait_until_finished()
+    with pytest.raises(treecask.AlreadyExistsError):
+        ck.save(url + "/one.cask", tree(2))
+    ck.save(url + "/one.cask", tree(3), force=True)
+    assert ck.restore(url + "/one.cask")["s"] == 3
