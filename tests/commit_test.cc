@@ -36,13 +36,37 @@ pid_t dead_pid() {
 
 }  // namespace
 
-TEST_CASE("commit: temporary_path is <path>.tmp.<pid>.<8 hex digits>, different each call") {
+std::string host() {
+  char h[256] = {};
+  if (gethostname(h, sizeof h - 1) != 0 || h[0] == '\0') return "localhost";
+  return h;
+}
+
+TEST_CASE("commit: temporary_path is <path>.tmp.<host>.<pid>.<16 hex digits>, different each call") {
   TempDir dir;
   fs::path a = temporary_path(dir / "x.cask"), b = temporary_path(dir / "x.cask");
   CHECK(a.parent_path() == dir.path);
-  CHECK(std::regex_match(a.filename().string(),
-                         std::regex("x\\.cask\\.tmp\\." + std::to_string(getpid()) + "\\.[0-9a-f]{8}")));
+  const std::string want = "x.cask.tmp." + host() + "." + std::to_string(getpid()) + ".";
+  CHECK(a.filename().string().rfind(want, 0) == 0);
+  CHECK(std::regex_match(a.filename().string().substr(want.size()), std::regex("[0-9a-f]{16}")));
   CHECK(a != b);
+}
+
+TEST_CASE("commit: is_stale_temporary: this host's dead writers, and the names of earlier writers") {
+  const std::string dead = std::to_string(dead_pid()), live = std::to_string(getpid());
+  CHECK(is_stale_temporary("s.cask", "s.cask.tmp." + host() + "." + dead + ".0123456789abcdef"));
+  CHECK(is_stale_temporary("run/s.cask", "run/s.cask.tmp." + host() + "." + dead + ".00"));  // object keys
+  CHECK(!is_stale_temporary("s.cask", "s.cask.tmp." + host() + "." + live + ".0123456789abcdef"));
+  CHECK(!is_stale_temporary("s.cask", "s.cask.tmp.other-host.example." + dead + ".0123456789abcdef"));
+  CHECK(is_stale_temporary("s.cask", "s.cask.tmp." + dead + ".0badc0de"));  // before hosts were named
+  CHECK(is_stale_temporary("s.cask", "s.cask.tmp." + dead + ".deleting"));
+  CHECK(is_stale_temporary("s.cask", "s.cask.tmpdir." + host() + "." + dead + ".0123456789abcdef"));
+  CHECK(!is_stale_temporary("s.cask", "s.cask.tmpdir." + dead + ".0badc0de"));
+  CHECK(!is_stale_temporary("s.cask", "s.cask"));
+  CHECK(!is_stale_temporary("s.cask", "s.cask.tmp."));
+  CHECK(!is_stale_temporary("s.cask", "s.cask.tmp.notapid.0"));
+  CHECK(!is_stale_temporary("s.cask", "t.cask.tmp." + host() + "." + dead + ".00"));
+  CHECK(!is_stale_temporary("s.cask", "s.cask.tmp." + host() + ".0.00"));  // pid 0 is no process
 }
 
 TEST_CASE("commit: publish refuses an existing file or directory without overwrite") {
@@ -111,7 +135,13 @@ TEST_CASE("commit: remove_stale_temporaries removes dead writers' files and dire
   write_text(live, "x");
   write_text(dir / ("other.cask.tmp." + dead + ".00000000"), "x");  // another name's
   write_text(dir / "s.cask.tmp.notapid.0", "x");                   // not a temporary name
+  const fs::path dead_now = dir / ("s.cask.tmp." + host() + "." + dead + ".0123456789abcdef");
+  fs::create_directory(dead_now);  // a multi-process save's directory of today's naming
+  const fs::path elsewhere = dir / ("s.cask.tmp.another-host." + dead + ".0123456789abcdef");
+  write_text(elsewhere, "x");  // another host's: its writer may be running there
   remove_stale_temporaries(path);
+  CHECK(!fs::exists(dead_now));
+  CHECK(fs::exists(elsewhere));
   CHECK(!fs::exists(dir / ("s.cask.tmp." + dead + ".0badc0de")));
   CHECK(!fs::exists(dir / ("s.cask.tmp." + dead + ".12345678")));
   CHECK(fs::exists(live));

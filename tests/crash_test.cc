@@ -50,12 +50,7 @@ Shared* shared_page() {
   return new (p) Shared;
 }
 
-// pid in "<name>.tmp.<pid>.<hex>", or -1.
-long temp_pid(const std::string& name, const std::string& base) {
-  std::string prefix = base + ".tmp.";
-  if (name.rfind(prefix, 0) != 0) return -1;
-  return std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-}
+using tc_robust::temp_pid;
 
 }  // namespace
 

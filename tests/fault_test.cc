@@ -336,8 +336,8 @@ void kill_sweep(const std::string& mode) {
       for (const auto& name : tc_robust::other_files(dir.path, "k.cask")) {
         INFO("left: " << name);
         CHECK(!renamed);
-        CHECK(name.rfind("k.cask.tmp." + std::to_string(r.pid) + ".", 0) == 0);
-        CHECK(name.rfind("k.cask.tmp." + std::to_string(last_killed) + ".", 0) != 0);
+        CHECK(name.rfind(tc_robust::temp_prefix("k.cask", r.pid), 0) == 0);
+        CHECK(name.rfind(tc_robust::temp_prefix("k.cask", last_killed), 0) != 0);
       }
       last_killed = r.pid;
       if (renamed && !replace) fs::remove(path);

@@ -27,6 +27,24 @@ namespace tc_robust {
 namespace fs = std::filesystem;
 
 // An integer knob from the environment (run counts of the long variants).
+// "<base>.tmp.<host>.<pid>.": how the temporary names of process `pid` on
+// this host start (treecask::temporary_path; SPEC.md "Atomic commit").
+inline std::string temp_prefix(const std::string& base, long pid) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::strcpy(host, "localhost");
+  return base + ".tmp." + host + "." + std::to_string(pid) + ".";
+}
+
+// The pid in a temporary name "<base>.tmp.<host>.<pid>.<hex>", or -1.
+inline long temp_pid(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp.";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  const size_t last = name.rfind('.');
+  const size_t before = last == std::string::npos || last == 0 ? std::string::npos : name.rfind('.', last - 1);
+  if (before == std::string::npos || before < prefix.size()) return -1;
+  return std::strtol(name.substr(before + 1, last - before - 1).c_str(), nullptr, 10);
+}
+
 inline int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;

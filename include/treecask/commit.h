@@ -7,21 +7,37 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "treecask/error.h"
 
 namespace treecask {
 
-// The temporary name beside `path`: "<path>.tmp.<pid>.<8 random hex digits>".
-// The pid lets remove_stale_temporaries() tell a crashed writer's leftovers
-// from a live writer's; the random part keeps two writers in one process (or
-// a pid reused after a crash) apart. Throws nothing but std::bad_alloc.
+// The temporary name beside `path`: "<path>.tmp.<host>.<pid>.<16 random hex
+// digits>" (SPEC.md "Atomic commit", step 4), <host> this host's name
+// (gethostname(2); "localhost" if it has none). The host and pid let
+// is_stale_temporary() tell a crashed writer's leftovers from a live writer's,
+// also in a directory several hosts share; the random part keeps two writers
+// in one process (or a pid reused after a crash) apart. The one naming rule of
+// every temporary: files, checkpoint directories, entries being deleted and,
+// in the Python package, objects in a store. Throws nothing but std::bad_alloc.
 TREECASK_API std::filesystem::path temporary_path(const std::filesystem::path& path);
 
-// Removes the temporaries of `path` ("<name>.tmp.<pid>.<anything>", files or
-// directories) whose process no longer exists; those of live processes are
-// kept. Best effort: entries that cannot be removed are left, and nothing is
-// thrown (a leftover temporary is never mistaken for a committed file).
+// Whether `entry` (a name beside `name` in one directory, or a key beside the
+// key `name` in one store) is a temporary of `name` whose writer is gone: it
+// is "<name>.tmp.<host>.<pid>.<x>" with <host> this host's name and no
+// process <pid> running here. Names of earlier writers count too:
+// "<name>.tmp.<pid>.<x>" (<x> without a dot; judged by the pid alone, the old
+// single-host rule) and "<name>.tmpdir.<host>.<pid>.<x>" (the Python
+// package's multi-process directories before the one rule). A temporary of
+// another host is never stale here: remove it from that host, or by hand
+// once no writer runs. Throws nothing but std::bad_alloc.
+TREECASK_API bool is_stale_temporary(std::string_view name, std::string_view entry);
+
+// Removes the stale temporaries of `path` (is_stale_temporary: files or
+// directories) from its directory; those of live writers are kept. Best
+// effort: entries that cannot be removed are left, and nothing is thrown (a
+// leftover temporary is never mistaken for a committed file).
 TREECASK_API void remove_stale_temporaries(const std::filesystem::path& path);
 
 // fsync(2) of the file or directory `p`. Throws Error(kIo) naming `file` (the

@@ -91,7 +91,7 @@ struct SaveStats {
 // untouched either way.
 //
 // Atomicity (SPEC.md "Atomic commit"): the archive is built in a temporary
-// file "<path>.tmp.<pid>.<random>" in the same directory and renamed onto
+// file "<path>.tmp.<host>.<pid>.<random>" in the same directory and renamed onto
 // `path` only when complete (after fsync when durable). Until then `path` is
 // untouched; a crash leaves at most the temporary file, which the next save
 // to `path` removes once its process is gone. No "-lock" file is created.

@@ -716,6 +716,9 @@ NB_MODULE(_core, m) {
       },
       "path"_a);
   m.def(
+      "temporary_path", [](const std::string& path) { return treecask::temporary_path(path).string(); }, "path"_a);
+  m.def("is_stale_temporary", &treecask::is_stale_temporary, "name"_a, "entry"_a);
+  m.def(
       "sync_path",
       [](const std::string& p, const std::string& file) {
         nb::gil_scoped_release release;

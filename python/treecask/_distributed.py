@@ -21,7 +21,8 @@ Coordination uses only the jax.distributed coordination service (key-value
 store and barriers; no RPC or lock of our own):
 
 1. process 0 refuses an existing ``path`` (unless ``overwrite``), removes stale
-   temporary directories (below), creates ``<path>.tmpdir.<host>.<pid>.<hex16>``
+   temporary directories (below), creates ``<path>.tmp.<host>.<pid>.<hex16>``
+   (``_core.temporary_path``, the one naming rule of SPEC.md "Atomic commit")
    and publishes its name and a random 128-bit save id (or its error) in the
    key-value store;
 2. every process writes and fsyncs its ``process_<k>.cask`` there, with the
@@ -39,11 +40,13 @@ store and barriers; no RPC or lock of our own):
 If any process dies or fails before step 3's rename, nothing appears at
 ``path`` and whatever was there stays as it was.
 
-Stale temporary directories: process 0 removes ``<path>.tmpdir.<host>.<pid>.*``
-when ``<host>`` is its own host name and no process ``<pid>`` exists there
-(the process 0 of a job that died). Directories from other hosts are left
-alone (a job on another host may still be writing): remove those by hand once
-no job saving to ``path`` runs.
+Stale temporary directories: process 0 removes those of ``path`` whose
+``<host>`` is its own host name and whose process ``<pid>`` no longer exists
+there (the process 0 of a job that died; ``_core.remove_stale_temporaries``,
+the core's one rule). Directories from other hosts are left alone (a job on
+another host may still be writing): remove those by hand once no job saving
+to ``path`` runs. In an object store there is no temporary directory: see
+docs/remote.md.
 """
 
 from __future__ import annotations
@@ -52,7 +55,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -71,7 +73,6 @@ from .errors import Error
 
 INDEX = "index.cask"
 SAVE_ID_KEY = "treecask.save_id"  # include/treecask/types.h kSaveIdKey
-_TMP = ".tmpdir."
 # Seconds a process waits at a barrier / for process 0's answer.
 BARRIER_TIMEOUT_S = float(os.environ.get("TREECASK_BARRIER_TIMEOUT_S", "600"))
 
@@ -166,39 +167,6 @@ def _error_text(e: BaseException) -> str:
 def _raise(text: str, path: str):
     cls, _, msg = text.partition(":")
     raise getattr(E, cls, Error)(msg, file=path)
-
-
-def clean_stale(path: str) -> List[str]:
-    """Removes the temporary directories of dead saves to `path` (module
-    docstring): ``<path>.tmpdir.<host>.<pid>.<hex>`` with this host's name and
-    no live process <pid>. Returns what it removed."""
-    parent, name = os.path.split(os.path.abspath(path))
-    host = socket.gethostname()
-    prefix = name + _TMP
-    removed = []
-    try:
-        entries = os.listdir(parent)
-    except OSError:
-        return removed
-    for entry in entries:
-        if not entry.startswith(prefix):
-            continue
-        parts = entry[len(prefix):].rsplit(".", 2)
-        if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
-            continue
-        pid = int(parts[1])
-        if pid <= 0:
-            continue
-        try:
-            os.kill(pid, 0)
-            continue  # alive (or not ours): leave it
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-        removed.append(entry)
-    return removed
 
 
 class _Save:
@@ -305,8 +273,8 @@ def run(s: _Save):
                     raise E.AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=p)
                 if not os.path.isdir(os.path.dirname(p)):
                     raise E.NotFoundError("the parent directory does not exist", file=p)
-                clean_stale(p)
-                tmp = f"{p}{_TMP}{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}"
+                _core.remove_stale_temporaries(p)
+                tmp = _core.temporary_path(p)
                 os.mkdir(tmp)
             answer = "ok:" + save_id + ":" + tmp
         except Exception as e:

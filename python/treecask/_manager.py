@@ -52,9 +52,10 @@ STEP_KEY = "treecask.step"
 METRICS_KEY = "treecask.metrics"
 
 _STEP_RE = re.compile(r"step_([0-9]+)\.cask")
-# Temporaries of a step: the C++ writer's "<name>.tmp.<pid>.<hex8>" (SPEC.md
-# "Atomic commit") and a step directory being deleted, "<name>.tmp.<pid>.deleting".
-_TMP_RE = re.compile(r"(step_[0-9]+\.cask)\.tmp\.[0-9]+\..*")
+# Temporaries of a step, "<name>.tmp.<host>.<pid>.<hex16>" (SPEC.md "Atomic
+# commit": a save in progress, a step directory being deleted); which are stale
+# is the core's rule (treecask::is_stale_temporary).
+_TMP_RE = re.compile(r"(step_[0-9]+\.cask)\.tmp\..+")
 _SAVE_OPTIONS = frozenset({"compression", "shuffle", "durable", "chunk_size", "metadata", "threads",
                            "max_part_bytes"})
 
@@ -152,7 +153,7 @@ def _remove_entry(path: str) -> None:
     leaves only a temporary the next sweep removes). Already gone: no error."""
     try:
         if os.path.isdir(path) and not os.path.islink(path):
-            doomed = f"{path}.tmp.{os.getpid()}.deleting"
+            doomed = _core.temporary_path(path)
             os.rename(path, doomed)
             shutil.rmtree(doomed)
         else:
@@ -163,11 +164,12 @@ def _remove_entry(path: str) -> None:
 
 def sweep_temporaries(directory: PathLike) -> None:
     """Removes the temporaries of crashed saves of any step in ``directory``
-    (``step_<n>.cask.tmp.<pid>.<anything>`` whose process ``<pid>`` no longer
-    exists): the core's rule of SPEC.md "Atomic commit"
+    (``step_<n>.cask.tmp.<host>.<pid>.<hex>`` of this host whose process
+    ``<pid>`` no longer exists, and the older ``step_<n>.cask.tmp.<pid>.<hex>``):
+    the core's rule of SPEC.md "Atomic commit"
     (``treecask::remove_stale_temporaries``), applied to every step that has
-    a temporary rather than to one path. Single-host rule: in a multi-process
-    job the manager does not call it (a pid means nothing on another host)."""
+    a temporary rather than to one path. In a multi-process job the manager
+    does not call it."""
     try:
         entries = os.listdir(directory)
     except FileNotFoundError:

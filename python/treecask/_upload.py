@@ -31,13 +31,11 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import secrets
 import shutil
-import socket
 import tempfile
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Tuple
 
-from . import _remote
+from . import _core, _remote
 from .errors import AlreadyExistsError, Error, NotFoundError, UnsupportedError
 
 # Objects up to this size are committed by one conditional PUT (bytes).
@@ -46,7 +44,6 @@ SINGLE_PUT_BYTES = 64 << 20
 # their product bounds the upload's memory.
 PART_BYTES = 16 << 20
 PARTS_IN_FLIGHT = 8
-_TMP = ".tmp."
 INDEX = "index.cask"  # the commit object of a multi-process checkpoint (_distributed.INDEX)
 
 
@@ -85,28 +82,6 @@ def _store_error(url: str, exc: BaseException) -> Error:
     return _remote._error(url, exc)
 
 
-def _tmp_key(key: str) -> str:
-    return f"{key}{_TMP}{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}"
-
-
-def _stale(key: str, name: str) -> bool:
-    """Whether object ``name`` is the temporary of a dead upload of ``key`` by
-    this host (``<key>.tmp.<host>.<pid>.<hex16>``, no process ``<pid>``
-    running): the local rule of SPEC.md "Atomic commit"."""
-    if not name.startswith(key + _TMP):
-        return False
-    parts = name[len(key + _TMP):].rsplit(".", 2)
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
-        return False
-    try:
-        os.kill(int(parts[1]), 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, ValueError, OverflowError):
-        return False
-    return False
-
-
 def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, overwrite: bool,
                  prefix: bool = False) -> Tuple[Any, str]:
     """(store, key) of a save to ``url``, after one listing of the objects
@@ -131,7 +106,7 @@ def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, over
     if exists and not overwrite:
         raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)", file=url)
     for n in names:
-        if _stale(key, n):
+        if _core.is_stale_temporary(key, n):
             with contextlib.suppress(Exception):
                 obstore.delete(store, n)
     return store, key
@@ -151,7 +126,7 @@ def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> N
         elif overwrite:
             _put_parts(store, key, path)
         else:
-            tmp = _tmp_key(key)
+            tmp = _core.temporary_path(key)
             try:
                 _put_parts(store, tmp, path)
                 try:

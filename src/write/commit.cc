@@ -40,33 +40,58 @@ std::filesystem::path parent_of(const std::filesystem::path& path) {
   return path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
 }
 
+std::string host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "localhost";
+  return host;
+}
+
+// Whether no process `pid` runs on this host (kill(pid, 0) fails with ESRCH).
+bool dead(std::string_view digits) {
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos) {
+    return false;
+  }
+  const long pid = std::strtol(std::string(digits).c_str(), nullptr, 10);
+  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
 }  // namespace
 
 std::filesystem::path temporary_path(const std::filesystem::path& path) {
   std::random_device rd;
   char suffix[64];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%ld.%08x", static_cast<long>(::getpid()),
+  std::snprintf(suffix, sizeof suffix, ".%ld.%08x%08x", static_cast<long>(::getpid()), static_cast<unsigned>(rd()),
                 static_cast<unsigned>(rd()));
   std::filesystem::path tmp = path;
-  tmp += suffix;
+  tmp += ".tmp." + host_name() + suffix;
   return tmp;
+}
+
+bool is_stale_temporary(std::string_view name, std::string_view entry) {
+  for (std::string_view kind : {".tmp.", ".tmpdir."}) {
+    if (entry.size() <= name.size() + kind.size() || entry.substr(0, name.size()) != name ||
+        entry.substr(name.size(), kind.size()) != kind) {
+      continue;
+    }
+    // rest = "<host>.<pid>.<x>" (host may hold dots), or the old "<pid>.<x>".
+    const std::string_view rest = entry.substr(name.size() + kind.size());
+    const size_t last = rest.rfind('.');
+    if (last == std::string_view::npos || last == 0) return false;
+    const size_t before = rest.rfind('.', last - 1);
+    if (before == std::string_view::npos) return kind == ".tmp." && dead(rest.substr(0, last));
+    return rest.substr(0, before) == host_name() && dead(rest.substr(before + 1, last - before - 1));
+  }
+  return false;
 }
 
 void remove_stale_temporaries(const std::filesystem::path& path) {
   const std::filesystem::path dir = parent_of(path);
-  const std::string prefix = path.filename().string() + ".tmp.";
+  const std::string target = path.filename().string();
   DIR* d = ::opendir(dir.c_str());
   if (!d) return;
   std::vector<std::filesystem::path> stale;
   while (dirent* ent = ::readdir(d)) {
-    std::string_view name = ent->d_name;
-    if (name.substr(0, prefix.size()) != prefix) continue;
-    std::string rest(name.substr(prefix.size()));
-    char* end = nullptr;
-    long pid = std::strtol(rest.c_str(), &end, 10);
-    if (end == rest.c_str() || *end != '.' || pid <= 0) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // still running
-    stale.push_back(dir / std::string(name));
+    if (is_stale_temporary(target, ent->d_name)) stale.push_back(dir / ent->d_name);
   }
   ::closedir(d);
   for (const auto& p : stale) {  // best effort, see the header

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -437,7 +438,7 @@ def test_sigkill_at_random_moments_never_lists_a_partial_step(tmp_path):
         p.send_signal(signal.SIGKILL)
         p.wait()
         p.stdout.close()
-        if any(f".tmp.{p.pid}." in n for n in os.listdir(d)):
+        if any(f".tmp.{socket.gethostname()}.{p.pid}." in n for n in os.listdir(d)):
             mid_save += 1  # the kill landed inside a save
         steps = m.all_steps()
         for s in steps:

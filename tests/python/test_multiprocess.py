@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import treecask
-from treecask import _distributed
+from treecask import _core, _distributed
 from jobs import collect, launch
 
 pytest.importorskip("jax")
@@ -178,7 +178,7 @@ def test_two_process_save_restores_on_other_topologies(tmp_path):
     _run(tmp_path, "save", 2, 4)
     ckpt = tmp_path / "ckpt"
     assert sorted(os.listdir(ckpt)) == ["index.cask", "process_0.cask", "process_1.cask"]
-    assert not glob.glob(str(tmp_path / "ckpt.tmpdir.*"))  # the overwritten one and the temporaries are gone
+    assert not glob.glob(str(tmp_path / "ckpt.tmp.*"))  # the overwritten one and the temporaries are gone
 
     # Each process file holds only its own shards, one copy of each: process 0
     # (devices 0-3: mesh rows 0-1) the top half of w, the replicated array, the
@@ -312,7 +312,7 @@ def test_a_process_killed_mid_save_leaves_no_checkpoint(tmp_path):
         # second save (both processes are writing their shards), then SIGKILL
         # process 1.
         deadline = time.monotonic() + 150
-        while not glob.glob(str(tmp_path / "next.tmpdir.*")):
+        while not glob.glob(str(tmp_path / "next.tmp.*")):
             assert time.monotonic() < deadline, "the second save never started"
             assert procs[0].poll() is None and procs[1].poll() is None, procs[0].communicate()[0]
             time.sleep(0.005)
@@ -330,7 +330,7 @@ def test_a_process_killed_mid_save_leaves_no_checkpoint(tmp_path):
                 p.kill()
                 p.wait()
     assert not (tmp_path / "next").exists()
-    stale = glob.glob(str(tmp_path / "next.tmpdir.*"))
+    stale = glob.glob(str(tmp_path / "next.tmp.*"))
     assert len(stale) == 1
     # The previous checkpoint is intact and restores.
     prev = treecask.load(tmp_path / "prev")
@@ -338,8 +338,8 @@ def test_a_process_killed_mid_save_leaves_no_checkpoint(tmp_path):
     assert prev["step"] == 1
     # The next save to that path removes the dead job's temporary directory
     # (its process 0 is gone); a live one's would be kept.
-    assert _distributed.clean_stale(str(tmp_path / "next")) == [os.path.basename(stale[0])]
-    assert not glob.glob(str(tmp_path / "next.tmpdir.*"))
+    _core.remove_stale_temporaries(str(tmp_path / "next"))
+    assert not glob.glob(str(tmp_path / "next.tmp.*"))
 
 
 def test_checkpoint_manager_in_every_process(tmp_path):
