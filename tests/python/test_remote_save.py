@@ -278,16 +278,23 @@ MP_CHILD = textwrap.dedent(r'''
 ''')
 
 
+def two_processes(tmp_path, scenario, base, s3):
+    """Runs MP_CHILD's ``scenario`` in a 2-process jax.distributed job against
+    the S3 server ``s3``, under the bucket prefix ``base``; returns the
+    children's outputs (jobs.collect fails the test unless both succeed)."""
+    from jobs import collect, launch
+    procs = launch(tmp_path / "child.py", MP_CHILD, 2, lambda port, i: [port, 2, i, scenario, base],
+                   env_extra=dict(s3.env(), TESTS_DIR=os.path.dirname(os.path.abspath(__file__))))
+    return collect(procs, f"{scenario} (2 processes, {base})", timeout=240)
+
+
 def test_a_two_process_checkpoint_saves_to_a_bucket_and_restores_sharded(s3_env, tmp_path):
     """A jax.distributed job of two processes saves to s3://: each process
     uploads only its own shard object, process 0 commits by creating the
     index last; an existing checkpoint is refused, overwrite replaces it and
     leaves no object of the old one; every process restores onto its devices."""
-    from jobs import collect, launch
     base = f"s3://saves/{uuid.uuid4().hex}"
-    procs = launch(tmp_path / "child.py", MP_CHILD, 2, lambda port, i: [port, 2, i, "save", base],
-                   env_extra=s3_env.env())
-    collect(procs, "save to a bucket", timeout=240)
+    two_processes(tmp_path, "save", base, s3_env)
     prefix = base[len("s3://saves/"):] + "/ckpt/"
     names = [n[len(prefix):] for n in listing(s3_env, prefix)]
     assert names[0] == "index.cask" and len(names) == 3, names
@@ -351,11 +358,8 @@ def test_a_two_process_manager_on_a_bucket(s3_env, tmp_path):
     steps (asynchronous): each step is a checkpoint prefix committed by its
     index, retention (process 0) keeps the newest two, and every process
     restores the latest onto its devices."""
-    from jobs import collect, launch
     base = f"s3://saves/{uuid.uuid4().hex}"
-    procs = launch(tmp_path / "child.py", MP_CHILD, 2, lambda port, i: [port, 2, i, "manager", base],
-                   env_extra=s3_env.env())
-    collect(procs, "manager on a bucket", timeout=240)
+    two_processes(tmp_path, "manager", base, s3_env)
     prefix = base[len("s3://saves/"):] + "/run/"
     names = [n[len(prefix):] for n in listing(s3_env, prefix)]
     assert sorted({n.split("/")[0] for n in names}) == ["step_00000002.cask", "step_00000003.cask"], names
@@ -454,11 +458,8 @@ def test_a_sharded_restore_from_a_bucket_fetches_only_its_own_boxes(s3_env, tmp_
     fetches (counted by a proxy of its own) are its 16 MiB box plus the
     opens (the index, the 256 KiB head of its own shard file, the head and
     tail of the other process's: 4.25 MiB), never the whole array."""
-    from jobs import collect, launch
     base = f"s3://saves/{uuid.uuid4().hex}"
-    procs = launch(tmp_path / "child.py", MP_CHILD, 2, lambda port, i: [port, 2, i, "boxes", base],
-                   env_extra=dict(s3_env.env(), TESTS_DIR=os.path.dirname(os.path.abspath(__file__))))
-    outs = collect(procs, "sharded restore from a bucket", timeout=240)
+    outs = two_processes(tmp_path, "boxes", base, s3_env)
     box = 16 << 20
     for out in outs:
         fetched = int(out.split("FETCHED ")[1].split()[0])
