@@ -266,7 +266,7 @@ def run(s: _Save):
             # so that no two saves write the same manifest, whatever their trees.
             save_id = secrets.token_hex(16)
             if s.remote:  # the shard objects go under the checkpoint's prefix, named by the save id
-                _upload.check_target(p, s.storage_options, overwrite=o["overwrite"], prefix=True)
+                _upload.check_target(p, s.storage_options, overwrite=o["overwrite"], commit=INDEX)
                 tmp = p
             else:
                 if os.path.lexists(p) and not o["overwrite"]:
@@ -319,8 +319,7 @@ def run(s: _Save):
             result = "ok:" + json.dumps(stats)
         except Exception as e:
             if s.remote:  # this save's shard objects, whatever got uploaded
-                store, prefix = _remote._store_for(p + "/" + INDEX, s.storage_options)
-                prefix = prefix[:-len(INDEX)]
+                store, prefix = _remote.prefix_store(p, s.storage_options)
                 _upload.delete_objects(store, [prefix + process_file(k, save_id, True) for k in range(s.nproc)])
             else:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -357,10 +356,13 @@ def _commit(s: _Save, tmp: str, save_id: str, client, timeout_ms: int) -> Dict[s
     # The fingerprint of each shard file that holds a box (every leaf of a file is one), for the
     # index to bind (SPEC.md R8: it lists exactly the files its ShardRefs name, or more).
     bound: List[Tuple[str, int, int]] = []
-    names = [process_file(k, save_id, s.remote) for k in range(nproc)]
-    for name in names:
+    # In a store each shard object is opened once: its first round trip (head and tail,
+    # manifest included) serves this reading and the check of the whole checkpoint.
+    sources = {}
+    for name in (process_file(k, save_id, s.remote) for k in range(nproc)):
         if s.remote:
-            a = _core.Archive.open_source(_remote.ObjectSource(f"{tmp}/{name}", s.storage_options), True)
+            sources[name] = _remote.ObjectSource(f"{tmp}/{name}", s.storage_options)
+            a = _core.Archive.open_source(sources[name], True)
         else:
             a = _core.Archive.open(os.path.join(tmp, name), True, False)
         if len(a):
@@ -388,7 +390,7 @@ def _commit(s: _Save, tmp: str, save_id: str, client, timeout_ms: int) -> Dict[s
     request = SaveRequest(s.nodes, s.key_paths, kinds, dtypes, shapes, datas, more, threads=1,
                           durable=s.options["durable"] and not s.remote, metadata=s.md, shard_files=bound)
     if s.remote:
-        return _commit_remote(s, request, names, totals)
+        return _commit_remote(s, request, sources, totals)
     st = _core.save(os.path.join(tmp, INDEX), request)
     totals["file_bytes"] += int(st["file_bytes"])
     # The checkpoint must open as a whole (every ShardRef resolves, boxes tile every leaf).
@@ -401,31 +403,26 @@ def _commit(s: _Save, tmp: str, save_id: str, client, timeout_ms: int) -> Dict[s
     return totals
 
 
-def _commit_remote(s: _Save, request: SaveRequest, names: List[str], totals: Dict[str, int]) -> Dict[str, int]:
+def _commit_remote(s: _Save, request: SaveRequest, sources: Dict[str, Any],
+                   totals: Dict[str, int]) -> Dict[str, int]:
     """Step 3 in an object store: the index, written to scratch, must open
-    with the uploaded shard objects as one checkpoint; then it is uploaded
+    with the uploaded shard objects (``sources``: their ObjectSources, by
+    name, as step 3 opened them) as one checkpoint; then it is uploaded
     as ``<prefix>/index.cask``, never onto an existing one (without
     ``overwrite``): that creation is the commit. Objects under the prefix
     that the new index does not name (an overwritten checkpoint's, a dead
     save's) are deleted afterwards."""
     p = s.path
-    store, key = _remote._store_for(f"{p}/{INDEX}", s.storage_options)
-    prefix = key[:-len(INDEX)]
+    store, prefix = _remote.prefix_store(p, s.storage_options)
     with _upload.scratch(INDEX) as local:
         st = _core.save(local, request)
         totals["file_bytes"] += int(st["file_bytes"])
-
-        def open_one(name: str):
-            return _remote.FileSource(local) if name == INDEX else _remote.ObjectSource(f"{p}/{name}",
-                                                                                         s.storage_options)
-        _core.ShardedArchive.open_sources(open_one, p, True)
-        _upload.put_file(store, key, local, url=f"{p}/{INDEX}", overwrite=s.options["overwrite"])
-    import obstore
-
-    keep = {key} | {prefix + n for n in names}
+        _core.ShardedArchive.open_sources(lambda name: _remote.FileSource(local) if name == INDEX else sources[name],
+                                          p, True)
+        _upload.put_file(store, prefix + INDEX, local, url=f"{p}/{INDEX}", overwrite=s.options["overwrite"])
+    keep = {prefix + n for n in (INDEX, *sources)}
     try:
-        stale = [m["path"] for batch in obstore.list(store, prefix, chunk_size=1000) for m in batch
-                 if m["path"] not in keep and "/" not in m["path"][len(prefix):]]
+        stale = [k for k in _upload.list_keys(store, prefix) if k not in keep and "/" not in k[len(prefix):]]
     except Exception:  # noqa: BLE001 -- committed; leftovers cost storage, not correctness
         stale = []
     _upload.delete_objects(store, stale)

@@ -24,6 +24,7 @@ barriers, which release the GIL).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import math
@@ -96,15 +97,11 @@ class _Bucket:
     def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]]):
         self.url = url.rstrip("/")
         self.storage_options = storage_options
-        self.store, key = _remote._store_for(self.url + "/" + step_name(0), storage_options)
-        self.prefix = key[:-len(step_name(0))]
+        self.store, self.prefix = _remote.prefix_store(self.url, storage_options)
 
     def _objects(self) -> List[str]:
-        import obstore
-
         try:
-            return [m["path"][len(self.prefix):] for batch in obstore.list(self.store, self.prefix, chunk_size=1000)
-                    for m in batch]
+            return [k[len(self.prefix):] for k in _upload.list_keys(self.store, self.prefix)]
         except Exception as e:  # noqa: BLE001
             raise _upload._store_error(self.url, e) from None
 
@@ -547,24 +544,20 @@ class CheckpointManager:
         taken now (as for a local step) into a scratch file that the returned
         call finishes writing, uploads and commits (``_upload.put_file``, never
         onto an existing step), and removes."""
-        scratch = _upload.scratch(step_name(0))
-        local = scratch.__enter__()
-        try:
+        with contextlib.ExitStack() as stack:  # the scratch goes if the snapshot fails
+            local = stack.enter_context(_upload.scratch(step_name(0)))
             pending = _save_async(local, tree, metadata=md, pool=self._pool,
                                   **dict(self._save_options, durable=False))
-        except BaseException:
-            scratch.__exit__(None, None, None)
-            raise
-        store, key = _remote._store_for(url, self._bucket.storage_options)
+            scratch = stack.pop_all()  # else it goes when the write is done
+        key = self._bucket.prefix + os.path.basename(url)
 
         def write() -> None:
-            try:
-                pending.wait()
-                _upload.put_file(store, key, local, url=url, overwrite=False)
-            except Error as e:
-                raise _upload.named(e, local, url) from None
-            finally:
-                scratch.__exit__(None, None, None)
+            with scratch:
+                try:
+                    pending.wait()
+                    _upload.put_file(self._bucket.store, key, local, url=url, overwrite=False)
+                except Error as e:
+                    raise _upload.named(e, local, url) from None
         return write
 
     def _finish(self, job: _Job, write: Callable[[], Any]) -> None:
@@ -648,11 +641,16 @@ class CheckpointManager:
         for s in self.steps_to_delete(sorted(listing)):
             if s == new_step and self.keep_newest:
                 continue
-            if self._bucket is not None:
-                self._bucket.remove(listing[s])
-            else:
-                _remove_entry(str(self.directory / listing[s]))
-            self._metrics_cache.pop(listing[s], None)
+            self._remove(listing[s])
+
+    def _remove(self, name: str) -> None:
+        """Deletes the step entry ``name`` (a file, a directory, or a bucket's
+        objects: its commit object first) and forgets its cached metrics."""
+        if self._bucket is not None:
+            self._bucket.remove(name)
+        else:
+            _remove_entry(str(self.directory / name))
+        self._metrics_cache.pop(name, None)
 
     def _stamp(self, name: str) -> Tuple[int, int]:
         """What identifies one writing of entry ``name``: (inode, mtime) of a

@@ -97,6 +97,14 @@ def _store_for(url: str, storage_options: Optional[Mapping[str, Any]]):
     return store, path
 
 
+def prefix_store(url: str, storage_options: Optional[Mapping[str, Any]]):
+    """(obstore store, key prefix ending in "/" or empty) of the "directory"
+    URL ``url`` (``s3://bucket/run``, or a bucket alone): where a multi-process
+    checkpoint's or a manager's objects live."""
+    store, key = _store_for(url.rstrip("/") + "/_", storage_options)
+    return store, key[:-1]
+
+
 def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, Any]]):
     """The obstore store of ``base`` (a bucket URL or an HTTP directory), built anew."""
     import obstore.store

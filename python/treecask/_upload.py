@@ -44,7 +44,6 @@ SINGLE_PUT_BYTES = 64 << 20
 # their product bounds the upload's memory.
 PART_BYTES = 16 << 20
 PARTS_IN_FLIGHT = 8
-INDEX = "index.cask"  # the commit object of a multi-process checkpoint (_distributed.INDEX)
 
 
 def scratch_dir() -> str:
@@ -82,12 +81,20 @@ def _store_error(url: str, exc: BaseException) -> Error:
     return _remote._error(url, exc)
 
 
+def list_keys(store: Any, prefix: str) -> List[str]:
+    """The keys of every object whose key starts with ``prefix`` (obstore's
+    listing, paged; its errors as obstore raises them)."""
+    import obstore
+
+    return [m["path"] for batch in obstore.list(store, prefix, chunk_size=1000) for m in batch]
+
+
 def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, overwrite: bool,
-                 prefix: bool = False) -> Tuple[Any, str]:
+                 commit: Optional[str] = None) -> Tuple[Any, str]:
     """(store, key) of a save to ``url``, after one listing of the objects
     that start with its key: raises, before anything is uploaded,
-    AlreadyExistsError when the object (or, with ``prefix``, the commit
-    object ``<key>/index.cask`` of a checkpoint "directory") exists and ``overwrite`` is False, NotFoundError
+    AlreadyExistsError when the object (or, for a checkpoint "directory",
+    its commit object ``<key>/<commit>``) exists and ``overwrite`` is False, NotFoundError
     for a missing bucket, IoError "access denied" for refused credentials,
     UnsupportedError for a scheme that cannot be written (``http(s)://``).
     Also deletes the temporaries of dead uploads of this key by this host."""
@@ -99,10 +106,10 @@ def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, over
     store, key = _remote._store_for(url, storage_options)
     key = key.rstrip("/")
     try:
-        names = [m["path"] for batch in obstore.list(store, key, chunk_size=1000) for m in batch]
+        names = list_keys(store, key)
     except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
         raise _store_error(url, e) from None
-    exists = key in names or (prefix and f"{key}/{INDEX}" in names)
+    exists = key in names or (commit is not None and f"{key}/{commit}" in names)
     if exists and not overwrite:
         raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)", file=url)
     for n in names:
@@ -129,13 +136,8 @@ def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> N
             tmp = _core.temporary_path(key)
             try:
                 _put_parts(store, tmp, path)
-                try:
-                    obstore.copy(store, tmp, key, overwrite=False)
-                except Exception as e:  # noqa: BLE001
-                    if not _no_conditional(e):
-                        raise
-                    _check_absent(store, key)  # the documented fallback
-                    obstore.copy(store, tmp, key, overwrite=True)
+                _create(store, key, lambda: obstore.copy(store, tmp, key, overwrite=False),
+                        lambda: obstore.copy(store, tmp, key, overwrite=True))
             finally:
                 with contextlib.suppress(Exception):
                     obstore.delete(store, tmp)
@@ -145,20 +147,24 @@ def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> N
         raise _store_error(url, e) from None
 
 
-def _no_conditional(e: BaseException) -> bool:
-    """Whether obstore refused a conditional write because the store (or its
-    configuration) has none."""
+def _create(store: Any, key: str, conditional: Callable[[], Any], unconditional: Callable[[], Any]) -> None:
+    """Creates ``key`` by ``conditional()`` (a write that fails if ``key``
+    exists); where obstore refuses it because the store (or its configuration)
+    has no conditional writes, the documented fallback: a HEAD of ``key``
+    (AlreadyExistsError if it exists), then ``unconditional()``."""
+    import obstore
     import obstore.exceptions as E
 
-    return isinstance(e, (NotImplementedError, E.NotSupportedError)) or "not yet implemented" in str(e)
-
-
-def _check_absent(store: Any, key: str) -> None:
-    import obstore
-
+    try:
+        conditional()
+        return
+    except Exception as e:  # noqa: BLE001
+        if not (isinstance(e, (NotImplementedError, E.NotSupportedError)) or "not yet implemented" in str(e)):
+            raise
     try:
         obstore.head(store, key)
     except FileNotFoundError:
+        unconditional()
         return
     raise AlreadyExistsError("the object exists (a checkpoint is never replaced)")
 
@@ -171,12 +177,12 @@ def _put_single(store: Any, key: str, path: str, size: int, overwrite: bool) -> 
     try:
         view = memoryview(data)
         try:
-            obstore.put(store, key, view, mode="overwrite" if overwrite else "create", use_multipart=False)
-        except Exception as e:  # noqa: BLE001
-            if overwrite or not _no_conditional(e):
-                raise
-            _check_absent(store, key)  # the documented fallback
-            obstore.put(store, key, view, mode="overwrite", use_multipart=False)
+            def put(mode: str):
+                return lambda: obstore.put(store, key, view, mode=mode, use_multipart=False)
+            if overwrite:
+                put("overwrite")()
+            else:
+                _create(store, key, put("create"), put("overwrite"))
         finally:
             view.release()
     finally:

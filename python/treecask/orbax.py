@@ -1167,10 +1167,7 @@ class CheckpointManager:
         listing = self._mgr._steps()
         if step not in listing:
             raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
-        if self._mgr._bucket is not None:
-            self._mgr._bucket.remove(listing[step])
-        else:
-            _M._remove_entry(str(self._mgr.directory / listing[step]))
+        self._mgr._remove(listing[step])
 
     # ---- lifetime ----
     def is_saving_in_progress(self) -> bool:
