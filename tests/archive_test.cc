@@ -215,6 +215,34 @@ TEST_CASE("view_many: views of the raw one-part leaves, none for the others, a d
   CHECK(b.view_many(all, Verify::kNo).size() == all.size());  // unverified: no check
 }
 
+TEST_CASE("LeafInfo::zero_copy: a view of whole-byte elements; packed, LZ4 and several-part leaves are not") {
+  TempDir dir;
+  FlatTree t;
+  t.add_random("f32", DType::kFloat32, {1000}, 1);            // raw, one part: viewed
+  t.add_random("int4", DType::kInt4, {1000}, 2);              // raw, one part, packed: has a view, no array view
+  t.add("empty", DType::kBFloat16, {0}, {});                  // 0 bytes: an empty view
+  t.add("lz4", DType::kInt32, {30000}, tc_test::compressible_bytes(120000, 3));
+  t.add_random("parts", DType::kUInt8, {300000}, 4);          // > max_part_bytes: two parts
+  SaveOptions opt;
+  opt.compression = Compression::kAuto;
+  opt.chunk_size = 65536;
+  opt.max_part_bytes = 196608;
+  t.save(dir / "zc.cask", opt);
+  Archive a = Archive::open(dir / "zc.cask");
+  auto info = [&](const char* key) { return a.leaf(a.index_of(key)); };
+  CHECK((info("f32").has_view && info("f32").zero_copy()));
+  CHECK((info("empty").has_view && info("empty").zero_copy()));
+  CHECK((info("int4").has_view && !info("int4").zero_copy()));
+  CHECK((!info("lz4").has_view && !info("lz4").zero_copy()));
+  CHECK((!info("parts").has_view && !info("parts").zero_copy()));
+  for (DType d : {DType::kInt2, DType::kUInt4, DType::kFloat4E2M1FN, DType::kFloat6E3M2FN}) {
+    LeafInfo li;
+    li.has_view = true;
+    li.dtype = d;
+    CHECK_FALSE(li.zero_copy());
+  }
+}
+
 namespace {
 // Fills 256 KiB of this thread's stack below the caller's frame with what a
 // finished checksum stream leaves behind: every 64-byte block holds `seed`

@@ -182,6 +182,7 @@ TEST_CASE("Reader: open_reader picks the reader; an archive and a sharded checkp
   CHECK(sharded->metadata() == s->index().metadata());
   CHECK(sharded->path() == s->path());
   check_reader(*sharded, [&](size_t i) { return v.global_bytes(i); });
+  for (size_t i = 0; i < s->size(); ++i) CHECK_FALSE(s->leaf(i).zero_copy());  // assembled from boxes: no view
 
   // The same global arrays saved as one archive file read the same through Reader.
   tc_test::TempDir tmp;

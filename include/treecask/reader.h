@@ -37,6 +37,15 @@ struct LeafInfo : LeafMeta {
   // local archive (a remote one has no map), and not a leaf of a sharded
   // checkpoint's index (its bytes are in other files).
   bool has_view = false;
+
+  // Whether the leaf can be handed out as an array that views the map, no
+  // copy made: view() serves it (has_view) and its elements are whole bytes,
+  // so the view's bytes are the array's memory. A packed sub-byte dtype
+  // (dtype_packed: several elements per byte in the file) is held one element
+  // per byte in memory (NumPy with ml_dtypes), so its leaves are unpacked
+  // into fresh arrays instead (read_slice). The one rule for the Python
+  // package's LeafInfo.zero_copy, Archive[key] and load(copy=False).
+  bool zero_copy() const noexcept { return has_view && !dtype_packed(dtype); }
 };
 
 // One box of a leaf for read_slices(): elements start[d] <= i_d < stop[d]

@@ -378,14 +378,6 @@ std::optional<treecask::Sharding> sharding_from_python(nb::handle obj) {
   return s;
 }
 
-// The one rule for whether the Python package hands out a leaf as a NumPy view of the
-// map (LeafInfo.zero_copy, Archive[key], load(copy=False)): what Archive::view serves
-// (the core's LeafInfo::has_view: raw, one part, local, not a sharded index's leaf) of
-// a dtype whose elements are whole bytes. A packed sub-byte dtype (dtype_packed) is
-// held one element per byte in NumPy (ml_dtypes), so its leaves are unpacked into
-// fresh arrays instead.
-bool zero_copy(const treecask::LeafInfo& li) { return li.has_view && !treecask::dtype_packed(li.dtype); }
-
 nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   nb::dict d;
   d["key_path"] = nb::str(li.key_path.data(), li.key_path.size());
@@ -403,7 +395,7 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
   d["chunk_size"] = li.chunk_size;
   d["num_chunks"] = li.num_chunks;
   d["num_parts"] = li.num_parts;
-  d["zero_copy"] = zero_copy(li);
+  d["zero_copy"] = li.zero_copy();  // the core's rule (LeafInfo::zero_copy)
   // Format 3.0 (sharded checkpoints): (file, key_path, start, stop) per saved box.
   nb::list shards;
   for (const auto& r : li.shards)
@@ -414,7 +406,7 @@ nb::dict leaf_info_to_dict(const treecask::LeafInfo& li) {
 
 // Leaves [first, first + count) of `a` (Archive or ShardedArchive) as columns:
 // (dtype names, shapes as tuples, value kinds as bytes, 1/0 per leaf as bytes:
-// whether it has leaf metadata, 1/0 per leaf as bytes: zero_copy()).
+// whether it has leaf metadata, 1/0 per leaf as bytes: LeafInfo::zero_copy).
 template <class A>
 nb::tuple leaf_columns_to_python(const A& a, size_t first, size_t count) {
   if (first > a.size() || count > a.size() - first)
@@ -435,7 +427,7 @@ nb::tuple leaf_columns_to_python(const A& a, size_t first, size_t count) {
     shapes.append(nb::tuple(nb::cast(li.shape)));
     kinds[k] = static_cast<char>(li.value_kind);
     has_metadata[k] = li.metadata.empty() ? 0 : 1;
-    views[k] = zero_copy(li) ? 1 : 0;
+    views[k] = li.zero_copy() ? 1 : 0;
   }
   nb::bytes kind_bytes(kinds.data(), kinds.size()), metadata_bytes(has_metadata.data(), has_metadata.size());
   return nb::make_tuple(dtypes, shapes, kind_bytes, metadata_bytes, nb::bytes(views.data(), views.size()));
@@ -890,7 +882,7 @@ NB_MODULE(_core, m) {
       .def("leaf_columns", &leaf_columns_to_python<treecask::Archive>, "first"_a, "count"_a,
           "Leaves [first, first + count) as columns: (dtype names, shapes as tuples, value kinds "
           "as bytes, 1/0 per leaf as bytes: whether it has leaf metadata, 1/0 per leaf as bytes: "
-          "whether the package views it in the map (zero_copy())). InvalidArgumentError when the "
+          "whether the package views it in the map (LeafInfo::zero_copy)). InvalidArgumentError when the "
           "range runs past the archive.")
       .def(
           "subtree_nodes",

@@ -196,7 +196,7 @@ class Reader(abc.ABC):
         i = self._index(key)
         d = self._infos()[i]
         name, shape = d["dtype"], tuple(d["shape"])
-        if d["zero_copy"]:  # the binding's one rule (_core.zero_copy)
+        if d["zero_copy"]:  # the core's one rule (LeafInfo::zero_copy, include/treecask/reader.h)
             if d["byte_length"] == 0:
                 arr = np.empty(shape, _dtypes.to_numpy(name))
             else:
@@ -277,7 +277,7 @@ class Reader(abc.ABC):
         and no per-leaf dict: the leaf descriptions come as columns.
 
         With ``copy=False`` the arrays are read-only: views of the mapped file
-        for the leaves that have one (``LeafInfo.zero_copy``, the binding's
+        for the leaves that have one (``LeafInfo.zero_copy``, the core's
         rule, as a column; their chunks checksummed once by one ``view_many``
         call on all cores), fresh read-only copies for the others (LZ4,
         several parts, sub-byte dtypes).
