@@ -1,0 +1,287 @@
+"""``treecask.orbax``'s checkpointers and handlers: Orbax's
+``Checkpointer``, ``AsyncCheckpointer``, ``PyTreeCheckpointer`` and
+``StandardCheckpointer`` (one checkpoint, one treecask archive file, at a
+path), and the handlers that name the kind of item they save and the
+argument classes of their legacy positional calls. A save encodes its items
+(``_ocp_items.py``) and writes them with :func:`treecask.save`, or in the
+background with the manager's asynchronous save; a restore reads them back
+with :func:`treecask.load`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Dict, Optional, Tuple
+
+from . import _manager as _M
+from . import _remote
+from . import _ocp_args as args
+from . import _ocp_args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
+from ._ocp_items import _encode, _item_metadata, _restore, _unsupported
+from ._ocp_metadata import StepMetadata
+from ._save import save as _save
+from .errors import AlreadyExistsError
+
+# ---------------------------------------------------------------- handlers
+
+
+class CheckpointHandler:
+    """Base of the handlers (Orbax ``CheckpointHandler``): a handler names the
+    kind of item a checkpointer saves and the argument classes its legacy
+    positional calls build. Orbax's own handler objects are accepted wherever
+    these are (by class name). Constructor options of Orbax's handlers
+    (``use_ocdbt``, ``use_zarr3``, ``save_concurrent_gb``...) tune Orbax's
+    storage: accepted, no effect."""
+
+    kind = "pytree"
+    save_args_cls: Any = args.PyTreeSave
+    restore_args_cls: Any = args.PyTreeRestore
+
+    def __init__(self, *unused: Any, **orbax_options: Any):
+        del unused, orbax_options
+
+    def close(self) -> None:
+        """Nothing to release (Orbax API)."""
+
+
+class PyTreeCheckpointHandler(CheckpointHandler):
+    """A pytree of arrays and scalars (Orbax ``PyTreeCheckpointHandler``):
+    ``save(dir, item, save_args=...)``, ``restore(dir, item=..., restore_args=..., transforms=...)``."""
+
+
+class StandardCheckpointHandler(CheckpointHandler):
+    """A pytree (Orbax ``StandardCheckpointHandler``): ``args.StandardSave`` / ``args.StandardRestore``."""
+
+    save_args_cls = args.StandardSave
+    restore_args_cls = args.StandardRestore
+
+
+class JsonCheckpointHandler(CheckpointHandler):
+    """A JSON value (Orbax ``JsonCheckpointHandler``; ``filename`` is ignored)."""
+
+    kind = "json"
+    save_args_cls = args.JsonSave
+    restore_args_cls = args.JsonRestore
+
+
+class ArrayCheckpointHandler(CheckpointHandler):
+    """One array (Orbax ``ArrayCheckpointHandler``)."""
+
+    kind = "array"
+    save_args_cls = args.ArraySave
+    restore_args_cls = args.ArrayRestore
+
+
+class CompositeCheckpointHandler(CheckpointHandler):
+    """Several named items (Orbax ``CompositeCheckpointHandler``): save and
+    restore with ``args=args.Composite(...)``."""
+
+    kind = "composite"
+    save_args_cls = args.Composite
+    restore_args_cls = args.Composite
+
+
+_HANDLERS = {c.__name__: c for c in (PyTreeCheckpointHandler, StandardCheckpointHandler, JsonCheckpointHandler,
+                                     ArrayCheckpointHandler, CompositeCheckpointHandler)}
+
+
+def _handler_class(h: Any) -> type:
+    """This module's handler class for a handler (instance or class, this module's or Orbax's)."""
+    cls = h if isinstance(h, type) else type(h)
+    for c in cls.__mro__:
+        if c.__name__ in _HANDLERS:
+            return _HANDLERS[c.__name__]
+    raise _unsupported(f"handler {cls.__name__}", f"the handlers are {sorted(_HANDLERS)}")
+
+
+def _build_args(handler: type, op: str, pos: Tuple[Any, ...], kw: Dict[str, Any]) -> Any:
+    """The argument object of a checkpointer call: ``args=`` as given, or
+    (legacy) the handler's argument class built from the other arguments."""
+    if "args" in kw:
+        a = kw.pop("args")
+        if pos or kw:
+            raise TypeError(f"{op}: pass args= alone, not with {sorted(kw) or 'positional arguments'}")
+        return a
+    if op == "restore" and not pos and not kw:
+        return None
+    cls = handler.save_args_cls if op == "save" else handler.restore_args_cls
+    return cls(*pos, **kw)
+
+
+# ---------------------------------------------------------------- checkpointers
+
+
+class Checkpointer:
+    """Saves and restores one checkpoint at a path (Orbax ``Checkpointer``).
+
+    ``Checkpointer(handler)``; the checkpoint at ``directory`` is one treecask
+    archive *file* (Orbax writes a directory there), written atomically by
+    :func:`treecask.save` (parent directories are created). Options of Orbax's
+    constructor (``multiprocessing_options``, ``file_options``,
+    ``atomicity_options``...) are accepted and have no effect.
+
+    ``save(directory, *args, force=False, custom_metadata=None, **kwargs)``:
+    ``args=ocp.args.StandardSave(tree)`` (today's API) or the handler's legacy
+    arguments, e.g. ``save(path, tree, save_args=...)``. An existing
+    checkpoint raises ``AlreadyExistsError`` (a ``FileExistsError``; Orbax
+    raises ValueError) unless ``force=True``, which replaces it.
+
+    ``restore(directory, *args, **kwargs)``: ``args=...`` or the legacy
+    ``item=target, restore_args=..., transforms=...``; nothing: the tree as
+    saved (dicts, lists and tuples of NumPy arrays and Python scalars; Orbax
+    gives ``jax.Array`` for leaves saved as jax arrays). Raises
+    ``NotFoundError`` (a ``FileNotFoundError``) when there is no checkpoint,
+    ``ShapeError`` when a target's shape differs, ``StructureError`` when the
+    target has a leaf the checkpoint lacks (unless ``transforms={}``).
+    """
+
+    _async = False
+
+    def __init__(self, handler: Any = None, *, multiprocessing_options: Any = None, file_options: Any = None,
+                 atomicity_options: Any = None, checkpoint_metadata_store: Any = None,
+                 temporary_path_class: Any = None, **orbax_options: Any):
+        self._handler = _handler_class(handler if handler is not None else PyTreeCheckpointHandler)
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+        self._lock = threading.Lock()
+
+    @property
+    def handler(self) -> Any:
+        """The handler class this checkpointer saves with."""
+        return self._handler
+
+    def save(self, directory: Any, *args_: Any, force: bool = False, custom_metadata: Any = None,
+             **kwargs: Any) -> None:
+        """Saves a checkpoint at ``directory`` (class docstring)."""
+        path = os.fspath(directory)
+        a = _build_args(self._handler, "save", args_, kwargs)
+        tree, md, _ = _encode(a, custom_metadata, path)
+        self.wait_until_finished()
+        if _remote.is_url(path) or _M._jax_processes()[1] > 1:
+            # An object in a store (committed whole or not at all), or a multi-process save (a
+            # sharded checkpoint directory, swapped in atomically by force): treecask.save's rules.
+            _save(path, tree, metadata=md, overwrite=bool(force))
+            return
+        if os.path.lexists(path):
+            if not force:
+                raise AlreadyExistsError("a checkpoint exists here (force=True replaces it)", file=path)
+            _M._remove_entry(path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        if not self._async:
+            _save(path, tree, metadata=md)
+            return
+        pending = _M._save_async(path, tree, metadata=md)  # returns once the bytes are safe
+
+        def finish() -> None:
+            try:
+                pending.wait()
+            except BaseException as e:  # raised by the next call
+                with self._lock:
+                    self._error = e
+
+        self._thread = threading.Thread(target=finish, name="treecask-orbax-save", daemon=False)
+        self._thread.start()
+
+    def restore(self, directory: Any, *args_: Any, **kwargs: Any) -> Any:
+        """Restores the checkpoint at ``directory`` (class docstring)."""
+        self.wait_until_finished()
+        return _restore(os.fspath(directory), _build_args(self._handler, "restore", args_, kwargs))
+
+    def metadata(self, directory: Any) -> "StepMetadata":
+        """The checkpoint's :class:`StepMetadata` (``.item_metadata`` a
+        :class:`TreeMetadata`; no array bytes read)."""
+        self.wait_until_finished()
+        path = os.fspath(directory)
+        im = _item_metadata(path)
+        return StepMetadata(im, None, getattr(im, "custom_metadata", None))
+
+    def wait_until_finished(self) -> None:
+        """Blocks until the save in flight (asynchronous checkpointers) is
+        durable; raises its error, once."""
+        t = self._thread
+        if t is not None:
+            t.join()
+            self._thread = None
+        self.check_for_errors()
+
+    def check_for_errors(self) -> None:
+        """Raises the error of a finished asynchronous save, once (never blocks)."""
+        with self._lock:
+            err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    def close(self) -> None:
+        """Waits for the save in flight."""
+        self.wait_until_finished()
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class AsyncCheckpointer(Checkpointer):
+    """A :class:`Checkpointer` whose ``save`` returns once the tree's bytes
+    are safe from the caller (Orbax ``AsyncCheckpointer``): NumPy leaves are
+    copied into a host snapshot, jax.Array leaves held as read-only views
+    (treecask's asynchronous save); writing, fsync and the atomic rename run
+    in the background. ``wait_until_finished()`` blocks until durable and
+    raises a background error; the next ``save``, ``restore`` or ``close``
+    waits first. ``timeout_secs`` and ``async_options`` are accepted and have
+    no effect (the wait is until done). A save to an object-store URL, or in
+    a multi-process jax job, runs synchronously (``treecask.save``'s upload
+    and cross-process commit); a manager's steps are asynchronous there too."""
+
+    _async = True
+
+    def __init__(self, handler: Any = None, timeout_secs: Optional[int] = None, *, async_options: Any = None,
+                 **orbax_options: Any):
+        super().__init__(handler, **orbax_options)
+
+
+class PyTreeCheckpointer(Checkpointer):
+    """``Checkpointer(PyTreeCheckpointHandler())`` (Orbax ``PyTreeCheckpointer``,
+    synchronous): ``save(path, tree, save_args=...)``, ``restore(path, item=...,
+    restore_args=..., transforms=...)``. ``use_ocdbt``, ``use_zarr3``,
+    ``use_compression``, ``primary_host`` are accepted, no effect."""
+
+    def __init__(self, primary_host: Optional[int] = 0, use_ocdbt: bool = True, use_zarr3: bool = False,
+                 use_compression: bool = True):
+        super().__init__(PyTreeCheckpointHandler)
+
+
+class StandardCheckpointer(AsyncCheckpointer):
+    """An asynchronous checkpointer of a pytree (Orbax ``StandardCheckpointer``):
+    ``save(path, state, *, save_args=None, force=False, custom_metadata=None)``,
+    ``restore(path, target=None, *, strict=True)`` (a target of arrays or
+    ``ShapeDtypeStruct``: their types, shardings and dtypes, leaves cast)."""
+
+    def __init__(self, **orbax_options: Any):
+        super().__init__(StandardCheckpointHandler)
+
+    def save(self, directory: Any, state: Any = None, *, save_args: Any = None, force: bool = False,
+             custom_metadata: Any = None, args: Any = None) -> None:  # noqa: A002 - Orbax's name
+        """Saves ``state`` at ``directory`` (see :class:`Checkpointer`)."""
+        a = args if args is not None else _args.StandardSave(state, save_args=save_args)
+        super().save(directory, args=a, force=force, custom_metadata=custom_metadata)
+
+    def restore(self, directory: Any, target: Any = None, *, strict: bool = True,
+                args: Any = None) -> Any:  # noqa: A002
+        """Restores the checkpoint at ``directory``, into ``target`` when given."""
+        a = args if args is not None else _args.StandardRestore(target, strict=strict)
+        return super().restore(directory, args=a)
+
+
+def _is_async(checkpointer: Any) -> bool:
+    return any(c.__name__ == "AsyncCheckpointer" for c in type(checkpointer).__mro__)
+
+
+# The classes are treecask.orbax's, where users import them from (repr, pickles, help).
+for _cls in (CheckpointHandler, PyTreeCheckpointHandler, StandardCheckpointHandler, JsonCheckpointHandler,
+             ArrayCheckpointHandler, CompositeCheckpointHandler, Checkpointer, AsyncCheckpointer,
+             PyTreeCheckpointer, StandardCheckpointer):
+    _cls.__module__ = "treecask.orbax"
+del _cls
