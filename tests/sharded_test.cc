@@ -7,6 +7,7 @@
 #include "treecask/sharded.h"
 #include "treecask/writer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -173,6 +174,58 @@ static void check_reader(const Reader& r, const std::function<std::vector<std::b
   FAIL("no rank-2 leaf of 4-byte elements to slice");
 }
 
+// Reader's "arguments before bytes" (reader.h): a read_many or read_slices
+// whose second leaf or box is bad throws before the first is read, so the
+// first output keeps its sentinel bytes; a bad first argument likewise
+// leaves a good second output untouched.
+static void check_arguments_first(const Reader& r) {
+  const std::byte sentinel{0xA5};
+  auto untouched = [&](std::span<std::byte> o) {  // true when o holds only sentinels; refills it
+    bool all = std::all_of(o.begin(), o.end(), [&](std::byte b) { return b == sentinel; });
+    std::fill(o.begin(), o.end(), sentinel);
+    return all;
+  };
+  REQUIRE(r.size() >= 2);
+  LeafInfo l0 = r.leaf(0), l1 = r.leaf(1);
+  std::vector<std::byte> o0(l0.byte_length, sentinel), o1(l1.byte_length, sentinel), short1(l1.byte_length - 1, sentinel);
+  std::vector<size_t> bad_index{0, r.size()};
+  std::vector<std::span<std::byte>> two{o0, o1};
+  tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { r.read_many(bad_index, two); });
+  CHECK(untouched(o0));
+  std::vector<size_t> good{0, 1};
+  std::vector<std::span<std::byte>> wrong_size{o0, short1};
+  tc_test::expect_error(ErrorCode::kShapeMismatch, [&] { r.read_many(good, wrong_size); });
+  CHECK(untouched(o0));
+  std::vector<size_t> reversed{r.size(), 1};
+  tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { r.read_many(reversed, two); });
+  CHECK(untouched(o1));
+
+  // Boxes of the first rank-2 leaf of 4-byte elements at least 2 x 2: a
+  // valid first box, then a bad second one of each kind.
+  for (size_t i = 0; i < r.size(); ++i) {
+    LeafInfo info = r.leaf(i);
+    if (info.shape.size() != 2 || info.shape[0] < 2 || info.shape[1] < 2 || dtype_bits(info.dtype) != 32) continue;
+    INFO(info.key_path);
+    std::vector<int64_t> b0{0, 0}, e0{2, 2}, past{0, 0}, past_end{1, info.shape[1] + 1}, b1{0}, e1{1};
+    std::vector<int64_t> strides3{4, 4, 4};
+    std::vector<std::byte> got0(16, sentinel), got1(16, sentinel), small(12, sentinel);
+    auto first_box_untouched = [&](ErrorCode code, SliceRequest second) {
+      std::vector<SliceRequest> boxes{{b0, e0, got0, {}}, second};
+      tc_test::expect_error(code, [&] { r.read_slices(i, boxes); });
+      CHECK(untouched(got0));
+    };
+    first_box_untouched(ErrorCode::kInvalidArgument, {past, past_end, got1, {}});   // out of range
+    first_box_untouched(ErrorCode::kInvalidArgument, {b1, e1, got1, {}});           // wrong rank
+    first_box_untouched(ErrorCode::kInvalidArgument, {b0, e0, got1, strides3});     // wrong stride count
+    first_box_untouched(ErrorCode::kShapeMismatch, {b0, e0, small, {}});            // out too small
+    std::vector<SliceRequest> boxes{{past, past_end, got1, {}}, {b0, e0, got0, {}}};
+    tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { r.read_slices(i, boxes); });
+    CHECK(untouched(got0));
+    return;
+  }
+  FAIL("no rank-2 leaf of 4-byte elements to slice");
+}
+
 TEST_CASE("Reader: open_reader picks the reader; an archive and a sharded checkpoint serve one read API") {
   golden::ShardedVector v = golden::sharded_vector();
   std::unique_ptr<Reader> sharded = open_reader(vectors() / v.dir);
@@ -183,6 +236,7 @@ TEST_CASE("Reader: open_reader picks the reader; an archive and a sharded checkp
   CHECK(sharded->path() == s->path());
   check_reader(*sharded, [&](size_t i) { return v.global_bytes(i); });
   for (size_t i = 0; i < s->size(); ++i) CHECK_FALSE(s->leaf(i).zero_copy());  // assembled from boxes: no view
+  check_arguments_first(*sharded);
 
   // The same global arrays saved as one archive file read the same through Reader.
   tc_test::TempDir tmp;
@@ -201,5 +255,6 @@ TEST_CASE("Reader: open_reader picks the reader; an archive and a sharded checkp
   REQUIRE(dynamic_cast<const Archive*>(file.get()));
   CHECK(file->treedef().size() == s->treedef().size());
   check_reader(*file, [&](size_t i) { return bytes[i]; });
+  check_arguments_first(*file);
   tc_test::expect_error(ErrorCode::kNotFound, [&] { open_reader(tmp / "missing.cask"); });
 }

@@ -152,7 +152,9 @@ class TREECASK_API Archive final : public Reader {
   // exactly byte_length bytes, else kShapeMismatch). The chunks of all leaves
   // are shared among `threads` threads (0 = all cores), copied with pread()
   // from the page cache and checksummed in the same pass: the full-load path.
-  // Throws as read(), for the first damaged leaf found.
+  // Every index and output size is checked before any leaf is read (Reader's
+  // "arguments before bytes", reader.h). Throws as read(), for the first
+  // damaged leaf found.
   void read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
                  Verify verify = Verify::kDefault, unsigned threads = 0) const override;
 
@@ -200,8 +202,8 @@ class TREECASK_API Archive final : public Reader {
   // Throws kInvalidArgument (bad index, rank, range or strides: the message
   // names the dimension), kShapeMismatch (out size), kChecksumMismatch,
   // kCorruption (an LZ4 chunk that does not decode to its size). Every error
-  // names the file and the leaf's key path. Nothing is written before the
-  // arguments are checked; on a data error `out` is partly written.
+  // names the file and the leaf's key path; the arguments are checked before
+  // anything is written (Reader's "arguments before bytes", reader.h).
   void read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
                   std::span<std::byte> out, std::span<const int64_t> out_byte_strides = {},
                   Verify verify = Verify::kDefault, unsigned threads = 0) const override;

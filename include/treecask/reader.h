@@ -84,10 +84,18 @@ struct SliceRequest {
 // output of the wrong size, kChecksumMismatch (a chunk's XXH3, when
 // verifying), kCorruption (a damaged blob or LZ4 block), kIo and kNotFound
 // (a remote object that failed or vanished), each naming the file and the
-// leaf's key path; on such an error the output is partly written. Out of
-// memory is std::bad_alloc (error.h). Each implementation's header lists
-// the errors its methods add (e.g. Archive::read's kUnsupported for a leaf of
-// a sharded checkpoint's index opened as a plain archive).
+// leaf's key path. Out of memory is std::bad_alloc (error.h). Each
+// implementation's header lists the errors its methods add (e.g.
+// Archive::read's kUnsupported for a leaf of a sharded checkpoint's index
+// opened as a plain archive).
+//
+// Arguments before bytes: a read checks all its arguments -- for read_many
+// and read_slices those of every leaf or box of the call, not only the
+// first -- before it reads or writes any byte, so an argument error
+// (kInvalidArgument, kShapeMismatch, an implementation's kUnsupported)
+// leaves every output untouched. Only the read errors (kChecksumMismatch,
+// kCorruption, kIo, kNotFound) leave outputs partly written: the failing
+// one, and for read_many / read_slices any other of the call.
 //
 // Cost: one virtual call per method call; a read does its chunk work inside
 // the implementation, so a read through a Reader costs what the same read on
@@ -123,7 +131,9 @@ class TREECASK_API Reader {
   virtual void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault) const = 0;
   // Copies many leaves: outs[k] receives leaf indices[k] as read() gives it.
   // `threads`: 0 = all cores. Throws kInvalidArgument when the two spans
-  // differ in length; otherwise as read(), for the first failing leaf.
+  // differ in length or an index is not below size(), kShapeMismatch when
+  // an outs[k] is not exactly leaf indices[k]'s byte_length (all checked
+  // before any leaf is read), and the read errors above for a failing leaf.
   virtual void read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
                          Verify verify = Verify::kDefault, unsigned threads = 0) const = 0;
   // Copies the box [start, stop) of leaf `index` into `out` (layout: see
@@ -132,14 +142,16 @@ class TREECASK_API Reader {
   // zero). REQUIRES start.size() == stop.size() == rank, 0 <= start[d] <=
   // stop[d] <= shape[d]; with empty strides out.size() == element count x
   // element bytes; with strides (non-negative; Archive also takes negative
-  // ones) every element inside `out`. Throws kInvalidArgument (range, rank,
-  // strides: nothing is written), kShapeMismatch (out size), and the read
-  // errors above. `threads`: 0 = all cores for large reads.
+  // ones) every element inside `out`. Throws kInvalidArgument (index, range,
+  // rank, strides), kShapeMismatch (out size), both before anything is
+  // written, and the read errors above. `threads`: 0 = all cores for large
+  // reads.
   virtual void read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
                           std::span<std::byte> out, std::span<const int64_t> out_byte_strides = {},
                           Verify verify = Verify::kDefault, unsigned threads = 0) const = 0;
   // read_slice() of several boxes of one leaf: the boxes may overlap in the
-  // leaf, their outputs must not. Throws as read_slice().
+  // leaf, their outputs must not. Throws as read_slice(); every box's
+  // arguments are checked before any box is read.
   virtual void read_slices(size_t index, std::span<const SliceRequest> boxes,
                            Verify verify = Verify::kDefault, unsigned threads = 0) const = 0;
 

@@ -109,10 +109,10 @@ class TREECASK_API ShardedArchive final : public Reader {
   void read(size_t index, std::span<std::byte> out, Verify verify, unsigned threads) const;
   void read(size_t index, std::span<std::byte> out, Verify verify = Verify::kDefault) const override;
 
-  // Copies many whole leaves, outs[k] receiving leaf indices[k]: one read()
-  // per leaf, in order, each with `threads`. Throws kInvalidArgument when
-  // the spans differ in length (nothing read), else as read() for the first
-  // failing leaf (the earlier outputs are written).
+  // Copies many whole leaves, outs[k] receiving leaf indices[k]: every
+  // index and output size checked (Reader's "arguments before bytes"), then
+  // one read() per leaf, in order, each with `threads`. Throws as
+  // Reader::read_many.
   void read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
                  Verify verify = Verify::kDefault, unsigned threads = 0) const override;
 
@@ -135,10 +135,10 @@ class TREECASK_API ShardedArchive final : public Reader {
                   std::span<std::byte> out, std::span<const int64_t> out_byte_strides = {},
                   Verify verify = Verify::kDefault, unsigned threads = 0) const override;
 
-  // Several hyperslabs of leaf `index`: one read_slice() per box, in order
-  // (each box's arguments checked before it is read; the boxes may overlap
-  // in the leaf, their outputs must not). Throws as read_slice() for the
-  // first failing box (the earlier outputs are written).
+  // Several hyperslabs of leaf `index`: every box's arguments checked
+  // (Reader's "arguments before bytes"), then each box read as read_slice()
+  // reads it, in order (the boxes may overlap in the leaf, their outputs must
+  // not). Throws as read_slice().
   void read_slices(size_t index, std::span<const SliceRequest> boxes, Verify verify = Verify::kDefault,
                    unsigned threads = 0) const override;
 

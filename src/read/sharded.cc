@@ -48,6 +48,7 @@ struct ShardedArchive::Impl {
   std::vector<Archive> archives;   // same order
   std::vector<std::vector<Box>> boxes;  // per leaf
   std::vector<uint64_t> stored;         // per leaf: stored bytes over its boxes
+  std::vector<uint64_t> bytes;          // per leaf: byte_length of the global array
 
   Error err(ErrorCode code, size_t leaf, const std::string& what) const {
     return Error(code, (std::filesystem::path(dir) / kShardedIndexName).string(),
@@ -61,6 +62,95 @@ struct ShardedArchive::Impl {
                  std::span<std::byte> dst, std::span<const int64_t> dstr, Verify verify,
                  unsigned threads) const {
     archives[b.file].read_slice(b.leaf, lb, le, dst, dstr, verify, threads);
+  }
+
+  // kInvalidArgument unless `leaf` is below the number of leaves.
+  void check_index(size_t leaf) const {
+    if (leaf >= boxes.size())
+      throw Error(ErrorCode::kInvalidArgument, dir, "",
+                  "leaf index " + std::to_string(leaf) + " out of range (archive has " +
+                      std::to_string(boxes.size()) + " leaves)");
+  }
+
+  // One box of a read_slices() request, its arguments checked: the byte
+  // strides of its `out` (C-contiguous when the request gives none), the
+  // bytes per element there and whether the box holds no element.
+  struct CheckedBox {
+    std::vector<int64_t> strides;
+    uint64_t item = 0;   // bytes per element in `out`
+    bool empty = false;  // no element: nothing to read
+  };
+
+  // Checks box `q` of leaf `leaf` (described by `info`) against
+  // ShardedArchive::read_slice's REQUIRES, reading nothing: kInvalidArgument
+  // (rank, range, strides), kShapeMismatch (out's size).
+  CheckedBox check_box(size_t leaf, const LeafInfo& info, const SliceRequest& q) const {
+    const size_t rank = info.shape.size();
+    auto bad = [&](ErrorCode c, const std::string& what) { return err(c, leaf, what); };
+    if (q.start.size() != rank || q.stop.size() != rank)
+      throw bad(ErrorCode::kInvalidArgument, "start/stop need " + std::to_string(rank) + " entries");
+    CheckedBox c;
+    std::vector<int64_t> ext(rank);
+    uint64_t count = 1;
+    for (size_t d = 0; d < rank; ++d) {
+      if (q.start[d] < 0 || q.start[d] > q.stop[d] || q.stop[d] > info.shape[d])
+        throw bad(ErrorCode::kInvalidArgument, "slice " + box_str(q.start, q.stop) + " is not inside the shape " +
+                                                   box_str(std::vector<int64_t>(rank), info.shape));
+      ext[d] = q.stop[d] - q.start[d];
+      count *= static_cast<uint64_t>(ext[d]);  // <= the leaf's element count, checked at open
+    }
+    // Bytes per element in `out`: sub-byte dtypes (int4, uint4, ...) are
+    // unpacked to one byte per element, as Archive::read_slice writes them.
+    const uint64_t item = dtype_packed(info.dtype) ? 1 : uint64_t(dtype_bits(info.dtype) / 8);
+    const uint64_t want = count * item;
+    c.item = item;
+    c.strides.assign(q.out_byte_strides.begin(), q.out_byte_strides.end());
+    if (c.strides.empty()) {
+      if (q.out.size() != want)
+        throw bad(ErrorCode::kShapeMismatch, "out has " + std::to_string(q.out.size()) + " bytes, the slice " +
+                                                 box_str(q.start, q.stop) + " " + std::to_string(want));
+      c.strides.resize(rank);
+      int64_t s = int64_t(item);
+      for (size_t d = rank; d-- > 0;) {
+        c.strides[d] = s;
+        s *= ext[d];
+      }
+    } else if (c.strides.size() != rank) {
+      throw bad(ErrorCode::kInvalidArgument, "out_byte_strides needs " + std::to_string(rank) + " entries");
+    }
+    c.empty = want == 0;
+    if (c.empty) return c;
+    uint64_t last = item;
+    for (size_t d = 0; d < rank; ++d) {
+      if (c.strides[d] < 0) throw bad(ErrorCode::kInvalidArgument, "negative out_byte_strides");
+      last += uint64_t(ext[d] - 1) * uint64_t(c.strides[d]);
+    }
+    if (last > q.out.size())
+      throw bad(ErrorCode::kShapeMismatch, "out has " + std::to_string(q.out.size()) +
+                                               " bytes; the strided slice needs " + std::to_string(last));
+    return c;
+  }
+
+  // Reads box `q` of leaf `leaf`, checked by check_box as `c`: the part of
+  // each saved box that intersects it, from its shard file.
+  void read_box(size_t leaf, const SliceRequest& q, const CheckedBox& c, Verify verify, unsigned threads) const {
+    if (c.empty) return;
+    const size_t rank = c.strides.size();
+    std::vector<int64_t> lb(rank), le(rank);
+    for (const Box& b : boxes[leaf]) {
+      bool none = false;
+      uint64_t off = 0, extent = c.item;
+      for (size_t d = 0; d < rank && !none; ++d) {
+        int64_t is = std::max(q.start[d], b.start[d]), ie = std::min(q.stop[d], b.stop[d]);
+        if (is >= ie) none = true;
+        lb[d] = is - b.start[d];
+        le[d] = ie - b.start[d];
+        off += uint64_t(is - q.start[d]) * uint64_t(c.strides[d]);
+        extent += uint64_t(ie - is - 1) * uint64_t(c.strides[d]);
+      }
+      if (none) continue;
+      read_part(b, lb, le, q.out.subspan(off, extent), c.strides, verify, threads);
+    }
   }
 };
 
@@ -122,7 +212,7 @@ bool replaced(const std::filesystem::path& dir, int fd) {
 
 std::shared_ptr<const ShardedArchive::Impl> ShardedArchive::open_once(
     const std::string& shown, const std::function<Archive(const std::string&)>& at, unsigned threads) {
-  auto im = std::make_shared<Impl>(Impl{shown, at(std::string(kShardedIndexName)), {}, {}, {}, {}});
+  auto im = std::make_shared<Impl>(Impl{shown, at(std::string(kShardedIndexName)), {}, {}, {}, {}, {}});
   const Archive& idx = im->index;
   const size_t n = idx.size();
   std::map<std::string, size_t, std::less<>> file_of;
@@ -148,11 +238,13 @@ std::shared_ptr<const ShardedArchive::Impl> ShardedArchive::open_once(
   }
   im->boxes.resize(n);
   im->stored.resize(n);
+  im->bytes.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const LeafInfo& li = infos[i];
     if (li.shards.empty())
       throw Error(ErrorCode::kCorruption, idx.path(), li.key_path,
                   "a leaf of a sharded checkpoint's index has no shard references");
+    im->bytes[i] = li.byte_length;
     auto& bx = im->boxes[i];
     for (const auto& r : li.shards) {
       size_t f = file_of.find(r.file)->second;
@@ -242,8 +334,7 @@ const Archive& ShardedArchive::file(std::string_view name) const {
 
 void ShardedArchive::read(size_t index, std::span<std::byte> out, Verify verify, unsigned threads) const {
   const Impl& im = *impl_;
-  if (index >= size())
-    throw Error(ErrorCode::kInvalidArgument, im.dir, "", "leaf index " + std::to_string(index) + " out of range");
+  im.check_index(index);
   LeafInfo info = im.index.leaf(index);
   std::vector<int64_t> start(info.shape.size(), 0);
   if (!dtype_packed(info.dtype)) return read_slice(index, start, info.shape, out, {}, verify, threads);
@@ -269,78 +360,37 @@ void ShardedArchive::read(size_t index, std::span<std::byte> out, Verify verify)
 
 void ShardedArchive::read_many(std::span<const size_t> indices, std::span<const std::span<std::byte>> outs,
                                Verify verify, unsigned threads) const {
+  const Impl& im = *impl_;
   if (indices.size() != outs.size())
-    throw Error(ErrorCode::kInvalidArgument, impl_->dir, "", "read_many needs one output per index");
+    throw Error(ErrorCode::kInvalidArgument, im.dir, "", "read_many needs one output per index");
+  // Every argument first (reader.h): a bad index or size reads nothing.
+  for (size_t k = 0; k < indices.size(); ++k) {
+    im.check_index(indices[k]);
+    if (outs[k].size() != im.bytes[indices[k]])
+      throw im.err(ErrorCode::kShapeMismatch, indices[k],
+                   "out has " + std::to_string(outs[k].size()) + " bytes, the leaf " +
+                       std::to_string(im.bytes[indices[k]]));
+  }
   for (size_t k = 0; k < indices.size(); ++k) read(indices[k], outs[k], verify, threads);
 }
 
 void ShardedArchive::read_slices(size_t index, std::span<const SliceRequest> boxes, Verify verify,
                                  unsigned threads) const {
-  for (const SliceRequest& q : boxes) read_slice(index, q.start, q.stop, q.out, q.out_byte_strides, verify, threads);
+  const Impl& im = *impl_;
+  im.check_index(index);
+  LeafInfo info = im.index.leaf(index);
+  // Every box's arguments first (reader.h): a bad box reads nothing.
+  std::vector<Impl::CheckedBox> checked;
+  checked.reserve(boxes.size());
+  for (const SliceRequest& q : boxes) checked.push_back(im.check_box(index, info, q));
+  for (size_t k = 0; k < boxes.size(); ++k) im.read_box(index, boxes[k], checked[k], verify, threads);
 }
 
 void ShardedArchive::read_slice(size_t index, std::span<const int64_t> start, std::span<const int64_t> stop,
                                 std::span<std::byte> out, std::span<const int64_t> out_byte_strides,
                                 Verify verify, unsigned threads) const {
-  const Impl& im = *impl_;
-  if (index >= size())
-    throw Error(ErrorCode::kInvalidArgument, im.dir, "", "leaf index " + std::to_string(index) + " out of range");
-  LeafInfo info = im.index.leaf(index);
-  const size_t rank = info.shape.size();
-  auto bad = [&](ErrorCode c, const std::string& what) { return im.err(c, index, what); };
-  if (start.size() != rank || stop.size() != rank)
-    throw bad(ErrorCode::kInvalidArgument, "start/stop need " + std::to_string(rank) + " entries");
-  std::vector<int64_t> ext(rank);
-  uint64_t count = 1;
-  for (size_t d = 0; d < rank; ++d) {
-    if (start[d] < 0 || start[d] > stop[d] || stop[d] > info.shape[d])
-      throw bad(ErrorCode::kInvalidArgument, "slice " + box_str(start, stop) + " is not inside the shape " +
-                                                 box_str(std::vector<int64_t>(rank), info.shape));
-    ext[d] = stop[d] - start[d];
-    count *= static_cast<uint64_t>(ext[d]);  // <= the leaf's element count, checked at open
-  }
-  // Bytes per element in `out`: sub-byte dtypes (int4, uint4, ...) are
-  // unpacked to one byte per element, as Archive::read_slice writes them.
-  const size_t item = dtype_packed(info.dtype) ? 1 : size_t(dtype_bits(info.dtype) / 8);
-  const uint64_t want = count * item;
-  std::vector<int64_t> strides(out_byte_strides.begin(), out_byte_strides.end());
-  if (strides.empty()) {
-    if (out.size() != want)
-      throw bad(ErrorCode::kShapeMismatch, "out has " + std::to_string(out.size()) + " bytes, the slice " +
-                                               box_str(start, stop) + " " + std::to_string(want));
-    strides.resize(rank);
-    int64_t s = int64_t(item);
-    for (size_t d = rank; d-- > 0;) {
-      strides[d] = s;
-      s *= ext[d];
-    }
-  } else if (strides.size() != rank) {
-    throw bad(ErrorCode::kInvalidArgument, "out_byte_strides needs " + std::to_string(rank) + " entries");
-  }
-  if (want == 0) return;
-  uint64_t last = item;
-  for (size_t d = 0; d < rank; ++d) {
-    if (strides[d] < 0) throw bad(ErrorCode::kInvalidArgument, "negative out_byte_strides");
-    last += uint64_t(ext[d] - 1) * uint64_t(strides[d]);
-  }
-  if (last > out.size())
-    throw bad(ErrorCode::kShapeMismatch, "out has " + std::to_string(out.size()) + " bytes; the strided slice needs " +
-                                             std::to_string(last));
-  std::vector<int64_t> lb(rank), le(rank);
-  for (const Box& b : im.boxes[index]) {
-    bool empty = false;
-    uint64_t off = 0, extent = item;
-    for (size_t d = 0; d < rank && !empty; ++d) {
-      int64_t is = std::max(start[d], b.start[d]), ie = std::min(stop[d], b.stop[d]);
-      if (is >= ie) empty = true;
-      lb[d] = is - b.start[d];
-      le[d] = ie - b.start[d];
-      off += uint64_t(is - start[d]) * uint64_t(strides[d]);
-      extent += uint64_t(ie - is - 1) * uint64_t(strides[d]);
-    }
-    if (empty) continue;
-    im.read_part(b, lb, le, out.subspan(off, extent), strides, verify, threads);
-  }
+  SliceRequest q{start, stop, out, out_byte_strides};
+  read_slices(index, std::span<const SliceRequest>(&q, 1), verify, threads);
 }
 
 std::vector<Error> ShardedArchive::verify(const std::function<void(uint64_t, uint64_t)>& progress) const {

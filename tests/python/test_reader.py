@@ -97,3 +97,29 @@ def test_the_sharded_source_has_the_archive_read_methods():
         np.testing.assert_array_equal(o, whole[b[0]:e[0], b[1]:e[1]])
     with pytest.raises(IndexError):
         s.read_many([n], [whole], None)
+
+
+@pytest.mark.parametrize("sharded", [True, False])
+def test_a_bad_argument_reads_nothing(cask, sharded):
+    """read_many and read_slices check every leaf's or box's arguments before
+    reading any (reader.h, "arguments before bytes"): a bad second one leaves
+    the first output as it was, for both sources."""
+    if sharded:
+        s = _core.ShardedArchive.open(SHARDED)
+    else:
+        with treecask.open(SHARDED) as c:
+            s = _core.Archive.open(str(_single_file_copy(c, cask)))
+    w, b = s.index_of("params/w"), s.index_of("params/b")
+    shape = tuple(s.leaf(w)["shape"])
+    first = np.full(shape, -7, np.int32)
+    with pytest.raises(treecask.InvalidArgumentError):
+        s.read_many([w, len(s)], [first, np.empty(5, np.float32)], None)
+    with pytest.raises(treecask.ShapeError):
+        s.read_many([w, b], [first, np.empty(4, np.float32)], None)
+    box = np.full((2, 2), -7, np.int32)
+    with pytest.raises(treecask.InvalidArgumentError):
+        s.read_slices(w, [[0, 0], [0, 0]], [[2, 2], [1, shape[1] + 1]], [box, np.empty((1, shape[1] + 1), np.int32)],
+                      None)
+    with pytest.raises(treecask.ShapeError):
+        s.read_slices(w, [[0, 0], [0, 0]], [[2, 2], [2, 2]], [box, np.empty(3, np.int32)], None)
+    assert (first == -7).all() and (box == -7).all()
