@@ -136,53 +136,26 @@ def _sharding_resolver(shardings: Any, a: Reader) -> Callable[[Tuple[str, ...], 
 def _assemble(a: Reader, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], first: int,
               values: List[Any], base: Tuple[str, ...]) -> Any:
     """The tree of the pre-order treedef `nodes` (the subtree at components
-    `base` whose first leaf is leaf `first`) with leaf k taken from
+    `base` whose first leaf is leaf `first`) with leaf `first` + k taken from
     values[k]: dicts for dict, namedtuple and dataclass nodes (known boxes
-    rebuilt, _rebuild_box), lists, tuples, None. The one walk of an archive's
-    treedef into a tree; the caller reads the leaves first (a leaf's key path
-    says where it lies: SPEC.md "Key paths")."""
-    pos = 0
-    li = 0
+    rebuilt, _rebuild_box), lists, tuples, None. A fold of the one treedef
+    walk (_tree.fold_treedef) over leaf values the caller read first (a
+    leaf's key path says where it lies: SPEC.md "Key paths"); it keeps no
+    reference to `values` once it returns. Raises nothing of its own: a known
+    box that fails to rebuild warns and stays a dict (_rebuild_box)."""
 
-    def rec(path: Tuple[str, ...]) -> Any:
-        nonlocal pos, li
-        kind, arity, type_name, keys = nodes[pos]
-        pos += 1
-        if kind == T.LEAF:
-            li += 1
-            return values[li - 1]
-        if kind == T.NONE:
-            return None
-        named = kind in (T.DICT, T.NAMEDTUPLE, T.DATACLASS)
-        leaf0 = li
-        children = []
-        for j in range(arity):
-            child_kind = nodes[pos][0]
-            if child_kind == T.LEAF:  # leaves and None inline: a tree of many small leaves lives here
-                children.append(values[li])
-                li += 1
-                pos += 1
-            elif child_kind == T.NONE:
-                children.append(None)
-                pos += 1
-            else:
-                children.append(rec(path + (keys[j] if named else str(j),)))
+    def inner(p: int, path: Tuple[str, ...], k: int, count: int, children: List[Any]) -> Any:
+        kind, _, type_name, keys = nodes[p]
         if kind == T.LIST:
             return children
         if kind == T.TUPLE:
             return tuple(children)
         fields = dict(zip(keys, children))
-        if kind == T.DATACLASS and li > leaf0:
-            return _rebuild_box(a, type_name, fields, first + leaf0, path)
+        if kind == T.DATACLASS and count:
+            return _rebuild_box(a, type_name, fields, k, path)
         return fields
 
-    try:
-        return rec(base)
-    finally:
-        # rec refers to itself through its closure: a reference cycle that would keep
-        # `values` (every leaf: the whole tree's memory, or its map) alive after the
-        # caller drops the tree, until the cyclic GC happens to run.
-        del rec
+    return T.fold_treedef(nodes, inner, leaves=values, path=base, first_leaf=first)
 
 
 def _rebuild_box(a: Reader, type_name: str, fields: Dict[str, Any], first_leaf: int,

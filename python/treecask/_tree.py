@@ -44,11 +44,23 @@ join_path: Callable[[Sequence[str]], str] = _core.join_key_path
 split_path: Callable[[str], List[str]] = _core.split_key_path
 
 
-def child_names(kind: int, keys: Sequence[str], arity: int) -> List[str]:
+def child_names(kind: int, keys: Sequence[str], arity: int) -> Sequence[str]:
     """The key path component of each of a node's `arity` children (SPEC.md
-    "Key paths"): its keys for a dict, namedtuple or dataclass node, else
-    "0", "1", ... The one statement of that rule for both trees (PNode, TNode)."""
-    return list(keys) if kind in (DICT, NAMEDTUPLE, DATACLASS) else [str(i) for i in range(arity)]
+    "Key paths"): its keys for a dict, namedtuple or dataclass node (`keys`
+    itself, not a copy: do not modify it), else "0", "1", ... (a tuple). The
+    one statement of that rule, for a pytree's PNodes and a treedef's nodes
+    (fold_treedef, find_node). Raises nothing."""
+    if kind in _NAMED_KINDS:
+        return keys
+    if arity <= len(_INDEX_NAMES):
+        return _INDEX_NAMES[:arity]
+    return tuple(str(i) for i in range(arity))
+
+
+# The kinds whose children are named by their keys, and the names of the first 256
+# children of the others, made once (a restore asks for them at every inner node).
+_NAMED_KINDS = frozenset({DICT, NAMEDTUPLE, DATACLASS})
+_INDEX_NAMES = tuple(str(i) for i in range(256))
 
 
 @dataclass
@@ -338,6 +350,101 @@ def rebuild(node: PNode, leaf_value: Callable[[Tuple[str, ...], PNode], Any],
 # ---- archive treedefs ---------------------------------------------------------
 
 
+def fold_treedef(nodes: Sequence[Tuple[int, int, str, Sequence[str]]],
+                 inner: Callable[[int, Tuple[str, ...], int, int, List[Any]], Any], *,
+                 leaves: Optional[List[Any]] = None,
+                 leaf: Optional[Callable[[int, Tuple[str, ...], int], Any]] = None,
+                 none: Optional[Callable[[int, Tuple[str, ...], int], Any]] = None,
+                 path: Sequence[str] = (), first_leaf: int = 0) -> Any:
+    """The one walk of an archive's treedef: the value of the root of `nodes`,
+    folded bottom-up in a single pre-order pass (index_treedef and
+    ``_restore._assemble`` are two folds).
+
+    `nodes`: a non-empty pre-order treedef as a reader gives it (checked at
+    open): ``(kind, arity, type_name, keys)`` tuples, the kinds this module's
+    numbers; the whole tree, or the subtree at components `path` whose first
+    leaf is leaf `first_leaf`. For the node at position p of `nodes`, at
+    components c (`path`, then at each level the child's name from
+    child_names), whose first leaf (or, for a NONE node, the next leaf) has
+    whole-tree index k, the value is:
+
+    * LEAF: ``leaves[k - first_leaf]`` when `leaves` is given (a list of one
+      value per LEAF node of `nodes`, in order; taken inline, no call and no
+      path per leaf; a node of 8 or more children that are all leaves takes
+      them as one slice), else ``leaf(p, c, k)``;
+    * NONE: ``none(p, c, k)`` when `none` is given, else None;
+    * any other kind: ``inner(p, c, k, count, children)``: `count` leaves at
+      or under it, `children` its children's values in order (a new list).
+
+    Exactly one of `leaves` and `leaf` is given, else TypeError. Raises what
+    the callbacks raise, IndexError for nodes whose arities run past their
+    end, RecursionError for a tree deeper than Python's recursion limit (one
+    frame per level). Leaves no reference cycle behind: nothing of the walk
+    (`leaves` included) outlives the call unless a callback keeps it.
+    Cost: one call of `inner` per node that is neither a leaf nor None, and
+    one of child_names per node with a child that is walked with its path."""
+    if (leaves is None) == (leaf is None):
+        raise TypeError("fold_treedef takes exactly one of leaves and leaf")
+    pos = 0
+    li = 0  # leaves walked so far: leaf first_leaf + li comes next
+    inline = leaves is not None
+
+    def rec(comps: Tuple[str, ...]) -> Any:
+        nonlocal pos, li
+        p = pos
+        kind, arity, _, keys = nodes[p]
+        pos = p + 1
+        if kind == LEAF:
+            li += 1
+            return leaves[li - 1] if inline else leaf(p, comps, first_leaf + li - 1)
+        if kind == NONE:
+            return None if none is None else none(p, comps, first_leaf + li)
+        k = li
+        if inline and arity >= 8 and nodes[pos][0] == LEAF and nodes[pos:pos + arity].count(nodes[pos]) == arity:
+            # Only leaf children (a wide flat dict or list): their values as one slice.
+            pos += arity
+            li += arity
+            return inner(p, comps, first_leaf + k, arity, leaves[k:li])
+        names = None
+        children = []
+        for j in range(arity):
+            child = nodes[pos][0]
+            if child == LEAF:
+                if inline:  # leaves and None inline: a tree of many small leaves lives here
+                    children.append(leaves[li])
+                    li += 1
+                    pos += 1
+                    continue
+            elif child == NONE:
+                if none is None:
+                    children.append(None)
+                    pos += 1
+                    continue
+            else:
+                if names is None:
+                    names = child_names(kind, keys, arity)
+                children.append(rec(comps + (names[j],)))
+                continue
+            # A leaf or None child with its callback, called here (no call of rec).
+            if names is None:
+                names = child_names(kind, keys, arity)
+            if child == LEAF:
+                children.append(leaf(pos, comps + (names[j],), first_leaf + li))
+                li += 1
+            else:
+                children.append(none(pos, comps + (names[j],), first_leaf + li))
+            pos += 1
+        return inner(p, comps, first_leaf + k, li - k, children)
+
+    try:
+        return rec(tuple(path))
+    finally:
+        # rec refers to itself through its closure: a reference cycle that would keep
+        # `leaves` (a restore's every leaf: the whole tree's memory, or its map) alive
+        # after the caller drops the result, until the cyclic GC happens to run.
+        del rec
+
+
 @dataclass
 class TNode:
     """One node of a treedef read from a file, with its place in the tree."""
@@ -358,31 +465,25 @@ def index_treedef(raw: Sequence[Tuple[int, int, str, Sequence[str]]], path: Tupl
     """The TNode tree of a pre-order treedef (None for an empty treedef): the
     whole tree's, or that of the subtree at components `path` whose first
     leaf is leaf `first_leaf` (the TNodes then carry whole-tree paths and leaf
-    indices; ``index`` counts from the subtree's root)."""
+    indices; ``index`` counts from the subtree's root). A fold_treedef;
+    raises what it raises."""
     if not raw:
         return None
-    pos = 0
-    leaf = first_leaf
 
-    def rec(path):
-        nonlocal pos, leaf
-        kind, arity, type_name, keys = raw[pos]
-        node = TNode(pos, kind, arity, type_name, list(keys), path, leaf, 0)
-        pos += 1
-        if kind == LEAF:
-            leaf += 1
-            node.num_leaves = 1
-            return node
-        names = child_names(kind, keys, arity)
-        for i in range(arity):
-            node.children.append(rec(path + (names[i],)))
-        node.num_leaves = leaf - node.first_leaf
-        return node
+    def inner(p: int, comps: Tuple[str, ...], k: int, count: int, children: List[TNode]) -> TNode:
+        kind, arity, type_name, keys = raw[p]
+        return TNode(p, kind, arity, type_name, list(keys), comps, k, count, children)
 
-    return rec(tuple(path))
+    def end(p: int, comps: Tuple[str, ...], k: int) -> TNode:  # a leaf or None node
+        kind, arity, type_name, keys = raw[p]
+        return TNode(p, kind, arity, type_name, list(keys), comps, k, 1 if kind == LEAF else 0)
+
+    return fold_treedef(raw, inner, leaf=end, none=end, path=path, first_leaf=first_leaf)
 
 
 def find_node(root: Optional[TNode], comps: Sequence[str]) -> Optional[TNode]:
+    """The TNode at components `comps` below `root` (each the child's name by
+    child_names), or None when there is none. Raises nothing."""
     node = root
     for c in comps:
         if node is None or node.kind in (LEAF, NONE):

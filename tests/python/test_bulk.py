@@ -107,6 +107,44 @@ def test_subtree_reads_only_its_part(cask, monkeypatch):
     assert [(first, count, len(nodes)) for first, count, nodes in seen] == [(7 * 20 + 13, 1, 1), (380, 20, 21)]
 
 
+def test_one_treedef_walk_with_inline_leaves_or_callbacks(cask):
+    """_tree.fold_treedef gives the same fold whether leaves come inline (a
+    list, as a restore takes them; wide leaf-only nodes as one slice) or from
+    the leaf callback, and walks every leaf at its key path."""
+    tree = nested_tree()
+    tree["wide"] = {f"k{i:02d}": np.float32(i) for i in range(9)}  # one slice
+    tree["wide_list"] = [np.int8(i) for i in range(8)]            # one slice, still a list
+    tree["with_none"] = [np.int8(i) for i in range(8)] + [None]   # a None: leaf by leaf
+    treecask.save(cask, tree, durable=False)
+    with treecask.open(cask) as a:
+        first, count, nodes = a.subtree(())
+        keys = a.keys()
+
+        def inner(p, comps, k, n, children):
+            return ("node", p, comps, k, n, children)
+
+        walked = []
+
+        def leaf(p, comps, k):
+            walked.append((T.join_path(comps), k))
+            return ("leaf", k)
+
+        inline = T.fold_treedef(nodes, inner, leaves=[("leaf", k) for k in range(count)])
+        assert inline == T.fold_treedef(nodes, inner, leaf=leaf)
+        assert walked == [(kp, k) for k, kp in enumerate(keys)]
+        assert T.fold_treedef(nodes, inner, leaf=leaf, none=lambda p, comps, k: ("none", p)) != inline
+        with pytest.raises(TypeError):
+            T.fold_treedef(nodes, inner)
+        first, count, nodes = a.subtree(("params",))
+        sub = T.fold_treedef(nodes, inner, leaves=list(range(first, first + count)), path=("params",),
+                             first_leaf=first)
+        assert sub[2:5] == (("params",), first, count)
+        assert trees_equal(treecask.load(cask, subtree="wide"), tree["wide"])
+        for k in ("wide_list", "with_none"):
+            got = treecask.load(cask, subtree=k)
+            assert type(got) is list and trees_equal(got, tree[k])
+
+
 def test_subtree_nodes_and_leaf_columns_match_the_per_leaf_calls(cask):
     tree = nested_tree()
     treecask.save(cask, tree, durable=False)
