@@ -207,7 +207,7 @@ static void check_arguments_first(const Reader& r) {
     if (info.shape.size() != 2 || info.shape[0] < 2 || info.shape[1] < 2 || dtype_bits(info.dtype) != 32) continue;
     INFO(info.key_path);
     std::vector<int64_t> b0{0, 0}, e0{2, 2}, past{0, 0}, past_end{1, info.shape[1] + 1}, b1{0}, e1{1};
-    std::vector<int64_t> strides3{4, 4, 4};
+    std::vector<int64_t> strides3{4, 4, 4}, zero_row{0, 4};
     std::vector<std::byte> got0(16, sentinel), got1(16, sentinel), small(12, sentinel);
     auto first_box_untouched = [&](ErrorCode code, SliceRequest second) {
       std::vector<SliceRequest> boxes{{b0, e0, got0, {}}, second};
@@ -218,6 +218,7 @@ static void check_arguments_first(const Reader& r) {
     first_box_untouched(ErrorCode::kInvalidArgument, {b1, e1, got1, {}});           // wrong rank
     first_box_untouched(ErrorCode::kInvalidArgument, {b0, e0, got1, strides3});     // wrong stride count
     first_box_untouched(ErrorCode::kShapeMismatch, {b0, e0, small, {}});            // out too small
+    first_box_untouched(ErrorCode::kInvalidArgument, {b0, e0, got1, zero_row});     // 2 rows to one place
     std::vector<SliceRequest> boxes{{past, past_end, got1, {}}, {b0, e0, got0, {}}};
     tc_test::expect_error(ErrorCode::kInvalidArgument, [&] { r.read_slices(i, boxes); });
     CHECK(untouched(got0));

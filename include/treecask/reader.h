@@ -141,8 +141,9 @@ class TREECASK_API Reader {
   // unpacked to one byte per element (the value in the low bits, the others
   // zero). REQUIRES start.size() == stop.size() == rank, 0 <= start[d] <=
   // stop[d] <= shape[d]; with empty strides out.size() == element count x
-  // element bytes; with strides (non-negative; Archive also takes negative
-  // ones) every element inside `out`. Throws kInvalidArgument (index, range,
+  // element bytes; with strides (non-negative, Archive also takes negative
+  // ones; 0 only on a dimension of at most one element) every element
+  // inside `out`. Throws kInvalidArgument (index, range,
   // rank, strides), kShapeMismatch (out size), both before anything is
   // written, and the read errors above. `threads`: 0 = all cores for large
   // reads.
