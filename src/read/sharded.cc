@@ -115,14 +115,14 @@ struct ShardedArchive::Impl {
         c.strides[d] = s;
         s *= ext[d];
       }
-    } else if (c.strides.size() != rank) {
-      throw bad(ErrorCode::kInvalidArgument, "out_byte_strides needs " + std::to_string(rank) + " entries");
-    }
-    for (size_t d = 0; d < rank && !q.out_byte_strides.empty(); ++d) {
-      if (c.strides[d] == 0 && ext[d] > 1)  // as Archive::read_slice: elements would overwrite each other
-        throw bad(ErrorCode::kInvalidArgument, "dimension " + std::to_string(d) +
-                                                   ": a destination stride of 0 would write " +
-                                                   std::to_string(ext[d]) + " elements to one place");
+    } else {
+      if (c.strides.size() != rank)
+        throw bad(ErrorCode::kInvalidArgument, "out_byte_strides needs " + std::to_string(rank) + " entries");
+      for (size_t d = 0; d < rank; ++d)
+        if (c.strides[d] == 0 && ext[d] > 1)  // as Archive::read_slice: elements would overwrite each other
+          throw bad(ErrorCode::kInvalidArgument, "dimension " + std::to_string(d) +
+                                                     ": a destination stride of 0 would write " +
+                                                     std::to_string(ext[d]) + " elements to one place");
     }
     c.empty = want == 0;
     if (c.empty) return c;
