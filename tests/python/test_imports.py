@@ -9,25 +9,44 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "python" / "treecask"
 
 
-def _imports(tree: ast.AST, modules: set) -> set:
-    """The package modules that `tree` (one module's AST) imports."""
+def _module_name(path: pathlib.Path) -> str:
+    """A file's module name relative to the package: "_restore", "orbax._items";
+    a package's ``__init__.py`` is the package itself ("__init__" for the top)."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(tree: ast.AST, here: str, is_package: bool, modules: set) -> set:
+    """The package modules that `tree` (module `here`'s AST) imports, named as
+    _module_name does; an import of a name inside a module counts as the module."""
     found = set()
+    base = [] if here == "__init__" else here.split(".")
+    if not is_package:
+        base = base[:-1]
+
+    def resolve(dotted: str) -> str:
+        while dotted and dotted not in modules:  # from .x import name: the module x
+            dotted = dotted.rpartition(".")[0]
+        return dotted
 
     def visit(node):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:  # from .x import y
-                found.add(node.module.split(".")[0])
-            else:  # from . import x, y
-                found.update(a.name for a in node.names)
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
+            anchor = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+            prefix = anchor + (node.module.split(".") if node.module else [])
+            for a in node.names:
+                found.add(resolve(".".join(prefix + [a.name])) or ".".join(prefix) or "__init__")
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
                 and node.module.split(".")[0] == "treecask":
-            parts = node.module.split(".")
-            found.update([parts[1]] if len(parts) > 1 else [a.name for a in node.names])
+            parts = node.module.split(".")[1:]
+            for a in node.names:
+                found.add(resolve(".".join(parts + [a.name])) or "__init__")
         elif isinstance(node, ast.Import):
             for a in node.names:
                 parts = a.name.split(".")
                 if parts[0] == "treecask" and len(parts) > 1:
-                    found.add(parts[1])
+                    found.add(resolve(".".join(parts[1:])))
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -36,10 +55,13 @@ def _imports(tree: ast.AST, modules: set) -> set:
 
 
 def import_graph() -> dict:
-    """{module: the package modules it imports}, "__init__" for the package."""
-    files = {p.stem: p for p in PACKAGE.glob("*.py")}
+    """{module: the package modules it imports}, "__init__" for the package,
+    dotted names for subpackages ("orbax", "orbax._items")."""
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    files["__init__"] = PACKAGE / "__init__.py"
     modules = set(files) | {"_core"}  # _core: the extension, imports nothing of the package
-    graph = {name: _imports(ast.parse(p.read_text(), str(p)), modules) - {name} for name, p in files.items()}
+    graph = {name: _imports(ast.parse(p.read_text(), str(p)), name, p.name == "__init__.py", modules) - {name}
+             for name, p in files.items()}
     graph["_core"] = set()
     return graph
 

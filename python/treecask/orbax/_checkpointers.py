@@ -3,7 +3,7 @@
 ``StandardCheckpointer`` (one checkpoint, one treecask archive file, at a
 path), and the handlers that name the kind of item they save and the
 argument classes of their legacy positional calls. A save encodes its items
-(``_ocp_items.py``) and writes them with :func:`treecask.save`, or in the
+(``_items.py``) and writes them with :func:`treecask.save`, or in the
 background with the manager's asynchronous save; a restore reads them back
 with :func:`treecask.load`.
 """
@@ -14,14 +14,14 @@ import os
 import threading
 from typing import Any, Dict, Optional, Tuple
 
-from . import _manager as _M
-from . import _remote
-from . import _ocp_args as args
-from . import _ocp_args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
-from ._ocp_items import _encode, _item_metadata, _restore, _unsupported
-from ._ocp_metadata import StepMetadata
-from ._save import save as _save
-from .errors import AlreadyExistsError
+from .. import _manager as _M
+from .. import _remote
+from . import args as args
+from . import args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
+from ._items import _encode, _item_metadata, _restore, _unsupported
+from ._metadata import StepMetadata
+from .._save import save as _save
+from ..errors import AlreadyExistsError
 
 # ---------------------------------------------------------------- handlers
 

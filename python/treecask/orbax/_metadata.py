@@ -2,7 +2,7 @@
 ``ScalarMetadata``, ``StringMetadata``, ``TreeMetadata`` (a jax pytree once
 jax is loaded), ``StepMetadata`` and ``RootMetadata``, and the metadata of one
 leaf from its :class:`treecask.LeafInfo`. They describe a checkpoint without
-reading its arrays; ``_ocp_items.py`` builds them (``item_metadata``) and
+reading its arrays; ``_items.py`` builds them (``item_metadata``) and
 ``treecask.orbax`` exports them.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from . import _jaxutil as J
+from .. import _jaxutil as J
 
 
 @dataclasses.dataclass

@@ -26,9 +26,9 @@ handlers, options) are accepted by their class names and fields.
 docs/python.md "Switching from Orbax in one line" lists what differs.
 
 Where the parts live: this module holds the manager and its options;
-``_ocp_checkpointers.py`` the checkpointers and handlers; ``_ocp_items.py``
+``_checkpointers.py`` the checkpointers and handlers; ``_items.py``
 the per-leaf arguments and a checkpoint's items in an archive;
-``_ocp_metadata.py`` the metadata classes; ``_ocp_args.py`` the ``args``
+``_metadata.py`` the metadata classes; ``args.py`` the ``args``
 namespace. Every public name is importable from here.
 """
 
@@ -40,9 +40,9 @@ import os
 import pathlib
 from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequence
 
-from . import _manager as _M
-from . import _ocp_args as args
-from ._ocp_checkpointers import (
+from .. import _manager as _M
+from . import args as args
+from ._checkpointers import (
     ArrayCheckpointHandler,
     AsyncCheckpointer,
     CheckpointHandler,
@@ -56,7 +56,7 @@ from ._ocp_checkpointers import (
     _handler_class,
     _is_async,
 )
-from ._ocp_items import (
+from ._items import (
     _CUSTOM_KEY,
     DEFAULT_ITEM_NAME,
     ArrayRestoreArgs,
@@ -69,9 +69,9 @@ from ._ocp_items import (
     checkpoint_utils,
     utils,
 )
-from ._ocp_metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
-from ._open import open as _open
-from .errors import InvalidArgumentError, NotFoundError
+from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
+from .._open import open as _open
+from ..errors import InvalidArgumentError, NotFoundError
 
 __all__ = [
     "args",

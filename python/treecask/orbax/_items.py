@@ -5,8 +5,8 @@ Orbax's per-leaf arguments (``SaveArgs``, ``RestoreArgs``,
 root, or several named PyTree, JSON and array items under their names, with
 the layout in the archive metadata) encoded for :func:`treecask.save` and
 restored by :func:`treecask.load`; and a checkpoint's item metadata, read from
-the manifest alone. The checkpointers (``_ocp_checkpointers.py``) and the
-manager (``orbax.py``) save and restore through these.
+the manifest alone. The checkpointers (``_checkpointers.py``) and the
+manager (``__init__.py``) save and restore through these.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _jaxutil as J
-from . import _ocp_args as args
-from . import _restore as _R
-from . import _tree as T
-from ._ocp_metadata import StringMetadata, TreeMetadata, _leaf_metadata
-from ._open import load as _load
-from ._open import open as _open
-from .errors import InvalidArgumentError, NotFoundError, UnsupportedError
+from .. import _jaxutil as J
+from . import args as args
+from .. import _restore as _R
+from .. import _tree as T
+from ._metadata import StringMetadata, TreeMetadata, _leaf_metadata
+from .._open import load as _load
+from .._open import open as _open
+from ..errors import InvalidArgumentError, NotFoundError, UnsupportedError
 
 
 #: The item name of a checkpoint of one item (Orbax's).
