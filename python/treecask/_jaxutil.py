@@ -43,6 +43,50 @@ def is_shape_dtype_struct(x: Any) -> bool:
     return jax is not None and isinstance(x, jax.ShapeDtypeStruct)
 
 
+def jax_cannot_hold(dtype: Any) -> bool:
+    """Whether JAX, as configured now, cannot hold an array of ``dtype``
+    exactly: a 64-bit dtype (int64, uint64, float64, complex128) while
+    ``jax_enable_x64`` is off, which ``jax.numpy.asarray`` and
+    ``jax.device_put`` would turn into its 32-bit form without a word
+    (``2**40 + 7`` becomes 7, ``1e300`` becomes inf), or a dtype the default
+    backend has no arrays of (float6 on the CPU backend of jax 0.10: a
+    one-element probe, cached per dtype and x64 setting). False when jax is
+    not imported. The restore rule built on it: docs/python.md "Dtypes on
+    restore"."""
+    jax = jax_loaded()
+    if jax is None:
+        return False
+    import numpy as np
+
+    d = np.dtype(dtype)
+    key = (d.name, bool(jax.config.jax_enable_x64))
+    known = _CANNOT_HOLD.get(key)
+    if known is None:
+        try:
+            known = np.dtype(jax.dtypes.canonicalize_dtype(d)) != d
+            if not known:
+                jax.device_put(np.zeros((1,), d)).block_until_ready()
+        except Exception:  # jax or its backend has no such arrays
+            known = True
+        _CANNOT_HOLD[key] = known
+    return known
+
+
+_CANNOT_HOLD: dict = {}
+
+
+def to_jax(arr: Any, sharding: Any = None) -> Any:
+    """Host array ``arr`` as a jax.Array (on ``sharding`` when not None), or
+    ``arr`` itself, unchanged, when JAX cannot hold its dtype exactly
+    (:func:`jax_cannot_hold`: a 64-bit dtype while ``jax_enable_x64`` is
+    off), as Orbax restores such leaves. The one place a restored host
+    array becomes a jax.Array (docs/python.md "Dtypes on restore")."""
+    if jax_cannot_hold(arr.dtype):
+        return arr
+    jax = import_jax()
+    return jax.device_put(arr, sharding) if sharding is not None else jax.numpy.asarray(arr)
+
+
 def is_prng_dtype(dtype: Any) -> bool:
     jax = jax_loaded()
     if jax is None:

@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import _core, _distributed, _remote, _upload
 from . import _jaxutil as J
+from . import _orbax
 from ._open import load
 from ._open import open as open_archive
 from ._request import SaveRequest, compression_code
@@ -87,6 +88,34 @@ def list_steps(directory: PathLike) -> Dict[int, str]:
     return out
 
 
+def orbax_steps(directory: PathLike) -> List[str]:
+    """The names of the Orbax step directories in ``directory`` (a
+    CheckpointManager run of orbax-checkpoint: ``4/``, ``step_4/`` holding
+    ``_CHECKPOINT_METADATA`` or a PyTree item; Flax's ``checkpoint_<N>``), by
+    the importer's own rule (``treecask.import_orbax``); [] for a missing
+    directory."""
+    try:
+        names = sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [n for n in names if _orbax.is_step_name(n) and _orbax.is_step_dir(os.path.join(directory, n))]
+
+
+def refuse_orbax_run(directory: str, found: List[str]) -> None:
+    """Raises UnsupportedError when ``found`` (Orbax step directories in a
+    manager's directory) is not empty: a treecask manager there would list
+    no step and start the run again from scratch beside them (issue #31).
+    The message names the steps and the converter."""
+    if found:
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise UnsupportedError(
+            f"this directory holds an Orbax run ({len(found)} step director{'y' if len(found) == 1 else 'ies'}: "
+            f"{shown}), which treecask does not read in place: convert each step once with "
+            f"treecask.import_orbax(src, dst) (or `treecask import-orbax SRC DST`) into a treecask "
+            f"CheckpointManager directory of its own, e.g. dst = <new directory>/step_<N:08d>.cask",
+            file=directory)
+
+
 class _Bucket:
     """A manager's directory in an object store (``s3://bucket/run``): the
     same entries as a local directory, as objects. A single-process step is
@@ -117,6 +146,17 @@ class _Bucket:
             if step not in out or entry == step_name(step):
                 out[step] = entry
         return out
+
+    def orbax_steps(self) -> List[str]:
+        """The names of the Orbax step "directories" under the prefix (one
+        listing): ``<step>/`` prefixes holding an Orbax marker object, as
+        :func:`orbax_steps` finds in a local directory."""
+        found = set()
+        for name in self._objects():
+            entry, _, rest = name.partition("/")
+            if _orbax.is_step_name(entry) and rest.rsplit("/", 1)[-1] in _orbax.STEP_MARKERS:
+                found.add(entry)
+        return sorted(found)
 
     def remove(self, entry: str) -> None:
         """Deletes a step: for a multi-process step its commit object first,
@@ -322,6 +362,9 @@ class CheckpointManager:
 
     Raises:
       InvalidArgumentError: a bad option (the message names it).
+      UnsupportedError: ``directory`` holds an Orbax run (step directories
+        ``<N>/`` of orbax-checkpoint's manager, or Flax's ``checkpoint_<N>``):
+        never ignored, convert it with :func:`treecask.import_orbax`.
     """
 
     def __init__(self, directory: PathLike, *, max_to_keep: Optional[int] = None,
@@ -379,7 +422,10 @@ class CheckpointManager:
         # a step deleted and written again gets a new inode.
         self._metrics_cache: Dict[str, Tuple[Tuple[int, int], Any]] = {}
         if self._bucket is None:
+            refuse_orbax_run(d, orbax_steps(self.directory))
             os.makedirs(self.directory, exist_ok=True)
+        else:
+            refuse_orbax_run(d, self._bucket.orbax_steps())
         _LIVE.add(self)
 
     # ---- context manager ----

@@ -38,6 +38,15 @@ _ITEM_MARKERS = ("_METADATA", "manifest.ocdbt", "checkpoint")  # a PyTree item d
 _STEP_METADATA = "_CHECKPOINT_METADATA"                        # a step's (or item's) JSON metadata
 _PYTREE_HANDLERS = ("StandardCheckpointHandler", "PyTreeCheckpointHandler")
 _STEP_NAME = re.compile(r"^(?:.*_)?(\d+)$")                    # "12", "step_12" (Orbax step_prefix)
+#: The file names whose presence makes a directory an Orbax step or item (a
+#: manager on a bucket finds Orbax steps by them).
+STEP_MARKERS = frozenset(_ITEM_MARKERS) | {_STEP_METADATA}
+
+
+def is_step_name(name: str) -> bool:
+    """Whether ``name`` is named like an Orbax or Flax step directory: ``12``,
+    ``step_12`` (Orbax's ``step_prefix``), ``checkpoint_12`` (Flax)."""
+    return _STEP_NAME.match(name) is not None
 
 
 @dataclass(frozen=True)
@@ -112,7 +121,7 @@ def _step_items(step_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
     return items, other
 
 
-def _is_step_dir(d: str) -> bool:
+def is_step_dir(d: str) -> bool:
     """A step: a CheckpointManager step directory (PyTree items inside), or a
     directory that is itself one PyTree item (Flax's ``checkpoint_<N>``, written by
     ``flax.training.checkpoints.save_checkpoint`` with the Orbax backend)."""
@@ -146,7 +155,7 @@ def _latest_step(root: str, step: Optional[int]) -> Optional[Tuple[int, str]]:
     for name in sorted(os.listdir(root)):
         m = _STEP_NAME.match(name)
         d = os.path.join(root, name)
-        if m and _is_step_dir(d):
+        if m and is_step_dir(d):
             found.setdefault(int(m.group(1)), d)
     if not found:
         return None

@@ -334,6 +334,9 @@ class Reader(abc.ABC):
         call (each chunk decoded and checksummed once, all cores, GIL released)
         straight into its own 64-byte-aligned buffer, which the CPU backend
         then adopts without a copy; replicas of a box share its buffer.
+        A leaf of a dtype JAX cannot hold exactly (64-bit while
+        ``jax_enable_x64`` is off, or one its backend lacks) comes back as its NumPy array at full width instead
+        (docs/python.md "Dtypes on restore").
         Raises as :meth:`read`."""
         import jax
 
@@ -344,6 +347,8 @@ class Reader(abc.ABC):
             return jax.device_put(self.value(i), sharding)
         shape = tuple(int(s) for s in d["shape"])
         dtype = _dtypes.to_numpy(d["dtype"])
+        if J.jax_cannot_hold(dtype):
+            return self._read_array(i, d)
         if len(shape) == 0:
             return jax.device_put(self._read_array(i, d), sharding)
         boxes: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}

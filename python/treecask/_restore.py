@@ -335,14 +335,9 @@ def _cast_leaf(a: Reader, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarr
     if isinstance(x, np.generic):
         return arr[()]
     if J.is_jax_array(x) or J.is_shape_dtype_struct(x):
-        import jax
-
-        s = sharding if sharding is not None else _own_sharding(x)
-        return jax.device_put(arr, s) if s is not None else jax.numpy.asarray(arr)
+        return J.to_jax(arr, sharding if sharding is not None else _own_sharding(x))
     if sharding is not None:
-        import jax
-
-        return jax.device_put(arr, sharding)
+        return J.to_jax(arr, sharding)
     return arr
 
 
@@ -367,17 +362,14 @@ def _convert(a: Reader, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarray
         arr = _array(a, i, pre)
         return arr.astype(x.dtype)[()] if scalar else arr[()]
     if J.is_jax_array(x) or J.is_shape_dtype_struct(x):
-        import jax
-
         if sharding is None:
             sharding = _own_sharding(x)
         if scalar:  # a Python scalar in the file, cast to the template's 0-d dtype
-            arr = _array(a, i, pre).astype(x.dtype)
-            return jax.device_put(arr, sharding) if sharding is not None else jax.numpy.asarray(arr)
+            return J.to_jax(_array(a, i, pre).astype(x.dtype), sharding)
         if sharding is not None:
             return a.place(i, sharding)
         v = a.value(i, pre.pop(i, None))
-        return v if J.is_jax_array(v) else jax.numpy.asarray(v)
+        return v if J.is_jax_array(v) else J.to_jax(v)
     if sharding is not None and not scalar:
         return a.place(i, sharding)
     if scalar and isinstance(x, np.ndarray):

@@ -87,7 +87,10 @@ class ShardedCheckpoint(Reader):
 
     def place(self, key, sharding: Any) -> Any:
         """The leaf as a jax.Array on `sharding`: each addressable device's
-        block is read with one global hyperslab read straight into its buffer."""
+        block is read with one global hyperslab read straight into its buffer.
+        A leaf of a dtype JAX cannot hold exactly (64-bit while
+        ``jax_enable_x64`` is off, or one its backend lacks) comes back as the whole global NumPy array at full width
+        instead (docs/python.md "Dtypes on restore")."""
         import jax
 
         i = self._index(key)
@@ -96,6 +99,8 @@ class ShardedCheckpoint(Reader):
         impl = d["metadata"].get(J.KEY_IMPL_META)
         shape = tuple(d["shape"])
         dtype = _dtypes.to_numpy(d["dtype"])
+        if impl is None and J.jax_cannot_hold(dtype):
+            return self.read(i)
         cache: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
 
         def fetch(index):

@@ -7,6 +7,9 @@ _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# No store client of any test, in this process or a child, asks a cloud metadata
+# address for credentials: each test gives its own (tests/python/stores.py).
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 # Hypothesis' files go under the ignored .cache/, not into the source tree.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".cache", "hypothesis"))

@@ -481,13 +481,58 @@ def test_an_orbax_directory_names_import_orbax(tmp_path):
         m.save(3, args=orbax_checkpoint.args.StandardSave({"w": np.ones(2)}))
     with pytest.raises(treecask.InvalidArgumentError, match="import_orbax"):
         tcp.PyTreeCheckpointer().restore(os.path.join(d, "3", "default"))
-    with pytest.raises(FileNotFoundError, match="import_orbax"):
-        tcp.CheckpointManager(d).restore(None)
+    # A migrating user's run never silently restarts from scratch: both managers refuse the
+    # directory at construction (issue #31), before listing nothing and saving beside it.
+    for manager in (tcp.CheckpointManager, treecask.CheckpointManager):
+        with pytest.raises(treecask.UnsupportedError, match=r"Orbax run \(1 step directory: 3\).*import_orbax"):
+            manager(d)
+    assert sorted(os.listdir(d)) == ["3"]  # nothing written beside Orbax's step
     treecask.import_orbax(d, tmp_path / "w.cask")  # the way in
     with tcp.CheckpointManager(tmp_path / "m") as m:
         m.save(3, args=tcp.args.StandardSave(treecask.load(tmp_path / "w.cask")))
         m.wait_until_finished()
         assert m.restore(3)["w"].tolist() == [1.0, 1.0]
+
+
+def test_an_orbax_run_is_never_taken_for_an_empty_one(tmp_path, s3_server, monkeypatch):
+    """The issue's migrating user: an Orbax run (steps 4 and 5, and one with Orbax's
+    step_prefix), a Flax directory of checkpoint_<N>, and the same Orbax run in a
+    bucket: each manager refuses at construction, naming the converter, instead of
+    reporting latest_step() None and saving step_00000000.cask beside them."""
+    import obstore
+
+    runs = {}
+    runs["orbax"] = str(tmp_path / "orbax")
+    with orbax_checkpoint.CheckpointManager(runs["orbax"]) as m:
+        for step in (4, 5):
+            m.save(step, args=orbax_checkpoint.args.StandardSave({"w": np.full(2, float(step))}))
+    runs["prefixed"] = str(tmp_path / "prefixed")
+    opts = orbax_checkpoint.CheckpointManagerOptions(step_prefix="step")
+    with orbax_checkpoint.CheckpointManager(runs["prefixed"], options=opts) as m:
+        m.save(7, args=orbax_checkpoint.args.StandardSave({"w": np.ones(2)}))
+    from flax.training import checkpoints as flax_checkpoints
+
+    runs["flax"] = str(tmp_path / "flax")
+    flax_checkpoints.save_checkpoint(runs["flax"], {"w": np.ones(2)}, step=3, keep=2)
+    for name, d in runs.items():
+        before = sorted(os.listdir(d))
+        for manager in (tcp.CheckpointManager, treecask.CheckpointManager):
+            with pytest.raises(treecask.UnsupportedError, match="Orbax run.*treecask.import_orbax") as e:
+                manager(d)
+            assert e.value.file == d, name
+        assert sorted(os.listdir(d)) == before, name
+
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    s3_server.create_bucket("orbaxrun")
+    store = s3_server.store("orbaxrun")
+    for root, _, files in os.walk(runs["orbax"]):
+        for f in files:
+            full = os.path.join(root, f)
+            obstore.put(store, "run/" + os.path.relpath(full, runs["orbax"]), open(full, "rb").read())
+    for manager in (tcp.CheckpointManager, treecask.CheckpointManager):
+        with pytest.raises(treecask.UnsupportedError, match=r"2 step directories: 4, 5\).*import_orbax"):
+            manager("s3://orbaxrun/run")
 
 
 def test_on_a_bucket(s3_server, monkeypatch):

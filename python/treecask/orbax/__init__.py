@@ -371,12 +371,8 @@ class CheckpointManager:
             self._mgr._join()
             if step is None:
                 step = self._mgr.latest_step()
-            if step is None:
-                hint = ""
-                if self._mgr._bucket is None and any(n.isdigit() for n in os.listdir(self._mgr.directory)):
-                    hint = (": its numbered entries look like steps written by Orbax itself; convert one with "
-                            "treecask.import_orbax(directory, dst, step=N)")
-                raise NotFoundError("no steps found" + hint, file=str(self.directory))
+            if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
+                raise NotFoundError("no steps found", file=str(self.directory))
             if step not in self._mgr._steps():
                 raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
             return str(self._mgr.path(step))

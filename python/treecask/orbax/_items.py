@@ -170,7 +170,7 @@ def _apply_leaf_args(tree: Any, flat: Mapping[str, Any]) -> Any:
         if rt is np.ndarray and J.is_jax_array(v):
             return np.asarray(v)
         if (rt is jax.Array or (rt is None and _is_array_restore_arg(ra))) and not J.is_jax_array(v):
-            return jax.numpy.asarray(v)
+            return J.to_jax(v)
         return v
 
     return jax.tree_util.tree_map_with_path(convert, tree)
