@@ -89,6 +89,21 @@ def blocks(path: pathlib.Path) -> list:
     return out
 
 
+def untagged_sessions(path: pathlib.Path) -> list:
+    """Lines of untagged fences that start with a `$ ` prompt: shell sessions the test would
+    not run (they should be tagged console)."""
+    out, fence = [], None
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        m = _FENCE.match(line)
+        if fence is None and m:
+            fence = (m.group(1), m.group(2))
+        elif fence is not None and line.startswith(fence[0]):
+            fence = None
+        elif fence is not None and not fence[1] and line.startswith("$ "):
+            out.append(f"{path.relative_to(ROOT)}:{n}")
+    return out
+
+
 def groups(all_blocks: list) -> list:
     """Blocks joined by continue markers: each group runs in one directory, in order."""
     out = []

@@ -111,6 +111,11 @@ def test_doc_example_runs(group, tmp_path, monkeypatch, capsys, request, shell_b
             _run_console(block, shell_env, tmp_path)
 
 
+def test_shell_sessions_are_tagged_so_they_run():
+    untagged = [w for p in docblocks.doc_files() for w in docblocks.untagged_sessions(p)]
+    assert not untagged, f"`$ ` sessions in untagged fences (tag them console): {untagged}"
+
+
 def test_the_matcher():
     """The output convention itself: whitespace runs, `...` in a line and as a line."""
     m = docblocks.matches
