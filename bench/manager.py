@@ -5,7 +5,7 @@ memory -- treecask's CheckpointManager against Orbax's
 CheckpointManager(enable_async_checkpointing=True), in the same run, with the
 physical references beside them. A benchmark, not a test.
 
-    .venv/bin/python bench/manager.py --out docs/performance.md     # the documented run
+    .venv/bin/python bench/manager.py --out docs/performance_runs.md     # the documented run
     .venv/bin/python bench/manager.py --gib 0.25 --reps 1           # a quick run (prints only)
 
 Workload: bench/peers.py's LLM-shaped tree (bf16 kernels, fp32 norms and

@@ -3,7 +3,7 @@
 checkpoint formats it competes with, and against the physical limits of the
 machine, on the same bytes in the same run. A benchmark, not a test.
 
-    .venv/bin/python bench/peers.py --out docs/performance.md      # the documented run
+    .venv/bin/python bench/peers.py --out docs/performance_runs.md      # the documented run
     .venv/bin/python bench/peers.py --gib 0.25 --reps 3            # a quick run (prints only)
     bash scripts/bench.sh                                          # + the C++ core benchmark
 
@@ -1351,7 +1351,7 @@ tables below, between the markers (everything outside the markers is kept).
 
 ```
 bash scripts/bench.sh                                             # both, at 1 GiB
-.venv/bin/python bench/peers.py --out docs/performance.md         # the peer benchmark alone
+.venv/bin/python bench/peers.py --out docs/performance_runs.md         # the peer benchmark alone
 .venv/bin/python bench/peers.py --gib 0.25 --reps 3               # a quick run, printed only
 ```
 

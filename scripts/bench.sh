@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): the C++ core benchmark (build/bench/treecask_bench_core)
-# and the peer benchmark (bench/peers.py), written into docs/performance.md
+# and the peer benchmark (bench/peers.py), written into docs/performance_runs.md
 # between <!-- peers:begin --> and <!-- peers:end --> (the core table is part
 # of that section), with the plot docs/performance_ratios.png.
 #
@@ -15,7 +15,7 @@
 #   BUILD_DIR         build tree (default: build)
 #   PYTHON            interpreter (default: .venv/bin/python, else python3)
 #   SCRATCH           where the benchmark files go (default: $TMPDIR or /tmp)
-#   OUT               the Markdown file (default: docs/performance.md)
+#   OUT               the Markdown file (default: docs/performance_runs.md)
 #   BENCH_SKIP_BUILD  set to 1 to use the existing treecask_bench_core binary
 set -euo pipefail
 
@@ -24,7 +24,7 @@ cd "$ROOT"
 
 BUILD_DIR="${BUILD_DIR:-build}"
 SCRATCH="${SCRATCH:-${TMPDIR:-/tmp}}"
-OUT="${OUT:-docs/performance.md}"
+OUT="${OUT:-docs/performance_runs.md}"
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
