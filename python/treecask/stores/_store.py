@@ -1,0 +1,147 @@
+"""The store interface: where archives and checkpoint directories live, as
+byte ranges to read and whole objects to commit (docs/stores.md). Shaped as
+zarr-python 3's ``zarr.abc.store.Store`` is: the library above it (treecask's
+open, save, CheckpointManager, treecask.orbax) is written once against it and
+never asks which store it has."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, List, Optional, Sequence, TypeVar
+
+T = TypeVar("T")
+
+#: The object whose presence commits a checkpoint "directory" written by
+#: several processes (SPEC.md "Sharded checkpoints": its index archive).
+COMMIT_OBJECT = "index.cask"
+
+
+def join(*parts: str) -> str:
+    """Store paths joined with "/", empty parts skipped: ``join("run", "step_1.cask")``."""
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+class Store(abc.ABC):
+    """Where checkpoints live. Paths are "/"-separated strings relative to the
+    store's root ("" is the root).
+
+    Reading: :meth:`local_path` (a file the core maps, for a local store) or
+    :meth:`source` (the object as a ``Source`` of the C++ core: ``name``,
+    ``size`` in bytes, ``concurrency``, ``read(offsets, lengths)``; the
+    reader runs every check and checksum on the bytes it is given, SPEC.md
+    "Remote reading"). Writing: :meth:`save_archive`, the commit written
+    once: a new archive appears whole or not at all and, unless
+    ``overwrite``, never replaces one (AlreadyExistsError); it is built on
+    :meth:`put_file` (create-if-absent or overwrite), :meth:`list_prefix`
+    and :meth:`delete`. Naming: :meth:`display`, the text every message
+    shows, with secrets redacted.
+
+    Implementations: :class:`treecask.stores.LocalStore` (a directory of the
+    file system, with the core's own atomic commit) and
+    :class:`treecask.stores.ObjectStore` (any obstore store: S3, GCS, Azure,
+    HTTP, memory). Every method raises treecask errors (NotFoundError,
+    IoError, AlreadyExistsError, UnsupportedError), never the client's, and
+    no message holds a secret.
+    """
+
+    # ---- naming ----
+    @abc.abstractmethod
+    def display(self, path: str = "") -> str:
+        """``path`` as messages show it: a file path, or a URL with every
+        secret redacted (the core's ``redact_url``)."""
+
+    def __repr__(self) -> str:
+        return f"<treecask.stores.{type(self).__name__} {self.display()!r}>"
+
+    # ---- reading ----
+    def local_path(self, path: str) -> Optional[str]:
+        """The file system path of ``path`` when the core can map it (a local
+        store), else None: :meth:`source` reads it."""
+        return None
+
+    @abc.abstractmethod
+    def source(self, path: str) -> Any:
+        """Object ``path`` as a ``Source`` of the C++ core (include/treecask/
+        source.h: ``name``, ``size``, ``concurrency``, ``read(offsets,
+        lengths)``). Raises NotFoundError for a missing object, IoError."""
+
+    # ---- writing ----
+    @abc.abstractmethod
+    def put_file(self, path: str, local_file: str, *, overwrite: bool) -> None:
+        """Uploads the local file ``local_file`` as object ``path``, whole or
+        not at all; without ``overwrite`` only if ``path`` does not exist
+        (AlreadyExistsError otherwise, also when another writer commits it
+        first). Raises IoError, NotFoundError (no bucket)."""
+
+    @abc.abstractmethod
+    def list_prefix(self, prefix: str) -> List[str]:
+        """The paths of every object whose path starts with the string
+        ``prefix`` (zarr's ``list_prefix``: ``"run/step_1.cask"`` lists that
+        object, the objects under ``run/step_1.cask/`` and its temporaries
+        ``run/step_1.cask.tmp.*``; ``"run/"`` lists the whole run), in no
+        particular order. One listing request where the store has them."""
+
+    @abc.abstractmethod
+    def delete(self, paths: Sequence[str]) -> None:
+        """Deletes the objects ``paths``, in order; a missing one is no error."""
+
+    # ---- written once on the above ----
+    def delete_tree(self, path: str) -> None:
+        """Deletes object ``path``, or every object under ``path/`` with its
+        commit object (:data:`COMMIT_OBJECT`) first, so that a checkpoint
+        leaves every listing at once and a crash midway leaves only objects
+        no listing counts."""
+        names = [n for n in self.list_prefix(path) if n == path or n.startswith(path + "/")]
+        commit = join(path, COMMIT_OBJECT)
+        names.sort(key=lambda n: n != commit)
+        self.delete(names)
+
+    def remove_stale(self, path: str, names: Optional[Sequence[str]] = None) -> None:
+        """Deletes what dead writers left of ``path``: their temporaries
+        ``<path>.tmp.<host>.<pid>.<hex16>`` (objects, or "directories" of
+        objects) of this host whose process is gone, the core's rule
+        (``treecask::is_stale_temporary``, SPEC.md "Atomic commit").
+        ``names``: a listing of ``path`` already made (:meth:`list_prefix`)."""
+        from .. import _core
+
+        stale = []
+        for n in self.list_prefix(path) if names is None else names:
+            if n.startswith(path + ".tmp"):
+                entry = path + n[len(path):].split("/", 1)[0]  # the temporary itself
+                if _core.is_stale_temporary(path, entry):
+                    stale.append(n)
+        self.delete(stale)
+
+    def check_new(self, path: str, *, overwrite: bool) -> None:
+        """One listing of ``path`` before anything is written: raises
+        AlreadyExistsError when the object, or a committed checkpoint
+        "directory" of that name, exists and ``overwrite`` is False; deletes
+        dead writers' temporaries of ``path`` (:meth:`remove_stale`)."""
+        names = self.list_prefix(path)
+        if not overwrite and (path in names or join(path, COMMIT_OBJECT) in names):
+            from ..errors import AlreadyExistsError
+
+            raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)",
+                                     file=self.display(path))
+        self.remove_stale(path, names)
+
+    def save_archive(self, path: str, write: Callable[[str, bool], T], *, overwrite: bool) -> T:
+        """Commits the archive ``write`` makes as object ``path`` and returns
+        what ``write`` returned. ``write(local, in_place)`` writes the
+        archive at the local path ``local``; ``in_place`` is True when
+        ``local`` is its final name (the core's own atomic commit, as
+        :class:`LocalStore` does), False for scratch that is then uploaded.
+
+        This generic form: :meth:`check_new` (an existing ``path`` refused
+        before any byte is written or uploaded), then the archive written
+        into local scratch (a directory ``treecask-upload.<host>.<pid>.*`` in
+        ``$TREECASK_SCRATCH_DIR`` or the system temporary directory, removed
+        whatever happens, and swept by a later save once its process is
+        gone), then :meth:`put_file` commits it."""
+        from .. import _upload
+
+        self.check_new(path, overwrite=overwrite)
+        with _upload.scratch(path.rpartition("/")[2] or "archive.cask") as local:
+            out = write(local, False)
+            self.put_file(path, local, overwrite=overwrite)
+        return out
