@@ -64,16 +64,36 @@ struct RemoteOptions {
 // never taken for a local path.
 TREECASK_API bool is_url(std::string_view s) noexcept;
 
+// `url` as every message, log line and name shows it (the one redaction
+// rule: docs/remote.md "Secrets"): the userinfo (user:password@, or user@
+// alone, often a token) replaced by "***", and the value of every query
+// parameter that carries a credential. A parameter's name is
+// compared after percent-decoding and ASCII lower-casing
+// ("X%2DAmz%2DSignature" is x-amz-signature); it carries a credential when
+// it is sig, key, sas, code, auth or authorization (Azure SAS, API keys), or
+// contains signature, token, credential, secret, password, passwd,
+// accesskey, accessid, apikey, api_key, api-key or session (X-Amz-Signature,
+// X-Amz-Credential, X-Amz-Security-Token, X-Goog-Signature,
+// X-Goog-Credential, AWSAccessKeyId, GoogleAccessId, access_token, ...).
+// Other parts (scheme, host, path, other parameters, fragment) are kept.
+// Idempotent; a string without "://" comes back unchanged.
+TREECASK_API std::string redact_url(std::string_view url);
+
+// `text` with every URL in it (<scheme>://... up to a blank, a quote, '<',
+// '>' or '`') passed through redact_url: for messages that quote a URL
+// among other words (a client library's error text).
+TREECASK_API std::string redact_urls_in(std::string_view text);
+
 // Opens the object at `url` (s3://bucket/key, gs://bucket/key, http(s)://...)
 // with its first round trip (RemoteOptions::head_bytes and tail_bytes), which
 // also learns its size and pins its version (ETag; a GCS generation). Every
 // later request carries If-Match (x-goog-if-generation-match) and every
 // response's ETag is compared: another version is Error(kCorruption). The
-// source's name() is `url`, with a password (user:password@) and credential
-// query parameters (X-Amz-Signature, X-Amz-Security-Token, ...) shown as
-// "***". The source is thread-safe. Throws Error naming the URL:
+// source's name() is redact_url(url). The source is thread-safe. Throws
+// Error naming the URL (redacted):
 // kUnsupported (a scheme other than s3, gs, http, https: named),
-// kInvalidArgument (a malformed URL, an unknown storage option, half a key
+// kInvalidArgument (a malformed URL, credentials inside an s3:// or gs://
+// URL (user:password@bucket), an unknown storage option, half a key
 // pair, an endpoint without http:// or https://),
 // kNotFound (no such object or bucket), kIo (network error after retries,
 // access denied), kCorruption (a server that ignores Range requests, a

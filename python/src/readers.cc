@@ -411,6 +411,13 @@ void register_readers(nb::module_& m) {
   // ---- sharded checkpoints (format 3.0; include/treecask/sharded.h) ----------
   m.def("is_sharded", [](const std::string& path) { return treecask::ShardedArchive::is_sharded(path); });
   m.def("is_url", [](const std::string& s) { return treecask::is_url(s); });
+  // The one redaction rule (include/treecask/remote.h): every Python message
+  // that shows a URL shows it through these.
+  m.def("redact_url", [](std::string_view url) { return treecask::redact_url(url); }, "url"_a,
+        "The URL with its credentials (user:password@, signature / token / credential query "
+        "parameters) shown as ***: treecask::redact_url.");
+  m.def("redact_urls_in", [](std::string_view text) { return treecask::redact_urls_in(text); }, "text"_a,
+        "Every URL inside `text` through redact_url: treecask::redact_urls_in.");
   nb::class_<treecask::ShardedArchive> sharded(m, "ShardedArchive");
   sharded
       .def_static(

@@ -61,4 +61,4 @@ class Archive(Reader):
 
     def __repr__(self) -> str:
         state = "closed" if self._core is None else f"{len(self)} leaves"
-        return f"<treecask.Archive {self._path!r} ({state})>"
+        return f"<treecask.Archive {_core.redact_url(self._path)!r} ({state})>"

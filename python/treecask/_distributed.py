@@ -422,7 +422,7 @@ def _commit_remote(s: _Save, request: SaveRequest, sources: Dict[str, Any],
         _upload.put_file(store, prefix + INDEX, local, url=f"{p}/{INDEX}", overwrite=s.options["overwrite"])
     keep = {prefix + n for n in (INDEX, *sources)}
     try:
-        stale = [k for k in _upload.list_keys(store, prefix) if k not in keep and "/" not in k[len(prefix):]]
+        stale = [k for k in _upload.list_keys(store, prefix, p) if k not in keep and "/" not in k[len(prefix):]]
     except Exception:  # noqa: BLE001 -- committed; leftovers cost storage, not correctness
         stale = []
     _upload.delete_objects(store, stale)

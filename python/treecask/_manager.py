@@ -129,10 +129,7 @@ class _Bucket:
         self.store, self.prefix = _remote.prefix_store(self.url, storage_options)
 
     def _objects(self) -> List[str]:
-        try:
-            return [k[len(self.prefix):] for k in _upload.list_keys(self.store, self.prefix)]
-        except Exception as e:  # noqa: BLE001
-            raise _upload._store_error(self.url, e) from None
+        return [k[len(self.prefix):] for k in _upload.list_keys(self.store, self.prefix, self.url)]
 
     def steps(self) -> Dict[int, str]:
         """``{step: entry name}`` of the committed steps (one listing)."""
@@ -304,8 +301,8 @@ def _finish_at_exit() -> None:
         except Exception as e:  # pragma: no cover - defensive
             err = e
         if err is not None:
-            print(f"treecask: a checkpoint save in {m.directory} failed and was never "
-                  f"reported: {err}", file=sys.stderr)
+            print(_core.redact_urls_in(f"treecask: a checkpoint save in {m.directory} failed and was never "
+                                       f"reported: {err}"), file=sys.stderr)
 
 
 class CheckpointManager:
@@ -436,7 +433,7 @@ class CheckpointManager:
         self.close()  # a save error raised here chains the body's exception, if any
 
     def __repr__(self) -> str:
-        return f"<treecask.CheckpointManager {str(self.directory)!r}>"
+        return f"<treecask.CheckpointManager {_core.redact_url(str(self.directory))!r}>"
 
     # ---- naming ----
     def _steps(self) -> Dict[int, str]:

@@ -49,6 +49,8 @@ def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
         try:
             return Archive(path, **kw)
         except NotFoundError:
+            if "?" in path:  # a signed URL names one object, never a directory
+                raise
             try:
                 return ShardedCheckpoint(path, **kw)
             except NotFoundError:

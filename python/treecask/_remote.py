@@ -21,7 +21,9 @@ import re
 import threading
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from .errors import CorruptionError, Error, IoError, NotFoundError, UnsupportedError
+from . import _core
+from .errors import (CorruptionError, Error, InvalidArgumentError, IoError, NotAnArchiveError, NotFoundError,
+                     UnsupportedError)
 
 # The schemes served, and the obstore store behind each.
 SCHEMES = ("s3", "gs", "az", "http", "https")
@@ -48,14 +50,32 @@ def is_url(path: Any) -> bool:
     return isinstance(path, str) and _URL.match(path) is not None
 
 
+# Where the credentials of each bucket scheme come from (for the refusal of
+# user:password@ in a bucket URL).
+_CREDENTIALS = {
+    "s3": "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, or storage_options "
+          "access_key_id / secret_access_key / session_token",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS, or storage_options service_account_key / token",
+    "az": "AZURE_STORAGE_ACCOUNT_KEY / AZURE_STORAGE_SAS_TOKEN, or storage_options account_key / sas_key",
+}
+
+
 def check_url(url: str) -> str:
     """Returns the scheme of ``url``; UnsupportedError naming it when
-    treecask does not serve it (``hdfs://``, a typo such as ``s4://``)."""
+    treecask does not serve it (``hdfs://``, a typo such as ``s4://``);
+    InvalidArgumentError for credentials inside a bucket URL
+    (``s3://user:pw@bucket/key``, gs://, az://: they belong in the
+    environment or ``storage_options``; the message shows the URL redacted)."""
     scheme = _URL.match(url).group(1).lower()
     if scheme not in SCHEMES:
         raise UnsupportedError(
             f"the URL scheme '{scheme}://' is not served (treecask reads "
             + ", ".join(s + "://" for s in SCHEMES) + ")", file=url)
+    if scheme in _CREDENTIALS and "@" in url[len(scheme) + 3:].split("/", 1)[0]:
+        raise InvalidArgumentError(
+            f"credentials in an {scheme}:// URL (user:password@bucket) are refused: credentials belong in "
+            f"the environment or storage_options ({_CREDENTIALS[scheme]}); name the object "
+            f"{scheme}://BUCKET/KEY", file=url)
     return scheme
 
 
@@ -68,11 +88,12 @@ _STORES_LOCK = threading.Lock()
 
 def _split(url: str) -> Tuple[str, str, str]:
     """(scheme, store base, object path) of ``url``: ``s3://bucket`` and
-    ``key``, or ``https://host/dir/`` and ``file``."""
+    ``key``; an http(s):// URL is its own store, with the empty path, so that
+    every request goes to exactly that URL (its path never rewritten, its
+    query string kept: presigned S3 URLs, GCS signed URLs, Azure SAS links)."""
     scheme = check_url(url)
     if scheme in ("http", "https"):
-        base, _, name = url.rpartition("/")
-        return scheme, base + "/", name
+        return scheme, url, ""
     bucket, _, key = url[len(scheme) + 3:].partition("/")
     if not bucket or not key:
         raise UnsupportedError(f"a {scheme}:// URL names a bucket and an object: {scheme}://BUCKET/KEY",
@@ -92,15 +113,19 @@ def _store_for(url: str, storage_options: Optional[Mapping[str, Any]]):
         store = _STORES.get(key)
     if store is None:
         store = _new_store(scheme, base, storage_options)
-        with _STORES_LOCK:
-            _STORES[key] = store
+        if "?" not in base:  # a signed URL is used once: its store is not kept
+            with _STORES_LOCK:
+                _STORES[key] = store
     return store, path
 
 
 def prefix_store(url: str, storage_options: Optional[Mapping[str, Any]]):
     """(obstore store, key prefix ending in "/" or empty) of the "directory"
     URL ``url`` (``s3://bucket/run``, or a bucket alone): where a multi-process
-    checkpoint's or a manager's objects live."""
+    checkpoint's or a manager's objects live. UnsupportedError for
+    http(s):// (no listing, read-only)."""
+    if check_url(url) in ("http", "https"):
+        raise UnsupportedError("an http(s):// URL is read-only: save to s3://, gs:// or az://", file=url)
     store, key = _store_for(url.rstrip("/") + "/_", storage_options)
     return store, key[:-1]
 
@@ -139,7 +164,10 @@ def _emulator_token() -> dict:
 
 def _error(url: str, exc: BaseException, etag: Optional[str] = None) -> Error:
     """The treecask error for an obstore failure on ``url``: the first line of
-    its message (obstore's messages name the request, never a secret)."""
+    its message, every URL in it (and ``url``) redacted by the Error
+    (errors.py). Raise it outside the ``except`` that caught ``exc``, so that
+    obstore's exception, whose text may quote a signed URL, is chained to
+    nothing (neither ``__cause__`` nor ``__context__``)."""
     import obstore.exceptions as E
 
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -169,16 +197,24 @@ class ObjectSource:
 
     def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]] = None, *,
                  head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES):
-        self.name = url
+        self.name = _core.redact_url(url)  # what every error and message shows
         self.concurrency = CONCURRENCY
         self._store, self._path = _store_for(url, storage_options)
         self._etag: Optional[str] = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._lock = threading.Lock()
-        with concurrent.futures.ThreadPoolExecutor(2) as ex:
-            tail = ex.submit(self._get, {"range": {"suffix": tail_bytes}})
-            head = ex.submit(self._get, {"range": (0, head_bytes)})
-            tail, head = tail.result(), head.result()
+        empty = False
+        try:
+            with concurrent.futures.ThreadPoolExecutor(2) as ex:
+                tail = ex.submit(self._get, {"range": {"suffix": tail_bytes}})
+                head = ex.submit(self._get, {"range": (0, head_bytes)})
+                tail, head = tail.result(), head.result()
+        except (IoError, CorruptionError):  # an empty object has no range to serve (HTTP 416, or 200)
+            empty = self._empty()
+            if not empty:
+                raise
+        if empty:
+            raise NotAnArchiveError("not a treecask archive: the object is empty (0 bytes)", file=self.name)
         self.size = int(tail.meta["size"])
         self._etag = tail.meta.get("e_tag")
         if head.meta.get("e_tag") != self._etag:
@@ -186,6 +222,15 @@ class ObjectSource:
         # obstore's buffers as they came, sliced without a copy.
         self._held: List[Tuple[int, memoryview]] = [(int(head.range[0]), memoryview(head.bytes())),
                                                     (int(tail.range[0]), memoryview(tail.bytes()))]
+
+    def _empty(self) -> bool:
+        """Whether the object has 0 bytes (a HEAD request; False if it fails)."""
+        import obstore
+
+        try:
+            return int(obstore.head(self._store, self._path)["size"]) == 0
+        except Exception:  # noqa: BLE001 -- the caller reports its own error
+            return False
 
     def _get(self, options: dict):
         import obstore
@@ -195,7 +240,8 @@ class ObjectSource:
         try:
             return obstore.get(self._store, self._path, options=options)
         except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-            raise _error(self.name, e, self._etag) from None
+            err = _error(self.name, e, self._etag)
+        raise err  # outside the except: obstore's exception is chained to nothing (_error)
 
     def _range(self, offset: int, length: int) -> Any:
         end = offset + length

@@ -57,7 +57,7 @@ class ShardedCheckpoint(Reader):
 
     def __repr__(self) -> str:
         state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._core.files())} shard files"
-        return f"<treecask.ShardedCheckpoint {self._path!r} ({state})>"
+        return f"<treecask.ShardedCheckpoint {_core.redact_url(self._path)!r} ({state})>"
 
     @property
     def files(self) -> List[str]:

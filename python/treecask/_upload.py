@@ -81,12 +81,17 @@ def _store_error(url: str, exc: BaseException) -> Error:
     return _remote._error(url, exc)
 
 
-def list_keys(store: Any, prefix: str) -> List[str]:
+def list_keys(store: Any, prefix: str, url: str) -> List[str]:
     """The keys of every object whose key starts with ``prefix`` (obstore's
-    listing, paged; its errors as obstore raises them)."""
+    listing, paged); a failure is the treecask error of :func:`_store_error`
+    naming ``url``, chained to nothing (obstore's text may quote a signed URL)."""
     import obstore
 
-    return [m["path"] for batch in obstore.list(store, prefix, chunk_size=1000) for m in batch]
+    try:
+        return [m["path"] for batch in obstore.list(store, prefix, chunk_size=1000) for m in batch]
+    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
+        err = _store_error(url, e)
+    raise err  # outside the except: nothing chained
 
 
 def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, overwrite: bool,
@@ -105,10 +110,7 @@ def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, over
         raise UnsupportedError("an http(s):// URL is read-only: save to s3://, gs:// or az://", file=url)
     store, key = _remote._store_for(url, storage_options)
     key = key.rstrip("/")
-    try:
-        names = list_keys(store, key)
-    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-        raise _store_error(url, e) from None
+    names = list_keys(store, key, url)
     exists = key in names or (commit is not None and f"{key}/{commit}" in names)
     if exists and not overwrite:
         raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)", file=url)
@@ -144,7 +146,10 @@ def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> N
     except Error:
         raise
     except Exception as e:  # noqa: BLE001
-        raise _store_error(url, e) from None
+        err = _store_error(url, e)
+    else:
+        return
+    raise err  # outside the except: obstore's exception is chained to nothing
 
 
 def _create(store: Any, key: str, conditional: Callable[[], Any], unconditional: Callable[[], Any]) -> None:

@@ -16,6 +16,12 @@ Every instance carries:
 
 ``str(error)`` is ``"<file>: <key_path>: <code name>: <message>"``, the same
 text as the C++ ``Error::what()``.
+
+No secret in any of them: a URL in ``file``, ``message`` or ``str(error)``
+(and so in ``args`` and ``repr``) is shown through the core's one redaction
+rule, ``_core.redact_url`` (include/treecask/remote.h ``redact_url``:
+userinfo and credential query parameters such as ``X-Amz-Signature`` or an
+Azure SAS ``sig`` become ``***``), applied when the error is made.
 """
 
 from __future__ import annotations
@@ -61,10 +67,12 @@ class Error(Exception):
     code_name: str = "error"
 
     def __init__(self, message: str, *, file: str = "", key_path: str = "", what: Optional[str] = None):
-        self.message = message
-        self.file = str(file) if file else ""
+        # The one redaction rule (this module's docstring), wherever a URL may be.
+        self.message = _core.redact_urls_in(str(message))
+        self.file = _core.redact_url(str(file)) if file else ""
         self.key_path = key_path or ""
-        self._what = what if what is not None else _format(self.file, self.key_path, self.code_name, message)
+        self._what = (_core.redact_urls_in(what) if what is not None
+                      else _format(self.file, self.key_path, self.code_name, self.message))
         super().__init__(self._what)
 
     def __str__(self) -> str:  # KeyError would otherwise repr() its argument

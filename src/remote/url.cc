@@ -1,5 +1,6 @@
 #include "remote/url.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 
@@ -14,6 +15,105 @@ bool is_url(std::string_view s) noexcept {
   size_t i = 1;
   while (i < s.size() && (letter(s[i]) || digit(s[i]) || s[i] == '+' || s[i] == '.' || s[i] == '-')) ++i;
   return s.substr(i, 3) == "://";
+}
+
+namespace {
+
+// A query parameter's name as a server reads it: percent-decoded ("%2D" is
+// '-'), '+' as a space, ASCII lower-cased.
+std::string decoded_name(std::string_view raw) {
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  std::string out;
+  out.reserve(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    char c = raw[i];
+    if (c == '%' && i + 2 < raw.size() && hex(raw[i + 1]) >= 0 && hex(raw[i + 2]) >= 0) {
+      c = char(hex(raw[i + 1]) * 16 + hex(raw[i + 2]));
+      i += 2;
+    } else if (c == '+') {
+      c = ' ';
+    }
+    out.push_back((c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c);
+  }
+  return out;
+}
+
+// Whether the query parameter `raw_name` carries a credential (url.h
+// redact_url lists the rule).
+bool secret_query_parameter(std::string_view raw_name) {
+  static constexpr std::string_view kNames[] = {"sig", "key", "sas", "code", "auth", "authorization"};
+  static constexpr std::string_view kParts[] = {"signature", "token",    "credential", "secret",
+                                                "password",  "passwd",   "accesskey",  "accessid",
+                                                "apikey",    "api_key",  "api-key",    "session"};
+  std::string name = decoded_name(raw_name);
+  for (std::string_view n : kNames)
+    if (name == n) return true;
+  for (std::string_view p : kParts)
+    if (name.find(p) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string redact_url(std::string_view url) {
+  std::string out(url);
+  size_t start = out.find("://");
+  if (start == std::string::npos) return out;
+  start += 3;
+  // user:password@host (or a user alone, often a token) -> ***@host
+  size_t end = out.find_first_of("/?#", start);
+  if (end == std::string::npos) end = out.size();
+  size_t at = end > start ? out.rfind('@', end - 1) : std::string::npos;
+  if (at != std::string::npos && at > start) out.replace(start, at - start, "***");
+  // ?X-Amz-Signature=...&X-Amz-Security-Token=... -> ***
+  size_t q = out.find('?', start);
+  if (q == std::string::npos) return out;
+  size_t pos = q + 1;
+  while (pos < out.size() && out[pos] != '#') {
+    size_t amp = out.find_first_of("&#", pos);
+    if (amp == std::string::npos) amp = out.size();
+    size_t eq = out.find('=', pos);
+    if (eq != std::string::npos && eq < amp && amp > eq + 1 &&
+        secret_query_parameter(std::string_view(out).substr(pos, eq - pos))) {
+      out.replace(eq + 1, amp - eq - 1, "***");
+      amp = eq + 4;
+    }
+    if (amp >= out.size() || out[amp] == '#') break;
+    pos = amp + 1;
+  }
+  return out;
+}
+
+std::string redact_urls_in(std::string_view text) {
+  auto scheme_char = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '.' ||
+           c == '-';
+  };
+  auto url_end = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '"' || c == '\'' || c == '<' || c == '>' ||
+           c == '`';
+  };
+  std::string out;
+  size_t done = 0;  // text[0, done) is in `out`
+  size_t sep = text.find("://");
+  while (sep != std::string_view::npos) {
+    size_t begin = sep;
+    while (begin > done && scheme_char(text[begin - 1])) --begin;
+    size_t end = sep + 3;
+    while (end < text.size() && !url_end(text[end])) ++end;
+    if (begin < sep) {  // a scheme: <scheme>://...
+      out.append(text.substr(done, begin - done));
+      out += redact_url(text.substr(begin, end - begin));
+      done = end;
+    }
+    sep = text.find("://", std::max(end, sep + 3));
+  }
+  out.append(text.substr(done));
+  return out;
 }
 
 namespace remote {
@@ -208,51 +308,6 @@ std::string percent_encode(std::string_view s, bool keep_slash) {
   return out;
 }
 
-std::string redact_url(std::string_view url) {
-  std::string out(url);
-  size_t start = out.find("://");
-  if (start == std::string::npos) return out;
-  start += 3;
-  // user:password@host -> user:***@host
-  size_t end = out.find_first_of("/?#", start);
-  if (end == std::string::npos) end = out.size();
-  size_t at = out.rfind('@', end - 1);
-  if (at != std::string::npos && at >= start) {
-    size_t colon = out.find(':', start);
-    if (colon != std::string::npos && colon < at) {
-      out.replace(colon + 1, at - colon - 1, "***");
-      end = out.find_first_of("/?#", start);
-      if (end == std::string::npos) end = out.size();
-    }
-  }
-  // ?X-Amz-Signature=...&X-Amz-Security-Token=... -> ***
-  static constexpr std::string_view kSecretParams[] = {
-      "x-amz-signature", "x-amz-security-token", "x-goog-signature", "signature", "sig", "token", "access_token",
-  };
-  size_t q = out.find('?', start);
-  if (q == std::string::npos) return out;
-  size_t fragment = out.find('#', q);
-  size_t pos = q + 1;
-  while (pos < (fragment == std::string::npos ? out.size() : fragment)) {
-    size_t limit = fragment == std::string::npos ? out.size() : fragment;
-    size_t amp = out.find('&', pos);
-    if (amp == std::string::npos || amp > limit) amp = limit;
-    size_t eq = out.find('=', pos);
-    if (eq != std::string::npos && eq < amp) {
-      std::string_view param(out.data() + pos, eq - pos);
-      bool secret = false;
-      for (std::string_view s : kSecretParams) secret = secret || iequals(param, s);
-      if (secret && amp > eq + 1) {
-        out.replace(eq + 1, amp - eq - 1, "***");
-        amp = eq + 4;
-        if (fragment != std::string::npos) fragment = out.find('#', q);
-      }
-    }
-    pos = amp + 1;
-  }
-  return out;
-}
-
 Endpoint resolve(const std::string& url, const RemoteOptions& options) {
   Endpoint e;
   e.name = redact_url(url);
@@ -262,6 +317,14 @@ Endpoint resolve(const std::string& url, const RemoteOptions& options) {
     throw Error(ErrorCode::kUnsupported, e.name, "",
                 "the URL scheme \"" + scheme + "://\" is not supported (s3://, gs://, http:// and https:// are)");
   check_option_keys(e.name, options);
+  if (scheme == "s3" || scheme == "gs") {
+    std::string_view rest = std::string_view(url).substr(scheme.size() + 3);
+    if (rest.substr(0, rest.find('/')).find('@') != std::string_view::npos)
+      invalid(e.name, "credentials in an " + scheme +
+                          ":// URL (user:password@bucket) are refused: credentials belong in the environment or "
+                          "storage_options (" + (scheme == "s3" ? kS3CredentialsHint : kGcsCredentialsHint) +
+                          "); name the object " + scheme + "://<bucket>/<key>");
+  }
   e.ca_bundle = scheme == "s3" ? env("AWS_CA_BUNDLE") : std::string();
   if (e.ca_bundle.empty()) e.ca_bundle = env("CURL_CA_BUNDLE");
   if (e.ca_bundle.empty()) e.ca_bundle = env("SSL_CERT_FILE");

@@ -61,9 +61,6 @@ std::string url_scheme(std::string_view s);
 // URI and GCS object names require: "a b/c" -> "a%20b/c".
 std::string percent_encode(std::string_view s, bool keep_slash);
 
-// `url` with the password of user:password@ and the values of credential
-// query parameters replaced by "***".
-std::string redact_url(std::string_view url);
 
 // Resolves `url` with `options` and the environment (remote.h). Throws
 // Error(kUnsupported) for a scheme other than s3, gs, http, https (named),

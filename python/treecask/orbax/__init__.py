@@ -40,6 +40,7 @@ import os
 import pathlib
 from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequence
 
+from .. import _core
 from .. import _manager as _M
 from . import args as args
 from ._checkpointers import (
@@ -475,4 +476,4 @@ class CheckpointManager:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<treecask.orbax.CheckpointManager {str(self.directory)!r}>"
+        return f"<treecask.orbax.CheckpointManager {_core.redact_url(str(self.directory))!r}>"
