@@ -18,8 +18,9 @@ NNX sharding, Penzai axis names) kept next to the tensors.
 See docs/python.md.
 """
 
-from . import _core
+from . import _core, stores
 from ._archive import Archive
+from ._reader import Reader
 from ._open import load, open
 from ._save import save
 from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
@@ -67,7 +68,9 @@ def library_version() -> str:
 
 
 __all__ = [
+    "Reader",
     "Archive",
+    "stores",
     "LeafInfo",
     "SaveStats",
     "ShardingInfo",

@@ -4,9 +4,8 @@ archive file, the :class:`~treecask._reader.Reader` over one ``_core.Archive``
 
 from __future__ import annotations
 
-import os
 
-from . import _core, _remote
+from . import _core, stores
 from ._reader import Reader
 # The public types lived here before _types.py; pickles written then name
 # treecask._archive.LeafInfo (and ShardingInfo, TreeNode, SaveStats): keep them importable.
@@ -45,16 +44,17 @@ class Archive(Reader):
     """
 
     def __init__(self, path: PathLike, *, verify_checksums: bool = True, validate_structure: bool = True,
-                 storage_options=None):
-        self._path = os.fspath(path)
+                 storage_options=None, store: "stores.Store | None" = None):
         self._core = None
         self._raw_infos = None
         self._treedef_raw = None
-        if _remote.is_url(self._path):  # an object store (treecask.open's docstring): read by range
-            source = _remote.ObjectSource(self._path, storage_options)
-            self._core = _core.Archive.open_source(source, verify_checksums)
+        st, p = stores.resolve(path, store, storage_options)
+        local = st.local_path(p)
+        self._path = local if local is not None else st.display(p)
+        if local is None:  # read by range (treecask.open's docstring)
+            self._core = _core.Archive.open_source(st.source(p), verify_checksums)
         else:
-            self._core = _core.Archive.open(self._path, verify_checksums, validate_structure)
+            self._core = _core.Archive.open(local, verify_checksums, validate_structure)
 
     def __enter__(self) -> "Archive":
         return self

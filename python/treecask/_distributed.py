@@ -361,7 +361,7 @@ def _commit(s: _Save, tmp: str, save_id: str, client, timeout_ms: int) -> Dict[s
     sources = {}
     for name in (process_file(k, save_id, s.remote) for k in range(nproc)):
         if s.remote:
-            sources[name] = _remote.ObjectSource(f"{tmp}/{name}", s.storage_options)
+            sources[name] = _remote.url_source(f"{tmp}/{name}", s.storage_options)
             a = _core.Archive.open_source(sources[name], True)
         else:
             a = _core.Archive.open(os.path.join(tmp, name), True, False)

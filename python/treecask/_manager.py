@@ -33,7 +33,6 @@ import operator
 import os
 import pathlib
 import re
-import shutil
 import sys
 import threading
 import weakref
@@ -41,7 +40,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import _core, _distributed, _remote, _upload
 from . import _jaxutil as J
-from . import _orbax
+from . import _orbax, stores
 from ._open import load
 from ._open import open as open_archive
 from ._request import SaveRequest, compression_code
@@ -67,38 +66,85 @@ def step_name(step: int) -> str:
     return f"step_{step:08d}.cask"
 
 
-def list_steps(directory: PathLike) -> Dict[int, str]:
-    """``{step: entry name}`` of the complete steps in ``directory``: the entries
-    named ``step_<decimal digits>.cask`` (any number of digits; a file, or a
-    directory for a multi-process step). Temporary files are never listed.
-    A missing directory has no steps."""
-    out: Dict[int, str] = {}
-    try:
-        entries = os.listdir(directory)
-    except FileNotFoundError:
+class _Run:
+    """A manager's directory in a store (``treecask.stores``): its entries
+    are the step archives ``step_<n>.cask`` (an object; a multi-process step
+    the "directory" ``step_<n>.cask/``, which exists once its commit object
+    ``index.cask`` does, or at once where the store publishes directories
+    atomically), their temporaries, and nothing else of treecask's.
+    Each question below is answered from one listing."""
+
+    def __init__(self, store: stores.Store, path: str):
+        self.store = store
+        self.path = path.rstrip("/") or path
+
+    def entry(self, name: str) -> str:
+        """The store path of entry ``name``."""
+        return stores.join(self.path, name)
+
+    def names(self) -> List[str]:
+        """Every object under the directory, relative to it (one listing)."""
+        prefix = self.path + "/" if self.path else ""
+        return [k[len(prefix):] for k in self.store.list_prefix(prefix)]
+
+    def steps(self, names: Optional[List[str]] = None) -> Dict[int, str]:
+        """``{step: entry name}`` of the committed steps: ``step_<decimal
+        digits>.cask`` (any number of digits; of two spellings of one step,
+        step_5.cask and step_00000005.cask, the canonical one wins).
+        Temporaries are never listed."""
+        out: Dict[int, str] = {}
+        for name in self.names() if names is None else names:
+            entry, _, rest = name.partition("/")
+            m = _STEP_RE.fullmatch(entry)
+            if m is None or not (rest in ("", stores.COMMIT_OBJECT) or self.store.supports_atomic_directories):
+                continue
+            step = int(m.group(1))
+            if step not in out or entry == step_name(step):
+                out[step] = entry
         return out
-    for name in entries:
-        m = _STEP_RE.fullmatch(name)
-        if m is None:
-            continue
-        step = int(m.group(1))
-        # Two spellings of one step (step_5.cask, step_00000005.cask): the canonical one wins.
-        if step not in out or name == step_name(step):
-            out[step] = name
-    return out
+
+    def orbax_steps(self, names: Optional[List[str]] = None) -> List[str]:
+        """The Orbax step directories here (a run of orbax-checkpoint's
+        manager: ``4/``, ``step_4/``; Flax's ``checkpoint_<N>/``): entries
+        named like a step that hold one of Orbax's marker files
+        (``_CHECKPOINT_METADATA``, ``_METADATA``, ``manifest.ocdbt``,
+        ``checkpoint``; the importer's rule, ``treecask.import_orbax``)."""
+        found = set()
+        for name in self.names() if names is None else names:
+            entry, _, rest = name.partition("/")
+            if rest and _orbax.is_step_name(entry) and rest.rsplit("/", 1)[-1] in _orbax.STEP_MARKERS:
+                found.add(entry)
+        return sorted(found)
+
+    def sweep(self, names: Optional[List[str]] = None) -> None:
+        """Removes the temporaries of crashed saves of any step here
+        (``step_<n>.cask.tmp.<host>.<pid>.<hex>`` of this host whose process
+        no longer exists, and the older ``step_<n>.cask.tmp.<pid>.<hex>``):
+        the core's rule of SPEC.md "Atomic commit"
+        (``treecask::is_stale_temporary``), applied to every step that has a
+        temporary, through the store (:meth:`treecask.stores.Store.remove_stale`).
+        In a multi-process job the manager does not call it."""
+        names = self.names() if names is None else names
+        temps: Dict[str, List[str]] = {}
+        for name in names:
+            m = _TMP_RE.fullmatch(name.partition("/")[0])
+            if m is not None:
+                temps.setdefault(m.group(1), []).append(self.entry(name))
+        for step, found in sorted(temps.items()):
+            self.store.remove_stale(self.entry(step), found)
+
+    def remove(self, name: str) -> None:
+        """Deletes entry ``name`` so that it leaves every listing at once
+        (:meth:`treecask.stores.Store.delete_tree`)."""
+        self.store.delete_tree(self.entry(name))
 
 
-def orbax_steps(directory: PathLike) -> List[str]:
-    """The names of the Orbax step directories in ``directory`` (a
-    CheckpointManager run of orbax-checkpoint: ``4/``, ``step_4/`` holding
-    ``_CHECKPOINT_METADATA`` or a PyTree item; Flax's ``checkpoint_<N>``), by
-    the importer's own rule (``treecask.import_orbax``); [] for a missing
-    directory."""
-    try:
-        names = sorted(os.listdir(directory))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [n for n in names if _orbax.is_step_name(n) and _orbax.is_step_dir(os.path.join(directory, n))]
+def list_steps(directory: PathLike) -> Dict[int, str]:
+    """``{step: entry name}`` of the complete steps in ``directory`` (a path
+    or URL): the entries named ``step_<decimal digits>.cask`` (any number of
+    digits; a file, or a directory for a multi-process step). Temporary files
+    are never listed. A missing directory has no steps."""
+    return _Run(*stores.resolve(directory)).steps()
 
 
 def refuse_orbax_run(directory: str, found: List[str]) -> None:
@@ -114,53 +160,6 @@ def refuse_orbax_run(directory: str, found: List[str]) -> None:
             f"treecask.import_orbax(src, dst) (or `treecask import-orbax SRC DST`) into a treecask "
             f"CheckpointManager directory of its own, e.g. dst = <new directory>/step_<N:08d>.cask",
             file=directory)
-
-
-class _Bucket:
-    """A manager's directory in an object store (``s3://bucket/run``): the
-    same entries as a local directory, as objects. A single-process step is
-    the object ``step_<n>.cask``; a multi-process step is the prefix
-    ``step_<n>.cask/`` and exists once its commit object ``index.cask`` does
-    (docs/remote.md "Saving to object stores")."""
-
-    def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]]):
-        self.url = url.rstrip("/")
-        self.storage_options = storage_options
-        self.store, self.prefix = _remote.prefix_store(self.url, storage_options)
-
-    def _objects(self) -> List[str]:
-        return [k[len(self.prefix):] for k in _upload.list_keys(self.store, self.prefix, self.url)]
-
-    def steps(self) -> Dict[int, str]:
-        """``{step: entry name}`` of the committed steps (one listing)."""
-        out: Dict[int, str] = {}
-        for name in self._objects():
-            entry, _, rest = name.partition("/")
-            m = _STEP_RE.fullmatch(entry)
-            if m is None or rest not in ("", _distributed.INDEX):
-                continue
-            step = int(m.group(1))
-            if step not in out or entry == step_name(step):
-                out[step] = entry
-        return out
-
-    def orbax_steps(self) -> List[str]:
-        """The names of the Orbax step "directories" under the prefix (one
-        listing): ``<step>/`` prefixes holding an Orbax marker object, as
-        :func:`orbax_steps` finds in a local directory."""
-        found = set()
-        for name in self._objects():
-            entry, _, rest = name.partition("/")
-            if _orbax.is_step_name(entry) and rest.rsplit("/", 1)[-1] in _orbax.STEP_MARKERS:
-                found.add(entry)
-        return sorted(found)
-
-    def remove(self, entry: str) -> None:
-        """Deletes a step: for a multi-process step its commit object first,
-        so that it leaves every listing at once, then its shard objects."""
-        names = [n for n in self._objects() if n == entry or n.startswith(entry + "/")]
-        names.sort(key=lambda n: n != f"{entry}/{_distributed.INDEX}")
-        _upload.delete_objects(self.store, [self.prefix + n for n in names])
 
 
 def _jax_processes() -> Tuple[int, int]:
@@ -182,35 +181,8 @@ def _may_delete() -> bool:
 
 
 def _remove_entry(path: str) -> None:
-    """Removes a step (a file, or a directory: renamed to a temporary name
-    first, so that it disappears from listings at once and a crash midway
-    leaves only a temporary the next sweep removes). Already gone: no error."""
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            doomed = _core.temporary_path(path)
-            os.rename(path, doomed)
-            shutil.rmtree(doomed)
-        else:
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def sweep_temporaries(directory: PathLike) -> None:
-    """Removes the temporaries of crashed saves of any step in ``directory``
-    (``step_<n>.cask.tmp.<host>.<pid>.<hex>`` of this host whose process
-    ``<pid>`` no longer exists, and the older ``step_<n>.cask.tmp.<pid>.<hex>``):
-    the core's rule of SPEC.md "Atomic commit"
-    (``treecask::remove_stale_temporaries``), applied to every step that has
-    a temporary rather than to one path. In a multi-process job the manager
-    does not call it."""
-    try:
-        entries = os.listdir(directory)
-    except FileNotFoundError:
-        return
-    steps = {m.group(1) for m in map(_TMP_RE.fullmatch, entries) if m is not None}
-    for name in sorted(steps):
-        _core.remove_stale_temporaries(os.path.join(directory, name))
+    """Removes a local step file or directory at once (``LocalStore.delete_tree``)."""
+    stores.LocalStore().delete_tree(os.fspath(path))
 
 
 def _json_default(x: Any) -> Any:
@@ -364,21 +336,26 @@ class CheckpointManager:
         never ignored, convert it with :func:`treecask.import_orbax`.
     """
 
-    def __init__(self, directory: PathLike, *, max_to_keep: Optional[int] = None,
+    def __init__(self, directory: PathLike = "", *, max_to_keep: Optional[int] = None,
                  keep_period: Optional[int] = None, best_fn: Optional[Callable[[Any], float]] = None,
                  best_mode: str = "max", keep_newest: bool = True, save_interval_steps: int = 1,
                  async_save: bool = True,
                  keep_snapshot_memory: bool = False, storage_options: Optional[Mapping[str, Any]] = None,
-                 **save_options: Any):
-        self._bucket: Optional[_Bucket] = None
-        if _remote.is_url(os.fspath(directory)):  # never a local directory "s3:/bucket/run"
-            if _remote.check_url(os.fspath(directory)) in ("http", "https"):
+                 store: Optional[stores.Store] = None, **save_options: Any):
+        target = os.fspath(directory)
+        if store is None and _remote.is_url(target):  # never a local directory "s3:/bucket/run"
+            if _remote.check_url(target) in ("http", "https"):
                 raise UnsupportedError("an http(s):// URL is read-only: keep steps in s3://, gs:// or az://",
-                                       file=os.fspath(directory))
-            self._bucket = _Bucket(os.fspath(directory), storage_options)
-            self.directory: Any = self._bucket.url
-        else:
-            self.directory = pathlib.Path(os.fspath(directory))
+                                       file=target)
+            target = target.rstrip("/")
+        st, path = stores.resolve(target, store, storage_options)
+        self._run = _Run(st, path)
+        self._storage_options = storage_options
+        # What treecask.save is given for a multi-process step: the path or URL
+        # this manager was made with (None for a store object).
+        self._origin: Optional[str] = target if store is None else None
+        local = st.local_path(path)
+        self.directory: Any = pathlib.Path(local) if local is not None else st.display(path)
         d = str(self.directory)
         for name, v in (("max_to_keep", max_to_keep), ("keep_period", keep_period)):
             if v is not None and (not _is_int(v) or v < 1):
@@ -418,11 +395,9 @@ class CheckpointManager:
         # entry name -> ((inode, mtime_ns), metrics): step archives are immutable,
         # a step deleted and written again gets a new inode.
         self._metrics_cache: Dict[str, Tuple[Tuple[int, int], Any]] = {}
-        if self._bucket is None:
-            refuse_orbax_run(d, orbax_steps(self.directory))
-            os.makedirs(self.directory, exist_ok=True)
-        else:
-            refuse_orbax_run(d, self._bucket.orbax_steps())
+        refuse_orbax_run(d, self._run.orbax_steps())
+        if local is not None:
+            os.makedirs(local, exist_ok=True)
         _LIVE.add(self)
 
     # ---- context manager ----
@@ -437,12 +412,22 @@ class CheckpointManager:
 
     # ---- naming ----
     def _steps(self) -> Dict[int, str]:
-        """``{step: entry name}``: the directory's listing, or the bucket's."""
-        return self._bucket.steps() if self._bucket is not None else list_steps(self.directory)
+        """``{step: entry name}``: the directory's listing (one request)."""
+        return self._run.steps()
 
     def _entry(self, name: str) -> Any:
-        """The path (a ``pathlib.Path``) or URL (a str) of entry ``name``."""
-        return f"{self._bucket.url}/{name}" if self._bucket is not None else self.directory / name
+        """What :meth:`path` shows of entry ``name``: a ``pathlib.Path`` in a
+        local directory, else the store's display name (a URL, redacted)."""
+        local = self._run.store.local_path(self._run.entry(name))
+        return pathlib.Path(local) if local is not None else self._run.store.display(self._run.entry(name))
+
+    def _target(self, name: str) -> str:
+        """Entry ``name`` as treecask.save takes it in a multi-process job:
+        the manager's own path or URL joined with ``name``."""
+        if self._origin is None:
+            raise UnsupportedError("a multi-process save goes to a path or URL, not yet to a store object: "
+                                   "make the manager with the directory's path or URL", file=str(self.directory))
+        return self._origin.rstrip("/") + "/" + name if self._origin else name
 
     def path(self, step: int) -> Any:
         """The path of ``step``: its existing entry if the directory has one
@@ -540,6 +525,7 @@ class CheckpointManager:
             raise AlreadyExistsError(f"step {step} already exists (a step is never overwritten)",
                                      file=str(self._entry(existing)))
         path = str(self._entry(step_name(step)))
+        entry = self._run.entry(step_name(step))
         md = dict(self._metadata)
         for k, v in (metadata or {}).items():
             if not isinstance(k, str) or not isinstance(v, str):
@@ -554,20 +540,19 @@ class CheckpointManager:
             stored_metrics = json.loads(md[METRICS_KEY])
         job = _Job(step, path, stored_metrics)
         _, nproc = _jax_processes()
-        remote = self._bucket is not None
-        so = {"storage_options": self._bucket.storage_options} if remote else {}
+        local = self._run.store.local_path(entry)
         if nproc > 1:  # every process's half of a sharded step directory (treecask.save's protocol)
-            plan = _prepare_distributed(path, tree, metadata=md, snapshot=self.async_save,
-                                        **so, **self._save_options)
+            so = {"storage_options": self._storage_options} if local is None else {}
+            plan = _prepare_distributed(self._target(step_name(step)), tree, metadata=md,
+                                        snapshot=self.async_save, **so, **self._save_options)
             write = functools.partial(_distributed.run, plan)
-        elif self.async_save and remote:  # into scratch in the background, then the upload
-            write = self._upload_later(path, tree, md)
+        elif self.async_save and local is None:  # into scratch now, then the upload in the background
+            write = self._upload_later(entry, tree, md)
         elif self.async_save:
-            write = _save_async(path, tree, metadata=md, pool=self._pool, **self._save_options).wait
+            write = _save_async(local, tree, metadata=md, pool=self._pool, **self._save_options).wait
         else:
-            if not remote:
-                sweep_temporaries(self.directory)
-            save(path, tree, metadata=md, **so, **self._save_options)
+            self._run.sweep()
+            save(entry, tree, metadata=md, store=self._run.store, **self._save_options)
             write = None
         if write is None or not self.async_save:
             if write is not None:
@@ -582,25 +567,27 @@ class CheckpointManager:
         job.thread.start()
         return True
 
-    def _upload_later(self, url: str, tree: Any, md: Mapping[str, str]) -> Callable[[], None]:
-        """An asynchronous save of one archive to the bucket: the snapshot is
-        taken now (as for a local step) into a scratch file that the returned
-        call finishes writing, uploads and commits (``_upload.put_file``, never
-        onto an existing step), and removes."""
+    def _upload_later(self, entry: str, tree: Any, md: Mapping[str, str]) -> Callable[[], None]:
+        """An asynchronous save of one archive to a store the core cannot
+        write in place (an object store): the snapshot is taken now (as for a
+        local step) into local scratch that the returned call finishes
+        writing, commits through the store (never onto an existing step:
+        ``Store.put_file``) and removes."""
+        store = self._run.store
         with contextlib.ExitStack() as stack:  # the scratch goes if the snapshot fails
             local = stack.enter_context(_upload.scratch(step_name(0)))
             pending = _save_async(local, tree, metadata=md, pool=self._pool,
                                   **dict(self._save_options, durable=False))
             scratch = stack.pop_all()  # else it goes when the write is done
-        key = self._bucket.prefix + os.path.basename(url)
+        shown = store.display(entry)
 
         def write() -> None:
             with scratch:
                 try:
                     pending.wait()
-                    _upload.put_file(self._bucket.store, key, local, url=url, overwrite=False)
+                    store.put_file(entry, local, overwrite=False)
                 except Error as e:
-                    raise _upload.named(e, local, url) from None
+                    raise _upload.named(e, local, shown) from None
         return write
 
     def _finish(self, job: _Job, write: Callable[[], Any]) -> None:
@@ -608,8 +595,8 @@ class CheckpointManager:
         core's write (single process) or the collective protocol (a
         multi-process job), then retention."""
         try:
-            if _may_delete() and _jax_processes()[1] == 1 and self._bucket is None:
-                sweep_temporaries(self.directory)
+            if _may_delete() and _jax_processes()[1] == 1:
+                self._run.sweep()
             write()
             del write  # the snapshot / borrowed buffers go now, not at the next save
             self._remember(job)
@@ -689,33 +676,23 @@ class CheckpointManager:
     def _remove(self, name: str) -> None:
         """Deletes the step entry ``name`` (a file, a directory, or a bucket's
         objects: its commit object first) and forgets its cached metrics."""
-        if self._bucket is not None:
-            self._bucket.remove(name)
-        else:
-            _remove_entry(str(self.directory / name))
+        self._run.remove(name)
         self._metrics_cache.pop(name, None)
 
-    def _stamp(self, name: str) -> Tuple[int, int]:
-        """What identifies one writing of entry ``name``: (inode, mtime) of a
-        local step (a step deleted and written again gets a new inode); for a
-        step in a bucket its name alone (a manager never rewrites a step).
-        Raises NotFoundError when a local step no longer exists."""
-        if self._bucket is not None:
-            return (0, 0)
-        p = str(self.directory / name)
-        try:
-            st = os.stat(p)
-        except FileNotFoundError:
-            raise NotFoundError("the step no longer exists", file=p) from None
-        return (st.st_ino, st.st_mtime_ns)
+    def _stamp(self, name: str) -> Any:
+        """What identifies one writing of entry ``name`` (``Store.stamp``: a
+        local step's inode and mtime, since a step deleted and written again
+        gets a new inode; None in an object store, where a manager never
+        rewrites a step). Raises NotFoundError when a local step no longer
+        exists."""
+        return self._run.store.stamp(self._run.entry(name))
 
     def _metrics_of(self, name: str) -> Optional[Any]:
-        p = str(self._entry(name))
         key = self._stamp(name)
         hit = self._metrics_cache.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
-        with open_archive(p, **({"storage_options": self._bucket.storage_options} if self._bucket else {})) as a:
+        with open_archive(self._run.entry(name), store=self._run.store) as a:
             raw = a.metadata.get(METRICS_KEY)
         m = json.loads(raw) if raw is not None else None
         self._metrics_cache[name] = (key, m)
@@ -737,16 +714,16 @@ class CheckpointManager:
           everything :func:`treecask.load` raises.
         """
         self._join()
-        if self._bucket is not None:
-            load_options.setdefault("storage_options", self._bucket.storage_options)
+        load_options.setdefault("store", self._run.store)
         if step is not None:
-            return load(self.path(step), like, **load_options)
+            name = self._steps().get(_check_step(step, str(self.directory)), step_name(step))
+            return load(self._run.entry(name), like, **load_options)
         for _ in range(8):
-            latest = self.latest_step()
-            if latest is None:
+            steps = self._steps()
+            if not steps:
                 break
             try:
-                return load(self.path(latest), like, **load_options)
+                return load(self._run.entry(steps[max(steps)]), like, **load_options)
             except NotFoundError:
                 continue  # removed meanwhile by retention in another process
         raise NotFoundError("the directory holds no checkpoint step", file=str(self.directory))

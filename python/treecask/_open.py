@@ -7,69 +7,82 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from . import _core, _remote
+from . import _core, stores
 from ._archive import Archive
+from ._reader import Reader
 from ._sharded import ShardedCheckpoint
 from ._types import PathLike
 from .errors import NotFoundError
 
 
-def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
-         validate_structure: bool = True, storage_options: Optional[dict] = None) -> Archive:
+def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
+         validate_structure: bool = True, storage_options: Optional[dict] = None,
+         store: Optional[stores.Store] = None) -> Reader:
     """Opens an archive for reading: ``with treecask.open(p) as a: a["w"]``.
 
     ``verify_checksums`` (default True) checks each chunk's XXH3 before its
     bytes are returned; ``validate_structure`` (default True) walks the file's
     LMDB index pages before mapping it, so a damaged or hostile file raises
     instead of crashing. Turn them off only for trusted files on hot paths.
-    A sharded checkpoint directory (written by a multi-process save; SPEC.md
-    "Sharded checkpoints") opens as a ShardedCheckpoint, which has the same
+    Returns a :class:`Reader`: an :class:`Archive` for an archive file, a
+    :class:`ShardedCheckpoint` for a sharded checkpoint directory (written
+    by a multi-process save; SPEC.md "Sharded checkpoints"), with the same
     interface over the global arrays.
 
-    ``path`` may be a URL of an object store: ``s3://bucket/key``,
-    ``gs://bucket/key``, ``az://container/key``, ``http(s)://host/path``
-    (docs/remote.md). The archive is then read by range requests (obstore):
-    the open costs one round trip on a file of this version, every read
-    fetches only the chunks it needs, and every check and checksum of a
-    local read applies (SPEC.md "Remote reading"). A URL that names no
-    object but a "directory" holding ``index.cask`` (or ends with "/") opens
-    as a ShardedCheckpoint. ``storage_options`` overrides the environment's
-    configuration (obstore config keys: ``endpoint``, ``access_key_id``,
-    ``secret_access_key``, ``region``, ...). A URL of a scheme treecask does
-    not serve raises UnsupportedError naming it. Remote leaves are never
-    views (``info(k).zero_copy`` is False).
-    Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError,
-    UnsupportedError.
+    ``store`` (a :class:`treecask.stores.Store`) reads ``path`` inside it:
+    ``treecask.open("step_1.cask", store=ObjectStore(obstore_store))``
+    (docs/stores.md). Without it, ``path`` is a file system path or the URL
+    of an object store, a short way to name a store and a path in it:
+    ``s3://bucket/key``, ``gs://bucket/key``, ``az://container/key``,
+    ``http(s)://host/path`` (docs/remote.md; an https URL is requested
+    exactly as given, its query kept: presigned and SAS URLs). An object is
+    read by range requests (obstore): the open costs one round trip on a
+    file of this version, every read fetches only the chunks it needs, and
+    every check and checksum of a local read applies (SPEC.md "Remote
+    reading"). A path that names no object but a "directory" holding
+    ``index.cask`` (or ends with "/") opens as a ShardedCheckpoint.
+    ``storage_options`` overrides the environment's configuration of a
+    store made from a URL (obstore config keys: ``endpoint``,
+    ``access_key_id``, ``secret_access_key``, ``region``, ...). Leaves read
+    from an object store are never views (``info(k).zero_copy`` is False).
+
+    Raises NotFoundError, NotAnArchiveError (an empty file or object
+    included), VersionError, CorruptionError, IoError, UnsupportedError (a
+    URL scheme treecask does not serve), InvalidArgumentError (credentials
+    inside a bucket URL; ``storage_options`` with a store object).
     """
-    if _remote.is_url(path):
-        _remote.check_url(path)
-        kw = dict(verify_checksums=verify_checksums, storage_options=storage_options)
-        if path.endswith("/"):
-            return ShardedCheckpoint(path, **kw)
-        try:
-            return Archive(path, **kw)
-        except NotFoundError:
-            if "?" in path:  # a signed URL names one object, never a directory
-                raise
-            try:
-                return ShardedCheckpoint(path, **kw)
-            except NotFoundError:
-                pass
+    st, p = stores.resolve(path, store, storage_options)
+    local = st.local_path(p)
+    if local is not None:
+        if _core.is_sharded(local):
+            return ShardedCheckpoint(local, verify_checksums=verify_checksums,
+                                     validate_structure=validate_structure)
+        return Archive(local, verify_checksums=verify_checksums, validate_structure=validate_structure)
+    kw = dict(verify_checksums=verify_checksums, store=st)
+    if os.fspath(path).endswith("/"):  # names a "directory": a sharded checkpoint
+        return ShardedCheckpoint(p, **kw)
+    try:
+        return Archive(p, **kw)
+    except NotFoundError:
+        if "?" in st.display(p):  # a signed URL names one object, never a directory
             raise
-    if _core.is_sharded(os.fspath(path)):
-        return ShardedCheckpoint(path, verify_checksums=verify_checksums, validate_structure=validate_structure)
-    return Archive(path, verify_checksums=verify_checksums, validate_structure=validate_structure)
+        try:
+            return ShardedCheckpoint(p, **kw)
+        except NotFoundError:
+            pass
+        raise
 
 
 def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
          missing: str = "error", extra: str = "ignore", copy: bool = True, cast: bool = False,
-         storage_options: Optional[dict] = None) -> Any:
+         storage_options: Optional[dict] = None, store: Optional[stores.Store] = None) -> Any:
     """Restores a pytree from an archive.
 
     Args:
       path: the archive file, a sharded checkpoint directory, or the URL of
         either in an object store (s3://, gs://, az://, http(s)://; see
-        :func:`open`, ``storage_options`` as there).
+        :func:`open`, ``storage_options`` as there); with ``store``, the
+        path of either inside that :class:`treecask.stores.Store`.
       like: optional template. Without it the tree comes back as nested dicts,
         lists and tuples (namedtuples and dataclasses as dicts of their fields)
         of writable ``numpy.ndarray`` leaves and Python scalars / strings, with
@@ -129,6 +142,6 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
         key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
     """
-    with open(path, storage_options=storage_options) as a:  # a file, a sharded checkpoint, or a URL of either
+    with open(path, storage_options=storage_options, store=store) as a:  # a file, a sharded checkpoint, or a URL of either
         return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy,
                       cast=cast)

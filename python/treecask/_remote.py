@@ -186,8 +186,10 @@ def _error(url: str, exc: BaseException, etag: Optional[str] = None) -> Error:
 
 
 class ObjectSource:
-    """One object of a store as a Source of the C++ core: ``name`` (the URL),
-    ``size`` (bytes), ``concurrency`` and ``read(offsets, lengths)``.
+    """One object of an obstore store as a Source of the C++ core: ``name``
+    (its URL, redacted), ``size`` (bytes), ``concurrency`` and
+    ``read(offsets, lengths)``; ``store`` and ``path`` are the obstore store
+    and the object's path in it (:func:`url_source` makes one of a URL).
 
     Construction is the first round trip: the object's first ``head_bytes``
     and last ``tail_bytes`` (two concurrent range requests), which also give
@@ -195,11 +197,11 @@ class ObjectSource:
     ETag, so an object replaced meanwhile fails (CorruptionError), never
     mixes two versions. Raises NotFoundError, IoError, UnsupportedError."""
 
-    def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]] = None, *,
+    def __init__(self, store: Any, path: str, name: str, *,
                  head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES):
-        self.name = _core.redact_url(url)  # what every error and message shows
+        self.name = _core.redact_url(name)  # what every error and message shows
         self.concurrency = CONCURRENCY
-        self._store, self._path = _store_for(url, storage_options)
+        self._store, self._path = store, path
         self._etag: Optional[str] = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._lock = threading.Lock()
@@ -218,7 +220,7 @@ class ObjectSource:
         self.size = int(tail.meta["size"])
         self._etag = tail.meta.get("e_tag")
         if head.meta.get("e_tag") != self._etag:
-            raise CorruptionError("the object changed while it was opened", file=url)
+            raise CorruptionError("the object changed while it was opened", file=self.name)
         # obstore's buffers as they came, sliced without a copy.
         self._held: List[Tuple[int, memoryview]] = [(int(head.range[0]), memoryview(head.bytes())),
                                                     (int(tail.range[0]), memoryview(tail.bytes()))]
@@ -283,6 +285,13 @@ class ObjectSource:
             self._pool.shutdown(wait=False)
 
 
+def url_source(url: str, storage_options: Optional[Mapping[str, Any]] = None) -> ObjectSource:
+    """The object ``url`` names as an :class:`ObjectSource` (its store shared
+    with every other object of the same bucket and options)."""
+    store, path = _store_for(url, storage_options)
+    return ObjectSource(store, path, url)
+
+
 class FileSource:
     """A local file as a Source of the C++ core (``name``, ``size``,
     ``concurrency``, ``read``): what a check of a checkpoint half in a store,
@@ -307,4 +316,4 @@ def opener(base_url: str, storage_options: Optional[Mapping[str, Any]] = None) -
     """The objects of the multi-process checkpoint at ``base_url`` (its
     ``index.cask`` and shard files), for ``_core.ShardedArchive.open_sources``."""
     base = base_url.rstrip("/")
-    return lambda name: ObjectSource(f"{base}/{name}", storage_options)
+    return lambda name: url_source(f"{base}/{name}", storage_options)

@@ -6,16 +6,16 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
-from . import _core, _remote, _upload
+from . import _core, _remote, stores
 from ._request import SaveRequest, compression_code, metadata_items
 from ._types import PathLike, SaveStats
-from .errors import Error, _with_file
+from .errors import Error, UnsupportedError, _with_file
 
 def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = None,
          compression: str = "auto", overwrite: bool = False, chunk_size: Optional[int] = None,
          threads: int = 0, durable: bool = True, max_part_bytes: Optional[int] = None,
          shuffle: bool = False, storage_options: Optional[Mapping[str, Any]] = None,
-         _leaf_extras: Optional[Mapping[str, Any]] = None) -> SaveStats:
+         store: Optional[stores.Store] = None, _leaf_extras: Optional[Mapping[str, Any]] = None) -> SaveStats:
     """Saves a pytree as one archive file, atomically.
 
     In a ``jax.distributed`` job of more than one process, call it the same
@@ -38,9 +38,15 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
     checkpoint "directory": each process uploads its own shard file and
     process 0 commits by creating ``index.cask`` last.
 
+    ``store`` (a :class:`treecask.stores.Store`) saves to ``path`` inside
+    it, committed by the store (docs/stores.md): ``treecask.save("step_1.cask",
+    tree, store=ObjectStore(obstore.store.MemoryStore()))``; a URL is the
+    short way to name an object store and a path in it.
+
     Args:
       path: the archive file to create (written to a temporary file in the same
-        directory and renamed into place when complete), or a URL (above).
+        directory and renamed into place when complete), or a URL (above),
+        or the path inside ``store``.
       tree: any pytree of arrays (``numpy.ndarray``, ``jax.Array`` -- sharded
         ones are gathered --, NumPy scalars), Python ``int`` / ``float`` /
         ``bool`` / ``complex`` / ``str`` and ``None``, in dicts, lists, tuples,
@@ -88,16 +94,18 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
       UnsupportedError: a URL scheme that cannot be written (``http(s)://``,
         or one treecask does not serve).
     """
-    p = os.fspath(path)
+    st, key = stores.resolve(path, store, storage_options)
+    p = st.display(key) if store is not None or _remote.is_url(os.fspath(path)) else os.fspath(path)
     code = compression_code(compression, p)
     md = metadata_items(metadata, p)
-    url = _remote.is_url(p)
-    if url:
-        _remote.check_url(p)
     # ---- multi-process (jax.distributed, > 1 process): a sharded checkpoint directory ----
     from . import _distributed
 
     if _distributed.active():
+        if store is not None:
+            raise UnsupportedError("a multi-process save goes to a path or URL, not yet to a store object",
+                                   file=p)
+        p = os.fspath(path)
         try:
             return _distributed.save(p, tree, metadata=dict(md), compression=code,
                                      overwrite=bool(overwrite), chunk_size=chunk_size, threads=int(threads),
@@ -106,14 +114,13 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
         except Error as e:
             raise _with_file(e, p) from None
 
-    def write(local: str) -> SaveStats:
+    def write(local: str, in_place: bool) -> SaveStats:
         request, _ = SaveRequest.of_tree(
             local, tree, leaf_extras=_leaf_extras, compression=code, chunk_size=chunk_size, threads=int(threads),
-            overwrite=bool(overwrite) and not url, durable=bool(durable) and not url, metadata=md,
+            overwrite=bool(overwrite) and in_place, durable=bool(durable) and in_place, metadata=md,
             max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
-        st = _core.save(local, request)
-        return SaveStats(**{k: int(v) for k, v in st.items()})
+        stats = _core.save(local, request)
+        return SaveStats(**{k: int(v) for k, v in stats.items()})
 
-    if url:  # local scratch, then upload and commit (_upload's docstring)
-        return _upload.save_url(p, write, overwrite=bool(overwrite), storage_options=storage_options)
-    return write(p)
+    # In place (a local file: the core's commit), or local scratch then the store's commit.
+    return st.save_archive(key, write, overwrite=bool(overwrite))

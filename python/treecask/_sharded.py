@@ -7,14 +7,12 @@ saved boxes, none a view of a map). Writing one is ``_distributed.py``'s job."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, _dtypes, _remote
+from . import _core, _dtypes, stores
 from . import _jaxutil as J
-from ._archive import Archive
 from ._reader import Reader, _index_bounds
 from .errors import Error
 
@@ -40,17 +38,19 @@ class ShardedCheckpoint(Reader):
     """
 
     def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True,
-                 storage_options=None):
-        self._path = os.fspath(path)
+                 storage_options=None, store: "stores.Store | None" = None):
         self._raw_infos = None
         self._treedef_raw = None
         self._core = None
-        if _remote.is_url(self._path):  # its objects in a store, each read by range
-            self._path = self._path.rstrip("/")
-            self._core = _core.ShardedArchive.open_sources(_remote.opener(self._path, storage_options), self._path,
-                                                           verify_checksums)
+        st, p = stores.resolve(path, store, storage_options)
+        p = p.rstrip("/")
+        local = st.local_path(p)
+        self._path = local if local is not None else st.display(p)
+        if local is None:  # its objects in a store, each read by range
+            self._core = _core.ShardedArchive.open_sources(lambda name: st.source(stores.join(p, name)),
+                                                           self._path, verify_checksums)
         else:
-            self._core = _core.ShardedArchive.open(self._path, verify_checksums, validate_structure)
+            self._core = _core.ShardedArchive.open(local, verify_checksums, validate_structure)
 
     def __enter__(self) -> "ShardedCheckpoint":
         return self
@@ -117,6 +117,3 @@ class ShardedCheckpoint(Reader):
         # A PRNG key array is saved as its key data (one more, trailing, dimension).
         return J.wrap_key(data, impl) if impl is not None else data
 
-
-# What open() returns is an Archive for isinstance, whichever store it reads.
-Archive.register(ShardedCheckpoint)

@@ -22,13 +22,14 @@ def _single_file_copy(c, path):
     return path
 
 
-def test_both_readers_are_readers_and_archives():
+def test_both_readers_are_readers():
     assert issubclass(treecask.Archive, Reader) and issubclass(treecask.ShardedCheckpoint, Reader)
     with pytest.raises(TypeError):
         Reader()
     with treecask.open(SHARDED) as c:
         assert isinstance(c, treecask.ShardedCheckpoint) and isinstance(c, Reader)
-        assert isinstance(c, treecask.Archive)  # what open() returns, whichever store it reads
+        assert isinstance(c, treecask.Reader)  # what open() returns, whichever it reads
+        assert not isinstance(c, treecask.Archive)  # an Archive is one file, nothing else
 
 
 def test_a_sharded_checkpoint_and_its_single_file_copy_read_alike(cask):

@@ -25,11 +25,17 @@ class LocalStore(Store):
     the next save of that path (``treecask::remove_stale_temporaries``).
     """
 
+    supports_atomic_directories = True  # a directory is published by one rename
+
     def __init__(self, root: Any = ""):
         self.root = os.fspath(root)
 
     def _path(self, path: str) -> str:
         return os.path.join(self.root, path) if self.root else path
+
+    def normalize(self, path: str) -> str:
+        """The file system path as given (an absolute one keeps its "/")."""
+        return path.rstrip("/") or path
 
     def display(self, path: str = "") -> str:
         """The file system path of ``path``."""
@@ -45,6 +51,18 @@ class LocalStore(Store):
         from .._remote import FileSource
 
         return FileSource(self._path(path))
+
+    def stamp(self, path: str) -> Any:
+        """(inode, mtime in ns) of the file or directory ``path``: a step
+        deleted and written again gets a new inode. NotFoundError when gone."""
+        p = self._path(path)
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            from ..errors import NotFoundError
+
+            raise NotFoundError("no longer exists", file=p) from None
+        return (st.st_ino, st.st_mtime_ns)
 
     def put_file(self, path: str, local_file: str, *, overwrite: bool) -> None:
         """Moves ``local_file`` to ``path`` by the core's atomic publish

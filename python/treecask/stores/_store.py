@@ -17,8 +17,16 @@ COMMIT_OBJECT = "index.cask"
 
 
 def join(*parts: str) -> str:
-    """Store paths joined with "/", empty parts skipped: ``join("run", "step_1.cask")``."""
-    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+    """Store paths joined with one "/", empty parts skipped; the first part
+    keeps a leading "/" (an absolute file path): ``join("run", "step_1.cask")``."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return ""
+    head = parts[0].rstrip("/") or ("/" if parts[0].startswith("/") else "")
+    rest = [p.strip("/") for p in parts[1:] if p.strip("/")]
+    if not rest:
+        return head
+    return (head if head.endswith("/") or not head else head + "/") + "/".join(rest)
 
 
 class Store(abc.ABC):
@@ -44,7 +52,19 @@ class Store(abc.ABC):
     no message holds a secret.
     """
 
+    #: Whether a "directory" appears whole, by one atomic step (a rename of
+    #: the file system): then every entry under a name counts as soon as the
+    #: name exists (SPEC.md "Checkpoint directories"). False in an object
+    #: store, where a checkpoint "directory" exists once its commit object
+    #: (:data:`COMMIT_OBJECT`) does (zarr's ``supports_*`` flags, in kind).
+    supports_atomic_directories: bool = False
+
     # ---- naming ----
+    def normalize(self, path: str) -> str:
+        """A caller's path as this store's paths are: without leading or
+        trailing "/" (object keys)."""
+        return path.strip("/")
+
     @abc.abstractmethod
     def display(self, path: str = "") -> str:
         """``path`` as messages show it: a file path, or a URL with every
@@ -64,6 +84,13 @@ class Store(abc.ABC):
         """Object ``path`` as a ``Source`` of the C++ core (include/treecask/
         source.h: ``name``, ``size``, ``concurrency``, ``read(offsets,
         lengths)``). Raises NotFoundError for a missing object, IoError."""
+
+    def stamp(self, path: str) -> Any:
+        """What identifies one writing of object ``path``, for caches of what
+        was read from it: None here (an object store's checkpoints are
+        written once); a local file's (inode, mtime). Raises NotFoundError
+        where the store can tell the object is gone."""
+        return None
 
     # ---- writing ----
     @abc.abstractmethod
@@ -139,9 +166,14 @@ class Store(abc.ABC):
         whatever happens, and swept by a later save once its process is
         gone), then :meth:`put_file` commits it."""
         from .. import _upload
+        from ..errors import Error
 
         self.check_new(path, overwrite=overwrite)
-        with _upload.scratch(path.rpartition("/")[2] or "archive.cask") as local:
-            out = write(local, False)
-            self.put_file(path, local, overwrite=overwrite)
-        return out
+        local = ""
+        try:
+            with _upload.scratch(path.rpartition("/")[2] or "archive.cask") as local:
+                out = write(local, False)
+                self.put_file(path, local, overwrite=overwrite)
+            return out
+        except Error as e:  # an error of the scratch file names the object instead
+            raise _upload.named(e, local, self.display(path)) from None
