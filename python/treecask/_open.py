@@ -15,7 +15,8 @@ from .errors import NotFoundError
 
 
 def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
-         validate_structure: bool = True, storage_options: Optional[dict] = None) -> Archive:
+         validate_structure: bool = True, storage_options: Optional[dict] = None,
+         single_read: bool = True) -> Archive:
     """Opens an archive for reading: ``with treecask.open(p) as a: a["w"]``.
 
     ``verify_checksums`` (default True) checks each chunk's XXH3 before its
@@ -38,9 +39,26 @@ def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
     ``secret_access_key``, ``region``, ...). A URL of a scheme treecask does
     not serve raises UnsupportedError naming it. Remote leaves are never
     views (``info(k).zero_copy`` is False).
+
+    ``single_read`` (default True): in a ``jax.distributed`` job of several
+    processes, ``place`` (and ``load(shardings=...)``) onto a sharding whose
+    blocks devices of several processes hold fetches each stored byte once
+    in the job, a part of each block by each of those processes, and
+    exchanges the parts over the job's collectives; every process must then
+    place the same leaves in the same order. False: each process reads every
+    block its devices hold (docs/python.md "Multi-process save and restore").
     Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError,
     UnsupportedError.
     """
+    reader = _open(path, verify_checksums=verify_checksums, validate_structure=validate_structure,
+                   storage_options=storage_options)
+    reader._single_read = bool(single_read)
+    return reader
+
+
+def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
+          storage_options: Optional[dict]) -> Archive:
+    """open() without its reader options: the reader `path` names."""
     if _remote.is_url(path):
         _remote.check_url(path)
         kw = dict(verify_checksums=verify_checksums, storage_options=storage_options)
@@ -61,7 +79,7 @@ def open(path: PathLike, *, verify_checksums: bool = True,  # noqa: A001
 
 def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
          missing: str = "error", extra: str = "ignore", copy: bool = True, cast: bool = False,
-         storage_options: Optional[dict] = None) -> Any:
+         storage_options: Optional[dict] = None, single_read: bool = True) -> Any:
     """Restores a pytree from an archive.
 
     Args:
@@ -88,7 +106,10 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         straight into its own buffer, each chunk once (Reader.place): one
         ``jax.sharding.Sharding`` for every array, a pytree of shardings (or None) with the result's structure (a subtree may stand
         for everything under it), or a callable ``(key_path, LeafInfo) ->
-        Sharding | None``. Overrides ``like``'s own shardings.
+        Sharding | None``. Overrides ``like``'s own shardings. In a
+        ``jax.distributed`` job, call it the same way in every process: a
+        block that devices of several processes hold is fetched once in the
+        job and spread over its collectives (``single_read``).
       missing: "error" (default) or "from_like": keep ``like``'s value for a
         leaf the checkpoint lacks (a model that gained a field since the save).
       extra: "ignore" (default) or "error": fail when the checkpoint (subtree)
@@ -112,6 +133,9 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         (NumPy ``astype`` rules: a float64 checkpoint into a float32 or
         bfloat16 template, an int4 leaf into int8...), as Orbax restores into
         a target; shapes must still agree. Only with ``like``.
+      single_read: True (default): each stored byte fetched once per
+        ``jax.distributed`` job (see :func:`open`); False: every process reads
+        every block its devices hold, as a single process does.
 
     Returns:
       The restored tree.
@@ -127,6 +151,6 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
         key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
     """
-    with open(path, storage_options=storage_options) as a:  # a file, a sharded checkpoint, or a URL of either
+    with open(path, storage_options=storage_options, single_read=single_read) as a:  # a file, a sharded checkpoint, or a URL of either
         return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy,
                       cast=cast)

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, _dtypes, _remote
+from . import _core, _dtypes, _remote, _replicas
 from . import _jaxutil as J
 from ._archive import Archive
 from ._reader import Reader, _index_bounds
@@ -87,7 +87,9 @@ class ShardedCheckpoint(Reader):
 
     def place(self, key, sharding: Any) -> Any:
         """The leaf as a jax.Array on `sharding`: each addressable device's
-        block is read with one global hyperslab read straight into its buffer."""
+        block is read with one global hyperslab read straight into its buffer
+        -- or, for a block replicated over processes, a part of it, the parts
+        exchanged over the job's collectives (:attr:`single_read`)."""
         import jax
 
         i = self._index(key)
@@ -96,6 +98,10 @@ class ShardedCheckpoint(Reader):
         impl = d["metadata"].get(J.KEY_IMPL_META)
         shape = tuple(d["shape"])
         dtype = _dtypes.to_numpy(d["dtype"])
+        if shape and impl is None:
+            placed = self._place_read_once(i, d, sharding)
+            if placed is not None:
+                return placed
         cache: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
 
         def fetch(index):
@@ -105,6 +111,7 @@ class ShardedCheckpoint(Reader):
             if block is None:
                 block = np.empty([e - b for b, e in zip(start, stop)], dtype)
                 sharded.read_slice(i, start, stop, block)
+                _replicas.placed_bytes += block.nbytes
                 cache[k] = block
             return block if rest is None else block[rest]
 
