@@ -198,7 +198,8 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
     """The intermediate sharding of a single-read placement of an array of
     ``shape`` and dtype ``dtype_name`` onto ``sharding`` (module docstring),
     or None when each process reads its own blocks (as without single read):
-    one process; not a NamedSharding; a 0-d, empty or packed sub-byte array;
+    one process; not a NamedSharding; a 0-d, empty or packed sub-byte array,
+    or one of 64-bit elements without ``jax_enable_x64``;
     no block of the target held by more than one process; a target that does
     not divide the shape; or no replicated mesh axis whose size divides what
     is left of a dimension's block. The mesh axes the target replicates over
@@ -209,6 +210,8 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
     if jax is None or jax.process_count() <= 1 or not isinstance(sharding, jax.sharding.NamedSharding):
         return None
     if not shape or math.prod(shape) == 0 or dtype_name in _dtypes.PACKED:
+        return None
+    if _carrier(_dtypes.to_numpy(dtype_name)) is None:
         return None
     if getattr(sharding, "is_fully_addressable", True):
         return None
@@ -246,17 +249,40 @@ _RESHARD: Dict[Any, Any] = {}
 _collectives_work: Optional[bool] = None
 
 
-def _reshard(target: Any, flags: Any) -> Any:
-    """The jitted placement of (parts on the intermediate sharding, one flag
-    per device) onto (``target``, the flags' maximum replicated)."""
+def _carrier(dtype: np.dtype) -> Optional[np.dtype]:
+    """The dtype whose values carry ``dtype``'s bits unchanged through XLA
+    (an unsigned integer of its width: XLA may compute bfloat16 in float32
+    and so quiet a NaN's payload), ``dtype`` itself for bool and the
+    integers, or None when jax cannot hold it (64-bit without jax_enable_x64)."""
+    import jax
+
+    dtype = np.dtype(dtype)
+    if dtype.itemsize == 8 and not jax.config.jax_enable_x64 or dtype.itemsize not in (1, 2, 4, 8):
+        return None
+    if dtype == np.bool_ or (dtype.kind in "iu" and dtype.type.__module__ == "numpy"):
+        return dtype
+    return np.dtype(f"uint{8 * dtype.itemsize}")
+
+
+def _reshard(target: Any, flags: Any, dtype: np.dtype) -> Tuple[Any, Any]:
+    """The jitted placement of (parts on the intermediate sharding, as
+    ``_carrier(dtype)``; one flag per device) onto (``target``; the flags'
+    maximum, replicated), and the jitted bitcast of the result to ``dtype``
+    (None when the carrier is ``dtype``). Two programs: in one, XLA moves
+    the bitcast before the all-gather, which then computes in the dtype."""
     import jax
     import jax.numpy as jnp
 
-    key = (target, flags)
+    key = (target, flags, dtype)
     f = _RESHARD.get(key)
     if f is None:
         replicated = jax.sharding.NamedSharding(flags.mesh, jax.sharding.PartitionSpec())
-        f = jax.jit(lambda x, ok: (x, jnp.max(ok)), out_shardings=(target, replicated))
+        move = jax.jit(lambda x, ok: (x, jnp.max(ok)), out_shardings=(target, replicated))
+        cast = None
+        if _carrier(dtype) != dtype:
+            cast = jax.jit(lambda x: jax.lax.bitcast_convert_type(x, dtype), out_shardings=target,
+                           donate_argnums=0)
+        f = (move, cast)
         if len(_RESHARD) > 256:
             _RESHARD.clear()
         _RESHARD[key] = f
@@ -292,10 +318,13 @@ def place_read_once(read_boxes: Callable[[List[Box]], Dict[Box, np.ndarray]], sh
     P = jax.sharding.PartitionSpec
     flags = jax.sharding.NamedSharding(mesh, P(tuple(mesh.axis_names)))
     mine = np.full((1,), jax.process_index() + 1 if failed is not None else 0, np.int32)
-    parts = jax.make_array_from_callback(shape, inter, lambda index: boxes[box_of(index, shape)], dtype=dtype)
+    carrier = _carrier(dtype)
+    parts = jax.make_array_from_callback(shape, inter, lambda index: boxes[box_of(index, shape)].view(carrier),
+                                         dtype=carrier)
     ok = jax.make_array_from_callback((mesh.size,), flags, lambda index: mine)
     try:
-        out, bad = _reshard(sharding, flags)(parts, ok)
+        move, cast = _reshard(sharding, flags, np.dtype(dtype))
+        out, bad = move(parts, ok)
         bad = int(np.asarray(bad.addressable_data(0)))
     except Exception:
         if _collectives_work is None and failed is None:  # the first collective: the job has none
@@ -309,4 +338,4 @@ def place_read_once(read_boxes: Callable[[List[Box]], Dict[Box, np.ndarray]], sh
     if bad:
         raise Error(f"process {bad - 1} failed to read its part of this leaf (its own error says why)",
                     file=file, key_path=key_path)
-    return out
+    return out if cast is None else cast(out)
