@@ -120,7 +120,8 @@ CHILD = textwrap.dedent(
                 "step": 1, "host": HOST}
         treecask.save(root + "/prev", tree)
         big = np.ones((4096, 4096), np.float32)
-        tree["big"] = jax.make_array_from_callback(big.shape, NamedSharding(m, P("x", "y")), lambda idx: big[idx])
+        # Replicated over "x", which spans both processes: each writes half of each column block.
+        tree["big"] = jax.make_array_from_callback(big.shape, NamedSharding(m, P(None, "y")), lambda idx: big[idx])
         print("BIG", flush=True)
         treecask.save(root + "/next", tree)
         print("SAVED", flush=True)
