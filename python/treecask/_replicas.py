@@ -43,6 +43,10 @@ Box = Tuple[Tuple[int, ...], Tuple[int, ...]]
 # A replicated box is split among its k holders only when each part gets at least this many
 # bytes: below, the box is written whole by one holder (fewer, larger leaves in the shard files).
 MIN_PART_BYTES = 16 << 10
+# A leaf smaller than this is read by every process that places it, as without single read: a
+# single-read placement costs a collective per leaf (milliseconds), and such leaves (biases,
+# norms, counters) are a small share of a model's bytes.
+READ_ONCE_MIN_BYTES = 64 << 10
 # The largest ratio of two parts' sizes split_box accepts before cutting on a finer row boundary.
 BALANCE = 1.25
 
@@ -199,7 +203,8 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
     ``shape`` and dtype ``dtype_name`` onto ``sharding`` (module docstring),
     or None when each process reads its own blocks (as without single read):
     one process; not a NamedSharding; a 0-d, empty or packed sub-byte array,
-    or one of 64-bit elements without ``jax_enable_x64``;
+    one of 64-bit elements without ``jax_enable_x64``, or one of fewer than
+    READ_ONCE_MIN_BYTES;
     no block of the target held by more than one process; a target that does
     not divide the shape; or no replicated mesh axis whose size divides what
     is left of a dimension's block. The mesh axes the target replicates over
@@ -211,7 +216,8 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
         return None
     if not shape or math.prod(shape) == 0 or dtype_name in _dtypes.PACKED:
         return None
-    if _carrier(_dtypes.to_numpy(dtype_name)) is None:
+    dtype = _dtypes.to_numpy(dtype_name)
+    if _carrier(dtype) is None or math.prod(shape) * dtype.itemsize < READ_ONCE_MIN_BYTES:
         return None
     if getattr(sharding, "is_fully_addressable", True):
         return None

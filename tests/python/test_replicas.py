@@ -132,11 +132,14 @@ import ml_dtypes  # noqa: E402
 TREE = {
     "w": _bits((256, 256), np.float32),          # 256 KiB: split 4 ways when replicated 4 ways
     "e": _bits((512, 64), ml_dtypes.bfloat16),   # 64 KiB
-    "i": _bits((96, 30), np.int32),              # too small to split: written whole, balanced by bytes
-    "m": _rng.integers(0, 2, (64, 48)).astype(bool),
+    "m": _rng.integers(0, 2, (256, 256)).astype(bool),
+    # Too small to split when saved (written whole, balanced by bytes) or to read once (every
+    # process reads its own): under 4 x MIN_PART_BYTES and READ_ONCE_MIN_BYTES.
+    "i": _bits((96, 30), np.int32),
     "b": _bits((64,), np.float32),
-    "o": _bits((5, 3), np.int32),                # no mesh axis divides it: each process reads its own
+    "o": _bits((5, 3), np.int32),
 }
+SMALL = sum(TREE[k].nbytes for k in "ibo")
 # Meshes of 8 devices (4 processes x 2, or 2 x 4): (shape, axis names); the PartitionSpec of each leaf.
 MESHES = {"dp": ((8,), ("data",)), "hsdp": ((2, 4), ("replica", "model")), "mp": ((8,), ("model",))}
 SPECS = {
@@ -189,11 +192,13 @@ def test_replicas_share_the_save_and_each_byte_is_read_once(tmp_path):
             assert sorted(x for x in a.keys() if x.startswith("w@")) == [
                 f"w@{32 * d}:{32 * d + 32},0:256" for d in (2 * k, 2 * k + 1)]
 
-    # Single-read restore: the job reads the tree about once (the tiny "o", which no mesh axis
-    # divides, once per process); each process about a quarter of it. Without it: 4 times.
-    for what in ("dp>dp", "hsdp>dp", "mp>hsdp"):
-        assert sum(placed[what]) <= 1.25 * RAW, (what, placed[what], RAW)
+    # Single-read restore: the job reads the large leaves once, a quarter by each process (the
+    # small ones by every process that needs them). Without it: 4 times.
+    for what in ("dp>dp", "hsdp>dp"):
+        assert sum(placed[what]) == RAW + 3 * SMALL, (what, placed[what], RAW)
         assert max(placed[what]) <= 1.3 * RAW / 4, (what, placed[what])
+    assert sum(placed["mp>hsdp"]) <= RAW + 3 * SMALL, placed["mp>hsdp"]  # "e" is split over "model"
+    assert RAW + 3 * SMALL <= 1.25 * RAW
     assert placed["dp>dp/each"] == [RAW] * 4
     # Onto a mesh with no replication: every process reads its own blocks, nothing else.
     assert sum(placed["dp>mp"]) == RAW + 3 * TREE["o"].nbytes
