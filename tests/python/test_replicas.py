@@ -109,6 +109,7 @@ CHILD = textwrap.dedent(r'''
         restore("dp", "hsdp")
         restore("hsdp", "hsdp")
         restore("mp", "dp")
+        restore("single.cask", "dp")  # a single-file archive: read once as well
         # A damaged chunk in the part another process reads: every process raises, none hangs.
         try:
             treecask.load(f"{root}/damaged", shardings=shardings("dp"))
@@ -225,8 +226,9 @@ def test_replicas_share_the_save_and_each_byte_is_read_once(tmp_path):
     assert at > 0
     blob[at] ^= 0xFF
     victim.write_bytes(bytes(blob))
+    treecask.save(tmp_path / "single.cask", dict(TREE, step=7))
     outs, placed = _job(tmp_path, "restore", 2)
-    for what in ("dp>hsdp", "hsdp>hsdp", "mp>dp"):
+    for what in ("dp>hsdp", "hsdp>hsdp", "mp>dp", "single.cask>dp"):
         assert sum(placed[what]) <= 1.25 * RAW, (what, placed[what])
     # Process 1 reads rows 128-255 of w (process_3.cask's part among them): its checksum error;
     # process 0 learns over the same collective that process 1 failed.
