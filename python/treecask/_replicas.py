@@ -204,10 +204,9 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
     or None when each process reads its own blocks (as without single read):
     one process; not a NamedSharding; a 0-d, empty or packed sub-byte array,
     one of 64-bit elements without ``jax_enable_x64``, or one of fewer than
-    READ_ONCE_MIN_BYTES;
-    no block of the target held by more than one process; a target that does
-    not divide the shape; or no replicated mesh axis whose size divides what
-    is left of a dimension's block. The mesh axes the target replicates over
+    READ_ONCE_MIN_BYTES; no block of the target held by more than one
+    process; a target that does not divide the shape; or no replicated mesh
+    axis whose size divides what is left of a dimension's block. The mesh axes the target replicates over
     are added, in mesh order, to the outermost dimension whose block they
     divide (so that a process's part is a run of rows, as a replica-parallel
     save wrote it)."""
@@ -263,7 +262,7 @@ def _carrier(dtype: np.dtype) -> Optional[np.dtype]:
     import jax
 
     dtype = np.dtype(dtype)
-    if dtype.itemsize == 8 and not jax.config.jax_enable_x64 or dtype.itemsize not in (1, 2, 4, 8):
+    if (dtype.itemsize == 8 and not jax.config.jax_enable_x64) or dtype.itemsize not in (1, 2, 4, 8):
         return None
     if dtype == np.bool_ or (dtype.kind in "iu" and dtype.type.__module__ == "numpy"):
         return dtype

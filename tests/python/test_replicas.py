@@ -69,7 +69,7 @@ CHILD = textwrap.dedent(r'''
     from treecask import _replicas
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     sys.path.insert(0, os.environ["TESTS_DIR"])
-    from test_replicas import TREE, SPECS, MESHES
+    from test_replicas import TREE, SPECS, MESHES, Q4
 
     def mesh(name):
         shape, axes = MESHES[name]
@@ -100,6 +100,11 @@ CHILD = textwrap.dedent(r'''
             tree = {k: jax.make_array_from_callback(v.shape, sh[k], lambda i, v=v: v[i]) for k, v in TREE.items()}
             tree["step"] = 7
             treecask.save(f"{root}/{name}", tree, chunk_size=4096, compression="none")
+        # A replicated int4 array: its parts packed each on its own, read back by every process.
+        everywhere = NamedSharding(mesh("dp"), P())
+        treecask.save(f"{root}/int4", {"q": jax.make_array_from_callback(Q4.shape, everywhere, lambda i: Q4[i])})
+        q = treecask.load(f"{root}/int4", shardings=everywhere)["q"]
+        assert all(np.asarray(s.data).tobytes() == Q4.tobytes() for s in q.addressable_shards)
         restore("dp", "dp")
         restore("dp", "dp", single_read=False)
         restore("hsdp", "dp")
@@ -149,6 +154,7 @@ SPECS = {
     "mp": {"w": ("model",), "e": ("model",), "i": ("model",), "m": ("model",), "b": ("model",), "o": ()},
 }
 RAW = sum(v.nbytes for v in TREE.values())
+Q4 = ((np.arange(256 * 512) * 7) % 16 - 8).astype(ml_dtypes.int4).reshape(256, 512)
 
 
 def _job(tmp_path, scenario, nproc):
@@ -185,6 +191,9 @@ def test_replicas_share_the_save_and_each_byte_is_read_once(tmp_path):
     with treecask.open(tmp_path / "dp" / "process_2.cask") as a:  # rows 128-191 of w, a view of its buffer
         assert "w@128:192,0:256" in a.keys()
         np.testing.assert_array_equal(a["w@128:192,0:256"].view(np.uint32), TREE["w"][128:192].view(np.uint32))
+    with treecask.open(tmp_path / "int4") as c:
+        assert sorted(b.file for b in c.info("q").shards) == [f"process_{k}.cask" for k in range(4)]
+        assert c["q"].tobytes() == Q4.tobytes()
     # No replication: each process writes exactly its two devices' blocks, as before.
     written = _written(tmp_path / "mp")
     assert sum(written.values()) == RAW
