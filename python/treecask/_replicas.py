@@ -318,7 +318,7 @@ def place_read_once(read_boxes: Callable[[List[Box]], Dict[Box, np.ndarray]], sh
         boxes = read_boxes(wanted)
     except Exception as e:  # noqa: BLE001 -- the others still take part in the collective, then all raise
         failed = e
-        boxes = {b: np.zeros(tuple(e - a for a, e in zip(*b)), dtype) for b in wanted}
+        boxes = {b: np.zeros(tuple(hi - lo for lo, hi in zip(*b)), dtype) for b in wanted}
     mesh = inter.mesh
     P = jax.sharding.PartitionSpec
     flags = jax.sharding.NamedSharding(mesh, P(tuple(mesh.axis_names)))
@@ -337,7 +337,7 @@ def place_read_once(read_boxes: Callable[[List[Box]], Dict[Box, np.ndarray]], sh
             return None
         raise
     _collectives_work = True
-    del parts, boxes
+    parts = boxes = None  # this leaf's parts go now, before the next leaf's are read
     if failed is not None:
         raise failed
     if bad:
