@@ -10,10 +10,12 @@ When ``jax.distributed`` is initialized with more than one process,
                            logical axes, metadata and where each box lives
     path/process_<k>.cask  process k's shards: one leaf per box it owns
 
-Each process writes only the shards of its addressable devices whose
-``replica_id`` is 0 (one copy of every replicated array in the whole job), in
-parallel, from ``shard.data`` (one device's buffer at a time: no gather, no
-whole array in any process). Leaves that are not global ``jax.Array``s (NumPy
+Each process writes its share of the job's boxes, in parallel with the
+others, from ``shard.data`` (views of its devices' buffers: no gather, no
+whole array in any process): every element once in the whole job, each box
+that several processes hold a replica of split among them in parts of about
+equal bytes (replica-parallel save, ``_replicas.py``), so that every process
+writes about 1/N of the bytes whatever the mesh. Leaves that are not global ``jax.Array``s (NumPy
 arrays, Python scalars and strings, fully addressable / process-local jax
 arrays) are written once, by process 0, from process 0's values.
 
@@ -59,13 +61,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _codec, _dtypes, _remote, _upload
+from . import _codec, _dtypes, _remote, _replicas, _upload
 from . import _jaxutil as J
 from . import _tree as T
 from . import _core
 from . import errors as E
 from ._request import SaveRequest
-from ._reader import _index_box
 # The reader of these directories lived here before _sharded.py.
 from ._sharded import ShardedCheckpoint  # noqa: F401
 from ._types import SaveStats
@@ -183,8 +184,9 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
             max_part_bytes: Optional[int], shuffle: bool, snapshot: bool = False,
             storage_options: Optional[Mapping[str, Any]] = None) -> _Save:
     """The caller's half of a multi-process save: flattens ``tree``, describes
-    every leaf for the index, and takes this process's boxes (replica-0
-    shards of global jax.Arrays; on process 0 also the host leaves).
+    every leaf for the index, and takes this process's boxes (its parts of
+    the global jax.Arrays' shards, ``_replicas.my_boxes``; on process 0 also
+    the host leaves).
 
     With ``snapshot`` the boxes stay valid whatever the caller does next: a
     jax.Array's bytes are held as a read-only NumPy view of its buffer (jax
@@ -219,15 +221,13 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     s.metas = []
     keys: List[str] = []
     arrays: List[Any] = []
+    loads: Dict[int, int] = {}  # bytes each process writes so far: the replica-parallel balance
     for kp, x, ex, g in zip(s.key_paths, objs, extras, s.is_global):
         if g:
             meta, arr = _leaf_meta(kp, x, ex)
-            for sh in arr.addressable_shards:
-                if sh.replica_id != 0:
-                    continue
-                b, e = _index_box(sh.index, tuple(arr.shape))
+            for (b, e), part in _replicas.my_boxes(arr, s.pid, loads):
                 keys.append(shard_key(kp, b, e))
-                arrays.append(np.asarray(sh.data))
+                arrays.append(part)
         else:
             meta = _codec.encode(kp, x, ex)[0] if s.pid == 0 else None
             if s.pid == 0:

@@ -703,7 +703,7 @@ class CheckpointManager:
         """Restores a step (default: the latest) with :func:`treecask.load`.
 
         ``like`` and every ``load`` option (``subtree``, ``shardings``,
-        ``missing``, ``extra``) pass through. A save of this manager still in
+        ``missing``, ``extra``, ``single_read``...) pass through. A save of this manager still in
         flight is waited for first (its error, if any, stays for the next
         save / wait / close). With ``step=None``, a latest step deleted by
         another process's retention between listing and opening is skipped

@@ -17,7 +17,7 @@ from .errors import NotFoundError
 
 def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
          validate_structure: bool = True, storage_options: Optional[dict] = None,
-         store: Optional[stores.Store] = None) -> Reader:
+         store: Optional[stores.Store] = None, single_read: bool = True) -> Reader:
     """Opens an archive for reading: ``with treecask.open(p) as a: a["w"]``.
 
     ``verify_checksums`` (default True) checks each chunk's XXH3 before its
@@ -46,11 +46,28 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     ``access_key_id``, ``secret_access_key``, ``region``, ...). Leaves read
     from an object store are never views (``info(k).zero_copy`` is False).
 
+    ``single_read`` (default True): in a ``jax.distributed`` job of several
+    processes, ``place`` (and ``load(shardings=...)``) onto a sharding whose
+    blocks devices of several processes hold fetches each stored byte once
+    in the job, a part of each block by each of those processes, and
+    exchanges the parts over the job's collectives; every process must then
+    place the same leaves in the same order. False: each process reads every
+    block its devices hold (docs/python.md "Multi-process save and restore").
+
     Raises NotFoundError, NotAnArchiveError (an empty file or object
     included), VersionError, CorruptionError, IoError, UnsupportedError (a
     URL scheme treecask does not serve), InvalidArgumentError (credentials
     inside a bucket URL; ``storage_options`` with a store object).
     """
+    reader = _open(path, verify_checksums=verify_checksums, validate_structure=validate_structure,
+                   storage_options=storage_options, store=store)
+    reader._single_read = bool(single_read)
+    return reader
+
+
+def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
+          storage_options: Optional[dict], store: Optional[stores.Store]) -> Reader:
+    """open() without its reader options: the reader `path` names."""
     st, p = stores.resolve(path, store, storage_options)
     local = st.local_path(p)
     if local is not None:
@@ -75,7 +92,8 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
 
 def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
          missing: str = "error", extra: str = "ignore", copy: bool = True, cast: bool = False,
-         storage_options: Optional[dict] = None, store: Optional[stores.Store] = None) -> Any:
+         storage_options: Optional[dict] = None, store: Optional[stores.Store] = None,
+         single_read: bool = True) -> Any:
     """Restores a pytree from an archive.
 
     Args:
@@ -103,7 +121,10 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         straight into its own buffer, each chunk once (Reader.place): one
         ``jax.sharding.Sharding`` for every array, a pytree of shardings (or None) with the result's structure (a subtree may stand
         for everything under it), or a callable ``(key_path, LeafInfo) ->
-        Sharding | None``. Overrides ``like``'s own shardings.
+        Sharding | None``. Overrides ``like``'s own shardings. In a
+        ``jax.distributed`` job, call it the same way in every process: a
+        block that devices of several processes hold is fetched once in the
+        job and spread over its collectives (``single_read``).
       missing: "error" (default) or "from_like": keep ``like``'s value for a
         leaf the checkpoint lacks (a model that gained a field since the save).
       extra: "ignore" (default) or "error": fail when the checkpoint (subtree)
@@ -128,6 +149,9 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         bfloat16 template, an int4 leaf into int8...), as Orbax restores into
         a target; shapes must still agree. Only with ``like``.
 
+      single_read: True (default): each stored byte fetched once per
+        ``jax.distributed`` job (see :func:`open`); False: every process reads
+        every block its devices hold, as a single process does.
     Returns:
       The restored tree.
 
@@ -142,6 +166,6 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
         key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
     """
-    with open(path, storage_options=storage_options, store=store) as a:  # a file, a sharded checkpoint, or a URL of either
+    with open(path, storage_options=storage_options, store=store, single_read=single_read) as a:  # a file, a sharded checkpoint, or a URL of either
         return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy,
                       cast=cast)

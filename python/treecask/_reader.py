@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _codec, _dtypes
+from . import _codec, _dtypes, _replicas
 from . import _jaxutil as J
 from . import _restore
 from . import _tree as T
@@ -333,10 +333,13 @@ class Reader(abc.ABC):
         distinct box the local devices hold is read by one Archive::read_slices
         call (each chunk decoded and checksummed once, all cores, GIL released)
         straight into its own 64-byte-aligned buffer, which the CPU backend
-        then adopts without a copy; replicas of a box share its buffer.
-        A leaf of a dtype JAX cannot hold exactly (64-bit while
-        ``jax_enable_x64`` is off, or one its backend lacks) comes back as its NumPy array at full width instead
-        (docs/python.md "Dtypes on restore").
+        then adopts without a copy; replicas of a box share its buffer. In a
+        ``jax.distributed`` job, a block that devices of several processes
+        hold is read once in the job, a part by each, and the parts exchanged
+        over the job's collectives (:attr:`single_read`). A leaf of a dtype
+        JAX cannot hold exactly (64-bit while ``jax_enable_x64`` is off, or
+        one its backend lacks) comes back as its NumPy array at full width
+        instead (docs/python.md "Dtypes on restore").
         Raises as :meth:`read`."""
         import jax
 
@@ -351,21 +354,57 @@ class Reader(abc.ABC):
             return self._read_array(i, d)
         if len(shape) == 0:
             return jax.device_put(self._read_array(i, d), sharding)
-        boxes: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
-        for index in sharding.addressable_devices_indices_map(shape).values():
-            box = _index_box(index, shape)
-            if box not in boxes:
-                boxes[box] = _aligned_empty(tuple(b - a for a, b in zip(*box)), dtype)
-        keys = list(boxes)
-        self._c().read_slices(i, [list(b[0]) for b in keys], [list(b[1]) for b in keys],
-                              [boxes[b] for b in keys], None)
+        placed = self._place_read_once(i, d, sharding)
+        if placed is not None:
+            return placed
+        boxes = self._read_boxes(i, dtype, {_index_box(index, shape)
+                                            for index in sharding.addressable_devices_indices_map(shape).values()})
 
         def fetch(index):
             return boxes[_index_box(index, shape)]
 
         return jax.make_array_from_callback(shape, sharding, fetch, dtype=dtype)
 
+    @property
+    def single_read(self) -> bool:
+        """Whether :meth:`place` onto a sharding whose blocks are replicated
+        over the processes of a ``jax.distributed`` job fetches each stored
+        byte once in the job (default True; ``treecask.open`` / ``load``
+        ``single_read=``): each process reads a part of each block and the
+        parts travel over the job's collectives (``_replicas.py``; docs/python.md
+        "Multi-process save and restore"). Such a placement is then a
+        collective: every process must place the same leaves in the same
+        order (as ``treecask.load`` called the same way everywhere does).
+        False: every process reads every block its devices hold."""
+        return getattr(self, "_single_read", True)
+
     # -- internals --
+    def _place_read_once(self, i: int, d: Dict[str, Any], sharding: Any) -> Any:
+        """Leaf i (description `d`) placed on `sharding` by a single-read
+        placement (:attr:`single_read`), or None when this leaf is read as
+        without it (``_replicas.read_once_sharding``)."""
+        if not self.single_read:
+            return None
+        shape = tuple(int(s) for s in d["shape"])
+        inter = _replicas.read_once_sharding(sharding, shape, d["dtype"])
+        if inter is None:
+            return None
+        dtype = _dtypes.to_numpy(d["dtype"])
+        return _replicas.place_read_once(lambda boxes: self._read_boxes(i, dtype, boxes), shape, dtype,
+                                         sharding, inter, file=self._path, key_path=d["key_path"])
+
+    def _read_boxes(self, i: int, dtype: np.dtype, boxes) -> Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray]:
+        """Each box (start, stop) of `boxes` (an iterable) of leaf i, read
+        into its own 64-byte-aligned array of `dtype` by one
+        Archive::read_slices call (each chunk decoded and checksummed once,
+        all cores, GIL released)."""
+        out = {b: _aligned_empty(tuple(e - a for a, e in zip(*b)), dtype) for b in boxes}
+        keys = list(out)
+        self._c().read_slices(i, [list(b[0]) for b in keys], [list(b[1]) for b in keys],
+                              [out[b] for b in keys], None)
+        _replicas.placed_bytes += sum(out[b].nbytes for b in keys)
+        return out
+
     def _read_many(self, indices: List[int], names: Sequence[str], shapes: Sequence[Tuple[int, ...]]) -> List[Any]:
         """Fresh, writable arrays of the leaves `indices` (of dtype names
         `names` and shapes `shapes`): one bulk call (all cores, pread +

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, _dtypes, stores
+from . import _core, _dtypes, _replicas, stores
 from . import _jaxutil as J
 from ._reader import Reader, _index_bounds
 from .errors import Error
@@ -87,10 +87,12 @@ class ShardedCheckpoint(Reader):
 
     def place(self, key, sharding: Any) -> Any:
         """The leaf as a jax.Array on `sharding`: each addressable device's
-        block is read with one global hyperslab read straight into its buffer.
-        A leaf of a dtype JAX cannot hold exactly (64-bit while
-        ``jax_enable_x64`` is off, or one its backend lacks) comes back as the whole global NumPy array at full width
-        instead (docs/python.md "Dtypes on restore")."""
+        block is read with one global hyperslab read straight into its buffer
+        -- or, for a block replicated over processes, a part of it, the parts
+        exchanged over the job's collectives (:attr:`single_read`). A leaf of
+        a dtype JAX cannot hold exactly (64-bit while ``jax_enable_x64`` is
+        off, or one its backend lacks) comes back as the whole global NumPy
+        array at full width instead (docs/python.md "Dtypes on restore")."""
         import jax
 
         i = self._index(key)
@@ -101,6 +103,10 @@ class ShardedCheckpoint(Reader):
         dtype = _dtypes.to_numpy(d["dtype"])
         if impl is None and J.jax_cannot_hold(dtype):
             return self.read(i)
+        if shape and impl is None:
+            placed = self._place_read_once(i, d, sharding)
+            if placed is not None:
+                return placed
         cache: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
 
         def fetch(index):
@@ -110,6 +116,7 @@ class ShardedCheckpoint(Reader):
             if block is None:
                 block = np.empty([e - b for b, e in zip(start, stop)], dtype)
                 sharded.read_slice(i, start, stop, block)
+                _replicas.placed_bytes += block.nbytes
                 cache[k] = block
             return block if rest is None else block[rest]
 

@@ -120,7 +120,8 @@ CHILD = textwrap.dedent(
                 "step": 1, "host": HOST}
         treecask.save(root + "/prev", tree)
         big = np.ones((4096, 4096), np.float32)
-        tree["big"] = jax.make_array_from_callback(big.shape, NamedSharding(m, P("x", "y")), lambda idx: big[idx])
+        # Replicated over "x", which spans both processes: each writes half of each column block.
+        tree["big"] = jax.make_array_from_callback(big.shape, NamedSharding(m, P(None, "y")), lambda idx: big[idx])
         print("BIG", flush=True)
         treecask.save(root + "/next", tree)
         print("SAVED", flush=True)
@@ -130,26 +131,33 @@ CHILD = textwrap.dedent(
         m = mesh((2, 2))
         sh = NamedSharding(m, P("x", "y"))
         clobber = jax.jit(lambda a: a * 0 - 1, donate_argnums=0, out_shardings=sh)
+        # Replicated over "x", which spans both processes: each saves half of each column block.
+        cols = NamedSharding(m, P(None, "y"))
+        R = np.arange(128 * 128, dtype=np.float32).reshape(128, 128)
+        clobber_r = jax.jit(lambda a: a * 0 - 1, donate_argnums=0, out_shardings=cols)
         with treecask.CheckpointManager(root + "/run", max_to_keep=2) as mngr:
             for step in range(4):
                 w = global_array(W * step, sh)
+                r = global_array(R * step, cols)
                 host = np.full(3, float(step))
                 # Asynchronous: save() returns once the shards are safe, before the step is
                 # committed. Process 1 calls save() only after process 0's save() has
                 # returned, so a save() that waited for the other process would hang here.
                 if pid == 1:
                     global_state.client.blocking_key_value_get(f"test/returned/{step}", 60_000)
-                assert mngr.save(step, {"w": w, "step": step, "host": host}, metrics={"loss": 10.0 - step})
+                assert mngr.save(step, {"w": w, "r": r, "step": step, "host": host}, metrics={"loss": 10.0 - step})
                 if pid == 0:
                     global_state.client.key_value_set(f"test/returned/{step}", "yes")
                 host[:] = -5.0  # written in place while the step is being saved
                 w = clobber(w)  # the saved buffers donated to the next step
+                r = clobber_r(r)
             mngr.wait_until_finished()
             multihost_utils.sync_global_devices("retention done")  # process 0 deletes
             assert mngr.all_steps() == [2, 3] and mngr.latest_step() == 3, mngr.all_steps()
             assert mngr.metrics(3) == {"loss": 7.0} and mngr.best_step() == 3
-            got = mngr.restore(shardings={"w": NamedSharding(m, P(None, "y"))})
+            got = mngr.restore(shardings={"w": NamedSharding(m, P(None, "y")), "r": cols})
             check(got["w"], W * 3)
+            check(got["r"], R * 3)
             assert got["step"] == 3
             np.testing.assert_array_equal(got["host"], np.full(3, 3.0))
             # A synchronous manager in the same job: the same protocol in the caller's thread.
@@ -352,10 +360,13 @@ def test_checkpoint_manager_in_every_process(tmp_path):
     run = tmp_path / "run"
     assert sorted(os.listdir(run)) == ["step_00000002.cask", "step_00000003.cask"]
     assert sorted(os.listdir(run / "step_00000003.cask")) == ["index.cask", "process_0.cask", "process_1.cask"]
+    with treecask.open(run / "step_00000003.cask") as c:  # r: a column block's halves, one per process
+        assert sorted({b.file for b in c.info("r").shards}) == ["process_0.cask", "process_1.cask"]
     with treecask.CheckpointManager(run) as mngr:
         assert mngr.all_steps() == [2, 3] and mngr.metrics(2) == {"loss": 8.0}
         got = mngr.restore()
         np.testing.assert_array_equal(got["w"], W * 3)
+        np.testing.assert_array_equal(got["r"], np.arange(128 * 128, dtype=np.float32).reshape(128, 128) * 3)
         assert got["step"] == 3
         np.testing.assert_array_equal(got["host"], np.full(3, 3.0))
     assert sorted(os.listdir(tmp_path / "sync")) == ["step_00000001.cask"]

@@ -274,6 +274,25 @@ MP_CHILD = textwrap.dedent(r'''
         for s in got["w"].addressable_shards:
             np.testing.assert_array_equal(np.asarray(s.data), big[s.index])
         print(f"FETCHED {proxy.bytes_read}", flush=True)
+    elif scenario == "replicated":  # a 32 MiB array replicated over both processes
+        sys.path.insert(0, os.environ["TESTS_DIR"])
+        import stores
+        big = np.arange(8192 * 1024, dtype=np.float32).reshape(8192, 1024)
+        everywhere = NamedSharding(m, P())
+        treecask.save(base + "/rep", {"w": jax.make_array_from_callback(big.shape, everywhere, lambda i: big[i])},
+                      compression="none")
+        for single_read in (True, False):
+            proxy = stores.S3Proxy(os.environ["AWS_ENDPOINT_URL"])
+            try:
+                with treecask.open(base + "/rep", storage_options={"endpoint": proxy.endpoint},
+                                   single_read=single_read) as a:
+                    opened = proxy.bytes_read
+                    got = a.load(shardings={"w": everywhere})
+            finally:
+                proxy.close()
+            for s in got["w"].addressable_shards:
+                np.testing.assert_array_equal(np.asarray(s.data), big[s.index])
+            print(f"FETCHED single_read={single_read} {opened} {proxy.bytes_read}", flush=True)
     print(f"CHILD OK {pid}", flush=True)
 ''')
 
@@ -464,3 +483,28 @@ def test_a_sharded_restore_from_a_bucket_fetches_only_its_own_boxes(s3_env, tmp_
     for out in outs:
         fetched = int(out.split("FETCHED ")[1].split()[0])
         assert box <= fetched <= box + (5 << 20), fetched
+
+
+def test_replicas_share_a_bucket_save_and_fetch_each_byte_once(s3_env, tmp_path):
+    """A 32 MiB array replicated over both processes of a job: each uploads
+    half of it (replica-parallel save), and a restore onto the same
+    replicated sharding fetches it once in the job beyond the opens (each
+    process its half, the halves exchanged over the job's collectives);
+    with single_read=False each process fetches all of it."""
+    base = f"s3://saves/{uuid.uuid4().hex}"
+    outs = two_processes(tmp_path, "replicated", base, s3_env)
+    import obstore
+    prefix = base[len("s3://saves/"):] + "/rep/"
+    sizes = {m["path"][len(prefix):]: m["size"] for b in obstore.list(s3_env.store("saves"), prefix) for m in b}
+    shards = [n for n in sizes if n.startswith("process_")]
+    assert len(shards) == 2 and all(15 << 20 < sizes[n] < 17 << 20 for n in shards), sizes
+    stored = 32 << 20
+    fetched = {}
+    for out in outs:
+        for line in out.splitlines():
+            if line.startswith("FETCHED single_read="):
+                what, opened, total = line.split()[1:]
+                fetched.setdefault(what, []).append((int(opened), int(total)))
+    once, each = fetched["single_read=True"], fetched["single_read=False"]
+    assert sum(t for _, t in once) <= 1.25 * stored + sum(o for o, _ in once), once
+    assert sum(t - o for o, t in each) > 1.25 * stored, each  # every process its own copy
