@@ -28,8 +28,10 @@ docs/python.md "Switching from Orbax in one line" lists what differs.
 Where the parts live: this module holds the manager and its options;
 ``_checkpointers.py`` the checkpointers and handlers; ``_items.py``
 the per-leaf arguments and a checkpoint's items in an archive;
-``_metadata.py`` the metadata classes; ``args.py`` the ``args``
-namespace. Every public name is importable from here.
+``_metadata.py`` the metadata classes; ``_utils.py`` the helper
+namespaces of the guides (``tree``, ``utils``, ``checkpoint_utils``,
+``test_utils``); ``args.py`` the ``args`` namespace. Every public name
+is importable from here; ``treecask.orbax.v1`` is Orbax's v1 API.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from ._checkpointers import (
 from ._items import (
     _CUSTOM_KEY,
     DEFAULT_ITEM_NAME,
+    PLACEHOLDER,
     ArrayRestoreArgs,
     RestoreArgs,
     SaveArgs,
@@ -66,9 +69,8 @@ from ._items import (
     _item_metadata,
     _restore,
     _unsupported,
-    checkpoint_utils,
-    utils,
 )
+from ._utils import checkpoint_utils, test_utils, tree, utils
 from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
 from .._open import open as _open
 from ..errors import InvalidArgumentError, NotFoundError
@@ -100,6 +102,9 @@ __all__ = [
     "DEFAULT_ITEM_NAME",
     "utils",
     "checkpoint_utils",
+    "tree",
+    "test_utils",
+    "PLACEHOLDER",
 ]
 
 
