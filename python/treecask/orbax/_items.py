@@ -341,13 +341,16 @@ _ALLOW_V0 = ("PyTreeRestore(partial_restore=True) restores only the target's fie
 
 
 def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any, transforms: Any,
-                    partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0) -> Any:
+                    partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0,
+                    fill_missing: Optional[bool] = None) -> Any:
     """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler
     restores it. With a target, the structures must agree (Orbax's rule,
     _check_structure) unless `partial_restore` (the checkpoint's other fields
     are not read; a target field it lacks keeps the target's value) or
     `transforms` (``{}``: the same, as Orbax's default-to-original rule) say
-    otherwise. A target leaf ``...`` is not read and comes back as ``...``."""
+    otherwise; `fill_missing` False refuses a target field the checkpoint
+    lacks even then (Orbax v1's partial_load). A target leaf ``...`` is not
+    read and comes back as ``...``."""
     if transforms:
         raise _unsupported("transforms with rules", "only transforms={} (fill the target's new leaves "
                            "from the target) is; restore raw and rearrange", file=path)
@@ -358,9 +361,10 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
         tree = _load(path, subtree=sub, shardings=shardings)
     else:
         lenient = bool(partial_restore) or transforms is not None
-        _check_structure(path, sub, item, extra_ok=lenient, missing_ok=lenient, allow=allow)
+        fill = lenient if fill_missing is None else bool(fill_missing)
+        _check_structure(path, sub, item, extra_ok=lenient, missing_ok=fill, allow=allow)
         tree = _load(path, item, subtree=sub, shardings=shardings, cast=True,
-                     missing="from_like" if lenient else "error")
+                     missing="from_like" if fill else "error")
     return _apply_leaf_args(tree, flat) if flat else tree
 
 

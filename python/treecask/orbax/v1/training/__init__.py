@@ -1,0 +1,12 @@
+"""``treecask.orbax.v1.training``: Orbax v1's ``training`` package --
+:class:`Checkpointer` (a sequence of steps in a training loop, one treecask
+archive per step), its :class:`CheckpointMetadata` and :class:`RootMetadata`,
+the policies (``save_decision_policies``, ``preservation_policies``) and
+``errors`` (``StepAlreadyExistsError``, ``StepNotFoundError``).
+"""
+
+from . import errors, preservation_policies, save_decision_policies
+from ._checkpointer import Checkpointer, CheckpointMetadata, RootMetadata
+
+__all__ = ["Checkpointer", "CheckpointMetadata", "RootMetadata", "save_decision_policies",
+           "preservation_policies", "errors"]
