@@ -349,8 +349,7 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     are not read; a target field it lacks keeps the target's value) or
     `transforms` (``{}``: the same, as Orbax's default-to-original rule) say
     otherwise; `fill_missing` False refuses a target field the checkpoint
-    lacks even then (Orbax v1's partial_load). A target leaf ``...`` is not
-    read and comes back as ``...``."""
+    lacks even then. A target leaf ``...`` is not read and comes back as ``...``."""
     if transforms:
         raise _unsupported("transforms with rules", "only transforms={} (fill the target's new leaves "
                            "from the target) is; restore raw and rearrange", file=path)

@@ -18,8 +18,8 @@ checkpointable is the subtree named after it (``save`` names the pytree
 ``training.Checkpointer``'s steps are ``<directory>/step_<n>.cask``, the
 layout of :class:`treecask.CheckpointManager`. A load into an abstract tree
 follows Orbax's structure rule: the structures must agree, unless the
-context's ``pytree.loading.partial_load`` lets the checkpoint hold more
-(``StructureError`` naming the key paths otherwise). What treecask does not
+context's ``pytree.loading.partial_load`` says otherwise (``StructureError``
+naming the key paths). What treecask does not
 support raises :class:`treecask.UnsupportedError` naming it; docs/python.md
 "Switching from Orbax in one line" lists the differences.
 

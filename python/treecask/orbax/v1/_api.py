@@ -52,8 +52,8 @@ _INIT_KEY = "treecask.orbax.v1.init_timestamp_nsecs"
 # What permits each structure mismatch in v1 (the StructureError names it).
 _ALLOW_V1 = ("with ctx = ocp.Context(); ctx.pytree.loading.partial_load = True, `with ctx:` loads only the "
              "abstract tree's fields",
-             "give the abstract tree only fields the checkpoint holds, or ocp.PLACEHOLDER (...) for a field "
-             "not to load")
+             "a leaf ocp.PLACEHOLDER (...) is not loaded; with the context's pytree.loading.partial_load an "
+             "array or scalar leaf there is kept as given")
 
 
 # ---------------------------------------------------------------- returned objects
@@ -316,8 +316,7 @@ def _load_one(path: str, md: Dict[str, str], default: bool, kinds: Dict[str, str
         return json.loads(md[_JSON_PREFIX + name])
     sub = None if name is None else T.escape_key(name)
     partial = bool(get_context().pytree.loading.partial_load)
-    return _restore_pytree(path, sub, _abstract(abstract), None, None, partial_restore=partial, allow=_ALLOW_V1,
-                           fill_missing=False)
+    return _restore_pytree(path, sub, _abstract(abstract), None, None, partial_restore=partial, allow=_ALLOW_V1)
 
 
 def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY) -> Any:
@@ -335,8 +334,10 @@ def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional
     cast to the abstract leaf's. Its structure must equal the checkpoint's
     (Orbax's rule; ``StructureError`` naming the key paths otherwise): with
     the context's ``pytree.loading.partial_load`` the checkpoint may hold more
-    fields (not read), and a leaf ``PLACEHOLDER`` (``...``) is not loaded (it
-    comes back as ``...``).
+    fields (not read) and an abstract leaf the checkpoint lacks comes back as
+    given (an array or scalar; a ``ShapeDtypeStruct`` there raises
+    ``StructureError``, no value to keep); a leaf ``PLACEHOLDER`` (``...``) is
+    not loaded (it comes back as ``...``).
 
     Raises ``NotFoundError`` (a ``FileNotFoundError``) for no checkpoint,
     ``KeyNotFoundError`` for no such checkpointable, ``StructureError``,

@@ -94,8 +94,9 @@ class PyTreeOptions:
     """PyTree saving and loading (Orbax ``PyTreeOptions``).
 
     ``loading.partial_load``: True loads only the fields of the abstract tree
-    (the checkpoint's other fields are not read); a field of the abstract tree
-    that the checkpoint lacks is still an error (Orbax v1's rule).
+    (the checkpoint's other fields are not read), and a field of the abstract
+    tree that the checkpoint lacks comes back as given there (an array or
+    scalar; a ``ShapeDtypeStruct`` raises ``StructureError``: no value).
     ``saving.pytree_metadata_options``: no effect."""
 
     @dataclasses.dataclass(kw_only=True)
