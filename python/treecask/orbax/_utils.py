@@ -234,15 +234,17 @@ class checkpoint_utils:  # noqa: N801 - Orbax's module name
 
 def erase_and_create_empty(directory: Any) -> pathlib.Path:
     """Deletes ``directory`` (a file or a directory tree) if it exists, creates
-    it empty (parents too) and returns it as a ``pathlib.Path`` (Orbax
+    it empty and returns it as a ``pathlib.Path`` (Orbax
     ``test_utils.erase_and_create_empty`` returns an ``epath.Path``; both are
-    ``os.PathLike``). Meant for examples and tests: it deletes without asking."""
+    ``os.PathLike`` and join with ``/``). Its parent must exist
+    (``FileNotFoundError`` otherwise, as Orbax's). Meant for examples and
+    tests: it deletes without asking."""
     p = pathlib.Path(os.fspath(directory))
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p)
     elif p.exists() or p.is_symlink():
         p.unlink()
-    p.mkdir(parents=True)
+    p.mkdir()
     return p
 
 
