@@ -18,7 +18,10 @@ ordinary ones that ``treecask.load`` / ``treecask.open`` read.
 Orbax's semantics are kept where users notice them: with ``best_fn`` and
 ``max_to_keep`` the manager keeps exactly the ``max_to_keep`` best steps
 (``treecask.CheckpointManager`` keeps the newest too); a restore into a target
-casts each leaf to the target's dtype (``treecask.load(cast=True)``).
+casts each leaf to the target's dtype (``treecask.load(cast=True)``); a
+target whose structure differs from the checkpoint's raises
+``StructureError`` naming the key paths, as Orbax refuses it, unless
+``partial_restore=True`` or ``transforms={}`` say otherwise.
 What treecask does not do raises :class:`treecask.UnsupportedError` naming
 the Orbax feature. Orbax itself is not needed; its own argument objects
 (``ocp.args.StandardSave``, ``RestoreArgs`` from ``flax.training.orbax_utils``,

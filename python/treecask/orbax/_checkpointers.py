@@ -156,8 +156,11 @@ class Checkpointer:
     saved (dicts, lists and tuples of NumPy arrays and Python scalars; Orbax
     gives ``jax.Array`` for leaves saved as jax arrays). Raises
     ``NotFoundError`` (a ``FileNotFoundError``) when there is no checkpoint,
-    ``ShapeError`` when a target's shape differs, ``StructureError`` when the
-    target has a leaf the checkpoint lacks (unless ``transforms={}``).
+    ``ShapeError`` when a target's shape differs, ``StructureError`` (a
+    ``ValueError``, as Orbax's) when the target's structure differs from the
+    checkpoint's, naming every such key path (Orbax's rule; the legacy
+    ``partial_restore=True`` / ``transforms={}`` permit it, see
+    ``args.PyTreeRestore``).
     """
 
     _async = False
