@@ -398,3 +398,29 @@ def test_importing_treecask_orbax_v1_needs_no_orbax(tmp_path):
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_on_a_bucket(s3_server, monkeypatch):
+    """treecask.orbax.v1 over an object store: a checkpoint object, its metadata, and a
+    Checkpointer's steps with a step-based preservation policy."""
+    import uuid
+
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    s3_server.create_bucket("ocpv1")
+    url = f"s3://ocpv1/{uuid.uuid4().hex}"
+    tree = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "s": 1}
+    tcp_v1.save(url + "/one.cask", tree, custom_metadata={"k": 1})
+    with pytest.raises(FileExistsError):
+        tcp_v1.save(url + "/one.cask", tree)
+    got = tcp_v1.load(url + "/one.cask", {"w": np.zeros((3, 4), np.float32), "s": 0})
+    assert np.array_equal(got["w"], tree["w"]) and got["s"] == 1
+    md = tcp_v1.metadata(url + "/one.cask")
+    assert md.metadata["w"].shape == (3, 4) and md.custom_metadata == {"k": 1} and md.commit_timestamp_nsecs is None
+    keep = tcp_v1.training.preservation_policies.LatestN(2)
+    with tcp_v1.training.Checkpointer(url + "/run", preservation_policy=keep) as ckptr:
+        for s in range(4):
+            ckptr.save(s, {"w": np.full(2, s, np.float32)}, force=True)
+        assert [c.step for c in ckptr.checkpoints] == [2, 3] and ckptr.load()["w"][0] == 3
+        with pytest.raises(treecask.UnsupportedError, match="commit time"):
+            ckptr.latest.time
