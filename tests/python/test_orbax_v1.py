@@ -423,4 +423,4 @@ def test_on_a_bucket(s3_server, monkeypatch):
             ckptr.save(s, {"w": np.full(2, s, np.float32)}, force=True)
         assert [c.step for c in ckptr.checkpoints] == [2, 3] and ckptr.load()["w"][0] == 3
         with pytest.raises(treecask.UnsupportedError, match="commit time"):
-            ckptr.latest.time
+            _ = ckptr.latest.time

@@ -70,6 +70,7 @@ class AsyncResponse(Generic[T_]):
         self._error: Optional[BaseException] = None
         self._callbacks: List[Callable[[Any], None]] = []
         self._lock = threading.Lock()
+        self._done = False
         run = contextvars.copy_context().run
 
         def target() -> None:
@@ -78,6 +79,7 @@ class AsyncResponse(Generic[T_]):
             except BaseException as e:  # raised by result()
                 self._error = e
             with self._lock:
+                self._done = True
                 callbacks, self._callbacks = self._callbacks, []
             if self._error is None:
                 for cb in callbacks:
@@ -86,8 +88,17 @@ class AsyncResponse(Generic[T_]):
         self._thread = threading.Thread(target=target, name="treecask-orbax-v1", daemon=False)
         self._thread.start()
 
+    @classmethod
+    def _completed(cls, value: T_) -> "AsyncResponse[T_]":
+        """A response to work already done (no thread)."""
+        r = cls.__new__(cls)
+        r._value, r._error, r._callbacks, r._lock, r._thread, r._done = value, None, [], threading.Lock(), None, True
+        return r
+
     def result(self, timeout: Optional[float] = None) -> T_:
         """The work's value, once it is done (raises its error)."""
+        if self._thread is None:
+            return self._value
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"the operation did not finish within {timeout} s")
@@ -98,7 +109,7 @@ class AsyncResponse(Generic[T_]):
     def on_complete(self, callback: Callable[[T_], None]) -> None:
         """Calls ``callback(value)`` once the work succeeds (at once if it has)."""
         with self._lock:
-            if self._thread.is_alive() or self._callbacks:
+            if not self._done:
                 self._callbacks.append(callback)
                 return
         if self._error is None:
@@ -175,6 +186,8 @@ def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, c
     md[_INIT_KEY] = str(time.time_ns())
     pending = _write(p, tree, md, overwrite=bool(overwrite), asynchronous=asynchronous, force_name="overwrite")
     callback = ctx.asynchronous.post_finalization_callback if asynchronous else None
+    if pending is None and callback is None:
+        return AsyncResponse._completed(None)
 
     def finish() -> None:
         if pending is not None:

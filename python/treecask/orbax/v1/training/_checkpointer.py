@@ -115,7 +115,7 @@ class _PolicyManager(_M.CheckpointManager):
             raise ValueError(f"{type(self.policy).__name__}.should_preserve returned {len(keep)} flags for "
                              f"{len(infos)} checkpoints")
         listing = self._steps()
-        for info, k in zip(infos, keep):
+        for info, k in zip(infos, keep, strict=True):
             if not k and info.step in listing:
                 self._remove(listing[info.step])
 
