@@ -375,6 +375,14 @@ def test_unsupported_v1_features_are_named(tmp_path):
     tcp_v1.save(tmp_path / "c", tree)
     with pytest.raises(treecask.UnsupportedError, match="checkpointable_name"):
         tcp_v1.delete(tmp_path / "c", checkpointable_name="state")
+    for name in ("partial", "handlers", "Checkpointable", "StatefulCheckpointable", "multihost"):
+        assert hasattr(orbax_v1, name)
+        with pytest.raises(treecask.UnsupportedError, match=f"ocp.{name} is not supported"):
+            getattr(tcp_v1, name)
+    with pytest.raises(treecask.UnsupportedError, match="pathways"):
+        tcp_v1.training.pathways  # noqa: B018
+    with pytest.raises(AttributeError):
+        tcp_v1.no_such_name  # noqa: B018
 
 
 def test_an_orbax_v1_checkpoint_names_import_orbax(tmp_path):

@@ -75,6 +75,28 @@ class tree:  # noqa: N801 - Orbax's module name
 
 arrays.__module__ = tree.__module__ = "treecask.orbax.v1"
 
+# Orbax v1 names treecask does not provide, and why (a module __getattr__: UnsupportedError on use).
+_UNSUPPORTED = {
+    "partial": "partial saving adds to a checkpoint directory; an archive is written whole",
+    "handlers": "custom CheckpointableHandlers write their own files; every checkpointable is a pytree",
+    "Checkpointable": "custom checkpointables write their own files; every checkpointable is a pytree",
+    "AbstractCheckpointable": "custom checkpointables write their own files; every checkpointable is a pytree",
+    "CheckpointableHandler": "custom CheckpointableHandlers write their own files; every checkpointable is a pytree",
+    "StatefulCheckpointable": "save the object's state as a pytree",
+    "path": "steps are named step_<8+ digits>.cask (no step name formats)",
+    "multihost": "treecask.save coordinates jax.distributed processes itself",
+    "errors": "the errors are treecask's (treecask.errors; training.errors for steps)",
+}
+
+
+def __getattr__(name: str):
+    why = _UNSUPPORTED.get(name)
+    if why is None:
+        raise AttributeError(f"module 'treecask.orbax.v1' has no attribute {name!r}")
+    from ...errors import UnsupportedError
+
+    raise UnsupportedError(f"Orbax v1 ocp.{name} is not supported by treecask.orbax.v1: {why}")
+
 __all__ = [
     "save", "save_async", "save_pytree", "save_pytree_async", "save_checkpointables", "save_checkpointables_async",
     "load", "load_async", "load_pytree", "load_pytree_async", "load_checkpointables", "load_checkpointables_async",

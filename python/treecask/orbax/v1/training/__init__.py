@@ -10,3 +10,12 @@ from ._checkpointer import Checkpointer, CheckpointMetadata, RootMetadata
 
 __all__ = ["Checkpointer", "CheckpointMetadata", "RootMetadata", "save_decision_policies",
            "preservation_policies", "errors"]
+
+
+def __getattr__(name: str):
+    if name == "pathways":
+        from ....errors import UnsupportedError
+
+        raise UnsupportedError("Orbax v1 ocp.training.pathways is not supported by treecask.orbax.v1: "
+                               "it drives Pathways' own checkpointing")
+    raise AttributeError(f"module 'treecask.orbax.v1.training' has no attribute {name!r}")
