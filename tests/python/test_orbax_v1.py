@@ -385,10 +385,15 @@ def test_unsupported_v1_features_are_named(tmp_path):
         tcp_v1.no_such_name  # noqa: B018
 
 
-def test_an_orbax_v1_checkpoint_names_import_orbax(tmp_path):
+def test_an_orbax_v1_checkpoint_says_how_to_convert_it(tmp_path):
     orbax_v1.save(tmp_path / "orbax", {"w": np.ones(2)})
-    with pytest.raises(treecask.InvalidArgumentError, match="import_orbax"):
-        tcp_v1.load(tmp_path / "orbax" / "state")
+    for p in (tmp_path / "orbax", tmp_path / "orbax" / "state"):
+        with pytest.raises(treecask.InvalidArgumentError, match="orbax.checkpoint.v1 and save the tree with "
+                                                                "treecask.orbax.v1"):
+            tcp_v1.load(p)
+    tree = orbax_v1.load(tmp_path / "orbax")  # the way in
+    tcp_v1.save(tmp_path / "c", tree)
+    assert tcp_v1.load(tmp_path / "c")["w"].tolist() == [1.0, 1.0]
 
 
 def test_importing_treecask_orbax_v1_needs_no_orbax(tmp_path):

@@ -403,12 +403,20 @@ def _restore_item(path: str, md: Mapping[str, str], name: str, saved: str, defau
 
 
 def _orbax_hint(path: str) -> None:
-    """Raises InvalidArgumentError pointing to treecask.import_orbax when `path`
-    is a checkpoint directory written by Orbax itself."""
+    """Raises InvalidArgumentError saying how to convert it when `path` is a
+    checkpoint directory written by Orbax itself: treecask.import_orbax for
+    Orbax's v0 API; for its v1 API (an ``orbax.checkpoint`` marker file in the
+    checkpoint directory), which import_orbax does not read, a load with
+    Orbax's v1 and a save with treecask.orbax.v1."""
     if os.path.isdir(path) and any(os.path.exists(os.path.join(path, n))
                                    for n in ("_METADATA", "_CHECKPOINT_METADATA", "_sharding")):
+        if any(os.path.isfile(os.path.join(d, "orbax.checkpoint")) for d in (path, os.path.dirname(path))):
+            how = ("load it once with orbax.checkpoint.v1 and save the tree with treecask.orbax.v1 "
+                   "(treecask.import_orbax reads checkpoints of Orbax's v0 API)")
+        else:
+            how = "convert it once with treecask.import_orbax(src, dst)"
         raise InvalidArgumentError("this is a checkpoint written by Orbax itself (a directory), not a treecask "
-                                   "archive: convert it once with treecask.import_orbax(src, dst)", file=path)
+                                   f"archive: {how}", file=path)
 
 
 def _restore(path: str, ra: Any) -> Any:
