@@ -563,3 +563,163 @@ def test_on_a_bucket(s3_server, monkeypatch):
         ck.save(url + "/one.cask", tree(2))
     ck.save(url + "/one.cask", tree(3), force=True)
     assert ck.restore(url + "/one.cask")["s"] == 3
+
+
+# ---- Orbax's structure rule: no field dropped or invented without a word -------------------
+
+
+def _outcome(fn):
+    """fn()'s value, or "raises ValueError" (Orbax's error; treecask's StructureError is one)."""
+    try:
+        return fn()
+    except ValueError:
+        return "raises ValueError"
+
+
+def structure_cases(ocp, root):
+    """A checkpoint {a, b, new} restored into {a, b} and into {a, b, new, extra}, through every path."""
+    out = {}
+    full = {"a": np.arange(3), "b": np.ones(2), "new": np.zeros(4)}
+    lacks = {"a": np.arange(3), "b": np.ones(2)}
+    extra = dict(full, extra=np.full(2, 7.0))
+    ra = ocp.checkpoint_utils.construct_restore_args
+    sc = ocp.StandardCheckpointer()
+    sc.save(os.path.join(root, "std"), full)
+    sc.wait_until_finished()
+    out["std_lacks"] = (_outcome(lambda: sc.restore(os.path.join(root, "std"), lacks)), "nodes")
+    out["std_extra"] = (_outcome(lambda: sc.restore(os.path.join(root, "std"), extra)), "nodes")
+    out["std_abstract_lacks"] = (_outcome(lambda: sc.restore(
+        os.path.join(root, "std"), jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, lacks))), "nodes")
+    pc = ocp.PyTreeCheckpointer()
+    p = os.path.join(root, "pt")
+    pc.save(p, full)
+    out["legacy_lacks"] = (_outcome(lambda: pc.restore(p, item=lacks)), "nodes")
+    out["legacy_extra"] = (_outcome(lambda: pc.restore(p, item=extra)), "nodes")
+    out["transforms_lacks"] = (pc.restore(p, item=lacks, transforms={}, restore_args=ra(lacks)), "all")
+    out["transforms_extra"] = (pc.restore(p, item=extra, transforms={}, restore_args=ra(extra)), "all")
+    out["partial_lacks"] = (pc.restore(p, args=ocp.args.PyTreeRestore(lacks, partial_restore=True)), "all")
+    out["partial_extra"] = (pc.restore(p, args=ocp.args.PyTreeRestore(extra, partial_restore=True)), "all")
+    out["placeholder"] = ({k: v is ... for k, v in pc.restore(p, item=dict(lacks, new=...)).items()}, "all")
+    nested = {"p": {"w": np.ones(2), "b": np.ones(1)}, "s": 1}
+    pc.save(os.path.join(root, "nested"), nested)
+    out["nested_lacks"] = (_outcome(lambda: pc.restore(os.path.join(root, "nested"),
+                                                       item={"p": {"w": np.ones(2)}, "s": 1})), "nodes")
+    out["subtree_target"] = (_outcome(lambda: pc.restore(os.path.join(root, "nested"), item=nested["p"])), "nodes")
+    with ocp.CheckpointManager(os.path.join(root, "mgr")) as m:
+        m.save(0, args=ocp.args.Composite(state=ocp.args.PyTreeSave(full), meta=ocp.args.JsonSave({"x": 1})))
+        m.wait_until_finished()
+        out["mgr_lacks"] = (_outcome(lambda: m.restore(0, args=ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(lacks)))), "nodes")
+        out["mgr_partial"] = (m.restore(0, args=ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(lacks, partial_restore=True))).state, "all")
+    with ocp.CheckpointManager(os.path.join(root, "std_mgr")) as m:
+        m.save(0, args=ocp.args.StandardSave(full))
+        m.wait_until_finished()
+        out["std_mgr_lacks"] = (_outcome(lambda: m.restore(0, args=ocp.args.StandardRestore(lacks))), "nodes")
+    legacy = ocp.CheckpointManager(os.path.join(root, "legacy_mgr"), ocp.PyTreeCheckpointer())
+    legacy.save(0, full)
+    out["legacy_mgr_lacks"] = (_outcome(lambda: legacy.restore(0, items=lacks)), "nodes")
+    out["legacy_mgr_transforms"] = (legacy.restore(0, items=extra, restore_kwargs={
+        "transforms": {}, "restore_args": ra(extra)}), "all")
+    legacy.close()
+    return out
+
+
+def test_no_field_is_dropped_or_invented_silently(tmp_path):
+    """Orbax 0.12.8 refuses a target whose structure differs from the checkpoint's unless
+    partial_restore=True or transforms say otherwise; treecask.orbax does the same, naming
+    every key path and what permits it."""
+    results = {name: structure_cases(ocp, str(tmp_path / name)) for name, ocp in MODULES.items()}
+    t = results["treecask"]
+    for case in ("std_lacks", "std_extra", "legacy_lacks", "legacy_extra", "nested_lacks", "subtree_target",
+                 "mgr_lacks", "std_mgr_lacks", "legacy_mgr_lacks"):
+        assert t[case][0] == "raises ValueError", case
+    assert sorted(t["partial_lacks"][0]) == ["a", "b"] and t["partial_extra"][0]["extra"].tolist() == [7.0, 7.0]
+    assert_same_results(results)
+    p = tmp_path / "treecask" / "pt"
+    with pytest.raises(treecask.StructureError, match=r"the target lacks 1 field the checkpoint holds: 'new' "
+                                                      r"\(PyTreeRestore\(partial_restore=True\)") as e:
+        tcp.StandardCheckpointer().restore(p, {"a": np.arange(3), "b": np.ones(2)})
+    assert e.value.key_path == "new" and "transforms={}" in str(e.value)
+    with pytest.raises(treecask.StructureError, match=r"the checkpoint lacks 2 fields the target has: 'x', 'y'"):
+        tcp.PyTreeCheckpointer().restore(p, item={"a": np.arange(3), "b": np.ones(2), "new": np.zeros(4),
+                                                  "x": 1, "y": np.ones(1)})
+    with pytest.raises(treecask.StructureError, match=r"'state/new'"):  # a Composite item: its key path
+        tcp.CheckpointManager(tmp_path / "treecask" / "mgr").restore(
+            0, args=tcp.args.Composite(state=tcp.args.StandardRestore({"a": np.arange(3), "b": np.ones(2)})))
+    # treecask.load keeps its documented partial restore: the template asks, the rest is not read.
+    assert sorted(treecask.load(p, {"a": np.arange(3)})) == ["a"]
+
+
+# ---- Orbax's current guides: the 101 guide, ocp.tree, ocp.utils ---------------------------
+
+
+def guide_101(ocp, root):
+    """The first cells of Orbax's "Checkpointing with Orbax" (101) guide, as written there."""
+    out = {}
+    os.makedirs(root)
+    path = ocp.test_utils.erase_and_create_empty(os.path.join(root, "my-checkpoints/"))
+    out["empty"] = (sorted(os.listdir(path)), "all")
+    my_tree = {"a": np.arange(8), "b": {"c": 42, "d": np.arange(16)}}
+    abstract_my_tree = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, my_tree)
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(path / "checkpoint_name", my_tree)
+    checkpointer.wait_until_finished()
+    out["restored"] = (checkpointer.restore(path / "checkpoint_name", abstract_my_tree), "nodes")
+    out["raw"] = (checkpointer.restore(path / "checkpoint_name"), False)
+    path = ocp.test_utils.erase_and_create_empty(os.path.join(root, "my-checkpoints/"))  # again: emptied
+    out["emptied"] = (sorted(os.listdir(path)), "all")
+    return out
+
+
+def _same_values(expected, got):
+    fe, fg = _flat(expected), _flat(got)
+    assert sorted(fe) == sorted(fg)
+    for k in fe:
+        np.testing.assert_array_equal(np.asarray(fe[k]), np.asarray(fg[k]), err_msg=k)
+
+
+def test_the_101_guide_gives_the_same_results(tmp_path):
+    results = {name: guide_101(ocp, str(tmp_path / name)) for name, ocp in MODULES.items()}
+    # The guide's int64 leaves into ShapeDtypeStruct targets with jax_enable_x64 off: Orbax returns
+    # them at full width; treecask's dtype rule for that case is python/treecask/_restore.py's (issue
+    # 31, item 1; test_the_101_guide_keeps_64_bit_leaves below): compared by value here.
+    _same_values(results["orbax"].pop("restored")[0], results["treecask"].pop("restored")[0])
+    assert_same_results(results)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 31 item 1: a 64-bit leaf restored into a ShapeDtypeStruct with "
+                                       "x64 off is narrowed by _restore.py until its dtype rule changes")
+def test_the_101_guide_keeps_64_bit_leaves(tmp_path):
+    results = {name: guide_101(ocp, str(tmp_path / name)) for name, ocp in MODULES.items()}
+    assert_same(results["orbax"]["restored"][0], results["treecask"]["restored"][0], types=None)
+
+
+def test_tree_and_utils_helpers_are_orbaxs():
+    import collections
+
+    NT = collections.namedtuple("NT", "x y")
+    trees = [{"a": np.arange(3), "b": {"c": 1, "d": [np.ones(2), 2.0, (3, 4)]}, "e": {}, "n": NT(1, np.zeros(1))},
+             [1, {"z": 2}], {"only": 5}]
+    o, t = orbax_checkpoint, tcp
+    for tree in trees:
+        for ns in ("tree", "utils"):
+            for kw in ({}, {"keep_empty_nodes": True}):
+                assert_same(getattr(o, ns).to_flat_dict(tree, **kw), getattr(t, ns).to_flat_dict(tree, **kw), types=None)
+                assert_same(getattr(o, ns).serialize_tree(tree, **kw), getattr(t, ns).serialize_tree(tree, **kw),
+                            types=None)
+        assert o.tree.to_flat_dict(tree, sep="/").keys() == t.tree.to_flat_dict(tree, sep="/").keys()
+        assert jax.tree.map(str, o.tree.get_param_names(tree)) == jax.tree.map(str, t.tree.get_param_names(tree))
+        flat = o.tree.to_flat_dict(tree)
+        for target in (None, tree):
+            a, b = o.tree.from_flat_dict(dict(flat), target=target), t.tree.from_flat_dict(dict(flat), target=target)
+            assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+        s = o.tree.serialize_tree(tree)
+        assert jax.tree_util.tree_structure(o.tree.deserialize_tree(s, tree)) == \
+            jax.tree_util.tree_structure(t.tree.deserialize_tree(s, tree))
+        assert o.tree.is_flat_dict(tree) == t.tree.is_flat_dict(tree) and t.tree.is_flat_dict(flat)
+    assert o.tree.merge_trees({"a": 1}, {"b": {"c": 2}}) == t.tree.merge_trees({"a": 1}, {"b": {"c": 2}})
+    x = jax.device_put(jnp.arange(8.0), NamedSharding(jax.make_mesh((8,), ("x",)), P("x")))
+    assert o.tree.to_shape_dtype_struct(x) == t.tree.to_shape_dtype_struct(x)
+    assert t.utils.is_primary_host(0) and not t.utils.reached_preemption(3)
+    t.utils.sync_global_processes("one process: returns at once")

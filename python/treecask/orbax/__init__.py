@@ -18,7 +18,10 @@ ordinary ones that ``treecask.load`` / ``treecask.open`` read.
 Orbax's semantics are kept where users notice them: with ``best_fn`` and
 ``max_to_keep`` the manager keeps exactly the ``max_to_keep`` best steps
 (``treecask.CheckpointManager`` keeps the newest too); a restore into a target
-casts each leaf to the target's dtype (``treecask.load(cast=True)``).
+casts each leaf to the target's dtype (``treecask.load(cast=True)``); a
+target whose structure differs from the checkpoint's raises
+``StructureError`` naming the key paths, as Orbax refuses it, unless
+``partial_restore=True`` or ``transforms={}`` say otherwise.
 What treecask does not do raises :class:`treecask.UnsupportedError` naming
 the Orbax feature. Orbax itself is not needed; its own argument objects
 (``ocp.args.StandardSave``, ``RestoreArgs`` from ``flax.training.orbax_utils``,
@@ -28,8 +31,10 @@ docs/python.md "Switching from Orbax in one line" lists what differs.
 Where the parts live: this module holds the manager and its options;
 ``_checkpointers.py`` the checkpointers and handlers; ``_items.py``
 the per-leaf arguments and a checkpoint's items in an archive;
-``_metadata.py`` the metadata classes; ``args.py`` the ``args``
-namespace. Every public name is importable from here.
+``_metadata.py`` the metadata classes; ``_utils.py`` the helper
+namespaces of the guides (``tree``, ``utils``, ``checkpoint_utils``,
+``test_utils``); ``args.py`` the ``args`` namespace. Every public name
+is importable from here; ``treecask.orbax.v1`` is Orbax's v1 API.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from ._checkpointers import (
 from ._items import (
     _CUSTOM_KEY,
     DEFAULT_ITEM_NAME,
+    PLACEHOLDER,
     ArrayRestoreArgs,
     RestoreArgs,
     SaveArgs,
@@ -67,9 +73,8 @@ from ._items import (
     _item_metadata,
     _restore,
     _unsupported,
-    checkpoint_utils,
-    utils,
 )
+from ._utils import checkpoint_utils, test_utils, tree, utils
 from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
 from .._open import open as _open
 from ..errors import InvalidArgumentError, NotFoundError
@@ -101,6 +106,9 @@ __all__ = [
     "DEFAULT_ITEM_NAME",
     "utils",
     "checkpoint_utils",
+    "tree",
+    "test_utils",
+    "PLACEHOLDER",
 ]
 
 

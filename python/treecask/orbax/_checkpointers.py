@@ -112,6 +112,30 @@ def _build_args(handler: type, op: str, pos: Tuple[Any, ...], kw: Dict[str, Any]
 # ---------------------------------------------------------------- checkpointers
 
 
+def _write(path: str, tree: Any, md: Dict[str, str], *, overwrite: bool, asynchronous: bool,
+           force_name: str) -> Any:
+    """Writes one checkpoint, the archive file `path` (parents created), with
+    :func:`treecask.save`; None once it is durable, or (`asynchronous`) the
+    pending save, whose ``wait()`` makes it durable (it returns once the
+    tree's bytes are safe from the caller). An existing checkpoint raises
+    AlreadyExistsError naming the argument `force_name` unless `overwrite`
+    (then it is replaced). A URL, or a multi-process jax job, is written
+    synchronously by treecask.save's own rules (an object committed whole; a
+    sharded checkpoint directory swapped in atomically)."""
+    if _remote.is_url(path) or _M._jax_processes()[1] > 1:
+        _save(path, tree, metadata=md, overwrite=overwrite)
+        return None
+    if os.path.lexists(path):
+        if not overwrite:
+            raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=path)
+        _M._remove_entry(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if not asynchronous:
+        _save(path, tree, metadata=md)
+        return None
+    return _M._save_async(path, tree, metadata=md)
+
+
 class Checkpointer:
     """Saves and restores one checkpoint at a path (Orbax ``Checkpointer``).
 
@@ -132,8 +156,11 @@ class Checkpointer:
     saved (dicts, lists and tuples of NumPy arrays and Python scalars; Orbax
     gives ``jax.Array`` for leaves saved as jax arrays). Raises
     ``NotFoundError`` (a ``FileNotFoundError``) when there is no checkpoint,
-    ``ShapeError`` when a target's shape differs, ``StructureError`` when the
-    target has a leaf the checkpoint lacks (unless ``transforms={}``).
+    ``ShapeError`` when a target's shape differs, ``StructureError`` (a
+    ``ValueError``, as Orbax's) when the target's structure differs from the
+    checkpoint's, naming every such key path (Orbax's rule; the legacy
+    ``partial_restore=True`` / ``transforms={}`` permit it, see
+    ``args.PyTreeRestore``).
     """
 
     _async = False
@@ -158,20 +185,9 @@ class Checkpointer:
         a = _build_args(self._handler, "save", args_, kwargs)
         tree, md, _ = _encode(a, custom_metadata, path)
         self.wait_until_finished()
-        if _remote.is_url(path) or _M._jax_processes()[1] > 1:
-            # An object in a store (committed whole or not at all), or a multi-process save (a
-            # sharded checkpoint directory, swapped in atomically by force): treecask.save's rules.
-            _save(path, tree, metadata=md, overwrite=bool(force))
+        pending = _write(path, tree, md, overwrite=bool(force), asynchronous=self._async, force_name="force")
+        if pending is None:
             return
-        if os.path.lexists(path):
-            if not force:
-                raise AlreadyExistsError("a checkpoint exists here (force=True replaces it)", file=path)
-            _M._remove_entry(path)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        if not self._async:
-            _save(path, tree, metadata=md)
-            return
-        pending = _M._save_async(path, tree, metadata=md)  # returns once the bytes are safe
 
         def finish() -> None:
             try:

@@ -1,7 +1,8 @@
 """How ``treecask.orbax`` keeps Orbax's checkpoints in treecask archives:
 Orbax's per-leaf arguments (``SaveArgs``, ``RestoreArgs``,
-``ArrayRestoreArgs``) and the helpers guides call with them (``utils``,
-``checkpoint_utils``); the items of a checkpoint (one PyTree at the archive
+``ArrayRestoreArgs``) and the functions behind ``utils.to_shape_dtype_struct``
+and ``checkpoint_utils.construct_restore_args``; Orbax's structure rule for a
+restore into a target (``_check_structure``); the items of a checkpoint (one PyTree at the archive
 root, or several named PyTree, JSON and array items under their names, with
 the layout in the archive metadata) encoded for :func:`treecask.save` and
 restored by :func:`treecask.load`; and a checkpoint's item metadata, read from
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from .. import _tree as T
 from ._metadata import StringMetadata, TreeMetadata, _leaf_metadata
 from .._open import load as _load
 from .._open import open as _open
-from ..errors import InvalidArgumentError, NotFoundError, UnsupportedError
+from ..errors import InvalidArgumentError, NotFoundError, StructureError, UnsupportedError
 
 
 #: The item name of a checkpoint of one item (Orbax's).
@@ -221,18 +222,6 @@ def _construct_restore_args(target: Any, sharding_tree: Any = None, set_global_s
     return jax.tree_util.tree_map(one, target, sharding_tree)
 
 
-class utils:  # noqa: N801 - Orbax's module name
-    """``ocp.utils``: the helpers of Orbax's that guides call."""
-
-    to_shape_dtype_struct = staticmethod(_to_shape_dtype_struct)
-
-
-class checkpoint_utils:  # noqa: N801 - Orbax's module name
-    """``ocp.checkpoint_utils``: ``construct_restore_args``."""
-
-    construct_restore_args = staticmethod(_construct_restore_args)
-
-
 # ---------------------------------------------------------------- items in an archive
 
 
@@ -286,8 +275,81 @@ def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[
     return (tree or None), md, default
 
 
-def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any, transforms: Any) -> Any:
-    """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler restores it."""
+#: Orbax's placeholder leaf (``...``): a target leaf that is not restored and comes back as ``...``.
+PLACEHOLDER = ...
+
+
+def _check_structure(path: str, sub: Optional[str], item: Any, *, extra_ok: bool, missing_ok: bool,
+                     allow: str) -> None:
+    """Orbax's structure rule for a restore into the target `item`, from the
+    manifest alone (no array bytes read): raises StructureError naming the key
+    paths of the checkpoint's leaves the target lacks (unless `extra_ok`) and
+    of the target's leaves the checkpoint lacks (unless `missing_ok`); `allow`
+    says what permits each. A target leaf ``...`` (PLACEHOLDER) covers the
+    checkpoint's leaves at and under its key path. Leaves are matched as
+    treecask.load matches them (a Flax box and its bare value are one leaf)."""
+    with _open(path) as a:
+        prefix = tuple(T.split_path(sub)) if sub else ()
+        found = a.subtree(prefix)
+        if found is None:
+            raise NotFoundError(f"no item at '{sub}' in the checkpoint", file=path, key_path=sub or "")
+        first, count, nodes = found
+        start = T.index_treedef(nodes, path=prefix, first_leaf=first)
+        pt = T.build(item, strict=False)
+        flags = dict(T.box_components(pt))
+        missing: List[str] = []
+        used = set()
+        for comps, leaf in T.iter_leaves(pt):
+            if leaf.leaf_kind != T.DATA:
+                if leaf.obj is PLACEHOLDER:
+                    n = T.find_node(start, comps)
+                    if n is not None:
+                        used.update(range(n.first_leaf, n.first_leaf + n.num_leaves))
+                continue
+            idx = _R._resolve(start, comps, flags.get(comps, ())) if start is not None else None
+            if idx is None:
+                missing.append(T.join_path(prefix + comps))
+            else:
+                used.add(idx)
+        extra = [a.leaf(i)["key_path"] for i in range(first, first + count) if i not in used]
+    problems = []
+    if extra and not extra_ok:
+        problems.append(f"the target lacks {_count(extra, 'field')} the checkpoint holds: {_names(extra)} "
+                        f"({allow[0]})")
+    if missing and not missing_ok:
+        problems.append(f"the checkpoint lacks {_count(missing, 'field')} the target has: {_names(missing)} "
+                        f"({allow[1]})")
+    if problems:
+        raise StructureError("tree structures do not match, as Orbax refuses too: " + "; ".join(problems),
+                             file=path, key_path=(extra if extra and not extra_ok else missing)[0])
+
+
+def _count(xs: Sequence[str], what: str) -> str:
+    return f"{len(xs)} {what}" + ("" if len(xs) == 1 else "s")
+
+
+def _names(xs: Sequence[str], limit: int = 20) -> str:
+    shown = ", ".join(repr(x) for x in xs[:limit])
+    return shown + (f" and {len(xs) - limit} more" if len(xs) > limit else "")
+
+
+# What permits each mismatch, by API (the message names it).
+_ALLOW_V0 = ("PyTreeRestore(partial_restore=True) restores only the target's fields, and transforms={} "
+             "(with restore_args) drops the others",
+             "transforms={} (with restore_args) or PyTreeRestore(partial_restore=True) keeps the target's "
+             "value there")
+
+
+def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any, transforms: Any,
+                    partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0,
+                    fill_missing: Optional[bool] = None) -> Any:
+    """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler
+    restores it. With a target, the structures must agree (Orbax's rule,
+    _check_structure) unless `partial_restore` (the checkpoint's other fields
+    are not read; a target field it lacks keeps the target's value) or
+    `transforms` (``{}``: the same, as Orbax's default-to-original rule) say
+    otherwise; `fill_missing` False refuses a target field the checkpoint
+    lacks even then. A target leaf ``...`` is not read and comes back as ``...``."""
     if transforms:
         raise _unsupported("transforms with rules", "only transforms={} (fill the target's new leaves "
                            "from the target) is; restore raw and rearrange", file=path)
@@ -297,8 +359,11 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     if item is None:
         tree = _load(path, subtree=sub, shardings=shardings)
     else:
+        lenient = bool(partial_restore) or transforms is not None
+        fill = lenient if fill_missing is None else bool(fill_missing)
+        _check_structure(path, sub, item, extra_ok=lenient, missing_ok=fill, allow=allow)
         tree = _load(path, item, subtree=sub, shardings=shardings, cast=True,
-                     missing="error" if transforms is None else "from_like")
+                     missing="from_like" if fill else "error")
     return _apply_leaf_args(tree, flat) if flat else tree
 
 
@@ -333,16 +398,25 @@ def _restore_item(path: str, md: Mapping[str, str], name: str, saved: str, defau
     if getattr(ra, "legacy_transform_fn", None) is not None:
         raise _unsupported("PyTreeRestore(legacy_transform_fn=...)", "restore raw and transform", file=path)
     # (ArrayRestore's restore_args is one RestoreArgs: the leaf at the item's root, key path "")
-    return _restore_pytree(path, sub, _tree_of(ra.item), getattr(ra, "restore_args", None), getattr(ra, "transforms", None))
+    return _restore_pytree(path, sub, _tree_of(ra.item), getattr(ra, "restore_args", None),
+                           getattr(ra, "transforms", None), bool(getattr(ra, "partial_restore", False)))
 
 
 def _orbax_hint(path: str) -> None:
-    """Raises InvalidArgumentError pointing to treecask.import_orbax when `path`
-    is a checkpoint directory written by Orbax itself."""
+    """Raises InvalidArgumentError saying how to convert it when `path` is a
+    checkpoint directory written by Orbax itself: treecask.import_orbax for
+    Orbax's v0 API; for its v1 API (an ``orbax.checkpoint`` marker file in the
+    checkpoint directory), which import_orbax does not read, a load with
+    Orbax's v1 and a save with treecask.orbax.v1."""
     if os.path.isdir(path) and any(os.path.exists(os.path.join(path, n))
                                    for n in ("_METADATA", "_CHECKPOINT_METADATA", "_sharding")):
+        if any(os.path.isfile(os.path.join(d, "orbax.checkpoint")) for d in (path, os.path.dirname(path))):
+            how = ("load it once with orbax.checkpoint.v1 and save the tree with treecask.orbax.v1 "
+                   "(treecask.import_orbax reads checkpoints of Orbax's v0 API)")
+        else:
+            how = "convert it once with treecask.import_orbax(src, dst)"
         raise InvalidArgumentError("this is a checkpoint written by Orbax itself (a directory), not a treecask "
-                                   "archive: convert it once with treecask.import_orbax(src, dst)", file=path)
+                                   f"archive: {how}", file=path)
 
 
 def _restore(path: str, ra: Any) -> Any:
@@ -399,6 +473,6 @@ def _item_metadata(path: str) -> Any:
 
 
 # The classes are treecask.orbax's, where users import them from (repr, pickles, help).
-for _cls in (SaveArgs, RestoreArgs, ArrayRestoreArgs, utils, checkpoint_utils):
+for _cls in (SaveArgs, RestoreArgs, ArrayRestoreArgs):
     _cls.__module__ = "treecask.orbax"
 del _cls

@@ -61,7 +61,10 @@ class StandardRestoreArgs(CheckpointArgs):
     ``jax.ShapeDtypeStruct`` (``jax.eval_shape`` of the state). With a target
     each leaf comes back as the target's type, on the target's sharding, cast
     to the target's dtype (Orbax casts; a float64 checkpoint restores into a
-    float32 target). Shapes must agree (``ShapeError``, "shape mismatch").
+    float32 target). Shapes must agree (``ShapeError``, "shape mismatch"),
+    and structures (Orbax's rule: ``StructureError`` naming every checkpoint
+    field the target lacks and every target field the checkpoint lacks; use
+    :class:`PyTreeRestoreArgs` with ``partial_restore=True`` to restore a part).
     ``strict=False`` (Orbax pads or truncates to another shape),
     ``support_layout`` and ``fallback_sharding`` raise ``UnsupportedError``.
     """
@@ -93,12 +96,14 @@ class PyTreeRestoreArgs(CheckpointArgs):
     restore_args_from_target``) with the target's (or the checkpoint's)
     structure: ``sharding`` (or ``mesh`` + ``mesh_axes``) places the array on
     devices, each device reading only its box; ``dtype`` casts it;
-    ``restore_type=np.ndarray`` returns a NumPy array. ``transforms={}``: a
-    target leaf the checkpoint lacks keeps the target's value (Orbax's
-    "fill new fields from the target"); non-empty transforms and
-    ``legacy_transform_fn`` raise ``UnsupportedError``. A target that is a
-    part of the checkpoint restores that part (``partial_restore`` is
-    accepted either way).
+    ``restore_type=np.ndarray`` returns a NumPy array. The target's structure
+    must equal the checkpoint's (Orbax's rule; ``StructureError`` naming the
+    key paths) unless ``partial_restore=True`` (only the target's fields are
+    read; a target field the checkpoint lacks keeps the target's value, a
+    ``ShapeDtypeStruct`` there raises ``StructureError``) or
+    ``transforms={}`` (the same: Orbax's "fill new fields from the target");
+    non-empty transforms and ``legacy_transform_fn`` raise
+    ``UnsupportedError``. A target leaf ``...`` (``PLACEHOLDER``) is not read.
     """
 
     item: Optional[Any] = None

@@ -1,0 +1,106 @@
+"""``treecask.orbax.v1``: Orbax's v1 checkpointing API over treecask archives.
+
+    from treecask.orbax import v1 as ocp     # instead of: from orbax.checkpoint import v1 as ocp
+
+The names and signatures are orbax-checkpoint 0.12.8's ``orbax.checkpoint.v1``:
+``save`` / ``load`` (``save_pytree`` / ``load_pytree``), ``save_checkpointables``
+/ ``load_checkpointables``, their ``_async`` forms (an :class:`AsyncResponse`
+with ``.result()``), ``metadata`` / ``pytree_metadata`` /
+``checkpointables_metadata``, ``delete``, ``PLACEHOLDER``, :class:`Context`
+with :mod:`options`, ``training.Checkpointer`` with
+``training.save_decision_policies`` and ``training.preservation_policies``,
+``arrays.to_shape_dtype_struct``, ``tree.merge``.
+
+A checkpoint is one treecask archive *file* at ``path`` (Orbax writes a
+directory there), as for ``treecask.orbax``'s checkpointers: each
+checkpointable is the subtree named after it (``save`` names the pytree
+"state"), so ``treecask.load(path)`` reads it as ``{"state": tree}``. A
+``training.Checkpointer``'s steps are ``<directory>/step_<n>.cask``, the
+layout of :class:`treecask.CheckpointManager`. A load into an abstract tree
+follows Orbax's structure rule: the structures must agree, unless the
+context's ``pytree.loading.partial_load`` says otherwise (``StructureError``
+naming the key paths). What treecask does not
+support raises :class:`treecask.UnsupportedError` naming it; docs/python.md
+"Switching from Orbax in one line" lists the differences.
+
+``_api.py`` holds the free functions, ``_context.py`` the Context,
+``options.py`` the option classes, ``training/`` the Checkpointer and policies.
+"""
+
+from . import options, training
+from ._api import (
+    AUTO_CHECKPOINTABLE_KEY,
+    PLACEHOLDER,
+    STATE_CHECKPOINTABLE_KEY,
+    AsyncResponse,
+    CheckpointMetadata,
+    checkpointables_metadata,
+    delete,
+    delete_async,
+    is_orbax_checkpoint,
+    load,
+    load_async,
+    load_checkpointables,
+    load_checkpointables_async,
+    load_pytree,
+    load_pytree_async,
+    metadata,
+    pytree_metadata,
+    save,
+    save_async,
+    save_checkpointables,
+    save_checkpointables_async,
+    save_pytree,
+    save_pytree_async,
+)
+from ._context import Context, get_context
+from .._items import _to_shape_dtype_struct
+from .._utils import merge_trees as _merge_trees
+
+#: A pytree's metadata is the tree itself (Orbax's ``PyTreeMetadata``).
+PyTreeMetadata = object
+
+
+class arrays:  # noqa: N801 - Orbax's module name
+    """``ocp.arrays``: ``to_shape_dtype_struct`` (Orbax's)."""
+
+    to_shape_dtype_struct = staticmethod(_to_shape_dtype_struct)
+
+
+class tree:  # noqa: N801 - Orbax's module name
+    """``ocp.tree``: ``merge`` (Orbax's ``merge_trees``)."""
+
+    merge = staticmethod(_merge_trees)
+
+
+arrays.__module__ = tree.__module__ = "treecask.orbax.v1"
+
+# Orbax v1 names treecask does not provide, and why (a module __getattr__: UnsupportedError on use).
+_UNSUPPORTED = {
+    "partial": "partial saving adds to a checkpoint directory; an archive is written whole",
+    "handlers": "custom CheckpointableHandlers write their own files; every checkpointable is a pytree",
+    "Checkpointable": "custom checkpointables write their own files; every checkpointable is a pytree",
+    "AbstractCheckpointable": "custom checkpointables write their own files; every checkpointable is a pytree",
+    "CheckpointableHandler": "custom CheckpointableHandlers write their own files; every checkpointable is a pytree",
+    "StatefulCheckpointable": "save the object's state as a pytree",
+    "path": "steps are named step_<8+ digits>.cask (no step name formats)",
+    "multihost": "treecask.save coordinates jax.distributed processes itself",
+    "errors": "the errors are treecask's (treecask.errors; training.errors for steps)",
+}
+
+
+def __getattr__(name: str):
+    why = _UNSUPPORTED.get(name)
+    if why is None:
+        raise AttributeError(f"module 'treecask.orbax.v1' has no attribute {name!r}")
+    from ...errors import UnsupportedError
+
+    raise UnsupportedError(f"Orbax v1 ocp.{name} is not supported by treecask.orbax.v1: {why}")
+
+__all__ = [
+    "save", "save_async", "save_pytree", "save_pytree_async", "save_checkpointables", "save_checkpointables_async",
+    "load", "load_async", "load_pytree", "load_pytree_async", "load_checkpointables", "load_checkpointables_async",
+    "metadata", "pytree_metadata", "checkpointables_metadata", "delete", "delete_async", "is_orbax_checkpoint",
+    "AsyncResponse", "CheckpointMetadata", "PyTreeMetadata", "Context", "get_context", "PLACEHOLDER",
+    "STATE_CHECKPOINTABLE_KEY", "AUTO_CHECKPOINTABLE_KEY", "options", "training", "arrays", "tree",
+]

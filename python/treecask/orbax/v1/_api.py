@@ -1,0 +1,525 @@
+"""Orbax v1's free functions over treecask archives: ``save`` / ``load`` (and
+``save_pytree`` / ``load_pytree``), ``save_checkpointables`` /
+``load_checkpointables``, their ``_async`` forms, ``metadata`` /
+``checkpointables_metadata``, ``delete``, and the objects they return
+(:class:`AsyncResponse`, :class:`CheckpointMetadata`).
+
+A v1 checkpoint at ``path`` is one treecask archive file (Orbax writes a
+directory there), as a ``treecask.orbax`` checkpointer's: each checkpointable
+is the subtree named after it (``treecask.load(path, subtree="state")``),
+laid out as ``treecask.orbax``'s several items (``_items.py``), written by
+:func:`treecask.save` (``_checkpointers._write``) and read by
+:func:`treecask.load` (``_items._restore_pytree``, which applies Orbax's
+structure rule). Any treecask archive loads: one written by
+``treecask.save`` is one pytree at the root.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime
+import inspect
+import json
+import os
+import pprint
+import threading
+import time
+from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
+
+import numpy as np
+
+from ... import _jaxutil as J
+from ... import _manager as _M
+from ... import _remote
+from ... import _tree as T
+from .. import args as _args
+from .._checkpointers import _write
+from .._items import _JSON_PREFIX, DEFAULT_ITEM_NAME, PLACEHOLDER, _encode, _item_metadata, _layout, _orbax_hint
+from .._items import _CUSTOM_KEY, _restore_pytree
+from .._metadata import ArrayMetadata, ScalarMetadata, StringMetadata
+from ..._open import open as _open
+from ...errors import InvalidArgumentError, KeyNotFoundError, NotFoundError, UnsupportedError
+from ._context import check_supported, get_context
+
+T_ = TypeVar("T_")
+
+#: The checkpointable name ``save`` uses (Orbax's ``"state"``).
+STATE_CHECKPOINTABLE_KEY = "state"
+#: ``load``'s default checkpointable name: "pytree" if present, else the first pytree by name, else the root.
+AUTO_CHECKPOINTABLE_KEY = "AUTO"
+_INIT_KEY = "treecask.orbax.v1.init_timestamp_nsecs"
+
+# What permits each structure mismatch in v1 (the StructureError names it).
+_ALLOW_V1 = ("with ctx = ocp.Context(); ctx.pytree.loading.partial_load = True, `with ctx:` loads only the "
+             "abstract tree's fields",
+             "a leaf ocp.PLACEHOLDER (...) is not loaded; with the context's pytree.loading.partial_load an "
+             "array or scalar leaf there is kept as given")
+
+
+# ---------------------------------------------------------------- returned objects
+
+
+class AsyncResponse(Generic[T_]):
+    """The result of an asynchronous call (Orbax ``AsyncResponse``): the work
+    runs on a background thread (with the caller's context); ``result(timeout=None)``
+    blocks until it is done and returns its value or raises its error
+    (``TimeoutError`` when ``timeout`` seconds pass first)."""
+
+    def __init__(self, work: Callable[[], T_]):
+        self._value: Any = None
+        self._error: Optional[BaseException] = None
+        self._callbacks: List[Callable[[Any], None]] = []
+        self._lock = threading.Lock()
+        self._done = False
+        run = contextvars.copy_context().run
+
+        def target() -> None:
+            try:
+                self._value = run(work)
+            except BaseException as e:  # raised by result()
+                self._error = e
+            with self._lock:
+                self._done = True
+                callbacks, self._callbacks = self._callbacks, []
+            if self._error is None:
+                for cb in callbacks:
+                    cb(self._value)
+
+        self._thread = threading.Thread(target=target, name="treecask-orbax-v1", daemon=False)
+        self._thread.start()
+
+    @classmethod
+    def _completed(cls, value: T_) -> "AsyncResponse[T_]":
+        """A response to work already done (no thread)."""
+        r = cls.__new__(cls)
+        r._value, r._error, r._callbacks, r._lock, r._thread, r._done = value, None, [], threading.Lock(), None, True
+        return r
+
+    def result(self, timeout: Optional[float] = None) -> T_:
+        """The work's value, once it is done (raises its error)."""
+        if self._thread is None:
+            return self._value
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the operation did not finish within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def on_complete(self, callback: Callable[[T_], None]) -> None:
+        """Calls ``callback(value)`` once the work succeeds (at once if it has)."""
+        with self._lock:
+            if not self._done:
+                self._callbacks.append(callback)
+                return
+        if self._error is None:
+            callback(self._value)
+
+
+class CheckpointMetadata(Generic[T_]):
+    """A checkpoint's metadata (Orbax v1 ``CheckpointMetadata``): ``path``,
+    ``metadata`` (the pytree's metadata tree, or ``{name: ...}`` of each
+    checkpointable's), ``init_timestamp_nsecs`` (when the save began, ns
+    since the epoch), ``commit_timestamp_nsecs`` (the archive's modification
+    time; None in an object store), ``custom_metadata`` (the save's, ``{}``
+    when none), and ``init_timestamp`` / ``commit_timestamp`` as UTC datetimes."""
+
+    def __init__(self, path: Any, *, metadata: T_, init_timestamp_nsecs: Optional[int] = None,
+                 commit_timestamp_nsecs: Optional[int] = None, custom_metadata: Any = None):
+        self._path = path
+        self._metadata = metadata
+        self._init = init_timestamp_nsecs
+        self._commit = commit_timestamp_nsecs
+        self._custom = custom_metadata
+
+    path = property(lambda self: self._path, doc="The checkpoint's path.")
+    metadata = property(lambda self: self._metadata, doc="The checkpointable's (or each one's) metadata.")
+    init_timestamp_nsecs = property(lambda self: self._init, doc="When the save began (ns), or None.")
+    commit_timestamp_nsecs = property(lambda self: self._commit, doc="When it was committed (ns), or None.")
+    custom_metadata = property(lambda self: self._custom, doc="The save's custom_metadata.")
+
+    @property
+    def init_timestamp(self) -> Optional[datetime.datetime]:
+        return _to_datetime(self._init)
+
+    @property
+    def commit_timestamp(self) -> Optional[datetime.datetime]:
+        return _to_datetime(self._commit)
+
+    def _properties(self) -> Dict[str, str]:
+        return {"metadata": str(self.metadata), "init_timestamp_nsecs": str(self._init),
+                "commit_timestamp_nsecs": str(self._commit), "custom_metadata": str(self._custom)}
+
+    def __repr__(self) -> str:
+        return f"CheckpointMetadata({pprint.pformat(self._properties())})"
+
+
+def _to_datetime(ns: Optional[int]) -> Optional[datetime.datetime]:
+    return None if ns is None else datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc)
+
+
+# ---------------------------------------------------------------- saving
+
+
+def _validate_checkpointables(checkpointables: Any, file: str) -> Dict[str, Any]:
+    if not isinstance(checkpointables, dict) or not checkpointables:
+        raise InvalidArgumentError("checkpointables must be a non-empty dict {name: checkpointable}", file=file)
+    for name, c in checkpointables.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"a checkpointable's name is a non-empty str, got {name!r}", file=file)
+        if (hasattr(c, "get_state") and hasattr(c, "set_state")) or \
+                inspect.iscoroutinefunction(getattr(c, "save", None)):  # Orbax's StatefulCheckpointable
+            raise UnsupportedError(f"Orbax v1 checkpointable '{name}' of type {type(c).__name__} (a stateful "
+                                   "checkpointable, e.g. a Grain iterator) is not supported by treecask.orbax.v1: "
+                                   "save its state (get_state()) as a pytree", file=file)
+    return checkpointables
+
+
+def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, custom_metadata: Any,
+               asynchronous: bool) -> AsyncResponse[None]:
+    ctx = get_context()
+    p = os.fspath(path)
+    check_supported(ctx, p)
+    items = _validate_checkpointables(checkpointables, p)
+    tree, md, _ = _encode(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
+                          custom_metadata, p)
+    md[_INIT_KEY] = str(time.time_ns())
+    pending = _write(p, tree, md, overwrite=bool(overwrite), asynchronous=asynchronous, force_name="overwrite")
+    callback = ctx.asynchronous.post_finalization_callback if asynchronous else None
+    if pending is None and callback is None:
+        return AsyncResponse._completed(None)
+
+    def finish() -> None:
+        if pending is not None:
+            pending.wait()
+        if callback is not None:
+            callback()
+
+    return AsyncResponse(finish)
+
+
+def save_checkpointables(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool = False,
+                         custom_metadata: Any = None) -> None:
+    """Saves several named pytrees (checkpointables) as one checkpoint, the
+    archive file ``path`` (parents created), each under its name; blocks
+    until durable (Orbax ``save_checkpointables``). ``custom_metadata``: a
+    JSON value kept with it. Raises ``AlreadyExistsError`` (a
+    ``FileExistsError``; Orbax raises ValueError) for an existing checkpoint
+    unless ``overwrite=True``; ``UnsupportedError`` for a stateful
+    checkpointable (a Grain iterator...) and the options of
+    :mod:`~treecask.orbax.v1.options` treecask does not honour; what
+    :func:`treecask.save` raises for a leaf it cannot store."""
+    _save_impl(path, checkpointables, overwrite=overwrite, custom_metadata=custom_metadata,
+               asynchronous=False).result()
+
+
+def save_checkpointables_async(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool = False,
+                               custom_metadata: Any = None) -> AsyncResponse[None]:
+    """:func:`save_checkpointables` that returns once the trees' bytes are safe
+    from the caller (NumPy leaves copied, jax.Array leaves held as read-only
+    views); ``.result()`` blocks until durable, then the context's
+    ``asynchronous.post_finalization_callback`` has run. Errors about the
+    arguments raise here, write errors from ``.result()``."""
+    return _save_impl(path, checkpointables, overwrite=overwrite, custom_metadata=custom_metadata,
+                      asynchronous=True)
+
+
+def save(path: Any, state: Any, *, checkpointable_name: str = STATE_CHECKPOINTABLE_KEY, overwrite: bool = False,
+         custom_metadata: Any = None) -> None:
+    """Saves the pytree ``state`` as the checkpointable ``checkpointable_name``
+    ("state") of the checkpoint ``path`` (Orbax ``save``; see
+    :func:`save_checkpointables`)."""
+    save_checkpointables(path, {checkpointable_name: state}, overwrite=overwrite, custom_metadata=custom_metadata)
+
+
+def save_async(path: Any, state: Any, *, checkpointable_name: str = STATE_CHECKPOINTABLE_KEY,
+               overwrite: bool = False, custom_metadata: Any = None) -> AsyncResponse[None]:
+    """:func:`save` asynchronously (see :func:`save_checkpointables_async`)."""
+    return save_checkpointables_async(path, {checkpointable_name: state}, overwrite=overwrite,
+                                      custom_metadata=custom_metadata)
+
+
+def save_pytree(*args: Any, **kwargs: Any) -> None:
+    """:func:`save` (Orbax's former name)."""
+    return save(*args, **kwargs)
+
+
+def save_pytree_async(*args: Any, **kwargs: Any) -> AsyncResponse[None]:
+    """:func:`save_async` (Orbax's former name)."""
+    return save_async(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _read_layout(path: str):
+    """(archive metadata, default-item mode, {name: kind}) of the checkpoint at `path`."""
+    _orbax_hint(path)
+    with _open(path) as a:
+        md = dict(a.metadata)
+    default, kinds = _layout(md)
+    return md, default, kinds
+
+
+def _pytree_name(path: str, default: bool, kinds: Dict[str, str], name: Optional[str]) -> Optional[str]:
+    """The checkpointable `load` reads: None for the archive root (one pytree saved by treecask.save or
+    a single-item treecask.orbax checkpoint), else its name."""
+    if default:
+        if name in (None, AUTO_CHECKPOINTABLE_KEY, DEFAULT_ITEM_NAME):
+            return None
+        raise KeyNotFoundError(f"no checkpointable '{name}': the archive holds one pytree at its root "
+                               "(load it with checkpointable_name=None)", file=path, key_path=name)
+    trees = sorted(n for n, k in kinds.items() if k != "json")
+    if name is None:
+        raise InvalidArgumentError(f"checkpointable_name=None reads the root, but the checkpoint holds "
+                                   f"checkpointables {sorted(kinds)}: name one", file=path)
+    if name == AUTO_CHECKPOINTABLE_KEY:
+        if not trees:
+            raise NotFoundError(f"the checkpoint holds no pytree (it holds {sorted(kinds)})", file=path)
+        return "pytree" if "pytree" in trees else trees[0]
+    if name not in kinds:
+        raise KeyNotFoundError(f"no checkpointable '{name}' in the checkpoint (it holds {sorted(kinds)})",
+                               file=path, key_path=name)
+    return name
+
+
+def _abstract(tree: Any) -> Any:
+    """An abstract tree as a treecask.load template: a CheckpointMetadata stands
+    for its ``.metadata``; an ArrayMetadata leaf (from :func:`metadata`) for a
+    ``jax.ShapeDtypeStruct`` on the NamedSharding it was saved with (rebuilt
+    over the current devices), or a NumPy template when it was saved without
+    one; a ScalarMetadata for its Python type's zero, a StringMetadata for ""."""
+    if isinstance(tree, CheckpointMetadata):
+        tree = tree.metadata
+    if tree is None:
+        return None
+    jax = J.import_jax()
+    if jax is None:
+        return tree
+
+    def conv(x: Any) -> Any:
+        if isinstance(x, StringMetadata):
+            return ""
+        if isinstance(x, ScalarMetadata):
+            return _scalar_zero(x.dtype)
+        if isinstance(x, ArrayMetadata):
+            s = None
+            if x.sharding is not None:
+                try:
+                    s = x.sharding.to_jax()
+                except Exception:  # a mesh this process cannot build: a NumPy array instead
+                    s = None
+            if s is not None:
+                return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=s)
+            return np.broadcast_to(np.zeros((), x.dtype), tuple(x.shape))
+        return x
+
+    return jax.tree_util.tree_map(conv, tree, is_leaf=lambda x: isinstance(x, (ArrayMetadata, StringMetadata)))
+
+
+def _scalar_zero(dtype: Any) -> Any:
+    kind = np.dtype(dtype).kind
+    return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}.get(kind, 0)
+
+
+def _load_one(path: str, md: Dict[str, str], default: bool, kinds: Dict[str, str], name: Optional[str],
+              abstract: Any) -> Any:
+    """Checkpointable `name` (None: the root pytree), into `abstract` when given."""
+    if name is not None and kinds.get(name) == "json":
+        return json.loads(md[_JSON_PREFIX + name])
+    sub = None if name is None else T.escape_key(name)
+    partial = bool(get_context().pytree.loading.partial_load)
+    return _restore_pytree(path, sub, _abstract(abstract), None, None, partial_restore=partial, allow=_ALLOW_V1)
+
+
+def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY) -> Any:
+    """Loads a pytree (Orbax ``load``): the checkpointable ``checkpointable_name``
+    of the checkpoint ``path`` ("AUTO": "pytree" if there is one, else the first
+    pytree by name; the root of an archive holding one pytree, e.g. written
+    by :func:`treecask.save`).
+
+    Without ``abstract_state``: the tree as saved (dicts, lists and tuples of
+    NumPy arrays and Python scalars; Orbax gives ``jax.Array`` for leaves saved
+    as jax arrays). With it (a tree of ``jax.ShapeDtypeStruct``, arrays,
+    scalars, the :func:`metadata` tree, a :class:`CheckpointMetadata`): its
+    structure and leaf types, each ``ShapeDtypeStruct`` restored as a
+    ``jax.Array`` on its sharding (each device reading only its box), dtypes
+    cast to the abstract leaf's. Its structure must equal the checkpoint's
+    (Orbax's rule; ``StructureError`` naming the key paths otherwise): with
+    the context's ``pytree.loading.partial_load`` the checkpoint may hold more
+    fields (not read) and an abstract leaf the checkpoint lacks comes back as
+    given (an array or scalar; a ``ShapeDtypeStruct`` there raises
+    ``StructureError``, no value to keep); a leaf ``PLACEHOLDER`` (``...``) is
+    not loaded (it comes back as ``...``).
+
+    Raises ``NotFoundError`` (a ``FileNotFoundError``) for no checkpoint,
+    ``KeyNotFoundError`` for no such checkpointable, ``StructureError``,
+    ``ShapeError`` (a shape differs), ``InvalidArgumentError`` for a
+    checkpoint written by Orbax itself (convert it with
+    ``treecask.import_orbax``), ``UnsupportedError`` for options of
+    :mod:`~treecask.orbax.v1.options` treecask does not honour."""
+    p = os.fspath(path)
+    check_supported(get_context(), p)
+    md, default, kinds = _read_layout(p)
+    name = _pytree_name(p, default, kinds, checkpointable_name)
+    return _load_one(p, md, default, kinds, name, abstract_state)
+
+
+def load_checkpointables(path: Any, abstract_checkpointables: Any = None) -> Dict[str, Any]:
+    """Loads checkpointables (Orbax ``load_checkpointables``): ``{name: value}``
+    of every checkpointable (None), or of those ``abstract_checkpointables``
+    names (a value None loads that one as saved; a tree is its abstract
+    tree, as :func:`load`'s). Raises as :func:`load`; ``KeyNotFoundError``
+    for a name the checkpoint lacks."""
+    p = os.fspath(path)
+    check_supported(get_context(), p)
+    if isinstance(abstract_checkpointables, CheckpointMetadata):
+        abstract_checkpointables = abstract_checkpointables.metadata
+    md, default, kinds = _read_layout(p)
+    names = {DEFAULT_ITEM_NAME: None} if default else {n: n for n in kinds}
+    wanted = abstract_checkpointables if abstract_checkpointables is not None else {n: None for n in names}
+    if not isinstance(wanted, dict):
+        raise InvalidArgumentError("abstract_checkpointables must be a dict {name: abstract checkpointable}", file=p)
+    out = {}
+    for n, abstract in wanted.items():
+        if n not in names:
+            raise KeyNotFoundError(f"no checkpointable '{n}' in the checkpoint (it holds {sorted(names)})",
+                                   file=p, key_path=str(n))
+        out[n] = _load_one(p, md, default, kinds, names[n], abstract)
+    return out
+
+
+def load_async(path: Any, abstract_state: Any = None, *,
+               checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY) -> AsyncResponse[Any]:
+    """:func:`load` on a background thread; ``.result()`` returns the tree
+    (Orbax 0.12.8 supports this only for safetensors checkpoints)."""
+    return AsyncResponse(lambda: load(path, abstract_state, checkpointable_name=checkpointable_name))
+
+
+def load_checkpointables_async(path: Any, abstract_checkpointables: Any = None) -> AsyncResponse[Dict[str, Any]]:
+    """:func:`load_checkpointables` on a background thread (Orbax 0.12.8 raises NotImplementedError)."""
+    return AsyncResponse(lambda: load_checkpointables(path, abstract_checkpointables))
+
+
+def load_pytree(*args: Any, **kwargs: Any) -> Any:
+    """:func:`load` (Orbax's former name)."""
+    return load(*args, **kwargs)
+
+
+def load_pytree_async(*args: Any, **kwargs: Any) -> AsyncResponse[Any]:
+    """:func:`load_async` (Orbax's former name)."""
+    return load_async(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- metadata
+
+
+def _v1_tree(tree: Any) -> Any:
+    """A TreeMetadata's tree with Orbax v1's leaves: ArrayMetadata as is, a
+    scalar as its type's zero (0, 0.0, False), a string as ""."""
+    if isinstance(tree, dict):
+        return {k: _v1_tree(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_v1_tree(v) for v in tree]
+    if isinstance(tree, tuple):
+        return tuple(_v1_tree(v) for v in tree)
+    if isinstance(tree, StringMetadata):
+        return ""
+    if isinstance(tree, ScalarMetadata):
+        return _scalar_zero(tree.dtype)
+    return tree
+
+
+def _stamps(path: str, md: Dict[str, str]):
+    init = md.get(_INIT_KEY)
+    commit = None
+    if not _remote.is_url(path):
+        try:
+            commit = os.stat(path).st_mtime_ns
+        except OSError:
+            commit = None
+    custom = json.loads(md[_CUSTOM_KEY]) if _CUSTOM_KEY in md else {}
+    return (int(init) if init is not None else None), commit, custom
+
+
+def _all_metadata(path: str):
+    md, default, kinds = _read_layout(path)
+    im = _item_metadata(path)
+    items = {DEFAULT_ITEM_NAME: im} if default else dict(im.items())
+    trees = {n: (None if m is None else _v1_tree(m.tree)) for n, m in items.items()}
+    return md, default, kinds, trees
+
+
+def metadata(path: Any, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY) -> CheckpointMetadata:
+    """The pytree's metadata without reading array bytes (Orbax ``metadata``):
+    a :class:`CheckpointMetadata` whose ``.metadata`` is the tree as saved with
+    a ``treecask.orbax.ArrayMetadata`` (``shape``, ``dtype``, ``sharding``) per
+    array, ``0`` / ``0.0`` / ``False`` per scalar and ``""`` per string;
+    ``load(path, metadata(path))`` loads it. Raises as :func:`load`."""
+    p = os.fspath(path)
+    md, default, kinds, trees = _all_metadata(p)
+    name = _pytree_name(p, default, kinds, checkpointable_name)
+    init, commit, custom = _stamps(p, md)
+    return CheckpointMetadata(p, metadata=trees[DEFAULT_ITEM_NAME if name is None else name],
+                              init_timestamp_nsecs=init, commit_timestamp_nsecs=commit, custom_metadata=custom)
+
+
+def checkpointables_metadata(path: Any) -> CheckpointMetadata:
+    """Every checkpointable's metadata (Orbax ``checkpointables_metadata``):
+    ``.metadata`` is ``{name: tree}`` (trees as :func:`metadata`'s; None for a
+    JSON item of ``treecask.orbax``)."""
+    p = os.fspath(path)
+    md, _, _, trees = _all_metadata(p)
+    init, commit, custom = _stamps(p, md)
+    return CheckpointMetadata(p, metadata=trees, init_timestamp_nsecs=init, commit_timestamp_nsecs=commit,
+                              custom_metadata=custom)
+
+
+def pytree_metadata(*args: Any, **kwargs: Any) -> CheckpointMetadata:
+    """:func:`metadata` (Orbax's former name)."""
+    return metadata(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- deleting, probing
+
+
+def delete(path: Any, *, checkpointable_name: Optional[str] = None, missing_ok: bool = False) -> bool:
+    """Deletes the checkpoint ``path`` (Orbax ``delete``); True when deleted,
+    False when there was none and ``missing_ok``. Raises ``NotFoundError``
+    when there is none; ``UnsupportedError`` for ``checkpointable_name`` (an
+    archive is written whole: save the checkpointables to keep again)."""
+    p = os.fspath(path)
+    if checkpointable_name is not None:
+        raise UnsupportedError(f"Orbax v1 delete(checkpointable_name={checkpointable_name!r}) is not supported by "
+                               "treecask.orbax.v1: an archive is written whole; save the checkpointables to keep "
+                               "to a new checkpoint", file=p)
+    if _remote.is_url(p):
+        raise UnsupportedError("Orbax v1 delete of a checkpoint in an object store is not supported by "
+                               "treecask.orbax.v1: delete its object with the store's client", file=p)
+    if not os.path.lexists(p):
+        if missing_ok:
+            return False
+        raise NotFoundError("no checkpoint here", file=p)
+    _M._remove_entry(p)
+    return True
+
+
+def delete_async(path: Any, *, checkpointable_name: Optional[str] = None,
+                 missing_ok: bool = False) -> AsyncResponse[bool]:
+    """:func:`delete` on a background thread."""
+    return AsyncResponse(lambda: delete(path, checkpointable_name=checkpointable_name, missing_ok=missing_ok))
+
+
+def is_orbax_checkpoint(path: Any) -> bool:
+    """Whether ``path`` is a checkpoint these functions load: a treecask archive (or sharded checkpoint)."""
+    try:
+        with _open(os.fspath(path)):
+            return True
+    except Exception:
+        return False
+
+
+for _cls in (AsyncResponse, CheckpointMetadata):
+    _cls.__module__ = "treecask.orbax.v1"
+del _cls
+_ = PLACEHOLDER  # re-exported by the package

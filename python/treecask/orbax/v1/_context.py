@@ -1,0 +1,135 @@
+"""Orbax v1's ``Context``: the options a save or load runs with, set by
+attribute (``ctx.pytree.loading.partial_load = True``) and made current by
+``with ctx:`` for the calls inside the block (a ``contextvars`` variable: a
+raw thread does not inherit it, as in Orbax). ``options.py`` holds the option
+classes and which of them treecask follows; ``check_supported`` raises
+``UnsupportedError`` for those it cannot honour.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+from typing import Any, Optional
+
+from . import options as O
+from ...errors import UnsupportedError
+
+_CURRENT: contextvars.ContextVar[Optional["Context"]] = contextvars.ContextVar("treecask_orbax_v1_context",
+                                                                                 default=None)
+
+_FIELDS = (
+    # (constructor keyword, attribute, option class)
+    ("pytree_options", "pytree", O.PyTreeOptions),
+    ("array_options", "array", O.ArrayOptions),
+    ("async_options", "asynchronous", O.AsyncOptions),
+    ("multiprocessing_options", "multiprocessing", O.MultiprocessingOptions),
+    ("file_options", "file", O.FileOptions),
+    ("checkpointables_options", "checkpointables", O.CheckpointablesOptions),
+    ("pathways_options", "pathways", O.PathwaysOptions),
+    ("deletion_options", "deletion", O.DeletionOptions),
+    ("memory_options", "memory", O.MemoryOptions),
+    ("safetensors_options", "safetensors", O.SafetensorsOptions),
+    ("atomicity_options", "atomicity", O.AtomicityOptions),
+)
+
+
+class Context:
+    """The options of v1 saves and loads (Orbax ``ocp.Context``).
+
+    ``Context(parent=None, *, pytree_options=..., array_options=...,
+    checkpoint_layout=...)``: a copy of ``parent``'s options (or the
+    defaults), with the options given replacing theirs. Each option group is
+    an attribute (``pytree``, ``array``, ``asynchronous``, ``multiprocessing``,
+    ``file``, ``checkpointables``, ``pathways``, ``deletion``, ``memory``,
+    ``safetensors``, ``atomicity``; Orbax's ``*_options`` names too) and
+    ``checkpoint_layout`` a :class:`options.CheckpointLayout`. ``with ctx:``
+    makes it current for the v1 calls inside (:func:`get_context`); a
+    ``training.Checkpointer(context=...)`` runs every call under its own.
+    Which options treecask follows: :mod:`treecask.orbax.v1.options`.
+    (Orbax also forbids changing a context's options inside its ``with``
+    block; treecask does not check that.)"""
+
+    def __init__(self, context: Optional["Context"] = None, *, checkpoint_layout: Any = None, **options: Any):
+        known = {kw for kw, _, _ in _FIELDS}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"Context() got unexpected keyword argument(s) {unknown}")
+        for kw, attr, cls in _FIELDS:
+            given = options.get(kw)
+            if given is not None:
+                value = copy.deepcopy(given)
+            elif context is not None:
+                value = copy.deepcopy(getattr(context, attr))
+            else:
+                value = cls()
+            object.__setattr__(self, "_" + attr, value)
+        if checkpoint_layout is not None:
+            layout = O.CheckpointLayout(checkpoint_layout)
+        elif context is not None:
+            layout = context.checkpoint_layout
+        else:
+            layout = O.CheckpointLayout.ORBAX
+        self._checkpoint_layout = layout
+        self._tokens: list = []
+
+    @property
+    def checkpoint_layout(self) -> O.CheckpointLayout:
+        return self._checkpoint_layout
+
+    @checkpoint_layout.setter
+    def checkpoint_layout(self, value: Any) -> None:
+        self._checkpoint_layout = O.CheckpointLayout(value)
+
+    def __enter__(self) -> "Context":
+        self._tokens.append(_CURRENT.set(self))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _CURRENT.reset(self._tokens.pop())
+
+    def __repr__(self) -> str:
+        return f"Context(pytree={self._pytree!r}, checkpoint_layout={self._checkpoint_layout})"
+
+
+def _option_property(attr: str) -> property:
+    return property(lambda self: getattr(self, "_" + attr), doc=f"The {attr} options.")
+
+
+for _kw, _attr, _cls in _FIELDS:
+    setattr(Context, _attr, _option_property(_attr))
+    setattr(Context, _kw, _option_property(_attr))  # Orbax's older names (ctx.pytree_options)
+del _kw, _attr, _cls
+
+
+def get_context(default: Optional[Context] = None) -> Context:
+    """The current context (innermost ``with ctx:``), else ``default``, else a fresh default one."""
+    ctx = _CURRENT.get()
+    if ctx is not None:
+        return ctx
+    return default if default is not None else Context()
+
+
+def check_supported(ctx: Context, file: str = "") -> None:
+    """Raises UnsupportedError naming the first option of `ctx` that treecask cannot honour."""
+    def refuse(name: str, why: str) -> UnsupportedError:
+        return UnsupportedError(f"Orbax v1 option {name} is not supported by treecask.orbax.v1: {why}", file=file)
+
+    if ctx.checkpoint_layout == O.CheckpointLayout.SAFETENSORS:
+        raise refuse("checkpoint_layout=SAFETENSORS", "convert the file once with treecask.import_safetensors")
+    saving = ctx.array.saving
+    so = saving.storage_options
+    for name in ("dtype", "chunk_byte_size", "shard_axes"):
+        if getattr(so, name, None) is not None:
+            raise refuse(f"array.saving.storage_options.{name}",
+                         "cast the tree before saving; an archive's chunking is treecask.save's chunk_size")
+    if getattr(saving, "scoped_storage_options_creator", None) is not None:
+        raise refuse("array.saving.scoped_storage_options_creator", "cast the leaves before saving")
+    loading = ctx.array.loading
+    if getattr(loading, "enable_padding_and_truncation", False):
+        raise refuse("array.loading.enable_padding_and_truncation", "shapes must equal the saved ones")
+    if getattr(loading, "use_load_and_broadcast", False):
+        raise refuse("array.loading.use_load_and_broadcast", "every process reads the boxes it needs")
+
+
+Context.__module__ = "treecask.orbax.v1"

@@ -1,0 +1,416 @@
+"""Orbax v1's ``training.Checkpointer`` over a :class:`treecask.CheckpointManager`:
+one treecask archive per step, ``<directory>/step_<n>.cask`` (the manager's
+layout, so ``treecask.CheckpointManager`` and ``treecask.orbax.CheckpointManager``
+read the same directory), each step holding its checkpointables as the v1
+free functions lay them out (``_api.py``); the save decision and
+preservation policies of ``save_decision_policies.py`` /
+``preservation_policies.py`` (or any objects with their methods) decide which
+steps are written and kept. Retention runs in the manager's background
+thread once a step is durable (``_PolicyManager._retain``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from .... import _manager as _M
+from ... import args as _args
+from ..._items import _encode
+from .._api import (
+    _INIT_KEY,
+    STATE_CHECKPOINTABLE_KEY,
+    AsyncResponse,
+    _validate_checkpointables,
+)
+from .._api import CheckpointMetadata as _BaseMetadata
+from .._api import checkpointables_metadata as _checkpointables_metadata
+from .._api import load_checkpointables as _load_checkpointables
+from .._api import metadata as _metadata
+from .._context import Context, check_supported, get_context
+from ...._open import open as _open_archive
+from ....errors import NotFoundError, UnsupportedError
+from . import preservation_policies as _pp
+from . import save_decision_policies as _sd
+from .errors import StepAlreadyExistsError, StepNotFoundError
+
+_ROOT_KEY = "treecask.orbax.root_metadata"  # the Checkpointer's custom_metadata, kept in each step (as treecask.orbax)
+
+
+class CheckpointMetadata(_BaseMetadata):
+    """One step's metadata (Orbax v1 ``training.CheckpointMetadata``): the
+    :class:`treecask.orbax.v1.CheckpointMetadata` fields plus ``step``,
+    ``metrics`` (as saved, or None) and ``time`` (the commit time, a UTC
+    datetime; ``UnsupportedError`` for a step in an object store, whose
+    commit time treecask does not read). ``Checkpointer.checkpoints`` gives
+    them with ``metadata`` None."""
+
+    def __init__(self, step: int, path: Any, *, metadata: Any, init_timestamp_nsecs: Optional[int] = None,
+                 commit_timestamp_nsecs: Optional[int] = None, custom_metadata: Any = None, metrics: Any = None):
+        super().__init__(path, metadata=metadata, init_timestamp_nsecs=init_timestamp_nsecs,
+                         commit_timestamp_nsecs=commit_timestamp_nsecs, custom_metadata=custom_metadata)
+        self._step = step
+        self._metrics = metrics
+
+    step = property(lambda self: self._step, doc="The step.")
+    metrics = property(lambda self: self._metrics, doc="The step's metrics, or None.")
+
+    @property
+    def time(self) -> datetime.datetime:
+        if self.commit_timestamp_nsecs is None:
+            raise UnsupportedError("the commit time of a step in an object store is not read by treecask: use "
+                                   "a policy by step, not by time", file=str(self.path))
+        return datetime.datetime.fromtimestamp(self.commit_timestamp_nsecs / 1e9, tz=datetime.timezone.utc)
+
+    def _properties(self) -> Dict[str, str]:
+        return {"step": str(self.step), **super()._properties(), "metrics": str(self.metrics)}
+
+
+class RootMetadata:
+    """The Checkpointer's own metadata (Orbax v1 ``training.RootMetadata``):
+    ``directory`` and ``custom_metadata`` (the ``custom_metadata`` given to a
+    Checkpointer of the directory, ``{}`` when none)."""
+
+    def __init__(self, *, directory: Any, custom_metadata: Any = None):
+        self.directory = directory
+        self.custom_metadata = custom_metadata
+
+    def __repr__(self) -> str:
+        return f"RootMetadata(directory={str(self.directory)!r}, custom_metadata={self.custom_metadata!r})"
+
+
+class _PolicyManager(_M.CheckpointManager):
+    """A treecask.CheckpointManager whose retention is a preservation policy."""
+
+    def __init__(self, directory: Any, policy: Any):
+        super().__init__(directory, async_save=True)
+        self.policy = policy
+
+    def info(self, step: int, name: str) -> CheckpointMetadata:
+        path = self._entry(name)
+        commit = None
+        if self._bucket is None:
+            commit = os.stat(path).st_mtime_ns
+        return CheckpointMetadata(step, path, metadata=None, commit_timestamp_nsecs=commit,
+                                  metrics=self._metrics_of(name))
+
+    def infos(self) -> List[CheckpointMetadata]:
+        out = []
+        for step, name in sorted(self._steps().items()):
+            try:
+                out.append(self.info(step, name))
+            except (OSError, NotFoundError):  # deleted meanwhile
+                continue
+        return out
+
+    def _retain(self, new_step: int) -> None:
+        if not _M._may_delete():
+            return
+        infos = self.infos()
+        keep = list(self.policy.should_preserve(infos, context=_pp.PreservationContext()))
+        if len(keep) != len(infos):
+            raise ValueError(f"{type(self.policy).__name__}.should_preserve returned {len(keep)} flags for "
+                             f"{len(infos)} checkpoints")
+        listing = self._steps()
+        for info, k in zip(infos, keep, strict=True):
+            if not k and info.step in listing:
+                self._remove(listing[info.step])
+
+
+def _step_of(step: Any) -> Optional[int]:
+    return step.step if isinstance(step, CheckpointMetadata) else step
+
+
+class Checkpointer:
+    """A sequence of checkpoints in a training loop (Orbax v1 ``training.Checkpointer``).
+
+    ``Checkpointer(directory, *, context=None, save_decision_policy=None,
+    preservation_policy=None, step_name_format=None, custom_metadata=None,
+    cleanup_tmp_directories=False, lightweight_initialize=False, logger=None)``:
+    steps are ``<directory>/step_<n>.cask`` (a directory, or an object-store
+    URL), each a treecask archive holding the step's checkpointables
+    (``save``: the pytree as "state"), its metrics and custom metadata.
+    ``save_decision_policy`` (default: the first step, then whenever no save is
+    in progress, as Orbax's) says which steps :meth:`save` writes;
+    ``preservation_policy`` (default: keep all) which steps are kept, applied
+    after each save is durable. Calls run under ``context`` (default: the
+    current one). ``step_name_format`` raises ``UnsupportedError`` (steps are
+    ``step_<8+ digits>.cask``); ``cleanup_tmp_directories`` (temporaries are
+    always swept), ``lightweight_initialize`` and ``logger`` have no effect.
+
+    Saves are asynchronous underneath: ``save_async`` returns once the
+    state's bytes are safe from the caller; ``save`` waits until durable.
+    ``checkpoints`` and ``latest`` include a step still being saved.
+    """
+
+    def __init__(self, directory: Any, *, context: Optional[Context] = None, save_decision_policy: Any = None,
+                 preservation_policy: Any = None, step_name_format: Any = None, custom_metadata: Any = None,
+                 cleanup_tmp_directories: bool = False, lightweight_initialize: bool = False, logger: Any = None):
+        d = os.fspath(directory)
+        if step_name_format is not None:
+            raise UnsupportedError("Orbax v1 Checkpointer(step_name_format=...) is not supported by "
+                                   "treecask.orbax.v1: steps are named step_<8+ digits>.cask", file=d)
+        self._context = Context(context if context is not None else get_context())
+        self._save_policy = save_decision_policy if save_decision_policy is not None else _sd.AnySavePolicy([
+            _sd.InitialSavePolicy(), _sd.ContinuousCheckpointingPolicy(), _sd.PreemptionCheckpointingPolicy()])
+        self._mgr = _PolicyManager(d, preservation_policy if preservation_policy is not None else _pp.PreserveAll())
+        self._custom = custom_metadata
+        self._pending_time: Dict[int, int] = {}
+
+    # ---- listing ----
+    @property
+    def directory(self) -> Any:
+        """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
+        return self._mgr.directory
+
+    def _in_flight(self) -> Optional[Any]:
+        job = self._mgr._job
+        return job if job is not None and not job.done.is_set() else None
+
+    @property
+    def checkpoints(self) -> Sequence[CheckpointMetadata]:
+        """The steps, ascending by step, as :class:`CheckpointMetadata` with
+        ``metadata`` None (step, path, metrics, commit time), a step still
+        being saved included (its time: when its save began)."""
+        infos = self._mgr.infos()
+        job = self._in_flight()
+        if job is not None and all(i.step != job.step for i in infos):
+            infos.append(CheckpointMetadata(job.step, job.path, metadata=None,
+                                            commit_timestamp_nsecs=self._pending_time.get(job.step, time.time_ns()),
+                                            metrics=job.metrics))
+            infos.sort(key=lambda i: i.step)
+        return infos
+
+    @property
+    def latest(self) -> Optional[CheckpointMetadata]:
+        """The newest step's :class:`CheckpointMetadata`, or None when there is none."""
+        cps = self.checkpoints
+        return cps[-1] if cps else None
+
+    def _resolve(self, step: Any) -> CheckpointMetadata:
+        step = _step_of(step)
+        if step is None:
+            latest = self.latest
+            if latest is None:
+                raise StepNotFoundError("step=None, but no checkpoints were found", file=str(self.directory))
+            return latest
+        for c in self.checkpoints:
+            if c.step == step:
+                return c
+        raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
+
+    def should_save(self, step: int) -> bool:
+        """Whether :meth:`save` writes ``step``: above the latest step, and the
+        save decision policy says so (asked with the steps saved so far)."""
+        step = int(_step_of(step))
+        previous = self.checkpoints
+        if previous and previous[-1].step >= step:
+            return False
+        now = CheckpointMetadata(step, self._mgr.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
+        ctx = _sd.DecisionContext(is_saving_in_progress=self.is_saving_in_progress(), reached_preemption=False,
+                                  multiprocessing_options=self._context.multiprocessing)
+        return bool(self._save_policy.should_save(now, previous, context=ctx))
+
+    # ---- saving ----
+    def save_checkpointables_async(self, step: int, checkpointables: Dict[str, Any], *, force: bool = False,
+                                   overwrite: bool = False, metrics: Any = None,
+                                   custom_metadata: Any = None) -> Optional[AsyncResponse[bool]]:
+        """Saves ``checkpointables`` (``{name: pytree}``) as step ``step`` if the
+        save decision policy says so (or ``force``); None when not due, else a
+        response whose ``.result()`` is True once the step is durable and the
+        preservation policy has run. A save in flight is waited for first.
+        ``metrics``: a JSON value kept with the step (what ``BestN`` reads).
+        Raises :class:`StepAlreadyExistsError` for an existing step unless
+        ``overwrite=True`` (then it is deleted first); ``UnsupportedError``
+        as :func:`treecask.orbax.v1.save_checkpointables`."""
+        d = str(self.directory)
+        with self._context:
+            check_supported(self._context, d)
+            items = _validate_checkpointables(checkpointables, d)
+            step = int(_step_of(step))
+            if any(c.step == step for c in self.checkpoints):  # a step in flight included
+                if not overwrite:
+                    raise StepAlreadyExistsError(f"step {step} already exists (overwrite=True replaces it)",
+                                                 file=str(self._mgr.path(step)))
+                self.delete(step)
+            if not force and not self.should_save(step):  # asked before waiting, as Orbax
+                return None
+            self._mgr._join()
+            tree, md, _ = _encode(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
+                                  custom_metadata, d)
+            md[_INIT_KEY] = str(time.time_ns())
+            if self._custom is not None:
+                md[_ROOT_KEY] = json.dumps(self._custom)
+            self._pending_time[step] = time.time_ns()
+            self._mgr.save(step, tree, metrics=metrics, force=True, metadata=md)
+            callback = self._context.asynchronous.post_finalization_callback
+
+        def finish() -> bool:
+            self._mgr.wait_until_finished()
+            self._pending_time.pop(step, None)
+            if callback is not None:
+                callback()
+            return True
+
+        return AsyncResponse(finish)
+
+    def save_checkpointables(self, step: int, checkpointables: Dict[str, Any], **kwargs: Any) -> bool:
+        """:meth:`save_checkpointables_async`, waiting until durable; True when saved, False when not due."""
+        r = self.save_checkpointables_async(step, checkpointables, **kwargs)
+        return False if r is None else r.result()
+
+    def save_async(self, step: int, state: Any, *, checkpointable_name: str = STATE_CHECKPOINTABLE_KEY,
+                   **kwargs: Any) -> Optional[AsyncResponse[bool]]:
+        """Saves the pytree ``state`` as checkpointable ``checkpointable_name``
+        ("state") of step ``step`` (see :meth:`save_checkpointables_async`)."""
+        return self.save_checkpointables_async(step, {checkpointable_name: state}, **kwargs)
+
+    def save(self, step: int, state: Any, *, checkpointable_name: str = STATE_CHECKPOINTABLE_KEY,
+             **kwargs: Any) -> bool:
+        """:meth:`save_async`, waiting until durable; True when saved, False when not due."""
+        r = self.save_async(step, state, checkpointable_name=checkpointable_name, **kwargs)
+        return False if r is None else r.result()
+
+    # ---- loading ----
+    def load_checkpointables(self, step: Any = None, abstract_checkpointables: Any = None) -> Dict[str, Any]:
+        """Step ``step``'s checkpointables (None: the latest), as
+        :func:`treecask.orbax.v1.load_checkpointables`. A save in flight is
+        waited for first. Raises :class:`StepNotFoundError` for no such step."""
+        self._mgr._join()
+        with self._context:
+            c = self._resolve(step)
+            return _load_checkpointables(c.path, abstract_checkpointables)
+
+    def load(self, step: Any = None, abstract_state: Any = None, *,
+             checkpointable_name: str = STATE_CHECKPOINTABLE_KEY) -> Any:
+        """Step ``step``'s pytree ``checkpointable_name`` (None: the latest step),
+        into ``abstract_state`` when given (as :func:`treecask.orbax.v1.load`)."""
+        return self.load_checkpointables(step, {checkpointable_name: abstract_state})[checkpointable_name]
+
+    def load_async(self, step: Any = None, abstract_state: Any = None, *,
+                   checkpointable_name: str = STATE_CHECKPOINTABLE_KEY) -> AsyncResponse[Any]:
+        """:meth:`load` on a background thread (Orbax 0.12.8 raises NotImplementedError)."""
+        return AsyncResponse(lambda: self.load(step, abstract_state, checkpointable_name=checkpointable_name))
+
+    def load_checkpointables_async(self, step: Any = None, abstract_checkpointables: Any = None) -> AsyncResponse:
+        """:meth:`load_checkpointables` on a background thread."""
+        return AsyncResponse(lambda: self.load_checkpointables(step, abstract_checkpointables))
+
+    # ---- metadata ----
+    def _step_metadata(self, step: Any, fn: Any) -> CheckpointMetadata:
+        self._mgr._join()
+        with self._context:
+            c = self._resolve(step)
+            m = fn(c.path)
+        return CheckpointMetadata(c.step, m.path, metadata=m.metadata, init_timestamp_nsecs=m.init_timestamp_nsecs,
+                                  commit_timestamp_nsecs=m.commit_timestamp_nsecs, custom_metadata=m.custom_metadata,
+                                  metrics=c.metrics)
+
+    def metadata(self, step: Any = None) -> CheckpointMetadata:
+        """Step ``step``'s (None: the latest) pytree metadata, as :func:`treecask.orbax.v1.metadata`, with its metrics."""
+        return self._step_metadata(step, _metadata)
+
+    def checkpointables_metadata(self, step: Any = None) -> CheckpointMetadata:
+        """Step ``step``'s checkpointables' metadata (``{name: tree}``)."""
+        return self._step_metadata(step, _checkpointables_metadata)
+
+    def root_metadata(self) -> RootMetadata:
+        """The ``custom_metadata`` given to this Checkpointer, or else the one
+        the latest step recorded, or ``{}``."""
+        custom = self._custom
+        if custom is None:
+            latest = self._mgr.latest_step()
+            if latest is not None:
+                with _open_archive(str(self._mgr.path(latest))) as a:
+                    raw = a.metadata.get(_ROOT_KEY)
+                custom = json.loads(raw) if raw is not None else None
+        return RootMetadata(directory=self.directory, custom_metadata=custom if custom is not None else {})
+
+    # ---- deleting ----
+    def delete(self, step: Any, *, checkpointable_name: Optional[str] = None, missing_ok: bool = False) -> bool:
+        """Deletes step ``step`` whatever the preservation policy; True when
+        deleted, False when there was none and ``missing_ok``. Raises
+        :class:`StepNotFoundError` otherwise; ``UnsupportedError`` for
+        ``checkpointable_name`` (a step's archive is written whole)."""
+        if checkpointable_name is not None:
+            raise UnsupportedError(f"Orbax v1 Checkpointer.delete(checkpointable_name={checkpointable_name!r}) is "
+                                   "not supported by treecask.orbax.v1: a step's archive is written whole",
+                                   file=str(self.directory))
+        self._mgr._join()
+        step = int(_step_of(step))
+        listing = self._mgr._steps()
+        if step not in listing:
+            if missing_ok:
+                return False
+            raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
+        self._mgr._remove(listing[step])
+        return True
+
+    def delete_async(self, step: Any, **kwargs: Any) -> AsyncResponse[bool]:
+        """:meth:`delete` on a background thread."""
+        return AsyncResponse(lambda: self.delete(step, **kwargs))
+
+    def cancel(self, step: Any = None) -> None:
+        """Orbax cancels the save in flight and deletes its files; treecask
+        cannot stop a write midway, so it waits for it, then deletes ``step``
+        (if it exists): the same end state."""
+        try:
+            self._mgr.wait_until_finished()
+        finally:
+            if step is not None:
+                self.delete(step, missing_ok=True)
+
+    # ---- lifetime ----
+    def reload(self) -> None:
+        """Nothing to do: every listing reads the directory."""
+
+    def is_saving_in_progress(self) -> bool:
+        """Whether an asynchronous save is still running."""
+        return self._in_flight() is not None
+
+    def wait(self) -> None:
+        """Blocks until the save in flight is durable and the preservation policy
+        has run; raises its error, once."""
+        self._mgr.wait_until_finished()
+
+    def close(self) -> None:
+        """Waits for the save in flight, then closes (later saves raise)."""
+        self._mgr.close()
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<treecask.orbax.v1.training.Checkpointer {str(self.directory)!r}>"
+
+    # Orbax's former names.
+    def save_pytree(self, *args: Any, **kwargs: Any) -> bool:
+        """:meth:`save`."""
+        return self.save(*args, **kwargs)
+
+    def save_pytree_async(self, *args: Any, **kwargs: Any) -> Optional[AsyncResponse[bool]]:
+        """:meth:`save_async`."""
+        return self.save_async(*args, **kwargs)
+
+    def load_pytree(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`load`."""
+        return self.load(*args, **kwargs)
+
+    def load_pytree_async(self, *args: Any, **kwargs: Any) -> AsyncResponse[Any]:
+        """:meth:`load_async`."""
+        return self.load_async(*args, **kwargs)
+
+    def pytree_metadata(self, *args: Any, **kwargs: Any) -> CheckpointMetadata:
+        """:meth:`metadata`."""
+        return self.metadata(*args, **kwargs)
+
+
+for _cls in (CheckpointMetadata, RootMetadata, Checkpointer):
+    _cls.__module__ = "treecask.orbax.v1.training"
+del _cls
