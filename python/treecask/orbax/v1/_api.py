@@ -29,9 +29,9 @@ from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
 import numpy as np
 
 from ... import _jaxutil as J
-from ... import _manager as _M
 from ... import _remote
 from ... import _tree as T
+from ... import stores
 from .. import args as _args
 from .._checkpointers import _write
 from .._items import _JSON_PREFIX, DEFAULT_ITEM_NAME, PLACEHOLDER, _encode, _item_metadata, _layout, _orbax_hint
@@ -493,14 +493,12 @@ def delete(path: Any, *, checkpointable_name: Optional[str] = None, missing_ok: 
         raise UnsupportedError(f"Orbax v1 delete(checkpointable_name={checkpointable_name!r}) is not supported by "
                                "treecask.orbax.v1: an archive is written whole; save the checkpointables to keep "
                                "to a new checkpoint", file=p)
-    if _remote.is_url(p):
-        raise UnsupportedError("Orbax v1 delete of a checkpoint in an object store is not supported by "
-                               "treecask.orbax.v1: delete its object with the store's client", file=p)
-    if not os.path.lexists(p):
+    store, key = stores.resolve(p)
+    if not any(n == key or n.startswith(key + "/") for n in store.list_prefix(key)):
         if missing_ok:
             return False
-        raise NotFoundError("no checkpoint here", file=p)
-    _M._remove_entry(p)
+        raise NotFoundError("no checkpoint here", file=store.display(key))
+    store.delete_tree(key)
     return True
 
 

@@ -91,9 +91,8 @@ class _PolicyManager(_M.CheckpointManager):
 
     def info(self, step: int, name: str) -> CheckpointMetadata:
         path = self._entry(name)
-        commit = None
-        if self._bucket is None:
-            commit = os.stat(path).st_mtime_ns
+        stamp = self._stamp(name)  # (inode, mtime in ns) of a local step; None in an object store
+        commit = stamp[1] if stamp is not None else None
         return CheckpointMetadata(step, path, metadata=None, commit_timestamp_nsecs=commit,
                                   metrics=self._metrics_of(name))
 
