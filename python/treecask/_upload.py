@@ -52,11 +52,25 @@ def scratch_dir() -> str:
     return os.environ.get("TREECASK_SCRATCH_DIR") or tempfile.gettempdir()
 
 
+#: The scratch directories of uploads are temporaries of this name in
+#: :func:`scratch_dir`: ``treecask-upload.tmp.<host>.<pid>.<hex16>``.
+SCRATCH_NAME = "treecask-upload"
+
+
 @contextlib.contextmanager
 def scratch(name: str) -> Iterator[str]:
     """A fresh local directory for the files of one upload; yields the path of
-    ``name`` inside it and removes the directory (whatever happened)."""
-    d = tempfile.mkdtemp(prefix="treecask-upload-", dir=scratch_dir())
+    ``name`` inside it and removes the directory (whatever happened).
+
+    The directory is named by the core's temporary rule
+    (``treecask-upload.tmp.<host>.<pid>.<hex16>`` in :func:`scratch_dir`,
+    SPEC.md "Atomic commit"), so the scratch of a saver killed before it
+    could remove it (SIGKILL, preemption) is swept by the next upload on
+    this host once that process is gone (``treecask::remove_stale_temporaries``)."""
+    base = os.path.join(scratch_dir(), SCRATCH_NAME)
+    _core.remove_stale_temporaries(base)
+    d = _core.temporary_path(base)
+    os.mkdir(d, 0o700)
     try:
         yield os.path.join(d, name)
     finally:
@@ -189,10 +203,14 @@ def _put_single(store: Any, key: str, path: str, size: int, overwrite: bool) -> 
             else:
                 _create(store, key, put("create"), put("overwrite"))
         finally:
-            view.release()
+            # A store may keep the buffer it was given (obstore's MemoryStore holds the object's
+            # bytes so): the view and the map, of a file then unlinked, live as long as it does.
+            with contextlib.suppress(BufferError):
+                view.release()
     finally:
         if size:
-            data.close()
+            with contextlib.suppress(BufferError):
+                data.close()
 
 
 def _put_parts(store: Any, key: str, path: str) -> None:

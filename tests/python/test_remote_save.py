@@ -174,10 +174,11 @@ def test_throttled_uploads_are_retried_then_an_io_error_with_nothing_committed(s
     assert listing(s3_env, url[len("s3://saves/"):].split("/")[0]) == []
 
 
-def test_a_saver_killed_mid_upload_leaves_no_object_and_the_next_save_commits(s3_env, tmp_path):
+def test_a_saver_killed_mid_upload_leaves_no_object_and_the_next_save_commits(s3_env, tmp_path, monkeypatch):
     """SIGKILL while the multipart upload runs: the key never appears (a
     reader gets NotFoundError, the previous checkpoint still loads); the next
-    save of the same key succeeds and sweeps this host's dead temporaries."""
+    save of the same key succeeds and sweeps this host's dead temporaries,
+    the killed saver's local scratch archive included."""
     previous = fresh_url("prev.cask")
     treecask.save(previous, model_tree())
     url = fresh_url()
@@ -208,11 +209,15 @@ def test_a_saver_killed_mid_upload_leaves_no_object_and_the_next_save_commits(s3
     with pytest.raises(NotFoundError):
         treecask.open(url)
     assert_same(treecask.load(previous), model_tree())
+    left = [e.name for e in tmp_path.iterdir() if e.name.startswith("treecask-upload")]
+    assert len(left) == 1 and f".{p.pid}." in left[0], left  # the killed saver's scratch, named by its pid
+    monkeypatch.setenv("TREECASK_SCRATCH_DIR", str(tmp_path))
     tree = big_tree()
     treecask.save(url, tree, compression="none")
     assert_same(treecask.load(url), tree)
     key = url[len("s3://saves/"):]
     assert listing(s3_env, key.split("/")[0]) == [key]
+    assert not [e for e in tmp_path.iterdir() if e.name.startswith("treecask-upload")]  # swept
 
 
 MP_CHILD = textwrap.dedent(r'''
@@ -432,10 +437,10 @@ def test_the_server_killed_mid_upload_then_restarted(tmp_path, monkeypatch):
         assert [m["path"] for b in obstore.list(s3.store("dying")) for m in b] == ["prev.cask"]
 
 
-def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path):
+def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path, monkeypatch):
     """A training process SIGKILLed while its CheckpointManager uploads step 2
     in the background: step 2 is never listed, step 1 restores, and the next
-    run saves step 2."""
+    run saves step 2 and sweeps the killed run's local scratch."""
     url = f"s3://saves/{uuid.uuid4().hex}/run"
     with treecask.CheckpointManager(url) as mngr:
         mngr.save(1, {"a": np.ones(3)})
@@ -463,12 +468,15 @@ def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+    assert [e.name for e in tmp_path.iterdir() if e.name.startswith("treecask-upload")]  # the killed run's
+    monkeypatch.setenv("TREECASK_SCRATCH_DIR", str(tmp_path))
     with treecask.CheckpointManager(url) as mngr:
         assert mngr.all_steps() == [1]
         assert_same(mngr.restore(), {"a": np.ones(3)})
         mngr.save(2, {"a": np.full(3, 2.0)})
         mngr.wait_until_finished()
         assert mngr.all_steps() == [1, 2]
+    assert not [e for e in tmp_path.iterdir() if e.name.startswith("treecask-upload")]  # swept
 
 
 def test_a_sharded_restore_from_a_bucket_fetches_only_its_own_boxes(s3_env, tmp_path):

@@ -161,7 +161,7 @@ class Store(abc.ABC):
 
         This generic form: :meth:`check_new` (an existing ``path`` refused
         before any byte is written or uploaded), then the archive written
-        into local scratch (a directory ``treecask-upload.<host>.<pid>.*`` in
+        into local scratch (a directory ``treecask-upload.tmp.<host>.<pid>.<hex16>`` in
         ``$TREECASK_SCRATCH_DIR`` or the system temporary directory, removed
         whatever happens, and swept by a later save once its process is
         gone), then :meth:`put_file` commits it."""
