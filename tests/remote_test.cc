@@ -282,3 +282,22 @@ TEST_CASE("an archive of this writer opens from its first 256 KiB and last 4 MiB
   a.read(a.index_of("w"), out);
   CHECK(tc_test::same(out, t.data[0]));
 }
+
+TEST_CASE("set_url_opener: every URL open of the process goes through the program's own client") {
+  TempDir dir;
+  fs::path p = save_mixed(dir, false);
+  std::vector<std::string> asked;
+  set_url_opener([&](const std::string& url) -> std::shared_ptr<const Source> {
+    asked.push_back(url);
+    return std::make_shared<FileSource>(p);
+  });
+  Archive local = Archive::open(p);
+  {
+    Archive remote = Archive::open("mystore://bucket/run/x.cask");
+    CHECK(asked == std::vector<std::string>{"mystore://bucket/run/x.cask"});
+    for (size_t i = 0; i < local.size(); ++i) CHECK(tc_test::same(read_all(remote, i), read_all(local, i)));
+  }
+  set_url_opener({});  // the built-in source again: a scheme it does not serve is refused
+  CHECK_THROWS_AS(Archive::open("mystore://bucket/run/x.cask"), Error);
+  CHECK(asked.size() == 1);
+}

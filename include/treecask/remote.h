@@ -100,4 +100,13 @@ TREECASK_API std::string redact_urls_in(std::string_view text);
 // Content-Range that does not match the request, an object that changed).
 TREECASK_API std::shared_ptr<Source> open_url(const std::string& url, const RemoteOptions& options = {});
 
+// Replaces, for this process, how Archive::open and ShardedArchive::open
+// (and so the `treecask` tool's commands) reach a URL's objects: `opener`
+// gets the object's URL and returns its Source, or throws Error naming the
+// URL redacted (redact_url). An empty function restores open_url. The Python
+// package sets one that reads through obstore (python/treecask/_remote.py),
+// so that the tool it runs in-process reads every URL treecask.open reads.
+// Set it before opening: it is not synchronised with opens in flight.
+TREECASK_API void set_url_opener(SourceOpener opener);
+
 }  // namespace treecask

@@ -141,4 +141,7 @@ NB_MODULE(_core, m) {
   register_save(m);      // save.cc
   register_readers(m);   // readers.cc
   register_interop(m);   // interop.cc
+#ifdef TREECASK_PY_TOOL
+  register_tool(m);      // tool.cc
+#endif
 }

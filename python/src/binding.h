@@ -93,5 +93,6 @@ treecask::SourceOpener opener_from_python(nb::object opener);
 void register_readers(nb::module_& m);  // readers.cc: Archive, ShardedArchive
 void register_save(nb::module_& m);     // save.cc: save, save_async, PendingSave, SnapshotPool
 void register_interop(nb::module_& m);  // interop.cc: import_safetensors, export_safetensors
+void register_tool(nb::module_& m);     // tool.cc: run_tool (when built with the tool)
 
 }  // namespace treecask_py

@@ -6,16 +6,28 @@ scikit-build-core builds it with the extension): this process is replaced by
 it (``os.execv``), so arguments, output and exit statuses are the tool's own.
 ``import-orbax`` and ``import-flax`` need Python libraries and run
 ``python -m treecask`` (treecask/__main__.py) in this process instead.
+
+The tool built into the package has no HTTP source of its own (the wheel is
+built without libcurl): ``info``, ``ls``, ``verify``, ``get`` and ``export``
+of a URL (s3://, gs://, az://, http(s)://) run the same tool's commands in
+this process (``_core.run_tool``), each object read through the package's
+store layer (obstore, treecask/_remote.py), as ``treecask.open`` reads it:
+the same configuration (the environment), output and exit statuses.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import List, Optional
 
 # Subcommands of python -m treecask (treecask/__main__.py).
 PYTHON_COMMANDS = ("import-orbax", "import-flax")
+# The tool's subcommands that read an archive, which may be a URL.
+READING_COMMANDS = ("info", "ls", "verify", "get", "export")
+# A URL (<scheme>://), as treecask._remote.is_url tells one.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def tool_path() -> str:
@@ -37,6 +49,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .__main__ import main as python_main
 
         return python_main(args, prog="treecask")
+    if args and args[0] in READING_COMMANDS and any(_URL.match(a) for a in args[1:]):
+        return _run_in_process(args)
     tool = tool_path()
     if not os.access(tool, os.X_OK):
         print(f"treecask: {tool}: this install of the treecask package has no command-line tool "
@@ -47,6 +61,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stderr.flush()
     os.execv(tool, ["treecask", *args])
     return 11  # unreachable: execv returns only by raising OSError
+
+
+def _run_in_process(args: List[str]) -> int:
+    """The tool's command ``args`` run in this process (``_core.run_tool``),
+    every URL's objects read through obstore (``_remote.ObjectSource``)."""
+    from . import _core, _remote
+
+    if not hasattr(_core, "run_tool"):
+        print("treecask: this install of the treecask package has no command-line tool "
+              "(built with TREECASK_BUILD_CLI=OFF): read URLs with treecask.open", file=sys.stderr)
+        return 10
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return _core.run_tool(["treecask", *args], lambda url: _remote.ObjectSource(url))
 
 
 if __name__ == "__main__":

@@ -55,8 +55,9 @@ def is_url(path: Any) -> bool:
 _CREDENTIALS = {
     "s3": "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, or storage_options "
           "access_key_id / secret_access_key / session_token",
-    "gs": "GOOGLE_APPLICATION_CREDENTIALS, or storage_options service_account_key / token",
-    "az": "AZURE_STORAGE_ACCOUNT_KEY / AZURE_STORAGE_SAS_TOKEN, or storage_options account_key / sas_key",
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT_KEY, or storage_options "
+          "service_account / service_account_key",
+    "az": "AZURE_STORAGE_ACCOUNT_KEY / AZURE_STORAGE_SAS_KEY, or storage_options account_key / sas_key",
 }
 
 

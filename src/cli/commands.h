@@ -33,6 +33,12 @@ enum ExitStatus : int {
 // The exit status for an error of `code`.
 int exit_status(ErrorCode code) noexcept;
 
+// The whole tool: parses `argv` (argv[0] is the program name), runs the
+// subcommand, prints any error to stderr as "treecask: <error>" and returns
+// the exit status; never throws. main() is this; the Python package calls
+// it in-process (treecask._core.run_tool) for URLs it reads through obstore.
+int run_tool(int argc, char** argv) noexcept;
+
 int run_info(const std::string& file, bool json);
 int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json);
 int run_verify(const std::string& file);

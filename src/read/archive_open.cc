@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "read/archive_impl.h"
+#include "remote/url.h"
 #include "treecask/remote.h"
 
 namespace treecask {
@@ -167,7 +168,7 @@ void Archive::Impl::check_blob(uint32_t id, size_t li) const {
 }
 
 Archive Archive::open(const std::filesystem::path& path, const OpenOptions& options) {
-  if (is_url(path.string())) return open(open_url(path.string()), options);
+  if (is_url(path.string())) return open(remote::open_object(path.string()), options);
   return open_at(AT_FDCWD, path, path.string(), options);
 }
 

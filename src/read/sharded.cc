@@ -1,6 +1,7 @@
 // ShardedArchive: the global view of a sharded checkpoint directory
 // (SPEC.md "Sharded checkpoints").
 #include "treecask/sharded.h"
+#include "remote/url.h"
 #include "treecask/remote.h"
 #include "util/parallel.h"
 
@@ -290,7 +291,8 @@ ShardedArchive ShardedArchive::open(const std::filesystem::path& dir, const Open
   if (is_url(dir.string())) {
     std::string base = dir.string();
     while (!base.empty() && base.back() == '/') base.pop_back();
-    return open([&](const std::string& name) { return open_url(base + "/" + name); }, base, options, 16);
+    return open([&](const std::string& name) { return remote::open_object(base + "/" + name); }, redact_url(base),
+                options, 16);
   }
   for (int attempt = 1;; ++attempt) {
     DirFd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};

@@ -1,16 +1,18 @@
 // open_url for a build without libcurl (TREECASK_WITH_CURL=OFF, as the
 // Python package is built: it reads URLs through obstore, a Source of its
-// own): every URL is refused, naming it, never taken for a local path.
+// own, and sets it with set_url_opener for the tool it runs): every URL is
+// refused, naming it (redacted), never taken for a local path.
 #include "treecask/remote.h"
 
 namespace treecask {
 
 std::shared_ptr<Source> open_url(const std::string& url, const RemoteOptions&) {
-  throw Error(ErrorCode::kUnsupported, url, "",
+  throw Error(ErrorCode::kUnsupported, redact_url(url), "",
               "this build of treecask has no built-in HTTP source (configured with TREECASK_WITH_CURL=OFF, "
-              "as the Python package and the `treecask` command it installs are); read URLs from Python "
-              "(treecask.open, treecask.load: obstore), build the tool with CMake and libcurl, or, in C++, "
-              "open the object through a Source (Archive::open(std::shared_ptr<const Source>))");
+              "as the Python package is); read URLs from Python (treecask.open, treecask.load: obstore) or "
+              "with the `treecask` command pip installs, build the tool with CMake and libcurl, or, in C++, "
+              "open the object through a Source (Archive::open(std::shared_ptr<const Source>)) or "
+              "set_url_opener");
 }
 
 }  // namespace treecask

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
+#include <mutex>
+#include <utility>
 
 #include "treecask/error.h"
 
@@ -116,7 +118,37 @@ std::string redact_urls_in(std::string_view text) {
   return out;
 }
 
+namespace {
+
+std::mutex& opener_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+SourceOpener& url_opener() {
+  static SourceOpener opener;
+  return opener;
+}
+
+}  // namespace
+
+void set_url_opener(SourceOpener opener) {
+  std::lock_guard<std::mutex> lock(opener_mutex());
+  url_opener() = std::move(opener);
+}
+
 namespace remote {
+
+std::shared_ptr<const Source> open_object(const std::string& url) {
+  SourceOpener opener;
+  {
+    std::lock_guard<std::mutex> lock(opener_mutex());
+    opener = url_opener();
+  }
+  if (opener) return opener(url);
+  return open_url(url);
+}
+
 namespace {
 
 // SHA-256 of the empty body: the payload hash of a signed GET (S3 requires

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -61,6 +62,10 @@ std::string url_scheme(std::string_view s);
 // URI and GCS object names require: "a b/c" -> "a%20b/c".
 std::string percent_encode(std::string_view s, bool keep_slash);
 
+
+// The Source of the object at `url`: the opener set by set_url_opener
+// (remote.h), else open_url(url).
+std::shared_ptr<const Source> open_object(const std::string& url);
 
 // Resolves `url` with `options` and the environment (remote.h). Throws
 // Error(kUnsupported) for a scheme other than s3, gs, http, https (named),
