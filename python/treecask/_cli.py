@@ -74,7 +74,7 @@ def _run_in_process(args: List[str]) -> int:
         return 10
     sys.stdout.flush()
     sys.stderr.flush()
-    return _core.run_tool(["treecask", *args], lambda url: _remote.ObjectSource(url))
+    return _core.run_tool(["treecask", *args], lambda url: _remote.url_source(url))
 
 
 if __name__ == "__main__":
