@@ -42,14 +42,9 @@ from .errors import (
     VersionError,
 )
 
-# ---- interop: Orbax import ----
-from ._orbax import OrbaxImport, import_orbax
-
-# ---- interop: legacy Flax checkpoints (msgpack, checkpoint_<N>) ----
-from ._flax import FlaxImport, import_flax
-
-# ---- interop: Hugging Face safetensors layouts ----
-from ._hf import SafetensorsExport, SafetensorsImport, export_safetensors, import_safetensors
+# ---- interop: Orbax and legacy Flax checkpoints in, Hugging Face safetensors layouts in and out ----
+from .interop import (FlaxImport, OrbaxImport, SafetensorsExport, SafetensorsImport, export_safetensors,
+                      import_flax, import_orbax, import_safetensors)
 
 # ---- multi-process (jax.distributed) sharded checkpoints: docs/python.md ----
 from ._sharded import ShardedCheckpoint  # noqa: E402

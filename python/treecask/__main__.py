@@ -124,7 +124,7 @@ def _save_arguments(o: argparse.ArgumentParser) -> None:
 
 
 def _import_orbax(a: argparse.Namespace) -> int:
-    from ._orbax import import_orbax
+    from .interop.orbax import import_orbax
 
     r = import_orbax(a.src, a.dst, item=a.item, step=a.step, metadata=dict(a.metadata),
                      compression=a.compression, chunk_size=a.chunk_size, shuffle=a.shuffle,
@@ -139,7 +139,7 @@ def _import_orbax(a: argparse.Namespace) -> int:
 
 
 def _import_flax(a: argparse.Namespace) -> int:
-    from ._flax import import_flax
+    from .interop.flax import import_flax
 
     r = import_flax(a.src, a.dst, step=a.step, prefix=a.prefix, metadata=dict(a.metadata),
                     compression=a.compression, chunk_size=a.chunk_size, shuffle=a.shuffle,

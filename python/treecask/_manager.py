@@ -40,7 +40,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import _core, _distributed, _remote, _upload
 from . import _jaxutil as J
-from . import _orbax, stores
+from . import stores
+from .interop import orbax as _orbax
 from ._open import load
 from ._open import open as open_archive
 from ._request import SaveRequest, compression_code

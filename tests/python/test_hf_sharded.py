@@ -177,7 +177,7 @@ def test_metadata_kept(tmp_path):
     treecask.import_safetensors(src / "model.safetensors.index.json", a)
     content, md = leaves(a)
     assert [k for k, *_ in content] == keys  # shard by shard, file order
-    assert md == {"format": "pt", treecask._hf.HF_INDEX_METADATA: '{"note":"ünïcode","total_parameters":1234}'}
+    assert md == {"format": "pt", treecask.interop.hf.HF_INDEX_METADATA: '{"note":"ünïcode","total_parameters":1234}'}
 
     out = tmp_path / "out"
     treecask.export_safetensors(a, out, max_shard_size="1KB")
@@ -207,7 +207,7 @@ def test_shards_with_different_metadata(tmp_path):
     a = tmp_path / "a.cask"
     treecask.import_safetensors(src, a)
     md = leaves(a)[1]
-    assert json.loads(md[treecask._hf.HF_SHARD_METADATA]) == {
+    assert json.loads(md[treecask.interop.hf.HF_SHARD_METADATA]) == {
         "model-00001-of-00002.safetensors": {"format": "pt"}, "model-00002-of-00002.safetensors": None}
     # Exported with the same two shard names: each shard gets its own __metadata__ back.
     out = tmp_path / "out"
@@ -340,13 +340,13 @@ def test_existing_files_refused_and_overwrite(tmp_path):
     ("5Gb", 5 * 10**9 // 8), ("1.5GB", 1_500_000_000), ("12", 12), (4096, 4096), ("3TB", 3 * 10**12),
 ])
 def test_parse_size(text, value):
-    assert treecask._hf.parse_size(text) == value
+    assert treecask.interop.hf.parse_size(text) == value
 
 
 @pytest.mark.parametrize("text", ["", "GB", "5XB", "0", "0KB", "-5GB", "5 GB", "1.2.3GB", "99999PB", 0, -1, 2**64, 1.5, True])
 def test_parse_size_refused(text):
     with pytest.raises(treecask.InvalidArgumentError):
-        treecask._hf.parse_size(text)
+        treecask.interop.hf.parse_size(text)
 
 
 @pytest.mark.skipif(not CLI, reason="TREECASK_CLI is not set (point it at the built CLI)")

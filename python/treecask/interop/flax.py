@@ -18,11 +18,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from . import _orbax
-from . import _save
-from . import _tree as T
-from ._types import PathLike, SaveStats
-from .errors import InvalidArgumentError, NotFoundError, UnsupportedError
+from . import orbax as _orbax
+from .. import _save
+from .. import _tree as T
+from .._types import PathLike, SaveStats
+from ..errors import InvalidArgumentError, NotFoundError, UnsupportedError
 
 # Archive metadata keys written by import_flax (docs/python.md "Migrating from
 # legacy Flax checkpoints").

@@ -20,12 +20,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import _jaxutil as J
-from . import _save
-from . import _tree as T
-from ._boxes import Extras
-from ._types import PathLike, SaveStats
-from .errors import InvalidArgumentError, NotFoundError, UnsupportedError
+from .. import _jaxutil as J
+from .. import _save
+from .. import _tree as T
+from .._boxes import Extras
+from .._types import PathLike, SaveStats
+from ..errors import InvalidArgumentError, NotFoundError, UnsupportedError
 
 # Archive metadata keys written by import_orbax (docs/python.md "Migrating from
 # Orbax checkpoints").
