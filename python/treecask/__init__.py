@@ -47,7 +47,7 @@ from .interop import (FlaxImport, OrbaxImport, SafetensorsExport, SafetensorsImp
                       import_flax, import_orbax, import_safetensors)
 
 # ---- multi-process (jax.distributed) sharded checkpoints: docs/python.md ----
-from ._sharded import ShardedCheckpoint  # noqa: E402
+from ._sharded import ShardedArchive  # noqa: E402
 
 __version__ = "0.2.0"
 #: Highest archive format version this build writes and reads. It writes the
@@ -55,6 +55,19 @@ __version__ = "0.2.0"
 #: a leaf, 4.0 with a dtype of format 4.0, and 3.1 (4.1) only for the index of
 #: a multi-process checkpoint (format/SPEC.md "Versioning").
 FORMAT_VERSION = (_core.FORMAT_MAJOR, _core.FORMAT_MINOR)
+
+
+def __getattr__(name: str):
+    """``treecask.ShardedCheckpoint``: the name of :class:`ShardedArchive` before
+    0.3 (one name in both languages now, as the C++ ``treecask::ShardedArchive``);
+    it still works and warns (DeprecationWarning)."""
+    if name == "ShardedCheckpoint":
+        import warnings
+
+        warnings.warn("treecask.ShardedCheckpoint is now treecask.ShardedArchive (the C++ name)",
+                      DeprecationWarning, stacklevel=2)
+        return ShardedArchive
+    raise AttributeError(f"module 'treecask' has no attribute {name!r}")
 
 
 def library_version() -> str:
@@ -71,7 +84,7 @@ __all__ = [
     "ShardingInfo",
     "ShardBox",
     "TreeNode",
-    "ShardedCheckpoint",
+    "ShardedArchive",
     "save",
     "load",
     "open",

@@ -1,6 +1,6 @@
 """Multi-process save with ``jax.distributed`` (format 3.1, format/SPEC.md
 "Sharded checkpoints"); such a directory is read (and restored onto any
-topology) by ``_sharded.ShardedCheckpoint``.
+topology) by ``_sharded.ShardedArchive``.
 
 When ``jax.distributed`` is initialized with more than one process,
 ``treecask.save(path, tree)`` (called the same way in every process) writes a
@@ -68,7 +68,7 @@ from . import _core
 from . import errors as E
 from ._request import SaveRequest
 # The reader of these directories lived here before _sharded.py.
-from ._sharded import ShardedCheckpoint  # noqa: F401
+from ._sharded import ShardedArchive  # noqa: F401
 from ._types import SaveStats
 from .errors import Error
 

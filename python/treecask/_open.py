@@ -10,7 +10,7 @@ from typing import Any, Optional
 from . import _core, stores
 from ._archive import Archive
 from ._reader import Reader
-from ._sharded import ShardedCheckpoint
+from ._sharded import ShardedArchive
 from ._types import PathLike
 from .errors import NotFoundError
 
@@ -25,7 +25,7 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     LMDB index pages before mapping it, so a damaged or hostile file raises
     instead of crashing. Turn them off only for trusted files on hot paths.
     Returns a :class:`Reader`: an :class:`Archive` for an archive file, a
-    :class:`ShardedCheckpoint` for a sharded checkpoint directory (written
+    :class:`ShardedArchive` for a sharded checkpoint directory (written
     by a multi-process save; SPEC.md "Sharded checkpoints"), with the same
     interface over the global arrays.
 
@@ -40,7 +40,7 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     file of this version, every read fetches only the chunks it needs, and
     every check and checksum of a local read applies (SPEC.md "Remote
     reading"). A path that names no object but a "directory" holding
-    ``index.cask`` (or ends with "/") opens as a ShardedCheckpoint.
+    ``index.cask`` (or ends with "/") opens as a ShardedArchive.
     ``storage_options`` overrides the environment's configuration of a
     store made from a URL (obstore config keys: ``endpoint``,
     ``access_key_id``, ``secret_access_key``, ``region``, ...). Leaves read
@@ -72,19 +72,19 @@ def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
     local = st.local_path(p)
     if local is not None:
         if _core.is_sharded(local):
-            return ShardedCheckpoint(local, verify_checksums=verify_checksums,
+            return ShardedArchive(local, verify_checksums=verify_checksums,
                                      validate_structure=validate_structure)
         return Archive(local, verify_checksums=verify_checksums, validate_structure=validate_structure)
     kw = dict(verify_checksums=verify_checksums, store=st)
     if os.fspath(path).endswith("/"):  # names a "directory": a sharded checkpoint
-        return ShardedCheckpoint(p, **kw)
+        return ShardedArchive(p, **kw)
     try:
         return Archive(p, **kw)
     except NotFoundError:
         if "?" in st.display(p):  # a signed URL names one object, never a directory
             raise
         try:
-            return ShardedCheckpoint(p, **kw)
+            return ShardedArchive(p, **kw)
         except NotFoundError:
             pass
         raise

@@ -44,7 +44,7 @@ Subtree = Tuple[int, int, List[Tuple[int, int, str, Sequence[str]]]]
 
 class Reader(abc.ABC):
     """A read-only checkpoint: the interface :class:`treecask.Archive` (one
-    file) and :class:`treecask.ShardedCheckpoint` (a directory of shard
+    file) and :class:`treecask.ShardedArchive` (a directory of shard
     files) share, and what ``treecask.load`` restores from.
 
     A leaf is named by its key path (str; KeyNotFoundError when absent) or by

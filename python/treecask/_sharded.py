@@ -1,5 +1,5 @@
 """The sharded checkpoint directory (format 3.1, format/SPEC.md "Sharded
-checkpoints") as a reader: :class:`ShardedCheckpoint`, the
+checkpoints") as a reader: :class:`ShardedArchive`, the
 :class:`~treecask._reader.Reader` over one ``_core.ShardedArchive``, whose
 binding has ``_core.Archive``'s read methods over the global leaves (the
 index archive's facts, treedef and key lookups; every leaf assembled from the
@@ -17,7 +17,7 @@ from ._reader import Reader, _index_bounds
 from .errors import Error
 
 
-class ShardedCheckpoint(Reader):
+class ShardedArchive(Reader):
     """A sharded checkpoint directory opened for reading: the same interface
     as :class:`treecask.Archive` (keys, info, ``[]``, read, read_rows, load,
     verify), over the *global* arrays. Leaf infos carry the global shape;
@@ -52,12 +52,12 @@ class ShardedCheckpoint(Reader):
         else:
             self._core = _core.ShardedArchive.open(local, verify_checksums, validate_structure)
 
-    def __enter__(self) -> "ShardedCheckpoint":
+    def __enter__(self) -> "ShardedArchive":
         return self
 
     def __repr__(self) -> str:
         state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._core.files())} shard files"
-        return f"<treecask.ShardedCheckpoint {_core.redact_url(self._path)!r} ({state})>"
+        return f"<treecask.ShardedArchive {_core.redact_url(self._path)!r} ({state})>"
 
     @property
     def files(self) -> List[str]:

@@ -84,7 +84,7 @@ class LeafInfo:
     other files), ``logical_axes`` one name per dimension ("" unnamed) or
     empty, ``sharding`` the mesh and PartitionSpec it was saved with or None,
     ``metadata`` the leaf's user key-values. ``shards``: for a leaf of a
-    sharded checkpoint (:class:`treecask.ShardedCheckpoint`), the saved boxes
+    sharded checkpoint (:class:`treecask.ShardedArchive`), the saved boxes
     it is assembled from (ShardBox), else empty.
     """
 

@@ -528,7 +528,7 @@ def test_sharded_golden_vector_lists_its_boxes():
     shard files they name, put in place."""
     d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "format", "vectors", "v3_0_sharded")
     with treecask.open(d) as c:
-        assert isinstance(c, treecask.ShardedCheckpoint)
+        assert isinstance(c, treecask.ShardedArchive)
         w = c.info("params/w")
         assert w.shape == (6, 8) and len(w.shards) == 4 and not w.zero_copy
         assert {b.file for b in w.shards} == {"process_0.cask", "process_1.cask"}

@@ -205,7 +205,7 @@ def test_two_process_save_restores_on_other_topologies(tmp_path):
 
     # The directory reads as one checkpoint, in this (single) process, as NumPy.
     with treecask.open(ckpt) as c:
-        assert isinstance(c, _distributed.ShardedCheckpoint)
+        assert isinstance(c, _distributed.ShardedArchive)
         assert c.format_version == (3, 1)
         assert c.metadata["run"] == "mp" and c.metadata["treecask.processes"] == "2"
         info = c.info("params/w")
@@ -231,7 +231,7 @@ def test_two_process_save_restores_on_other_topologies(tmp_path):
     np.testing.assert_array_equal(sub["q"], q4)
     np.testing.assert_array_equal(sub["u"], u4)
     with treecask.open(tmp_path / "sub_byte") as c:
-        assert isinstance(c, _distributed.ShardedCheckpoint) and c.info("q").shape == (8, 12)
+        assert isinstance(c, _distributed.ShardedArchive) and c.info("q").shape == (8, 12)
         for idx in [(slice(1, 7), slice(3, 10)), (5, slice(1, None)), (slice(None), 7), (slice(3, 4), slice(5, 6))]:
             np.testing.assert_array_equal(c.read_slice("q", idx), q4[idx])
             np.testing.assert_array_equal(c.read_slice("u", idx), u4[idx])

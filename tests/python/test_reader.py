@@ -22,12 +22,17 @@ def _single_file_copy(c, path):
     return path
 
 
+def test_the_former_name_of_the_sharded_reader_warns():
+    with pytest.warns(DeprecationWarning, match="ShardedArchive"):
+        assert treecask.ShardedCheckpoint is treecask.ShardedArchive
+
+
 def test_both_readers_are_readers():
-    assert issubclass(treecask.Archive, Reader) and issubclass(treecask.ShardedCheckpoint, Reader)
+    assert issubclass(treecask.Archive, Reader) and issubclass(treecask.ShardedArchive, Reader)
     with pytest.raises(TypeError):
         Reader()
     with treecask.open(SHARDED) as c:
-        assert isinstance(c, treecask.ShardedCheckpoint) and isinstance(c, Reader)
+        assert isinstance(c, treecask.ShardedArchive) and isinstance(c, Reader)
         assert isinstance(c, treecask.Reader)  # what open() returns, whichever it reads
         assert not isinstance(c, treecask.Archive)  # an Archive is one file, nothing else
 

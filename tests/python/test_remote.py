@@ -197,7 +197,7 @@ def test_a_multi_process_checkpoint_reads_from_a_bucket(s3_env):
     local = treecask.open(local_dir)
     for url in (f"s3://sharded/{prefix}/step_1/", f"s3://sharded/{prefix}/step_1"):
         with treecask.open(url) as c:
-            assert isinstance(c, treecask.ShardedCheckpoint)
+            assert isinstance(c, treecask.ShardedArchive)
             assert c.keys() == local.keys()
             for k in local.keys():
                 np.testing.assert_array_equal(c.read(k), local.read(k))
