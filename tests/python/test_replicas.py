@@ -243,3 +243,81 @@ def test_replicas_share_the_save_and_each_byte_is_read_once(tmp_path):
     # process 0 learns over the same collective that process 1 failed.
     assert "ERROR ChecksumError" in outs[1] and "process_3.cask" in outs[1], outs[1]
     assert "ERROR Error" in outs[0] and "process 1 failed to read its part" in outs[0], outs[0]
+
+
+MEMORY_CHILD = textwrap.dedent(r'''
+    import gc, os, sys
+    port, nproc, pid, root = sys.argv[1:5]
+    nproc, pid = int(nproc), int(pid)
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_num_cpu_devices", 2)
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=nproc, process_id=pid)
+    import numpy as np
+    import treecask
+    from treecask import _replicas
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    MIB = 1 << 20
+
+    def status(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+
+    def reset_peak():
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # VmHWM := VmRSS
+
+    # rows sharded over the 2 devices of a process, replicated over the 2 processes
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("replica", "model"))
+    sh = NamedSharding(mesh, P("model"))
+    rows = (64 * MIB) // (4 * 1024)
+    w = np.random.default_rng(0).standard_normal((rows, 1024), np.float32)
+    def tree(scale):
+        return {"w": jax.make_array_from_callback(w.shape, sh, lambda i: w[i] * scale)}
+    treecask.save(root + "/warm", tree(1))  # compiles and warms every path once
+    treecask.load(root + "/warm", shardings={"w": sh})
+    t = tree(2)
+    jax.block_until_ready(t)
+    gc.collect()
+    held = 64 * MIB  # this process's device buffers: two 32 MiB row blocks
+    base = status("VmRSS")
+    reset_peak()
+    treecask.save(root + "/ckpt", t)
+    save_peak = status("VmHWM") - base
+    del t
+    gc.collect()
+    base = status("VmRSS")
+    reset_peak()
+    before = _replicas.placed_bytes
+    got = treecask.load(root + "/ckpt", shardings={"w": sh})
+    jax.block_until_ready(got)
+    load_peak = status("VmHWM") - base - held  # above the restored tree
+    read = _replicas.placed_bytes - before
+    ok = all(np.array_equal(np.asarray(s.data), w[s.index] * 2) for s in got["w"].addressable_shards)
+    print("MEM", pid, save_peak // MIB, load_peak // MIB, read // MIB, ok, flush=True)
+    print("CHILD OK", pid, flush=True)
+''')
+
+
+def test_replica_parallel_save_and_single_read_restore_keep_host_memory_flat(tmp_path):
+    """Two processes, a 64 MiB float32 array per process (row blocks over each
+    process's 2 devices, replicated over the processes): the save writes 32
+    MiB per process and peaks <= 24 MiB above the tree (as a single process's
+    save, test_memory.py); the single-read restore reads 32 MiB per process
+    (its part of each block) and peaks, above the tree it restores, at the
+    parts of one leaf in flight -- the parts read, their device copy and the
+    all-gather's receive buffer, 3 x 32 MiB -- plus 8 MiB; never a second
+    copy of the tree. (Measured here: 2 MiB for the save, 93 MiB for the
+    restore.)"""
+    procs = launch(tmp_path / "mem_child.py", MEMORY_CHILD, 2, lambda port, i: (port, 2, i, tmp_path))
+    outs = collect(procs, "memory", timeout=240)
+    for out in outs:
+        line = [ln for ln in out.splitlines() if ln.startswith("MEM ")][0].split()
+        save_peak, load_peak, read, ok = int(line[2]), int(line[3]), int(line[4]), line[5] == "True"
+        assert ok, out
+        assert save_peak <= 24, out
+        assert read <= 33, out  # its half of the stored 64 MiB (plus nothing else)
+        assert load_peak <= 3 * read + 8, out
