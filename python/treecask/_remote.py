@@ -27,12 +27,6 @@ from .errors import CorruptionError, Error, IoError, NotFoundError, UnsupportedE
 SCHEMES = ("s3", "gs", "az", "http", "https")
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
-# The first round trip reads the object's first HEAD_BYTES and last TAIL_BYTES
-# at once: the meta pages and the blob B-tree at the start, the header record
-# and the manifest at the end of a file this writer stores (SPEC.md "Remote
-# reading", writer rule); reads inside them cost no request.
-HEAD_BYTES = 256 << 10
-TAIL_BYTES = 4 << 20
 # Ranges in flight at once per object (Source::concurrency()).
 CONCURRENCY = 16
 # obstore's retry policy: 503 / SlowDown / dropped connections are retried with
@@ -158,34 +152,27 @@ def _error(url: str, exc: BaseException, etag: Optional[str] = None) -> Error:
 
 
 class ObjectSource:
-    """One object of a store as a Source of the C++ core: ``name`` (the URL),
-    ``size`` (bytes), ``concurrency`` and ``read(offsets, lengths)``.
+    """One object of a store as a Source of the C++ core
+    (include/treecask/source.h): ``name`` (the URL), ``size`` (bytes; None
+    until the first read), ``concurrency`` and ``read(offsets, lengths)``.
 
-    Construction is the first round trip: the object's first ``head_bytes``
-    and last ``tail_bytes`` (two concurrent range requests), which also give
-    its size and ETag. Every later request carries ``If-Match`` with that
-    ETag, so an object replaced meanwhile fails (CorruptionError), never
-    mixes two versions. Raises NotFoundError, IoError, UnsupportedError."""
+    Construction sends no request. The first read is the core's open: the
+    object's first and last bytes (_core.OPEN_HEAD_BYTES, OPEN_TAIL_BYTES) as
+    two concurrent range requests, one round trip, whose answers give its
+    size and ETag. Every later request carries ``If-Match`` with that ETag,
+    so an object replaced meanwhile fails (CorruptionError), never mixes two
+    versions. The core keeps what it read; this source keeps no bytes.
+    ``read`` raises NotFoundError, IoError, CorruptionError,
+    UnsupportedError."""
 
-    def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]] = None, *,
-                 head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES):
+    def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]] = None):
         self.name = url
+        self.size: Optional[int] = None
         self.concurrency = CONCURRENCY
         self._store, self._path = _store_for(url, storage_options)
         self._etag: Optional[str] = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._lock = threading.Lock()
-        with concurrent.futures.ThreadPoolExecutor(2) as ex:
-            tail = ex.submit(self._get, {"range": {"suffix": tail_bytes}})
-            head = ex.submit(self._get, {"range": (0, head_bytes)})
-            tail, head = tail.result(), head.result()
-        self.size = int(tail.meta["size"])
-        self._etag = tail.meta.get("e_tag")
-        if head.meta.get("e_tag") != self._etag:
-            raise CorruptionError("the object changed while it was opened", file=url)
-        # obstore's buffers as they came, sliced without a copy.
-        self._held: List[Tuple[int, memoryview]] = [(int(head.range[0]), memoryview(head.bytes())),
-                                                    (int(tail.range[0]), memoryview(tail.bytes()))]
 
     def _get(self, options: dict):
         import obstore
@@ -197,23 +184,6 @@ class ObjectSource:
         except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
             raise _error(self.name, e, self._etag) from None
 
-    def _range(self, offset: int, length: int) -> Any:
-        end = offset + length
-        for start, data in self._held:
-            if start <= offset and end <= start + len(data):
-                return data[offset - start:end - start]
-        # A range that runs into (or out of) a held buffer fetches only the rest:
-        # a full read of an object would otherwise fetch its tail twice.
-        head = tail = b""
-        for start, data in self._held:
-            stop = start + len(data)
-            if offset < start < end <= stop:
-                tail, end = data[:end - start], start
-            elif start <= offset < stop < end:
-                head, offset = data[offset - start:], stop
-        data = self._fetch(offset, end - offset)
-        return b"".join((head, data, tail)) if head or tail else data
-
     def _fetch(self, offset: int, length: int) -> Any:
         got = self._get({"range": (offset, offset + length)})
         data = got.bytes()
@@ -222,15 +192,53 @@ class ObjectSource:
                                   f"[{got.range[0]}, {got.range[1]})", file=self.name)
         return data
 
-    def read(self, offsets: List[int], lengths: List[int]) -> List[Any]:
-        """The bytes of each range ``[offsets[i], offsets[i] + lengths[i])``,
-        several ranges fetched concurrently."""
-        if len(offsets) == 1:
-            return [self._range(offsets[0], lengths[0])]
+    def _map(self, fn: Callable, *args: List[int]) -> List[Any]:
+        """fn over the argument lists, concurrently when there are several."""
+        if len(args[0]) == 1:
+            return [fn(*(a[0] for a in args))]
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency)
-        return list(self._pool.map(self._range, offsets, lengths))
+        return list(self._pool.map(fn, *args))
+
+    def _first_read(self, offsets: List[int], lengths: List[int]) -> List[Any]:
+        """The core's first read: a negative offset asks for the last
+        ``lengths[i]`` bytes; answers clipped to the object. Learns ``size``
+        and the ETag, which every answer must agree on."""
+        got = self._map(lambda o, n: self._get({"range": {"suffix": n} if o < 0 else (o, o + n)}),
+                        offsets, lengths)
+        sizes = {int(g.meta["size"]) for g in got}
+        etags = {g.meta.get("e_tag") for g in got}
+        if len(sizes) != 1 or len(etags) != 1:
+            raise CorruptionError("the object changed while it was opened", file=self.name)
+        self._etag = etags.pop()
+        self.size = sizes.pop()
+        return [g.bytes() for g in got]
+
+    def read(self, offsets: List[int], lengths: List[int]) -> List[Any]:
+        """The bytes of each range ``[offsets[i], offsets[i] + lengths[i])``
+        (the first read: see the class). Ranges that touch (the core's
+        stretches of one group) go as one request, sliced without a copy;
+        several requests run concurrently."""
+        if self.size is None:
+            return self._first_read(offsets, lengths)
+        stretches: List[List[Any]] = []  # [start, end, indices of its ranges]
+        for i, (o, n) in enumerate(zip(offsets, lengths)):
+            if stretches and stretches[-1][1] == o:
+                stretches[-1][1] = o + n
+                stretches[-1][2].append(i)
+            else:
+                stretches.append([o, o + n, [i]])
+        datas = self._map(self._fetch, [s[0] for s in stretches], [s[1] - s[0] for s in stretches])
+        out: List[Any] = [None] * len(offsets)
+        for (start, _, idx), data in zip(stretches, datas):
+            if len(idx) == 1:
+                out[idx[0]] = data
+                continue
+            view = memoryview(data)
+            for i in idx:
+                out[i] = view[offsets[i] - start:offsets[i] - start + lengths[i]]
+        return out
 
     def __del__(self):
         if getattr(self, "_pool", None) is not None:

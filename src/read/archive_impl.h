@@ -310,6 +310,7 @@ struct Archive::Impl {
     };
     std::vector<size_t> order;        // jobs to fetch, in file order
     std::vector<size_t> held;         // jobs wholly inside the open's bytes
+    std::vector<size_t> held_waits;   // the groups that check their blobs' headers
     std::vector<uint64_t> at;         // per job: where its stored bytes start in the file
     std::vector<std::byte*> dst;      // per job: where it is fetched in place, or nullptr
     std::vector<Group> groups;        // in file order
@@ -327,7 +328,8 @@ struct Archive::Impl {
   // groups (plan_fetch), up to Source::concurrency() at once, and visits
   // each group's chunks on the thread that fetched it with the group as its
   // window, so every fetch() of those chunks is served from memory; jobs
-  // inside the open's bytes are visited by one worker, fetching nothing.
+  // inside the open's bytes are visited by one worker (the last item),
+  // fetching nothing.
   // `in_place`, when given, says where a job's stored bytes may be fetched
   // as they are (the destination of a raw chunk), or nullptr. A source
   // error is rethrown naming the leaf of the group's first chunk.
@@ -351,6 +353,10 @@ struct Archive::Impl {
     bool aborted = false;
     parallel_for(items, n, [&](size_t g, unsigned w) {
       if (g == plan.groups.size()) {
+        std::unique_lock lock(mu);
+        for (size_t o : plan.held_waits) cv.wait(lock, [&] { return ready[o] != 0 || aborted; });
+        if (aborted) return;  // the call fails with another group's error
+        lock.unlock();
         for (size_t j : plan.held) fn(jobs[j], w);
         return;
       }

@@ -102,6 +102,25 @@ Archive::Impl::FetchPlan Archive::Impl::plan_fetch(
       if (owner[blob] != gi) g.waits.push_back(owner[blob]);
     }
   }
+  // The jobs inside the open's bytes wait for the groups that check their
+  // blobs' headers; a header that no group holds is a group of its own.
+  for (size_t j : p.held) {
+    const uint32_t blob = chunk_of(jobs[j])->blob();
+    if (owner[blob] == SIZE_MAX) {
+      if (blob_checked[blob].load(std::memory_order_acquire) != 0) continue;
+      const uint64_t head = blob_head_offset(blob);
+      const uint64_t hb = std::max(head, lo), he = std::min(head + kHeadBytes, std::min(file_size, hi));
+      if (hb >= he) continue;  // inside the open's bytes
+      FetchPlan::Group g;
+      g.first = g.last = p.order.size();
+      g.start = hb;
+      g.end = he;
+      g.owns.emplace_back(blob, jobs[j].leaf);
+      owner[blob] = p.groups.size();
+      p.groups.push_back(std::move(g));
+    }
+    if (p.held_waits.empty() || p.held_waits.back() != owner[blob]) p.held_waits.push_back(owner[blob]);
+  }
   return p;
 }
 
@@ -142,6 +161,7 @@ void Archive::Impl::fetch_group(std::span<const ChunkJob> jobs, const FetchPlan&
     }
     pos = e;
   }
+  if (pos < g.end) buffered(pos, g.end);  // a group of a blob header alone
   uint64_t in_buf = 0;
   for (const Part& p : parts)
     if (!p.to) in_buf += p.end - p.start;
