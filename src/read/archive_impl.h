@@ -345,24 +345,16 @@ struct Archive::Impl {
     const unsigned n = static_cast<unsigned>(std::min<size_t>(std::max(source->concurrency(), 1u), items));
     std::vector<Buffer> bufs(std::max(n, 1u));
     std::vector<std::vector<Piece>> pieces(bufs.size());
-    // Which groups have fetched and checked their blob headers; `aborted`
-    // once one failed (a group skipped after a failure never signals).
+    // Which items have fetched and checked their blob headers; `aborted`
+    // once one failed.
     std::mutex mu;
     std::condition_variable cv;
-    std::vector<char> ready(plan.groups.size(), 0);
+    std::vector<char> ready(items, 0);
     bool aborted = false;
     parallel_for(items, n, [&](size_t g, unsigned w) {
-      if (g == plan.groups.size()) {
-        std::unique_lock lock(mu);
-        for (size_t o : plan.held_waits) cv.wait(lock, [&] { return ready[o] != 0 || aborted; });
-        if (aborted) return;  // the call fails with another group's error
-        lock.unlock();
-        for (size_t j : plan.held) fn(jobs[j], w);
-        return;
-      }
-      const FetchPlan::Group& grp = plan.groups[g];
       // Says "ready" once the group has checked its headers, and "aborted"
-      // when it is left by an exception (at any point).
+      // when an item is left by an exception (at any point): an item claimed
+      // after a failure is skipped, so its waiters must not wait for it.
       struct Signal {
         std::mutex& mu;
         std::condition_variable& cv;
@@ -379,6 +371,15 @@ struct Archive::Impl {
         }
         ~Signal() { fire(std::uncaught_exceptions() > exceptions); }
       } signal{mu, cv, ready[g], aborted};
+      if (g == plan.groups.size()) {
+        std::unique_lock lock(mu);
+        for (size_t o : plan.held_waits) cv.wait(lock, [&] { return ready[o] != 0 || aborted; });
+        if (aborted) return;  // the call fails with another group's error
+        lock.unlock();
+        for (size_t j : plan.held) fn(jobs[j], w);
+        return;
+      }
+      const FetchPlan::Group& grp = plan.groups[g];
       fetch_group(jobs, plan, g, bufs[w], pieces[w]);
       Window win{this, pieces[w]};
       t_window = &win;
