@@ -46,6 +46,9 @@ class FileSource final : public Source {
   void read(std::span<const ReadRange> ranges) const override {
     if (requests.fetch_add(1) >= fail_after)
       throw Error(ErrorCode::kIo, name_, "", "connection reset (injected)");
+    for (const ReadRange& r : ranges)
+      if (!r.from_end && fail_at >= r.offset && fail_at - r.offset < r.out.size())
+        throw Error(ErrorCode::kIo, name_, "", "connection reset (injected)");
     const bool first = size_ == kUnknownSize;
     uint64_t end = 0;
     for (size_t i = 0; i < ranges.size(); ++i) {
@@ -78,6 +81,7 @@ class FileSource final : public Source {
   unsigned parallel = 16;
   uint64_t damage_at = UINT64_MAX;
   uint64_t fail_after = UINT64_MAX;
+  uint64_t fail_at = UINT64_MAX;  // a read of this byte throws Error(kIo)
   std::function<void(uint64_t, uint64_t)> on_range;  // called for every range read
 
  private:
@@ -307,6 +311,27 @@ TEST_CASE("a full load fetches no byte twice, in stretches of about 8 MiB") {
   CHECK(tc_test::same(read_all(b, huge), read_all(local, huge)));
   INFO("serial stretches " << serial->stretches.load());
   CHECK(serial->stretches == 2 + 3);  // the open's two, then 20 MiB as 8 + 8 + 4
+
+  // The group that holds its header fails: the groups waiting for that
+  // check give up, and the read fails naming the leaf (never hangs).
+  const std::vector<std::byte> file_bytes = tc_test::read_file(p);
+  const std::vector<std::byte> want = read_all(local, huge);
+  auto first = std::search(file_bytes.begin(), file_bytes.end(), want.begin(), want.begin() + 4096);
+  REQUIRE(first != file_bytes.end());
+  for (unsigned parallel : {16u, 1u}) {
+    auto failing = std::make_shared<FileSource>(p);
+    failing->parallel = parallel;
+    failing->fail_at = static_cast<uint64_t>(first - file_bytes.begin());
+    Archive c = Archive::open(failing);
+    std::vector<std::byte> out(want.size());
+    try {
+      c.read(huge, out);
+      FAIL("a read through a failing source succeeded");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kIo);
+      CHECK(e.key_path() == "x_huge");
+    }
+  }
 }
 
 TEST_CASE("a damaged remote object is a checksum error or corruption naming the URL and the key path") {
