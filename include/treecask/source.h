@@ -42,7 +42,8 @@ struct ReadRange {
 // A read-only object of fixed size, read by byte ranges. Implement it to
 // serve archives from your own storage client (two members matter: size()
 // and read(); treecask ships an HTTP(S) and S3 source on libcurl: open_url,
-// remote.h). A source needs no cache: the reader asks for each byte once.
+// remote.h). A source needs no cache: the reader keeps the bytes its open
+// read, and a read asks only for bytes it has not been given.
 //
 // Contract (what the reader relies on):
 //  - size() is the object's length in bytes, fixed for the source's life.
@@ -51,25 +52,26 @@ struct ReadRange {
 //    A source that can tell (an ETag, a GCS generation) pins the object
 //    version it saw first and fails a later read of another version with
 //    Error(kCorruption) naming the URL: an archive never mixes two objects.
-//  - The first read (Archive::open's) is one call with the object's first
-//    kOpenHeadBytes and last kOpenTailBytes, and no other call runs until it
-//    returns. When size() was known, they come as ordinary ranges (clipped
-//    to the object, never overlapping). When it was kUnknownSize, they come
-//    as {0, head} and a from_end range, either of which may be longer than
-//    the object: the source then writes only the bytes the object has, at
-//    the start of `out` ([offset, size) for the first, the last
-//    min(out.size(), size) bytes for the second), and size() is known when
-//    read() returns. Both belong to one version of the object.
+//  - Archive::open starts with one call for the object's first
+//    kOpenHeadBytes and last kOpenTailBytes. When size() is known, they
+//    come as ordinary ranges (clipped to the object, never overlapping).
+//    When it is kUnknownSize, they come as {0, head} and a from_end range,
+//    either of which may be longer than the object: the source then writes
+//    only the bytes the object has, at the start of `out` ([offset, size)
+//    for the first, the last min(out.size(), size) bytes for the second),
+//    both of one version, and size() is known when read() returns. That
+//    call is then the source's first and no other runs until it returns
+//    (REQUIRES: a source of unknown size is not opened by two threads at
+//    once).
 //  - read() fills every range completely or throws. It may run the ranges
 //    concurrently and in any order, and is called from several threads at
 //    once. Ranges passed by the reader (after the first read) lie inside
 //    [0, size()), in increasing order of offset, and never overlap. Ranges
 //    that touch (one ends where the next begins) are one stretch of the
-//    object split over several buffers: the reader passes a blob's header
-//    and the chunks after it, or chunks bound for different arrays, so. A
-//    source should fetch such a stretch in one request (the built-in
-//    sources do): that is what keeps a full load at about one request per
-//    8 MiB.
+//    object split over several buffers (a blob's header and the chunks
+//    after it, chunks bound for different arrays). A source should fetch
+//    such a stretch with one request (the built-in sources do): that keeps
+//    a full load at about one request per 8 MiB.
 //  - Errors are treecask::Error naming name(): kNotFound (no such object or
 //    bucket), kIo (network, server error after retries, access denied),
 //    kCorruption (the object changed, or the server answered with other
