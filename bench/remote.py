@@ -20,7 +20,8 @@ Servers are the tests' (tests/python/stores.py), on loopback: Debian's nginx
    fetched by concurrent 8 MiB range requests, obstore.get_ranges, nothing
    parsed, copied or checked), against download-then-load (GET the whole
    object, write it to a local file, treecask.load it) and `treecask verify
-   URL` (the CLI: every chunk fetched and checksummed, no arrays). With
+   URL` (the CLI: every chunk fetched and checksummed, no arrays), and the
+   GET requests of each (nginx's log; a counting proxy for S3). With
    --runai-python, the Run:ai model streamer (bench/remote_runai.py, in its
    own environment: it needs torch) reads the same tensors as safetensors from
    the same S3 bucket.
@@ -260,6 +261,11 @@ def bench_full(web, s3, tmp, mib, runs, runai_python):
         tc, lim, dl = (statistics.median(t[k]) for k in ("tc", "limit", "dl"))
         print(f"| {label} | {fmt(t['tc'])} | {fmt(t['cpp'])} | {fmt(t['limit'])} | {fmt(t['dl'])} | "
               f"{size / tc / 2**30:.2f} | {lim / tc:.2f}x | {dl / tc:.2f}x |")
+    print("\n| store | GETs of treecask.load(url) | GETs of treecask verify | GETs of the limit (8 MiB ranges) |")
+    print("|---|---|---|---|")
+    for label, url in (("nginx", web.url("full.cask")), ("S3 (SeaweedFS)", "s3://bench/full.cask")):
+        py, cpp = count_gets(web, s3, url)
+        print(f"| {label} | {py} | {cpp} | {-(-size // (8 << 20))} |")
     if runai_python:
         from safetensors.numpy import save_file
         st = os.path.join(tmp, "full.safetensors")
@@ -276,6 +282,32 @@ def bench_full(web, s3, tmp, mib, runs, runai_python):
             print(f"\nRun:ai model streamer ({got.get('version')}) from S3, same tensors as safetensors: "
                   f"{fmt(got['runai_s'])}; Run:ai / treecask.load: "
                   f"{statistics.median(got['runai_s']) / tc:.2f}x")
+
+
+def count_gets(web, s3, url):
+    """GET requests of one treecask.load(url) and one `treecask verify url`:
+    nginx's access log, or for s3:// a counting proxy in front of SeaweedFS
+    (stores.S3Proxy, set as the endpoint of both)."""
+    if not url.startswith("s3://"):
+        before = len(log_lines(web))
+        treecask.load(url)
+        py = len(log_lines(web)) - before
+        before = len(log_lines(web))
+        cli("verify", url)
+        return py, len(log_lines(web)) - before
+    proxy = stores.S3Proxy(s3.endpoint)
+    env = dict(s3.env(), AWS_ENDPOINT_URL=proxy.endpoint)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        treecask.load(url)
+        py = len(proxy.gets)
+        cli("verify", url)
+        return py, len(proxy.gets) - py
+    finally:
+        proxy.close()
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
 def bench_partial(web, runs):

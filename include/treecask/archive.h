@@ -67,13 +67,15 @@ class TREECASK_API Archive final : public Reader {
   // Opens an archive read by range from `source` (source.h): the checks
   // above, every one, on bytes read through it (options.validate_structure
   // is ignored: the B-tree walk is how a remote open finds the values). The
-  // first requests read the meta pages, the B-tree pages and the manifest
-  // (one round trip on a file of this version read through open_url, whose
-  // first round trip fetches the object's head and tail: SPEC.md "Remote
-  // reading"); no blob is read. The archive keeps `source` and reads leaf
-  // bytes through it: view(), view_parts() throw kUnsupported and
-  // view_many() gives no view (there is no map); every read fetches the
-  // chunks it needs, coalesced and concurrent (Source::concurrency()), each
+  // first read asks for the object's first kOpenHeadBytes and last
+  // kOpenTailBytes in one Source::read call (source.h), which on a file of
+  // this version holds the meta pages, the B-tree pages and the manifest:
+  // one round trip (SPEC.md "Remote reading"); B-tree pages outside them
+  // are fetched level by level. No blob is read. The archive keeps those
+  // bytes and `source`, and reads leaf bytes through it: view(),
+  // view_parts() throw kUnsupported and view_many() gives no view (there is
+  // no map); every read fetches the chunks it needs that the open's bytes
+  // do not hold, coalesced and concurrent (Source::concurrency()), each
   // checked against its XXH3 as a local read is. Throws what open(path)
   // throws (naming source->name()), and what the source throws (kIo,
   // kNotFound, kCorruption for an object that changed).

@@ -34,16 +34,6 @@ struct RemoteOptions {
   // is also sent to http(s):// URLs). The key pair comes whole from here or
   // whole from the environment. Any other key is Error(kInvalidArgument).
   std::map<std::string, std::string> storage_options;
-  // The first round trip reads the object's first `head_bytes` and last
-  // `tail_bytes` with two concurrent range requests (SPEC.md "Remote
-  // reading", writer rule: what an open needs lies there in files this
-  // writer stores, up to ~11,000 blobs and a 4 MiB manifest); later reads
-  // inside them cost no request. Both buffers are kept
-  // for the source's life. A server that ignores Range (HTTP 200 with the
-  // whole object) is accepted only here, and only for an object of at most
-  // head_bytes: every read is then served from memory.
-  uint64_t head_bytes = uint64_t{256} << 10;
-  uint64_t tail_bytes = uint64_t{4} << 20;
   // Requests in flight at once in one read() call (Source::concurrency()),
   // each on its own connection; connections stay open between calls.
   unsigned max_connections = 16;
@@ -84,13 +74,18 @@ TREECASK_API std::string redact_url(std::string_view url);
 // among other words (a client library's error text).
 TREECASK_API std::string redact_urls_in(std::string_view text);
 
-// Opens the object at `url` (s3://bucket/key, gs://bucket/key, http(s)://...)
-// with its first round trip (RemoteOptions::head_bytes and tail_bytes), which
-// also learns its size and pins its version (ETag; a GCS generation). Every
-// later request carries If-Match (x-goog-if-generation-match) and every
-// response's ETag is compared: another version is Error(kCorruption). The
-// source's name() is redact_url(url). The source is thread-safe. Throws
-// Error naming the URL (redacted):
+// The object at `url` (s3://bucket/key, gs://bucket/key, http(s)://...) as
+// a Source, without a request: its size() is kUnknownSize until its first
+// read() (Archive::open's: the object's head and tail, source.h), whose
+// responses give its size and pin its version (ETag; a GCS generation).
+// Every later request carries If-Match (x-goog-if-generation-match) and
+// every response's ETag is compared: another version is Error(kCorruption).
+// Ranges of one read() that touch go as one request (a range over 16 MiB
+// as several of 8 MiB). A server that ignores Range (HTTP 200 with the
+// whole object) is accepted only in the first read, and only for an
+// object no longer than the range asked. The source's name() is
+// redact_url(url). The source is thread-safe. Throws Error naming the URL
+// (redacted), here or from the first read:
 // kUnsupported (a scheme other than s3, gs, http, https: named),
 // kInvalidArgument (a malformed URL, credentials inside an s3:// or gs://
 // URL (user:password@bucket), an unknown storage option, half a key

@@ -67,6 +67,9 @@ NB_MODULE(_core, m) {
 
   m.attr("FORMAT_MAJOR") = treecask::kFormatMajor;
   m.attr("FORMAT_MINOR") = treecask::kFormatMinor;
+  // What a remote open's first read asks for (source.h): the object's first and last bytes.
+  m.attr("OPEN_HEAD_BYTES") = treecask::kOpenHeadBytes;
+  m.attr("OPEN_TAIL_BYTES") = treecask::kOpenTailBytes;
   m.def("library_version", [] { return std::string(treecask::library_version()); });
   // Every dtype the core knows (its enum table's names, by value): its name, bits per
   // element (treecask::dtype_bits) and whether it is packed (treecask::dtype_packed:

@@ -78,11 +78,18 @@ class Buffer {
 // ---- remote sources (source.cc) --------------------------------------------------
 
 // A Source implemented in Python (treecask._remote.ObjectSource, or any object
-// with `name` (str), `size` (int, bytes), `concurrency` (int) and
-// read(offsets, lengths) -> a sequence of bytes-like objects of exactly those
-// lengths). read() runs with the GIL held; the Python side releases it while
-// it waits on the network. A Python exception becomes a treecask::Error
-// naming the object: a treecask error keeps its code, any other is kIo.
+// with `size` (int, bytes) and read(offsets, lengths) -> a sequence of
+// bytes-like objects of exactly those lengths; optionally `name` (str, for
+// errors; default "<TypeName>") and `concurrency` (int, default 16)). The
+// source's first read is the open's head and tail in one call (source.h).
+// `size` may be None until then (an object that learns it from its first
+// response): that read then asks for the tail with a negative offset, -n
+// for the last n bytes, and either range may run past the object's end,
+// each answer holding only the bytes the object has; `size` must be an int
+// when it returns. read() runs with the GIL held; the Python side releases
+// it while it waits on the network. A Python exception becomes a
+// treecask::Error naming the object: a treecask error keeps its code, any
+// other is kIo.
 std::shared_ptr<const treecask::Source> source_from_python(nb::object obj);
 // A SourceOpener over a Python callable `opener(name)` -> such an object; each
 // call (from the open's threads) takes the GIL.

@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -36,9 +37,11 @@ treecask::Error error_from_python(nb::python_error& e, const std::string& file) 
 class PySource final : public treecask::Source {
  public:
   explicit PySource(nb::object obj) : obj_(std::move(obj)) {
-    name_ = nb::cast<std::string>(obj_.attr("name"));
-    size_ = nb::cast<uint64_t>(obj_.attr("size"));
-    concurrency_ = std::max(nb::cast<unsigned>(obj_.attr("concurrency")), 1u);
+    name_ = nb::hasattr(obj_, "name") ? nb::cast<std::string>(obj_.attr("name"))
+                                      : "<" + nb::cast<std::string>(obj_.type().attr("__name__")) + ">";
+    nb::object size = obj_.attr("size");
+    size_ = size.is_none() ? treecask::kUnknownSize : nb::cast<uint64_t>(size);
+    if (nb::hasattr(obj_, "concurrency")) concurrency_ = std::max(nb::cast<unsigned>(obj_.attr("concurrency")), 1u);
   }
   ~PySource() override {
     if (!Py_IsInitialized()) {  // after interpreter shutdown: nothing left to release
@@ -49,37 +52,56 @@ class PySource final : public treecask::Source {
     obj_.reset();
   }
   const std::string& name() const noexcept override { return name_; }
-  uint64_t size() const noexcept override { return size_; }
+  uint64_t size() const noexcept override { return size_.load(std::memory_order_acquire); }
   unsigned concurrency() const noexcept override { return concurrency_; }
   void read(std::span<const treecask::ReadRange> ranges) const override {
     nb::gil_scoped_acquire gil;
     try {
       nb::list offsets, lengths;
       for (const auto& r : ranges) {
-        offsets.append(r.offset);
+        if (r.from_end)
+          offsets.append(-static_cast<int64_t>(r.out.size()));
+        else
+          offsets.append(r.offset);
         lengths.append(r.out.size());
       }
       nb::object got = obj_.attr("read")(offsets, lengths);
+      // The first read of a source that learns its size: clipped answers.
+      uint64_t size = size_.load(std::memory_order_acquire);
+      const bool first = size == treecask::kUnknownSize;
+      if (first) {
+        nb::object s = obj_.attr("size");
+        if (s.is_none())
+          throw treecask::Error(treecask::ErrorCode::kIo, name_, "",
+                                "the source's size is still None after its first read");
+        size = nb::cast<uint64_t>(s);
+      }
       size_t k = 0;
       for (nb::handle item : got) {
         if (k >= ranges.size()) break;
+        const treecask::ReadRange& r = ranges[k];
+        size_t want = r.out.size();
+        if (first)
+          want = static_cast<size_t>(
+              std::min<uint64_t>(want, r.from_end ? size : size - std::min<uint64_t>(r.offset, size)));
         Py_buffer view;
         if (PyObject_GetBuffer(item.ptr(), &view, PyBUF_SIMPLE) != 0) throw nb::python_error();
-        const bool fits = static_cast<size_t>(view.len) == ranges[k].out.size();
+        const bool fits = static_cast<size_t>(view.len) == want;
         if (fits) {  // the buffer stays held; other threads run Python meanwhile
           nb::gil_scoped_release copying;
-          std::memcpy(ranges[k].out.data(), view.buf, ranges[k].out.size());
+          std::memcpy(r.out.data(), view.buf, want);
         }
         const size_t got_len = static_cast<size_t>(view.len);
         PyBuffer_Release(&view);
         if (!fits)
           throw treecask::Error(treecask::ErrorCode::kCorruption, name_, "",
                                 "the source returned " + std::to_string(got_len) + " bytes for a range of " +
-                                    std::to_string(ranges[k].out.size()));
+                                    std::to_string(want));
         ++k;
       }
       if (k != ranges.size())
         throw treecask::Error(treecask::ErrorCode::kIo, name_, "", "the source returned too few ranges");
+      if (first) size_.store(size, std::memory_order_release);
     } catch (nb::python_error& e) {
       throw error_from_python(e, name_);
     }
@@ -88,7 +110,7 @@ class PySource final : public treecask::Source {
  private:
   nb::object obj_;
   std::string name_;
-  uint64_t size_ = 0;
+  mutable std::atomic<uint64_t> size_{0};
   unsigned concurrency_ = 16;
 };
 

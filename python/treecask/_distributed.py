@@ -356,8 +356,8 @@ def _commit(s: _Save, tmp: str, save_id: str, client, timeout_ms: int) -> Dict[s
     # The fingerprint of each shard file that holds a box (every leaf of a file is one), for the
     # index to bind (SPEC.md R8: it lists exactly the files its ShardRefs name, or more).
     bound: List[Tuple[str, int, int]] = []
-    # In a store each shard object is opened once: its first round trip (head and tail,
-    # manifest included) serves this reading and the check of the whole checkpoint.
+    # In a store each shard object's source is made once and serves this reading and the
+    # check of the whole checkpoint (each open: one round trip, the object's head and tail).
     sources = {}
     for name in (process_file(k, save_id, s.remote) for k in range(nproc)):
         if s.remote:

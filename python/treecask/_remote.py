@@ -29,12 +29,6 @@ from .errors import (CorruptionError, Error, InvalidArgumentError, IoError, NotA
 SCHEMES = ("s3", "gs", "az", "http", "https")
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
-# The first round trip reads the object's first HEAD_BYTES and last TAIL_BYTES
-# at once: the meta pages and the blob B-tree at the start, the header record
-# and the manifest at the end of a file this writer stores (SPEC.md "Remote
-# reading", writer rule); reads inside them cost no request.
-HEAD_BYTES = 256 << 10
-TAIL_BYTES = 4 << 20
 # Ranges in flight at once per object (Source::concurrency()).
 CONCURRENCY = 16
 # obstore's retry policy: 503 / SlowDown / dropped connections are retried with
@@ -187,53 +181,29 @@ def _error(url: str, exc: BaseException, etag: Optional[str] = None) -> Error:
 
 
 class ObjectSource:
-    """One object of an obstore store as a Source of the C++ core: ``name``
-    (its URL, redacted), ``size`` (bytes), ``concurrency`` and
-    ``read(offsets, lengths)``; ``store`` and ``path`` are the obstore store
-    and the object's path in it (:func:`url_source` makes one of a URL).
+    """One object of an obstore store as a Source of the C++ core
+    (include/treecask/source.h): ``name`` (its URL, redacted), ``size``
+    (bytes; None until the first read), ``concurrency`` and ``read(offsets,
+    lengths)``; ``store`` and ``path`` are the obstore store and the
+    object's path in it (:func:`url_source` makes one of a URL).
 
-    Construction is the first round trip: the object's first ``head_bytes``
-    and last ``tail_bytes`` (two concurrent range requests), which also give
-    its size and ETag. Every later request carries ``If-Match`` with that
-    ETag, so an object replaced meanwhile fails (CorruptionError), never
-    mixes two versions. Raises NotFoundError, IoError, UnsupportedError."""
+    Construction sends no request. The first read is the core's open: the
+    object's first and last bytes (_core.OPEN_HEAD_BYTES, OPEN_TAIL_BYTES) as
+    two concurrent range requests, one round trip, whose answers give its
+    size and ETag. Every later request carries ``If-Match`` with that ETag,
+    so an object replaced meanwhile fails (CorruptionError), never mixes two
+    versions. The core keeps what it read; this source keeps no bytes.
+    ``read`` raises NotFoundError, NotAnArchiveError (an empty object),
+    IoError, CorruptionError, UnsupportedError."""
 
-    def __init__(self, store: Any, path: str, name: str, *,
-                 head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES):
+    def __init__(self, store: Any, path: str, name: str):
         self.name = _core.redact_url(name)  # what every error and message shows
+        self.size: Optional[int] = None
         self.concurrency = CONCURRENCY
         self._store, self._path = store, path
         self._etag: Optional[str] = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._lock = threading.Lock()
-        empty = False
-        try:
-            with concurrent.futures.ThreadPoolExecutor(2) as ex:
-                tail = ex.submit(self._get, {"range": {"suffix": tail_bytes}})
-                head = ex.submit(self._get, {"range": (0, head_bytes)})
-                tail, head = tail.result(), head.result()
-        except (IoError, CorruptionError):  # an empty object has no range to serve (HTTP 416, or 200)
-            empty = self._empty()
-            if not empty:
-                raise
-        if empty:
-            raise NotAnArchiveError("not a treecask archive: the object is empty (0 bytes)", file=self.name)
-        self.size = int(tail.meta["size"])
-        self._etag = tail.meta.get("e_tag")
-        if head.meta.get("e_tag") != self._etag:
-            raise CorruptionError("the object changed while it was opened", file=self.name)
-        # obstore's buffers as they came, sliced without a copy.
-        self._held: List[Tuple[int, memoryview]] = [(int(head.range[0]), memoryview(head.bytes())),
-                                                    (int(tail.range[0]), memoryview(tail.bytes()))]
-
-    def _empty(self) -> bool:
-        """Whether the object has 0 bytes (a HEAD request; False if it fails)."""
-        import obstore
-
-        try:
-            return int(obstore.head(self._store, self._path)["size"]) == 0
-        except Exception:  # noqa: BLE001 -- the caller reports its own error
-            return False
 
     def _get(self, options: dict):
         import obstore
@@ -246,22 +216,14 @@ class ObjectSource:
             err = _error(self.name, e, self._etag)
         raise err  # outside the except: obstore's exception is chained to nothing (_error)
 
-    def _range(self, offset: int, length: int) -> Any:
-        end = offset + length
-        for start, data in self._held:
-            if start <= offset and end <= start + len(data):
-                return data[offset - start:end - start]
-        # A range that runs into (or out of) a held buffer fetches only the rest:
-        # a full read of an object would otherwise fetch its tail twice.
-        head = tail = b""
-        for start, data in self._held:
-            stop = start + len(data)
-            if offset < start < end <= stop:
-                tail, end = data[:end - start], start
-            elif start <= offset < stop < end:
-                head, offset = data[offset - start:], stop
-        data = self._fetch(offset, end - offset)
-        return b"".join((head, data, tail)) if head or tail else data
+    def _empty(self) -> bool:
+        """Whether the object has 0 bytes (a HEAD request; False if it fails)."""
+        import obstore
+
+        try:
+            return int(obstore.head(self._store, self._path)["size"]) == 0
+        except Exception:  # noqa: BLE001 -- the caller reports its own error
+            return False
 
     def _fetch(self, offset: int, length: int) -> Any:
         got = self._get({"range": (offset, offset + length)})
@@ -271,15 +233,59 @@ class ObjectSource:
                                   f"[{got.range[0]}, {got.range[1]})", file=self.name)
         return data
 
-    def read(self, offsets: List[int], lengths: List[int]) -> List[Any]:
-        """The bytes of each range ``[offsets[i], offsets[i] + lengths[i])``,
-        several ranges fetched concurrently."""
-        if len(offsets) == 1:
-            return [self._range(offsets[0], lengths[0])]
+    def _map(self, fn: Callable, *args: List[int]) -> List[Any]:
+        """fn over the argument lists, concurrently when there are several."""
+        if len(args[0]) == 1:
+            return [fn(*(a[0] for a in args))]
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.concurrency)
-        return list(self._pool.map(self._range, offsets, lengths))
+        return list(self._pool.map(fn, *args))
+
+    def _first_read(self, offsets: List[int], lengths: List[int]) -> List[Any]:
+        """The core's first read: a negative offset asks for the last
+        ``lengths[i]`` bytes; answers clipped to the object. Learns ``size``
+        and the ETag, which every answer must agree on."""
+        try:
+            got = self._map(lambda o, n: self._get({"range": {"suffix": n} if o < 0 else (o, o + n)}),
+                            offsets, lengths)
+        except (IoError, CorruptionError):  # an empty object has no range to serve (HTTP 416, or 200)
+            if not self._empty():
+                raise
+            raise NotAnArchiveError("not a treecask archive: the object is empty (0 bytes)",
+                                    file=self.name) from None
+        sizes = {int(g.meta["size"]) for g in got}
+        etags = {g.meta.get("e_tag") for g in got}
+        if len(sizes) != 1 or len(etags) != 1:
+            raise CorruptionError("the object changed while it was opened", file=self.name)
+        self._etag = etags.pop()
+        self.size = sizes.pop()
+        return [g.bytes() for g in got]
+
+    def read(self, offsets: List[int], lengths: List[int]) -> List[Any]:
+        """The bytes of each range ``[offsets[i], offsets[i] + lengths[i])``
+        (the first read: see the class). Ranges that touch (the core's
+        stretches of one group) go as one request, sliced without a copy;
+        several requests run concurrently."""
+        if self.size is None:
+            return self._first_read(offsets, lengths)
+        stretches: List[List[Any]] = []  # [start, end, indices of its ranges]
+        for i, (o, n) in enumerate(zip(offsets, lengths)):
+            if stretches and stretches[-1][1] == o:
+                stretches[-1][1] = o + n
+                stretches[-1][2].append(i)
+            else:
+                stretches.append([o, o + n, [i]])
+        datas = self._map(self._fetch, [s[0] for s in stretches], [s[1] - s[0] for s in stretches])
+        out: List[Any] = [None] * len(offsets)
+        for (start, _, idx), data in zip(stretches, datas):
+            if len(idx) == 1:
+                out[idx[0]] = data
+                continue
+            view = memoryview(data)
+            for i in idx:
+                out[i] = view[offsets[i] - start:offsets[i] - start + lengths[i]]
+        return out
 
     def __del__(self):
         if getattr(self, "_pool", None) is not None:

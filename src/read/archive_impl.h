@@ -23,6 +23,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <condition_variable>
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -194,32 +196,68 @@ struct Archive::Impl {
   };
 
   // ---- The bytes of a remote archive ----
-  // The ranges of the file already fetched by the calling thread (for_chunks
-  // sets them while it visits the chunks of one fetched group): fetch()
-  // serves reads inside them from memory. At most two: a group's bytes and
-  // the header of its first blob when that was fetched apart.
+  // The open's first read (Archive::open(Source)): the object's first
+  // kOpenHeadBytes, [0, open_head.size()), and its last kOpenTailBytes,
+  // [tail_start, file_size) (source.h), never overlapping, kept for the
+  // archive's life: the one cache of a remote archive. Every other byte is
+  // fetched when a read needs it, once per read.
+  std::vector<std::byte> open_head, open_tail;
+  uint64_t tail_start = 0;
+
+  // Copies the part of the file's bytes [off, off + n) that the open's
+  // bytes hold to `out`, and narrows the range (off, out, n together) to
+  // the rest: nothing, or one stretch between them (they are a prefix and a
+  // suffix of the file).
+  void copy_held(uint64_t& off, std::byte*& out, size_t& n) const {
+    if (off < open_head.size()) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(n, open_head.size() - off));
+      std::memcpy(out, open_head.data() + off, k);
+      off += k;
+      out += k;
+      n -= k;
+    }
+    if (n > 0 && off + n > tail_start) {
+      const uint64_t from = std::max(off, tail_start);
+      const size_t k = static_cast<size_t>(off + n - from);
+      std::memcpy(out + (from - off), open_tail.data() + (from - tail_start), k);
+      n -= k;
+    }
+  }
+
+  // A stretch of the file fetched by the calling thread: for_chunks sets
+  // the pieces of the group it fetched (sorted by start, never
+  // overlapping) while it visits that group's chunks, and fetch() serves
+  // reads inside one piece from memory.
+  struct Piece {
+    uint64_t start = 0;
+    std::span<const std::byte> bytes;
+  };
   struct Window {
     const Impl* owner = nullptr;
-    struct Piece {
-      uint64_t start = 0;
-      std::span<const std::byte> bytes;
-    };
-    Piece pieces[2];
+    std::span<const Piece> pieces;
   };
   static inline thread_local const Window* t_window = nullptr;
 
-  // Copies the file's bytes [off, off + n) of a remote archive to `out`: from
-  // the calling thread's window when it holds them (no copy when they were
-  // fetched in place, at `out`), else with one range read of the source
-  // (throws what Source::read throws).
+  // Copies the file's bytes [off, off + n) of a remote archive to `out`:
+  // what the open's bytes hold from them, the rest from the calling
+  // thread's window when one piece holds it (no copy when it was fetched in
+  // place, at `out`), else with one range read of the source (throws what
+  // Source::read throws).
   void fetch(uint64_t off, std::byte* out, size_t n) const {
-    if (const Window* w = t_window; w && w->owner == this)
-      for (const Window::Piece& p : w->pieces)
-        if (off >= p.start && off - p.start <= p.bytes.size() && n <= p.bytes.size() - (off - p.start)) {
+    copy_held(off, out, n);
+    if (n == 0) return;
+    if (const Window* w = t_window; w && w->owner == this) {
+      auto it = std::upper_bound(w->pieces.begin(), w->pieces.end(), off,
+                                 [](uint64_t o, const Piece& p) { return o < p.start; });
+      if (it != w->pieces.begin()) {
+        const Piece& p = *--it;
+        if (off - p.start <= p.bytes.size() && n <= p.bytes.size() - (off - p.start)) {
           const std::byte* at = p.bytes.data() + (off - p.start);
           if (at != out) std::memcpy(out, at, n);
           return;
         }
+      }
+    }
     ReadRange r{off, {out, n}};
     source->read(std::span<const ReadRange>(&r, 1));
   }
@@ -237,29 +275,64 @@ struct Archive::Impl {
     const fb::Chunk* c = rec(li).chunks->Get(static_cast<flatbuffers::uoffset_t>(ci));
     return static_cast<uint64_t>(blob_data[c->blob()] - map_base) + c->offset();
   }
-  // Remote reads fetch the chunks they need in groups: chunks in file order,
-  // merged while the gap to the next is at most kFetchGap bytes and the group
-  // spans at most kFetchGroup bytes (a larger chunk is a group of its own).
-  // A group of raw chunks bound for consecutive bytes of the caller's memory
-  // (`in_place`; a run of at least kInPlaceMin bytes) is fetched straight
-  // there; any other into a buffer of its worker. A group whose first blob's header is not checked yet fetches it
-  // too, in the same request when it lies at most kFetchHeadReach bytes
-  // before the group, else as a second range of the same call, so the blob
-  // check of SPEC.md step 38 costs no round trip of its own. Memory: one
-  // buffered group per worker, at most Source::concurrency() workers.
+  // Remote reads fetch the chunks they need in groups (read/fetch.cc): the
+  // chunks outside the open's bytes in file order, merged while the gap to
+  // the next is at most kFetchGap bytes, the group's chunks hold at most
+  // kFetchGroup bytes and it spans at most kFetchSpan (a larger chunk is a
+  // group of its own). A group is one stretch of the file, passed to
+  // Source::read as touching ranges: runs of raw chunks bound for
+  // consecutive bytes of the caller's memory (`in_place`; a run of at least
+  // kInPlaceMin bytes) land there, everything else (other chunks, the gaps,
+  // blob headers) in a buffer of its worker. A group whose first blob's
+  // header is unchecked starts at that header when it lies at most
+  // kFetchHeadReach bytes before it (and after the previous group), else
+  // fetches it as a range of its own in the same call; every other blob's
+  // header lies inside the group that holds the blob's first chunk, so no
+  // byte is fetched twice. That group checks the headers it fetched as soon
+  // as its bytes arrive (SPEC.md step 38), and a group holding later chunks
+  // of such a blob waits for that check before it uses them. Memory: one
+  // buffered group per worker (at most kFetchSpan + kFetchHeadReach), at
+  // most Source::concurrency() workers.
   static constexpr uint64_t kFetchGroup = uint64_t{8} << 20;
+  static constexpr uint64_t kFetchSpan = uint64_t{9} << 20;
   static constexpr uint64_t kFetchGap = uint64_t{64} << 10;
   static constexpr uint64_t kFetchHeadReach = uint64_t{256} << 10;
   static constexpr uint64_t kInPlaceMin = uint64_t{256} << 10;
 
+  // The groups of one for_chunks call on a remote archive (plan_fetch).
+  struct FetchPlan {
+    struct Group {
+      size_t first = 0, last = 0;            // its jobs: order[first, last)
+      uint64_t start = 0, end = 0;           // the stretch fetched: between the open's bytes
+      uint64_t head = UINT64_MAX, head_end = 0;  // a blob header fetched as a range of its own
+      std::vector<std::pair<uint32_t, size_t>> owns;  // (blob, a leaf of it): headers it checks
+      std::vector<size_t> waits;             // the groups that check its other blobs' headers
+    };
+    std::vector<size_t> order;        // jobs to fetch, in file order
+    std::vector<size_t> held;         // jobs wholly inside the open's bytes
+    std::vector<size_t> held_waits;   // the groups that check their blobs' headers
+    std::vector<uint64_t> at;         // per job: where its stored bytes start in the file
+    std::vector<std::byte*> dst;      // per job: where it is fetched in place, or nullptr
+    std::vector<Group> groups;        // in file order
+  };
+  FetchPlan plan_fetch(std::span<const ChunkJob> jobs,
+                       const std::function<std::byte*(const ChunkJob&)>& in_place) const;
+  // Fetches group `g` with one Source::read call (buffered bytes in `buf`)
+  // and returns its pieces in `pieces`. Throws what the source throws,
+  // naming the leaf of the group's first chunk.
+  void fetch_group(std::span<const ChunkJob> jobs, const FetchPlan& plan, size_t g, Buffer& buf,
+                   std::vector<Piece>& pieces) const;
+
   // Calls fn(job, worker) once for every job. A local archive runs them on
   // up to `threads` threads (parallel_for); a remote one fetches them in
-  // groups, up to Source::concurrency() at once, and visits each group's
-  // chunks on the thread that fetched it with the group as its window, so
-  // every fetch() of those chunks is served from memory. `in_place`, when
-  // given, says where a job's stored bytes may be fetched as they are (the
-  // destination of a raw chunk), or nullptr. A source error is rethrown
-  // naming the leaf of the group's first chunk.
+  // groups (plan_fetch), up to Source::concurrency() at once, and visits
+  // each group's chunks on the thread that fetched it with the group as its
+  // window, so every fetch() of those chunks is served from memory; jobs
+  // inside the open's bytes are visited by one worker (the last item),
+  // fetching nothing.
+  // `in_place`, when given, says where a job's stored bytes may be fetched
+  // as they are (the destination of a raw chunk), or nullptr. A source
+  // error is rethrown naming the leaf of the group's first chunk.
   template <typename Fn>
   void for_chunks(std::span<const ChunkJob> jobs, unsigned threads, Fn&& fn,
                   const std::function<std::byte*(const ChunkJob&)>& in_place = {}) const {
@@ -267,80 +340,66 @@ struct Archive::Impl {
       parallel_for(jobs.size(), threads, [&](size_t j, unsigned w) { fn(jobs[j], w); });
       return;
     }
-    std::vector<size_t> order(jobs.size());
-    std::vector<uint64_t> at(jobs.size());
-    std::vector<std::byte*> dst(jobs.size(), nullptr);
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      order[j] = j;
-      at[j] = chunk_offset(jobs[j].leaf, jobs[j].chunk);
-      if (in_place) dst[j] = in_place(jobs[j]);
-    }
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return at[a] < at[b]; });
-    // Only runs of in-place chunks of at least kInPlaceMin bytes are fetched
-    // in place: small ones (packed leaves) are coalesced through a buffer.
-    auto stored_end = [&](size_t j) { return at[j] + chunk_of(jobs[j])->stored_size(); };
-    for (size_t k = 0; k < order.size();) {
-      size_t e = k + 1;
-      while (dst[order[k]] && e < order.size() && dst[order[e]] && at[order[e]] == stored_end(order[e - 1]) &&
-             dst[order[e]] == dst[order[e - 1]] + (at[order[e]] - at[order[e - 1]]))
-        ++e;
-      if (stored_end(order[e - 1]) - at[order[k]] < kInPlaceMin)
-        for (size_t q = k; q < e; ++q) dst[order[q]] = nullptr;
-      k = e;
-    }
-    struct Group {
-      uint64_t start, end;
-      size_t first, last;  // positions in `order`
-      std::byte* to;       // fetched in place here, or nullptr
-    };
-    std::vector<Group> groups;
-    for (size_t k = 0; k < order.size(); ++k) {
-      const size_t j = order[k];
-      const uint64_t b = at[j], e = b + chunk_of(jobs[j])->stored_size();
-      if (!groups.empty()) {
-        Group& g = groups.back();
-        const size_t prev = order[k - 1];
-        const bool fits = b <= g.end + kFetchGap && e - g.start <= kFetchGroup;
-        // In place: no gap in the file, no gap in memory.
-        const bool joins_in_place = g.to && dst[j] && b == g.end && dst[j] == dst[prev] + (at[j] - at[prev]);
-        if (fits && (g.to ? joins_in_place : !dst[j])) {
-          g.end = std::max(g.end, e);
-          g.last = k + 1;
-          continue;
-        }
-      }
-      groups.push_back({b, e, k, k + 1, dst[j]});
-    }
-    constexpr uint64_t kHeadBytes = lmdb::kOverflowDataOffset + format::kBlobHeaderSize;
-    const unsigned n = static_cast<unsigned>(std::min<size_t>(std::max(source->concurrency(), 1u), groups.size()));
+    const FetchPlan plan = plan_fetch(jobs, in_place);
+    const size_t items = plan.groups.size() + (plan.held.empty() ? 0 : 1);
+    const unsigned n = static_cast<unsigned>(std::min<size_t>(std::max(source->concurrency(), 1u), items));
     std::vector<Buffer> bufs(std::max(n, 1u));
-    parallel_for(groups.size(), n, [&](size_t g, unsigned w) {
-      const Group& grp = groups[g];
-      // The first blob's unchecked header: inside the range, before it, or apart.
-      const uint32_t blob = chunk_of(jobs[order[grp.first]])->blob();
-      uint64_t start = grp.start, head = UINT64_MAX;
-      if (blob_checked[blob].load(std::memory_order_acquire) == 0) {
-        head = blob_head_offset(blob);
-        if (!grp.to && grp.start - head <= kFetchHeadReach) {
-          start = head;
-          head = UINT64_MAX;
+    std::vector<std::vector<Piece>> pieces(bufs.size());
+    // Which items have fetched and checked their blob headers; `aborted`
+    // once one failed.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<char> ready(items, 0);
+    bool aborted = false;
+    parallel_for(items, n, [&](size_t g, unsigned w) {
+      // Says "ready" once the group has checked its headers, and "aborted"
+      // when an item is left by an exception (at any point): an item claimed
+      // after a failure is skipped, so its waiters must not wait for it.
+      struct Signal {
+        std::mutex& mu;
+        std::condition_variable& cv;
+        char& ready;
+        bool& aborted;
+        int exceptions = std::uncaught_exceptions();
+        void fire(bool failed) {
+          {
+            std::lock_guard lock(mu);
+            ready = 1;
+            aborted = aborted || failed;
+          }
+          cv.notify_all();
         }
+        ~Signal() { fire(std::uncaught_exceptions() > exceptions); }
+      } signal{mu, cv, ready[g], aborted};
+      if (g == plan.groups.size()) {
+        std::unique_lock lock(mu);
+        for (size_t o : plan.held_waits) cv.wait(lock, [&] { return ready[o] != 0 || aborted; });
+        if (aborted) return;  // the call fails with another group's error
+        lock.unlock();
+        for (size_t j : plan.held) fn(jobs[j], w);
+        return;
       }
-      std::byte head_bytes[kHeadBytes];
-      ReadRange r[2];
-      r[0] = {start, {grp.to ? grp.to : bufs[w].get(grp.end - start), grp.end - start}};
-      if (head != UINT64_MAX) r[1] = {head, {head_bytes, std::min<uint64_t>(kHeadBytes, file_size - head)}};
-      try {
-        source->read(std::span<const ReadRange>(r, head != UINT64_MAX ? 2 : 1));
-      } catch (const Error& e) {
-        throw Error(e.code(), file, key(jobs[order[grp.first]].leaf), e.message());
-      }
-      Window win{this, {{r[0].offset, r[0].out}, {r[1].offset, r[1].out}}};
+      const FetchPlan::Group& grp = plan.groups[g];
+      fetch_group(jobs, plan, g, bufs[w], pieces[w]);
+      Window win{this, pieces[w]};
       t_window = &win;
       struct Reset {
         ~Reset() { t_window = nullptr; }
       } reset;
-      for (size_t k = grp.first; k < grp.last; ++k) fn(jobs[order[k]], w);
+      for (auto [blob, leaf] : grp.owns) {
+        if (blob_checked[blob].load(std::memory_order_acquire) != 0) continue;
+        try {
+          check_blob(blob, leaf);
+        } catch (const Error&) {  // thrown again at the blob's use, naming the leaf that uses it
+        }
+      }
+      signal.fire(false);
+      if (!grp.waits.empty()) {
+        std::unique_lock lock(mu);
+        for (size_t o : grp.waits) cv.wait(lock, [&] { return ready[o] != 0 || aborted; });
+        if (aborted) return;  // the call fails with another group's error
+      }
+      for (size_t k = grp.first; k < grp.last; ++k) fn(jobs[plan.order[k]], w);
     });
   }
   // Workers for_chunks may number for `threads` (local) or the source.

@@ -14,17 +14,20 @@ namespace treecask {
 
 namespace {
 
-// The structure checks' view of a remote object: reads through the source,
-// keeping what it fetched for the rest of the open (the meta pages, the
-// B-tree pages, the manifest: freed when the open returns). A source error
-// propagates as the source threw it (Error naming the URL), never as a
-// defect of the file.
+// The structure checks' view of a remote object: the open's first read
+// (Impl::open_head and open_tail) first, then what else it fetched for the
+// rest of the open (B-tree pages outside them: freed when the open returns).
+// A source error propagates as the source threw it (Error naming the URL),
+// never as a defect of the file.
 class SourceReader final : public lmdb::FileReader {
  public:
-  explicit SourceReader(const Source& source) : source_(source) {}
+  SourceReader(const Archive::Impl& impl, const Source& source) : impl_(impl), source_(source) {}
 
   std::string read(uint64_t offset, std::byte* buf, size_t n) const override {
-    if (offset > source_.size() || n > source_.size() - offset) return "unexpected end of file";
+    const uint64_t size = impl_.file_size;
+    if (offset > size || n > size - offset) return "unexpected end of file";
+    impl_.copy_held(offset, buf, n);
+    if (n == 0) return {};
     if (auto it = held_.upper_bound(offset); it != held_.begin()) {
       --it;
       const uint64_t at = offset - it->first;
@@ -41,9 +44,10 @@ class SourceReader final : public lmdb::FileReader {
   // Fetches the pages at `offsets` (n bytes each) not held yet, as one batch
   // of ranges (adjacent pages merged), and holds them.
   void will_read(std::span<const uint64_t> offsets, size_t n) const override {
+    const uint64_t size = impl_.file_size;
     std::vector<uint64_t> want;
     for (uint64_t off : offsets)
-      if (off <= source_.size() && n <= source_.size() - off && !holds(off, n)) want.push_back(off);
+      if (off <= size && n <= size - off && !holds(off, n)) want.push_back(off);
     if (want.empty()) return;
     std::sort(want.begin(), want.end());
     std::vector<std::pair<uint64_t, uint64_t>> runs;  // [begin, end)
@@ -73,15 +77,50 @@ class SourceReader final : public lmdb::FileReader {
 
  private:
   bool holds(uint64_t off, size_t n) const {
+    if (off + n <= impl_.open_head.size() || off >= impl_.tail_start) return true;
     auto it = held_.upper_bound(off);
     if (it == held_.begin()) return false;
     --it;
     return off - it->first <= it->second.size() && n <= it->second.size() - (off - it->first);
   }
 
+  const Archive::Impl& impl_;
   const Source& source_;
   mutable std::map<uint64_t, std::vector<std::byte>> held_;  // by first byte
 };
+
+// The open's first read: the object's first kOpenHeadBytes and last
+// kOpenTailBytes in one call (source.h), into impl.open_head and open_tail;
+// learns the object's size (impl.file_size).
+void read_ends(Archive::Impl& impl, const Source& source) {
+  uint64_t size = source.size();
+  std::vector<std::byte>& head = impl.open_head;
+  std::vector<std::byte>& tail = impl.open_tail;
+  if (size == kUnknownSize) {
+    head.resize(kOpenHeadBytes);
+    tail.resize(kOpenTailBytes);
+    ReadRange r[2] = {{0, head}, {0, tail, /*from_end=*/true}};
+    source.read(r);
+    size = source.size();
+    if (size == kUnknownSize)
+      throw Error(ErrorCode::kIo, source.name(), "", "the source did not learn the object's size from its first read");
+    head.resize(std::min(kOpenHeadBytes, size));
+    tail.resize(std::min(kOpenTailBytes, size));  // the object's last bytes, at the buffer's start
+    if (size - tail.size() < head.size())  // they overlap: the tail keeps what the head lacks
+      tail.erase(tail.begin(), tail.begin() + static_cast<ptrdiff_t>(head.size() - (size - tail.size())));
+  } else {
+    head.resize(std::min(kOpenHeadBytes, size));
+    tail.resize(std::min(kOpenTailBytes, size - head.size()));
+    std::vector<ReadRange> r;
+    if (!head.empty()) r.push_back({0, head});
+    if (!tail.empty()) r.push_back({size - tail.size(), tail});
+    if (!r.empty()) source.read(r);
+  }
+  head.shrink_to_fit();
+  tail.shrink_to_fit();
+  impl.file_size = size;
+  impl.tail_start = size - tail.size();
+}
 
 }  // namespace
 
@@ -90,10 +129,10 @@ Archive Archive::open(std::shared_ptr<const Source> source, const OpenOptions& o
   auto impl = std::make_shared<Impl>();
   impl->file = source->name();
   impl->options = options;
-  impl->file_size = source->size();
   impl->source = source;
   const std::string& file = impl->file;
-  SourceReader in(*source);
+  read_ends(*impl, *source);
+  SourceReader in(*impl, *source);
 
   // 1, 1b. The meta pages and the whole B-tree walk, always: it is how the
   // values are found (there is no LMDB to ask).

@@ -1,6 +1,11 @@
 // The built-in remote source (include/treecask/remote.h): an object read by
 // HTTP range requests on libcurl's multi interface.
 //
+// The source does no request of its own: its first read() is the reader's
+// (the object's head and tail, source.h), which also gives the object's
+// size and version; every later read() pins that version. Ranges of one
+// call that touch are fetched as one request.
+//
 // A read() takes a Session (a curl multi handle, whose connection cache keeps
 // connections open between calls, and its idle easy handles) from the
 // source's pool, runs its ranges on it with at most max_connections in
@@ -12,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -94,8 +100,8 @@ class HttpSource;
 // What one request asks for.
 enum class Kind {
   kRange,  // bytes [offset, offset + length) of an object of known size
-  kHead,   // the first `length` bytes (open)
-  kTail,   // the last `length` bytes (open)
+  kFirst,  // bytes [offset, offset + length), clipped to the object (first read)
+  kTail,   // the last `length` bytes, clipped to the object (first read)
 };
 
 // One range request and the response it got; it survives retries.
@@ -104,8 +110,8 @@ struct Transfer {
   Kind kind = Kind::kRange;
   uint64_t offset = 0;
   uint64_t length = 0;
-  std::byte* out = nullptr;  // `length` bytes
-  std::string range;         // "bytes=0-99", "bytes=-4096"
+  std::vector<std::span<std::byte>> out;  // `length` bytes in all, filled in order
+  std::string range;                      // "bytes=0-99", "bytes=-4096"
   curl_slist* headers = nullptr;
   CURL* easy = nullptr;  // while in flight
   char errbuf[CURL_ERROR_SIZE] = {};
@@ -119,6 +125,7 @@ struct Transfer {
   std::string generation;
   bool body_started = false;
   uint64_t received = 0;
+  size_t piece = 0, piece_at = 0;  // where the next body byte goes in `out`
   std::string error_body;
   // Set by a callback that refused the response: the Error to throw.
   bool faulted = false;
@@ -145,10 +152,27 @@ struct Transfer {
     generation.clear();
     body_started = false;
     received = 0;
+    piece = piece_at = 0;
     error_body.clear();
     faulted = false;
     fault.clear();
     errbuf[0] = 0;
+  }
+  // Copies `n` body bytes to the next places of `out` (n <= length - received).
+  void put(const char* data, size_t n) {
+    received += n;
+    while (n > 0) {
+      std::span<std::byte> p = out[piece];
+      const size_t k = std::min(n, p.size() - piece_at);
+      std::memcpy(p.data() + piece_at, data, k);
+      data += k;
+      n -= k;
+      piece_at += k;
+      if (piece_at == p.size()) {
+        ++piece;
+        piece_at = 0;
+      }
+    }
   }
   void refuse(ErrorCode code, std::string message) {
     faulted = true;
@@ -188,13 +212,9 @@ class HttpSource final : public Source {
   ~HttpSource() override;
 
   const std::string& name() const noexcept override { return endpoint_.name; }
-  uint64_t size() const noexcept override { return size_; }
+  uint64_t size() const noexcept override { return size_.load(std::memory_order_acquire); }
   unsigned concurrency() const noexcept override { return max_connections_; }
   void read(std::span<const ReadRange> ranges) const override;
-
-  // The first round trip: reads the head and the tail of the object, learns
-  // its size and version. Throws Error (see open_url).
-  void open();
 
   // Callbacks (libcurl's CURLOPT_HEADERFUNCTION and CURLOPT_WRITEFUNCTION;
   // userdata: the Transfer).
@@ -202,12 +222,6 @@ class HttpSource final : public Source {
   static size_t on_body(char* data, size_t size, size_t count, void* transfer);
 
  private:
-  // A segment of the object held in memory since open.
-  struct Segment {
-    uint64_t offset = 0;
-    std::vector<std::byte> bytes;
-  };
-
   std::unique_ptr<Session> acquire_session() const;
   void release_session(std::unique_ptr<Session> session) const;
   CURL* new_easy() const;
@@ -219,6 +233,10 @@ class HttpSource final : public Source {
   // Checks a response's status, Content-Range and version before its first
   // body byte; false (with t.faulted set) refuses the body.
   bool accept_body(Transfer& t) const;
+  // The first read (size unknown): runs `ranges` (the reader's head and
+  // tail, source.h) clipped to the object, learns its size and pins its
+  // version.
+  void first_read(std::span<const ReadRange> ranges) const;
   // Judges a finished attempt: true when `t` is done, false when it should
   // be retried (t.last_error says why). Throws Error otherwise.
   bool finish(Transfer& t, CURLcode code) const;
@@ -231,12 +249,13 @@ class HttpSource final : public Source {
   Endpoint endpoint_;
   RemoteOptions options_;
   unsigned max_connections_;
-  uint64_t size_ = 0;
-  // The version pinned at open ("" when the server sent none).
-  std::string etag_;
-  std::string generation_;
-  std::string request_url_;
-  std::vector<Segment> segments_;
+  // Learned by the first read (kUnknownSize until then); written by it
+  // alone, before any other call (source.h), like the version below.
+  mutable std::atomic<uint64_t> size_{kUnknownSize};
+  // The version pinned by the first read ("" when the server sent none).
+  mutable std::string etag_;
+  mutable std::string generation_;
+  mutable std::string request_url_;
 
   std::unique_ptr<ShareLocks> locks_;
   CURLSH* share_ = nullptr;
@@ -333,8 +352,8 @@ void HttpSource::prepare(Transfer& t) const {
     case Kind::kRange:
       t.range = "bytes=" + std::to_string(t.offset) + "-" + std::to_string(t.offset + t.length - 1);
       break;
-    case Kind::kHead:
-      t.range = "bytes=0-" + std::to_string(t.length - 1);
+    case Kind::kFirst:
+      t.range = "bytes=" + std::to_string(t.offset) + "-" + std::to_string(t.offset + t.length - 1);
       break;
     case Kind::kTail:
       t.range = "bytes=-" + std::to_string(t.length);
@@ -408,8 +427,7 @@ size_t HttpSource::on_body(char* data, size_t size, size_t count, void* transfer
                                              t.content_range_text + "\" for " + t.range);
       return 0;
     }
-    std::memcpy(t.out + t.received, data, n);
-    t.received += n;
+    t.put(data, n);
   } else if (t.error_body.size() < kErrorBodyBytes) {
     t.error_body.append(data, std::min(n, kErrorBodyBytes - t.error_body.size()));
   }
@@ -422,9 +440,11 @@ std::string HttpSource::changed(const std::string& then, const std::string& now)
 
 bool HttpSource::accept_body(Transfer& t) const {
   if (t.status == 200) {
-    // The whole object: acceptable at open when it fits the buffer (a small
-    // object from a server that ignores Range), never for a later read.
-    if (t.kind == Kind::kRange || (t.content_length && *t.content_length > t.length)) {
+    // The whole object: acceptable in the first read when it fits the
+    // buffer (a small object from a server that ignores Range) of a range
+    // from its start or end, never for a later read.
+    if (t.kind == Kind::kRange || (t.kind == Kind::kFirst && t.offset != 0) ||
+        (t.content_length && *t.content_length > t.length)) {
       t.refuse(ErrorCode::kCorruption, ignored_range(t.range));
       return false;
     }
@@ -449,8 +469,9 @@ bool HttpSource::accept_body(Transfer& t) const {
         return false;
       }
       break;
-    case Kind::kHead:
-      last = std::min(t.length, total) - 1;
+    case Kind::kFirst:
+      first = t.offset;
+      last = std::min(t.offset + t.length, total) - 1;
       break;
     case Kind::kTail:
       first = total - std::min(t.length, total);
@@ -504,10 +525,10 @@ bool HttpSource::finish(Transfer& t, CURLcode code) const {
   }
   if (status == 200) {
     if (t.kind == Kind::kRange) fail(ErrorCode::kCorruption, ignored_range(t.range));
-    return true;  // the whole (small) object, at open
+    return true;  // the whole (small) object, in the first read
   }
   if (status == 416) {
-    // At open: an empty object has no byte to serve.
+    // In the first read: an empty object has no byte to serve.
     bool empty = !t.content_range || !t.content_range->total || *t.content_range->total == 0;
     if (t.kind != Kind::kRange && empty) return true;
     if (t.kind == Kind::kRange)
@@ -650,112 +671,101 @@ void HttpSource::run(std::span<Transfer> transfers, unsigned limit) const {
   }
 }
 
-void HttpSource::open() {
-  const uint64_t head = std::max<uint64_t>(1, options_.head_bytes);
-  const uint64_t tail = options_.tail_bytes;
-  std::vector<std::byte> head_buf(head), tail_buf(tail);
-  std::vector<Transfer> ts(tail ? 2 : 1);
-  ts[0].kind = Kind::kHead;
-  ts[0].length = head;
-  ts[0].out = head_buf.data();
-  if (tail) {
-    ts[1].kind = Kind::kTail;
-    ts[1].length = tail;
-    ts[1].out = tail_buf.data();
+void HttpSource::first_read(std::span<const ReadRange> ranges) const {
+  std::vector<Transfer> ts(ranges.size());
+  size_t used = 0;
+  for (const ReadRange& r : ranges) {
+    if (r.out.empty()) continue;
+    Transfer& t = ts[used++];
+    t.kind = r.from_end ? Kind::kTail : Kind::kFirst;
+    t.offset = r.from_end ? 0 : r.offset;
+    t.length = r.out.size();
+    t.out = {r.out};
   }
-  // Both at once: the first round trip.
-  run(ts, std::max(2u, max_connections_));
+  if (used == 0) fail(ErrorCode::kInvalidArgument, "a first read without a byte to read");
+  // All at once: one round trip.
+  run(std::span<Transfer>(ts.data(), used), std::max(2u, max_connections_));
 
-  // What each answer says: the object's size, and the bytes it holds.
-  struct Answer {
-    uint64_t size = 0;
-    uint64_t first = 0;  // of the bytes received
-    uint64_t count = 0;
-  };
-  auto answer = [&](const Transfer& t) {
-    Answer a;
-    if (t.status == 206) {
-      a.size = *t.content_range->total;
-      a.first = t.content_range->first;
-      a.count = t.received;
-    } else if (t.status == 200) {
-      a.size = a.count = t.received;
-    }  // 416: an empty object
-    return a;
-  };
-  Answer h = answer(ts[0]);
-  size_ = h.size;
-  etag_ = ts[0].etag;
-  generation_ = ts[0].generation;
-  head_buf.resize(h.count);
-  head_buf.shrink_to_fit();
-  segments_.push_back({0, std::move(head_buf)});
-  if (tail) {
-    Answer t = answer(ts[1]);
-    if (t.size != h.size)
-      fail(ErrorCode::kCorruption, "the object changed while it was opened (" + std::to_string(h.size) +
-                                       " bytes, then " + std::to_string(t.size) + ")");
-    if (!etag_.empty() && !ts[1].etag.empty() && ts[1].etag != etag_)
-      fail(ErrorCode::kCorruption, "the object changed while it was opened (ETag " + etag_ + ", then " +
-                                       ts[1].etag + ")");
-    if (!generation_.empty() && !ts[1].generation.empty() && ts[1].generation != generation_)
-      fail(ErrorCode::kCorruption, "the object changed while it was opened (generation " + generation_ +
-                                       ", then " + ts[1].generation + ")");
-    if (etag_.empty()) etag_ = ts[1].etag;
-    if (generation_.empty()) generation_ = ts[1].generation;
-    Segment& first = segments_[0];
-    uint64_t head_end = first.bytes.size();
-    if (head_end < size_) {
-      tail_buf.resize(t.count);
-      if (t.first <= head_end) {
-        // Head and tail meet: the whole object is in memory.
-        first.bytes.resize(size_);
-        std::memcpy(first.bytes.data() + head_end, tail_buf.data() + (head_end - t.first), size_ - head_end);
-      } else {
-        tail_buf.shrink_to_fit();
-        segments_.push_back({t.first, std::move(tail_buf)});
-      }
-    }
+  // What each answer says: the object's size and version (all must agree).
+  std::optional<uint64_t> size;
+  std::string etag, generation;
+  for (size_t i = 0; i < used; ++i) {
+    const Transfer& t = ts[i];
+    uint64_t total = 0;
+    if (t.status == 206) total = *t.content_range->total;
+    else if (t.status == 200) total = t.received;  // 416: an empty object
+    if (size && *size != total)
+      fail(ErrorCode::kCorruption, "the object changed while it was opened (" + std::to_string(*size) +
+                                       " bytes, then " + std::to_string(total) + ")");
+    if (!etag.empty() && !t.etag.empty() && t.etag != etag)
+      fail(ErrorCode::kCorruption, "the object changed while it was opened (ETag " + etag + ", then " + t.etag + ")");
+    if (!generation.empty() && !t.generation.empty() && t.generation != generation)
+      fail(ErrorCode::kCorruption, "the object changed while it was opened (generation " + generation + ", then " +
+                                       t.generation + ")");
+    size = total;
+    if (etag.empty()) etag = t.etag;
+    if (generation.empty()) generation = t.generation;
   }
+  etag_ = etag;
+  generation_ = generation;
   // The JSON API pins a generation with a query parameter.
   if (endpoint_.service == Service::kGcsJson && !generation_.empty())
     request_url_ = endpoint_.url + "&ifGenerationMatch=" + generation_;
+  size_.store(*size, std::memory_order_release);
 }
 
 void HttpSource::read(std::span<const ReadRange> ranges) const {
+  const uint64_t size = size_.load(std::memory_order_acquire);
+  if (size == kUnknownSize) return first_read(ranges);
+  // Stretches: ranges that touch, fetched as one request each (a stretch
+  // larger than kSplitAboveBytes as parts of kPartBytes).
+  struct Stretch {
+    uint64_t offset, length;
+    size_t first, last;  // ranges[first, last)
+  };
+  std::vector<Stretch> stretches;
   size_t parts = 0;
-  for (const ReadRange& r : ranges) {
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const ReadRange& r = ranges[i];
     uint64_t n = r.out.size();
-    if (r.offset > size_ || n > size_ - r.offset)
+    if (r.from_end || r.offset > size || n > size - r.offset)
       fail(ErrorCode::kInvalidArgument, "read of bytes [" + std::to_string(r.offset) + ", " +
                                             std::to_string(r.offset + n) + ") outside the object of " +
-                                            std::to_string(size_) + " bytes");
-    if (n > kSplitAboveBytes) parts += size_t((n + kPartBytes - 1) / kPartBytes);
-    else parts += 1;
+                                            std::to_string(size) + " bytes");
+    if (n == 0) continue;
+    if (!stretches.empty() && stretches.back().offset + stretches.back().length == r.offset) {
+      stretches.back().length += n;
+      stretches.back().last = i + 1;
+    } else {
+      stretches.push_back({r.offset, n, i, i + 1});
+    }
   }
+  for (const Stretch& s : stretches)
+    parts += s.length > kSplitAboveBytes ? size_t((s.length + kPartBytes - 1) / kPartBytes) : 1;
   std::vector<Transfer> ts(parts);
   size_t used = 0;
-  for (const ReadRange& r : ranges) {
-    uint64_t n = r.out.size();
-    if (n == 0) continue;
-    // Served from the head or tail read at open, when it lies inside.
-    bool cached = false;
-    for (const Segment& s : segments_) {
-      if (r.offset >= s.offset && r.offset - s.offset <= s.bytes.size() &&
-          n <= s.bytes.size() - (r.offset - s.offset)) {
-        std::memcpy(r.out.data(), s.bytes.data() + (r.offset - s.offset), n);
-        cached = true;
-        break;
-      }
-    }
-    if (cached) continue;
-    uint64_t part = n > kSplitAboveBytes ? kPartBytes : n;
-    for (uint64_t at = 0; at < n; at += part) {
+  for (const Stretch& s : stretches) {
+    const uint64_t part = s.length > kSplitAboveBytes ? kPartBytes : s.length;
+    size_t i = s.first;
+    uint64_t in_range = 0;  // bytes of ranges[i] given to earlier parts
+    for (uint64_t at = 0; at < s.length; at += part) {
       Transfer& t = ts[used++];
       t.kind = Kind::kRange;
-      t.offset = r.offset + at;
-      t.length = std::min(part, n - at);
-      t.out = r.out.data() + at;
+      t.offset = s.offset + at;
+      t.length = std::min(part, s.length - at);
+      // The pieces of the stretch's ranges that this part covers.
+      for (uint64_t need = t.length; need > 0;) {
+        std::span<std::byte> out = ranges[i].out;
+        const uint64_t k = std::min<uint64_t>(need, out.size() - in_range);
+        t.out.push_back(out.subspan(in_range, k));
+        need -= k;
+        in_range += k;
+        if (in_range == out.size()) {
+          in_range = 0;
+          do ++i;
+          while (i < s.last && ranges[i].out.empty());
+        }
+      }
     }
   }
   run(std::span<Transfer>(ts.data(), used), max_connections_);
@@ -766,9 +776,7 @@ void HttpSource::read(std::span<const ReadRange> ranges) const {
 std::shared_ptr<Source> open_url(const std::string& url, const RemoteOptions& options) {
   remote::Endpoint endpoint = remote::resolve(url, options);
   global_init(endpoint.name);
-  auto source = std::make_shared<HttpSource>(std::move(endpoint), options);
-  source->open();
-  return source;
+  return std::make_shared<HttpSource>(std::move(endpoint), options);
 }
 
 }  // namespace treecask

@@ -369,10 +369,13 @@ class S3Proxy:
     URL to give clients): answers the first ``failures`` PUT/POST requests
     with 503 SlowDown (or, with ``drop``, closes the connection), forwards
     everything else (Host kept, so SigV4 signatures hold) and counts the
-    body bytes of the GET responses it forwards (``bytes_read``)."""
+    body bytes of the GET responses it forwards (``bytes_read``). ``gets``
+    lists every GET forwarded: (path, its Range header or None, status).
+    Any HTTP server may stand behind it (nginx too)."""
 
     def __init__(self, backend: str, failures: int = 0, drop: bool = False):
         self.failures, self.drop, self.refused, self.bytes_read = failures, drop, 0, 0
+        self.gets: list = []
         self._lock = threading.Lock()
         target = backend.split("//", 1)[1]
         outer = self
@@ -418,6 +421,7 @@ class S3Proxy:
                 if self.command == "GET":
                     with outer._lock:
                         outer.bytes_read += len(data)
+                        outer.gets.append((self.path, self.headers.get("Range"), status))
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 

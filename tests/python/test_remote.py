@@ -359,3 +359,98 @@ def test_503_slowdown_is_retried_then_an_io_error_naming_the_url(saved):
             assert 2 <= flaky.requests <= 20
     finally:
         flaky.close()
+
+
+def _ranges(gets, size):
+    """[(first, end)) of each GET's Range header ("bytes=a-b", "bytes=-n"), in
+    an object of ``size`` bytes, sorted."""
+    out = []
+    for _, rng, status in gets:
+        assert status == 206 and rng and rng.startswith("bytes="), (rng, status)
+        a, b = rng[len("bytes="):].split("-")
+        out.append((max(size - int(b), 0), size) if a == "" else (int(a), min(int(b) + 1, size)))
+    return sorted(out)
+
+
+def test_a_full_load_fetches_no_range_twice_in_about_one_request_per_8_mib(s3_env, http_server, tmp_path):
+    # ~66 MiB, many leaves: 16 raw leaves of 4 MiB (random bits: LZ4 cannot shrink
+    # them, so their 1 MiB chunks are stored raw and land in the arrays in place), 4
+    # LZ4 leaves of 2 MiB, 2,000 small leaves packed into 4 MiB blobs.
+    import stores
+
+    rng = np.random.default_rng(7)
+    tree = {"raw": {f"w{i:02d}": rng.integers(0, 2**31, 1 << 20, np.int32).view(np.float32) for i in range(16)},
+            "lz4": {f"z{i}": np.repeat(np.arange(1 << 13, dtype=np.float32), 64) + i for i in range(4)},
+            "small": {f"s{i:04d}": rng.integers(0, 255, 1000, np.uint8) for i in range(2000)}}
+    path = http_server.root / "full.cask"
+    treecask.save(path, tree)
+    size = path.stat().st_size
+    assert size >= 64 << 20
+    with treecask.open(path) as a:
+        infos = [a.info(k) for k in a.keys()]
+    assert {i.codec for i in infos} == {"none", "lz4"}, {i.codec for i in infos}
+    max_chunk = max(i.chunk_size for i in infos)
+    # The bound, from the chunking: the open is one round trip of two GETs (the first
+    # 256 KiB and last 4 MiB). The load fetches what lies between in groups of at most
+    # 8 MiB of chunks, each one GET with the blob headers inside it; a group is closed
+    # only when its next chunk (at most max_chunk) would pass 8 MiB (a full load has no
+    # gap over 64 KiB to close it), so every group but the last holds more than
+    # 8 MiB - max_chunk of the file. (256 MiB of 4 MiB leaves of 1 MiB chunks: 2 + 32.)
+    head, tail = treecask._core.OPEN_HEAD_BYTES, treecask._core.OPEN_TAIL_BYTES
+    between = size - head - tail
+    bound = 2 + -(-between // ((8 << 20) - max_chunk)) + 1
+    s3_url = s3_object(s3_env, path)
+    for backend, url in ((s3_env.endpoint, None), (http_server.endpoint, None)):
+        proxy = stores.S3Proxy(backend)
+        try:
+            if backend == s3_env.endpoint:
+                got = treecask.load(s3_url, storage_options={"endpoint": proxy.endpoint})
+            else:
+                got = treecask.load(proxy.endpoint + "/full.cask")
+            assert_same(got, tree)
+            ranges = _ranges(proxy.gets, size)
+        finally:
+            proxy.close()
+        assert all(e <= b for (_, e), (b, _) in zip(ranges, ranges[1:])), ranges  # no byte twice
+        assert sum(e - b for b, e in ranges) <= size
+        assert len(ranges) <= bound, (backend, len(ranges), bound)
+
+
+def test_a_user_source_opens_with_one_read_call(tmp_path):
+    # A Source written by a user: size and read(offsets, lengths), nothing else. The
+    # core asks for the object's first 256 KiB and last 4 MiB in one call, and keeps
+    # them: a tree of this writer opens from them, and a leaf inside them costs no call.
+    from treecask import _core
+
+    tree = {f"w{i}": np.full((1 << 18,), i, np.float32) for i in range(6)}  # 6 leaves of 1 MiB
+    p = tmp_path / "user.cask"
+    treecask.save(p, tree, compression="none")
+    size = p.stat().st_size
+    head, tail = _core.OPEN_HEAD_BYTES, _core.OPEN_TAIL_BYTES
+    assert size > head + tail
+
+    class UserSource:
+        def __init__(self, path, learns_size=False):
+            self._data = pathlib.Path(path).read_bytes()
+            self.size = None if learns_size else len(self._data)
+            self.calls = []
+
+        def read(self, offsets, lengths):
+            self.calls.append(list(zip(offsets, lengths)))
+            if self.size is None:  # the first read: a negative offset is a suffix
+                self.size = len(self._data)
+                return [self._data[o:] if o < 0 else self._data[o:o + n] for o, n in zip(offsets, lengths)]
+            return [self._data[o:o + n] for o, n in zip(offsets, lengths)]
+
+    for learns_size in (False, True):
+        src = UserSource(p, learns_size)
+        a = _core.Archive.open_source(src)
+        assert len(src.calls) == 1
+        want = [(0, head), (-tail, tail)] if learns_size else [(0, head), (size - tail, tail)]
+        assert src.calls[0] == want
+        assert a.file_size == size and len(a) == len(tree)
+        out = np.empty(1 << 18, np.float32)
+        a.read(a.index_of("w5"), out)  # stored last, in the tail the open read
+        assert (out == 5).all() and len(src.calls) == 1
+        a.read(a.index_of("w1"), out)  # between head and tail: one more call
+        assert (out == 1).all() and len(src.calls) == 2
