@@ -342,7 +342,10 @@ def seaweedfs(tmp_dir, timeout: float = STARTUP_TIMEOUT):
             f"-s3.port={s3}", f"-s3.port.grpc={s3_g}",
             f"-admin.port={admin}", f"-admin.port.grpc={admin + 10000}",
             "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
-            "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=16",
+            # Every bucket is a collection with volumes of its own: -volume.max bounds the buckets
+            # one session can write (16 gave HTTP 500 on the 17th bucket's first PUT). Volumes
+            # are not preallocated: the count costs no disk.
+            "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.max=256",
             "-volume.preStopSeconds=0",
             f"-filer.localSocket={tmp / 'filer.sock'}", f"-s3.localSocket={tmp / 's3.sock'}",
             f"-s3.config={s3_json}"]
