@@ -90,8 +90,6 @@ def _client(cfg: Dict[str, str]) -> Any:
     with _CLIENTS_LOCK:
         if key in _CLIENTS:
             return _CLIENTS[key]
-        import botocore
-        import botocore.config
         import botocore.session
 
         session = botocore.session.get_session()
@@ -99,13 +97,11 @@ def _client(cfg: Dict[str, str]) -> Any:
         if "IfNoneMatch" not in model.input_shape.members:  # botocore before S3's conditional writes
             _CLIENTS[key] = None
             return None
-        conf = botocore.config.Config(
-            retries={"mode": "standard", "max_attempts": 10},
-            max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
-            # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
-            request_checksum_calculation="when_required", response_checksum_validation="when_required",
-            s3={"addressing_style": "virtual" if _true(cfg.get("virtual_hosted_style_request", "")) else "path"},
-            signature_version=botocore.UNSIGNED if _true(cfg.get("skip_signature", "")) else None)
+        try:
+            conf = _config(cfg)
+        except TypeError:  # botocore before 1.36 (no request_checksum_calculation): obstore's path
+            _CLIENTS[key] = None
+            return None
         client = session.create_client(
             "s3", region_name=cfg.get("region") or cfg.get("default_region") or "us-east-1",
             endpoint_url=cfg.get("endpoint") or None,
@@ -113,6 +109,19 @@ def _client(cfg: Dict[str, str]) -> Any:
             aws_session_token=cfg.get("session_token"), config=conf)
         _CLIENTS[key] = client
         return client
+
+
+def _config(cfg: Dict[str, str]) -> Any:
+    import botocore
+    import botocore.config
+
+    return botocore.config.Config(
+        retries={"mode": "standard", "max_attempts": 10},
+        max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
+        # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
+        request_checksum_calculation="when_required", response_checksum_validation="when_required",
+        s3={"addressing_style": "virtual" if _true(cfg.get("virtual_hosted_style_request", "")) else "path"},
+        signature_version=botocore.UNSIGNED if _true(cfg.get("skip_signature", "")) else None)
 
 
 def _code(e: BaseException) -> Tuple[str, int]:
