@@ -246,6 +246,22 @@ def test_a_new_large_key_is_one_conditional_multipart_upload_with_botocore(s3_en
     assert_same(treecask.load(f"{prefix}/model.cask", store=store), tree)
 
 
+def test_without_botocore_a_large_new_key_takes_the_temporary_and_copy(s3_env, monkeypatch):
+    """botocore not importable: the S3 store keeps obstore's path (a multipart
+    upload to a temporary, a conditional copy), nothing left behind."""
+    monkeypatch.setitem(sys.modules, "botocore.session", None)  # `import botocore.session` fails
+    store = s3_env.store("saves")
+    assert _s3.for_store(store) is None
+    tree = big_tree()
+    url = fresh_url()
+    treecask.save(url, tree, compression="none")
+    assert_same(treecask.load(url), tree)
+    key = url[len("s3://saves/"):]
+    assert listing(s3_env, key.split("/")[0]) == [key]
+    with pytest.raises(AlreadyExistsError):
+        treecask.save(url, tree, compression="none")
+
+
 @pytest.mark.parametrize("memory", [False, True], ids=["s3", "memory"])
 def test_a_commit_is_confirmed_to_be_the_savers_own_object(s3_env, tmp_path, memory):
     """_upload.confirm: the object at the key must be the one this saver wrote
@@ -522,7 +538,8 @@ def test_the_server_killed_mid_upload_then_restarted(tmp_path, monkeypatch):
 def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path, monkeypatch):
     """A training process SIGKILLed while its CheckpointManager uploads step 2
     in the background: step 2 is never listed, step 1 restores, and the next
-    run saves step 2 and sweeps the killed run's local scratch."""
+    run's save (of step 3) sweeps the killed run's local scratch and, on S3
+    with botocore, aborts its multipart upload (named by its marker)."""
     url = f"s3://saves/{uuid.uuid4().hex}/run"
     with treecask.CheckpointManager(url) as mngr:
         mngr.save(1, {"a": np.ones(3)})
@@ -541,7 +558,9 @@ def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path, m
         assert p.stdout.readline().strip() == "returned"  # save() returned: the upload runs in the background
         deadline = time.monotonic() + 120
         run = url.split("/")[3].encode()
-        while run not in s3_env.request("GET", "/saves?uploads")[2]:  # this run's upload has begun
+        botocore = _s3.for_store(s3_env.store("saves")) is not None
+        while run not in s3_env.request("GET", "/saves?uploads")[2] or (  # this run's upload has begun
+                botocore and not [n for n in listing(s3_env, run.decode()) if n.endswith("/upload")]):
             assert time.monotonic() < deadline, "no multipart upload appeared"
             time.sleep(0.02)
         p.kill()
@@ -555,10 +574,13 @@ def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path, m
     with treecask.CheckpointManager(url) as mngr:
         assert mngr.all_steps() == [1]
         assert_same(mngr.restore(), {"a": np.ones(3)})
-        mngr.save(2, {"a": np.full(3, 2.0)})
+        mngr.save(3, {"a": np.full(3, 3.0)})
         mngr.wait_until_finished()
-        assert mngr.all_steps() == [1, 2]
+        assert mngr.all_steps() == [1, 3]
     assert not [e for e in tmp_path.iterdir() if e.name.startswith("treecask-upload")]  # swept
+    if botocore:  # the killed upload of step 2 aborted, its marker deleted
+        assert run not in s3_env.request("GET", "/saves?uploads")[2]
+        assert not [n for n in listing(s3_env, run.decode()) if ".tmp." in n]
 
 
 def test_a_sharded_restore_from_a_bucket_fetches_only_its_own_boxes(s3_env, tmp_path):

@@ -119,6 +119,16 @@ class ObjectStore(Store):
             raise err  # outside the except: obstore's text may quote a signed URL
         return out
 
+    def remove_stale(self, path: str, names: Optional[Sequence[str]] = None) -> None:
+        """:meth:`Store.remove_stale`; on S3 with botocore it first aborts
+        the multipart uploads of ``path`` whose saver died (their markers,
+        ``stores/_s3.py``)."""
+        names = self.list_prefix(path) if names is None else list(names)
+        s3 = _s3.for_store(self.store)
+        if s3 is not None:
+            s3.abort_marked(path, names)
+        super().remove_stale(path, names)
+
     def delete(self, paths: Sequence[str]) -> None:
         """Deletes each object (best effort: a missing one, or a failure, is skipped)."""
         _upload.delete_objects(self.store, list(paths))

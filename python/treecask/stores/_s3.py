@@ -44,6 +44,13 @@ _ENV = {
 # Keys that change nothing botocore does here (obstore's own commit options).
 _IGNORED = {"bucket", "copy_if_not_exists"}
 
+#: A multipart upload straight to ``<key>`` is named, while it runs, by an
+#: object ``<key>.tmp.<host>.<pid>.<hex16>/upload`` holding its upload id (S3
+#: lists no owner of an upload): a temporary of the core's rule, so that
+#: the next save of ``<key>``, or the manager's sweep of its run, aborts a
+#: dead saver's upload and deletes the marker (:meth:`S3.abort_marked`).
+UPLOAD_MARKER = "upload"
+
 _CLIENTS: Dict[Tuple, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
@@ -165,6 +172,7 @@ class S3:
         another completion of ``path`` in progress), NotFoundError (no
         bucket), IoError."""
         key = self._key(path)
+        marker = self._key(f"{_core.temporary_path(path)}/{UPLOAD_MARKER}")
         err: Optional[Error] = None
         try:
             upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
@@ -172,6 +180,22 @@ class S3:
             err = _error(url, "starting the multipart upload", e)
         if err is not None:
             raise err
+        try:
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=marker, Body=upload.encode())
+            except Exception as e:  # noqa: BLE001
+                err = _error(url, "writing the upload's marker", e)
+            if err is not None:
+                with contextlib.suppress(Exception):
+                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+                raise err
+            return self._upload(key, upload, local_file, url)
+        finally:
+            with contextlib.suppress(Exception):
+                self.client.delete_object(Bucket=self.bucket, Key=marker)
+
+    def _upload(self, key: str, upload: str, local_file: str, url: str) -> str:
+        err: Optional[Error] = None
         try:
             try:
                 parts = self._parts(key, upload, local_file)
@@ -243,6 +267,22 @@ class S3:
         if err is not None:
             raise err
         return sorted(done, key=lambda p: p["PartNumber"])
+
+    def abort_marked(self, path: str, names: List[str]) -> None:
+        """Aborts the multipart uploads of ``path`` whose saver died: those
+        named by a marker ``<path>.tmp.<host>.<pid>.<hex16>/upload`` among
+        ``names`` (a listing of ``path``) that is stale by the core's rule
+        (this host, a process that no longer runs). The markers themselves
+        are left to :meth:`treecask.stores.Store.remove_stale`. Best effort."""
+        for n in names:
+            temporary, _, rest = n.partition("/" + UPLOAD_MARKER)
+            if rest or not temporary.startswith(path + ".tmp") or "/" in temporary[len(path):]:
+                continue
+            if not _core.is_stale_temporary(path, temporary):
+                continue
+            with contextlib.suppress(Exception):
+                upload = self.client.get_object(Bucket=self.bucket, Key=self._key(n))["Body"].read().decode()
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(path), UploadId=upload)
 
     def uploads(self, prefix: str) -> List[Tuple[str, str]]:
         """(path, upload id) of every incomplete multipart upload whose key
