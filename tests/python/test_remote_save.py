@@ -624,3 +624,39 @@ def test_replicas_share_a_bucket_save_and_fetch_each_byte_once(s3_env, tmp_path)
     once, each = fetched["single_read=True"], fetched["single_read=False"]
     assert sum(t for _, t in once) <= 1.25 * stored + sum(o for o, _ in once), once
     assert sum(t - o for o, t in each) > 1.25 * stored, each  # every process its own copy
+
+
+def test_gc_removes_what_dead_savers_left_under_a_prefix(s3_env, capsys):
+    """`treecask gc URL` (treecask/_cli.py -> python -m treecask gc): any
+    host's temporaries, a multi-process checkpoint's shards without its
+    index, incomplete multipart uploads; --dry-run lists them; --older-than
+    keeps what is younger; committed objects and checkpoints are kept."""
+    import obstore
+    from treecask import _cli
+    store = s3_env.store("saves")
+    run = uuid.uuid4().hex
+    kept = [f"{run}/x.cask", f"{run}/done/process_0.0123456789abcdef.cask", f"{run}/done/index.cask"]
+    junk = [f"{run}/a.cask.tmp.elsewhere.4242.0123456789abcdef",
+            f"{run}/b.cask.tmp.elsewhere.4243.0123456789abcdef/upload",
+            f"{run}/half/process_0.0123456789abcdef.cask", f"{run}/half/process_1.0123456789abcdef.cask"]
+    for k in kept + junk:
+        obstore.put(store, k, b"x" * 10)
+    s3 = _s3.for_store(store)
+    if s3 is not None:
+        s3.client.create_multipart_upload(Bucket="saves", Key=f"{run}/big.cask")
+    url = f"s3://saves/{run}"
+
+    assert _cli.main(["gc", url, "--older-than", "3600"]) == 0  # all of it younger than an hour
+    assert "removed 0 leftovers" in capsys.readouterr().out
+    assert _cli.main(["gc", url, "--older-than", "0", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"would remove" in out and f"s3://saves/{k}" in out for k in junk), out
+    assert not any(f"s3://saves/{k} " in out for k in kept), out
+    assert (f"multipart upload s3://saves/{run}/big.cask" in out) == (s3 is not None)
+    assert listing(s3_env, run) == sorted(kept + junk)  # nothing removed
+    assert _cli.main(["gc", url, "--older-than", "0"]) == 0
+    assert f"removed {len(junk) + (s3 is not None)} leftovers, 40 bytes" in capsys.readouterr().out
+    assert listing(s3_env, run) == sorted(kept)
+    assert run.encode() not in s3_env.request("GET", "/saves?uploads")[2]
+    assert _cli.main(["gc", "s3://no-such-bucket-here/x", "--older-than", "0"]) == 2
+    assert _cli.main(["gc", "https://example.invalid/x"]) == 10

@@ -284,18 +284,25 @@ class S3:
                 upload = self.client.get_object(Bucket=self.bucket, Key=self._key(n))["Body"].read().decode()
                 self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(path), UploadId=upload)
 
-    def uploads(self, prefix: str) -> List[Tuple[str, str]]:
-        """(path, upload id) of every incomplete multipart upload whose key
-        starts with ``prefix`` (ListMultipartUploads, paged)."""
-        out: List[Tuple[str, str]] = []
+    def uploads(self, prefix: str) -> List[Tuple[str, str, Any]]:
+        """(path, upload id, when it was started: a datetime) of every
+        incomplete multipart upload whose key starts with ``prefix``
+        (ListMultipartUploads, paged). Raises botocore's errors."""
+        out: List[Tuple[str, str, Any]] = []
         kw: Dict[str, str] = {"Bucket": self.bucket, "Prefix": self._key(prefix)}
         strip = len(self.prefix) + 1 if self.prefix else 0
         while True:
             r = self.client.list_multipart_uploads(**kw)
-            out += [(u["Key"][strip:], u["UploadId"]) for u in r.get("Uploads", [])]
+            out += [(u["Key"][strip:], u["UploadId"], u.get("Initiated")) for u in r.get("Uploads", [])]
             if not r.get("IsTruncated"):
                 return out
             kw["KeyMarker"], kw["UploadIdMarker"] = r.get("NextKeyMarker", ""), r.get("NextUploadIdMarker", "")
+
+    def abort(self, path: str, upload: str) -> None:
+        """Aborts upload ``upload`` of ``path``; best effort (a failure, or an
+        upload already gone, is ignored)."""
+        with contextlib.suppress(Exception):
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(path), UploadId=upload)
 
     def abort_dead(self, path: str) -> None:
         """Aborts what no saver can still complete, once ``path`` is committed
@@ -307,7 +314,6 @@ class S3:
         whose process is gone (the core's rule). Best effort: a failure is
         ignored (the next save of ``path`` tries again)."""
         with contextlib.suppress(Exception):
-            for k, upload in self.uploads(path):
+            for k, upload, _ in self.uploads(path):
                 if k == path or (k.startswith(path + ".tmp") and _core.is_stale_temporary(path, k)):
-                    with contextlib.suppress(Exception):
-                        self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(k), UploadId=upload)
+                    self.abort(k, upload)
