@@ -12,6 +12,11 @@ The commit of one object (:func:`put_file`), through obstore:
   exist (S3: ``UploadPartCopy`` and ``CompleteMultipartUpload`` with
   ``If-None-Match: *``; GCS: ``ifGenerationMatch=0``), then the temporary is
   deleted. With ``overwrite`` the multipart upload goes straight to ``<key>``.
+  (On S3 with botocore installed, ``treecask.stores.ObjectStore`` uploads a
+  new large key straight to ``<key>`` instead, completing it with
+  ``If-None-Match: *``: python/treecask/stores/_s3.py.)
+- after a create-only commit: :func:`confirm`, one ranged GET showing that
+  the object at ``<key>`` is this saver's (AlreadyExistsError otherwise).
 - a store without conditional writes (obstore answers NotImplemented /
   NotSupported, e.g. S3 ``conditional_put="disabled"``): the documented
   fallback, a HEAD of ``<key>`` just before an unconditional upload; two

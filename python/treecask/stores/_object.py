@@ -124,9 +124,10 @@ class ObjectStore(Store):
         the multipart uploads of ``path`` whose saver died (their markers,
         ``stores/_s3.py``)."""
         names = self.list_prefix(path) if names is None else list(names)
-        s3 = _s3.for_store(self.store)
+        marked = [n for n in names if n.endswith("/" + _s3.UPLOAD_MARKER)]
+        s3 = _s3.for_store(self.store) if marked else None
         if s3 is not None:
-            s3.abort_marked(path, names)
+            s3.abort_marked(path, marked)
         super().remove_stale(path, names)
 
     def delete(self, paths: Sequence[str]) -> None:
