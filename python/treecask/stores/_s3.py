@@ -63,8 +63,8 @@ def for_store(store: Any) -> Optional["S3"]:
     """The botocore twin of obstore store ``store``, or None: botocore not
     installed (or too old for ``IfNoneMatch`` on CompleteMultipartUpload),
     not an S3Store, a Python credential provider, conditional writes
-    disabled (``conditional_put="disabled"``), or an option botocore is not
-    given here (then obstore's own path is used, which honours them all)."""
+    disabled (``conditional_put="disabled"``), or an option (config or
+    client option other than ``allow_http``) botocore is not given here (then obstore's own path is used, which honours them all)."""
     if type(store).__name__ != "S3Store" or getattr(store, "credential_provider", None) is not None:
         return None
     try:
@@ -81,6 +81,8 @@ def for_store(store: Any) -> Optional["S3"]:
         if k not in _ENV and k not in _IGNORED:
             return None
         cfg[k] = str(v)
+    if set(store.client_options or {}) - {"allow_http"}:  # proxies, certificates, timeouts: obstore's
+        return None
     bucket = (store.config or {}).get("bucket")
     if not bucket or str(cfg.get("conditional_put", "")).lower() == "disabled":
         return None
