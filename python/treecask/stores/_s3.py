@@ -207,7 +207,14 @@ class S3:
                 return str(r.get("ETag", ""))
             except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
                 code, status = _code(e)
-                if status in (412, 409) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                refused = status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict")
+                if refused or code == "NoSuchUpload":
+                    # A retried completion whose first try committed is refused (412) or finds its
+                    # upload gone: the object is then this save's own bytes.
+                    own = self._own_etag(key, local_file)
+                    if own is not None:
+                        return own
+                if refused:
                     err = AlreadyExistsError("the object exists (a checkpoint is never replaced; pass "
                                              "overwrite=True to replace it)", file=url)
                 elif code == "NoSuchUpload" and self._exists(key):
@@ -221,6 +228,23 @@ class S3:
             with contextlib.suppress(Exception):
                 self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
             raise
+
+    def _own_etag(self, key: str, local_file: str) -> Optional[str]:
+        """The ETag of object ``key`` when its size and last
+        ``_upload.CONFIRM_BYTES`` are the local file's (one ranged GET), else
+        None (also when it cannot be read)."""
+        size = os.path.getsize(local_file)
+        n = min(size, _upload.CONFIRM_BYTES)
+        try:
+            r = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=-{n}")
+            total = int(str(r.get("ContentRange", "")).rpartition("/")[2] or -1)
+            got = r["Body"].read()
+        except Exception:  # noqa: BLE001
+            return None
+        with open(local_file, "rb") as f:
+            f.seek(size - n)
+            mine = f.read(n)
+        return str(r.get("ETag", "")) if total == size and got == mine else None
 
     def _exists(self, key: str) -> bool:
         try:
