@@ -657,7 +657,7 @@ def test_gc_removes_what_dead_savers_left_under_a_prefix(s3_env, capsys):
     assert "removed 0 leftovers" in capsys.readouterr().out
     assert _cli.main(["gc", url, "--older-than", "0", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert all(f"would remove" in out and f"s3://saves/{k}" in out for k in junk), out
+    assert all("would remove" in out and f"s3://saves/{k}" in out for k in junk), out
     assert not any(f"s3://saves/{k} " in out for k in kept), out
     assert (f"multipart upload s3://saves/{run}/big.cask" in out) == (s3 is not None)
     assert listing(s3_env, run) == sorted(kept + junk)  # nothing removed
