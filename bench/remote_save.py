@@ -16,12 +16,14 @@ rounds; median with min-max):
    from a local file, multipart with the upload's own part size and
    concurrency (_upload.PART_BYTES, PARTS_IN_FLIGHT), through the same
    obstore client treecask uses: the upload alone, no archive written.
-2. treecask.save(url, tree) to a new key (the conditional commit: multipart
-   upload to a temporary object, conditional server-side copy onto the key,
-   delete of the temporary), and with overwrite=True onto an existing key
-   (multipart straight to the key). The new-key save is also split into its
-   phases (listing, local write, multipart upload, copy, temporary delete) by
-   timing the calls _upload.save_url makes.
+2. treecask.save(url, tree) to a new key (the conditional commit: with
+   botocore installed, one multipart upload straight to the key completed
+   with If-None-Match, python/treecask/stores/_s3.py; without it, a
+   multipart upload to a temporary object, conditional server-side copy onto
+   the key, delete of the temporary; then the confirming ranged GET), and
+   with overwrite=True onto an existing key (multipart straight to the key).
+   The new-key save is also split into its phases (upload, copy, confirm,
+   the rest: listing and local write) by timing the calls the commit makes.
 3. save-then-upload by hand: treecask.save to a local file (durable=False,
    as the URL save writes its scratch) then the same obstore.put as the limit.
 
@@ -143,8 +145,10 @@ def phases(acc: dict):
     server-side copy, deletes) into `acc` (seconds, summed); the rest of a
     save is the local write of the archive."""
     import obstore
-    saved = {"check_target": _upload.check_target, "_put_parts": _upload._put_parts}
+    from treecask.stores import _s3
+    saved = {"check_target": _upload.check_target, "_put_parts": _upload._put_parts, "confirm": _upload.confirm}
     saved_ob = {"copy": obstore.copy, "delete": obstore.delete}
+    saved_s3 = {"put_new": _s3.S3.put_new, "abort_dead": _s3.S3.abort_dead}
 
     def wrap(name, fn):
         def timed(*a, **k):
@@ -156,18 +160,23 @@ def phases(acc: dict):
         return timed
 
     names = {"check_target": "listing", "_put_parts": "multipart upload", "copy": "conditional copy",
-             "delete": "temporary delete"}
+             "delete": "temporary delete", "confirm": "confirm (ranged GET)",
+             "put_new": "conditional multipart upload (botocore)", "abort_dead": "multipart listing (botocore)"}
     try:
         for k, fn in saved.items():
             setattr(_upload, k, wrap(names[k], fn))
         for k, fn in saved_ob.items():
             setattr(obstore, k, wrap(names[k], fn))
+        for k, fn in saved_s3.items():
+            setattr(_s3.S3, k, wrap(names[k], fn))
         yield acc
     finally:
         for k, fn in saved.items():
             setattr(_upload, k, fn)
         for k, fn in saved_ob.items():
             setattr(obstore, k, fn)
+        for k, fn in saved_s3.items():
+            setattr(_s3.S3, k, fn)
 
 
 def master_port(s3) -> int:
@@ -697,6 +706,14 @@ def bench_two_process(s3, mib: int, pairs: int, tmp: str) -> dict:
 
 # ---------------------------------------------------------------- report
 
+def _new_key_path() -> str:
+    """How this run commits a new large key (docs/stores.md "S3 with botocore")."""
+    from treecask.stores import _s3
+    store, _ = _remote._store_for(f"s3://{BUCKET}/x", None)
+    return ("conditional multipart straight to the key, botocore" if _s3.for_store(store) is not None
+            else "temporary + conditional copy")
+
+
 def report(size, times, split, rss, pairs):
     med = {k: statistics.median(v) for k, v in times.items()}
     gib = size / 2**30
@@ -705,7 +722,7 @@ def report(size, times, split, rss, pairs):
     print("|---|---|---|---|")
     rows = (("limit: obstore.put of the archive file, multipart "
              f"({_upload.PART_BYTES // MIB} MiB x {_upload.PARTS_IN_FLIGHT})", "limit"),
-            ("treecask.save(url), new key (temporary + conditional copy)", "save"),
+            ("treecask.save(url), new key (" + _new_key_path() + ")", "save"),
             ("treecask.save(url, overwrite=True), existing key (multipart to the key)", "save_ow"),
             ("by hand: treecask.save(local) + obstore.put (same parts)", "by_hand"))
     for label, k in rows:
@@ -717,7 +734,8 @@ def report(size, times, split, rss, pairs):
     print("\nWhere a new-key save's time goes (median per phase, min-max):\n")
     print("| phase | time | share of the save |")
     print("|---|---|---|")
-    for k in ("listing", "local write (rest)", "multipart upload", "conditional copy", "temporary delete"):
+    for k in ("listing", "local write (rest)", "multipart upload", "conditional copy", "temporary delete",
+              "conditional multipart upload (botocore)", "confirm (ranged GET)", "multipart listing (botocore)"):
         if k in split:
             print(f"| {k} | {fmt(split[k])} | {statistics.median(split[k]) / med['save']:.0%} |")
     if rss:

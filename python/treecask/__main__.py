@@ -1,7 +1,7 @@
 """``python -m treecask``: the Python package's own commands.
 
 The C++ ``treecask`` tool (docs/cli.md) inspects, verifies, imports and
-exports archives; the commands here (import-orbax, import-flax) need Python
+exports archives; the commands here (import-orbax, import-flax, gc) need Python
 libraries the C++ tool cannot use, and the ``treecask`` command that pip
 installs runs them as well (treecask/_cli.py). Exit statuses are the C++ tool's (docs/cli.md "Exit codes"): 0 success,
 1 usage error, 2 not found, 3 not an archive, 4 unsupported version,
@@ -99,6 +99,23 @@ def _parser(prog: str = "python -m treecask") -> argparse.ArgumentParser:
     f.add_argument("--prefix", default="checkpoint_",
                    help="checkpoint name prefix given to save_checkpoint (default: checkpoint_)")
     _save_arguments(f)
+
+    g = sub.add_parser(
+        "gc", help="remove what dead savers left under a bucket prefix nobody saves to any more",
+        description=(
+            "Remove what dead savers left under URL (s3://bucket/prefix, gs://, az://), a prefix "
+            "nobody saves to any more (docs/stores.md \"Cleaning up after a killed saver\"): "
+            "temporaries <name>.tmp.<host>.<pid>.<hex16> of any host, the shard objects of "
+            "multi-process checkpoints that have no index.cask, and (S3 with botocore) incomplete "
+            "multipart uploads; only those at least --older-than seconds old. A save still running "
+            "under URL and older than that fails (it never commits half a checkpoint)."),
+        epilog=("Prints one line per leftover, '<removed|would remove> <kind> <URL> (<age> s, <n> "
+                "bytes)', then a total. Exit status: 0 ok; 1 usage; 2 no such bucket; 8 I/O error or "
+                "access denied; 10 not an object store URL."))
+    g.add_argument("url", metavar="URL", help="the prefix: s3://bucket/prefix (the whole bucket: s3://bucket)")
+    g.add_argument("--older-than", type=float, default=3600.0, metavar="SECONDS",
+                   help="only what is at least this old (default 3600)")
+    g.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     return p
 
 
@@ -151,6 +168,21 @@ def _import_flax(a: argparse.Namespace) -> int:
     return 0
 
 
+def _gc(a: argparse.Namespace) -> int:
+    from . import stores
+    from .stores import _gc
+
+    if a.older_than < 0:
+        raise errors.InvalidArgumentError(f"--older-than must be >= 0, got {a.older_than}")
+    store, path = stores.resolve(a.url)
+    found = _gc.collect(store, path, older_than=a.older_than, dry_run=a.dry_run)
+    verb = "would remove" if a.dry_run else "removed"
+    for f in found:
+        print(f"{verb} {f.kind} {store.display(f.path)} ({f.age_s:.0f} s, {f.size} bytes)")
+    print(f"{verb} {len(found)} leftovers, {sum(f.size for f in found)} bytes, under {store.display(path)}")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None, prog: str = "python -m treecask") -> int:
     """Runs one command; returns its exit status (see the module docstring).
 
@@ -163,6 +195,8 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m treecask") -> 
             return _import_orbax(a)
         if a.command == "import-flax":
             return _import_flax(a)
+        if a.command == "gc":
+            return _gc(a)
     except errors.Error as e:
         print(f"treecask: {e}", file=sys.stderr)
         for cls, status in _EXIT:

@@ -4,7 +4,7 @@ Every subcommand of the C++ tool (docs/cli.md: info, ls, verify, get, import,
 export) runs the tool built into the package (``treecask/_bin/treecask``,
 scikit-build-core builds it with the extension): this process is replaced by
 it (``os.execv``), so arguments, output and exit statuses are the tool's own.
-``import-orbax`` and ``import-flax`` need Python libraries and run
+``import-orbax``, ``import-flax`` and ``gc`` need Python libraries and run
 ``python -m treecask`` (treecask/__main__.py) in this process instead.
 
 The tool built into the package has no HTTP source of its own (the wheel is
@@ -23,7 +23,7 @@ import sys
 from typing import List, Optional
 
 # Subcommands of python -m treecask (treecask/__main__.py).
-PYTHON_COMMANDS = ("import-orbax", "import-flax")
+PYTHON_COMMANDS = ("import-orbax", "import-flax", "gc")
 # The tool's subcommands that read an archive, which may be a URL.
 READING_COMMANDS = ("info", "ls", "verify", "get", "export")
 # A URL (<scheme>://), as treecask._remote.is_url tells one.

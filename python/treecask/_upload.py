@@ -12,6 +12,11 @@ The commit of one object (:func:`put_file`), through obstore:
   exist (S3: ``UploadPartCopy`` and ``CompleteMultipartUpload`` with
   ``If-None-Match: *``; GCS: ``ifGenerationMatch=0``), then the temporary is
   deleted. With ``overwrite`` the multipart upload goes straight to ``<key>``.
+  (On S3 with botocore installed, ``treecask.stores.ObjectStore`` uploads a
+  new large key straight to ``<key>`` instead, completing it with
+  ``If-None-Match: *``: python/treecask/stores/_s3.py.)
+- after a create-only commit: :func:`confirm`, one ranged GET showing that
+  the object at ``<key>`` is this saver's (AlreadyExistsError otherwise).
 - a store without conditional writes (obstore answers NotImplemented /
   NotSupported, e.g. S3 ``conditional_put="disabled"``): the documented
   fallback, a HEAD of ``<key>`` just before an unconditional upload; two
@@ -143,9 +148,10 @@ def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> N
     import obstore
 
     size = os.path.getsize(path)
+    etag: Optional[str] = None
     try:
         if size <= SINGLE_PUT_BYTES:
-            _put_single(store, key, path, size, overwrite)
+            etag = _put_single(store, key, path, size, overwrite)
         elif overwrite:
             _put_parts(store, key, path)
         else:
@@ -162,33 +168,81 @@ def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> N
     except Exception as e:  # noqa: BLE001
         err = _store_error(url, e)
     else:
+        if not overwrite:
+            confirm(store, key, path, url=url, etag=etag)
         return
     raise err  # outside the except: obstore's exception is chained to nothing
 
 
-def _create(store: Any, key: str, conditional: Callable[[], Any], unconditional: Callable[[], Any]) -> None:
+#: How many of an object's last bytes :func:`confirm` compares (bytes).
+CONFIRM_BYTES = 64 << 10
+
+
+def _bare_etag(etag: Any) -> str:
+    return str(etag or "").removeprefix("W/").strip('"')
+
+
+def confirm(store: Any, key: str, path: str, *, url: str, etag: Optional[str] = None) -> None:
+    """After a commit that refuses to replace an object: that the object now
+    at ``key`` is the one this saver wrote from the local file ``path``,
+    by one small ranged GET (its last ``CONFIRM_BYTES``, which also gives
+    its size and ETag): the ETag the commit returned (``etag``) must be the
+    object's, or, where the commit returned none (a server-side copy), the
+    size and the last bytes must be the file's. Raises AlreadyExistsError
+    otherwise: on a store whose conditional writes are not atomic
+    (SeaweedFS, docs/stores.md) two savers can both be answered "created";
+    the one whose object was replaced learns it here. A replacement that
+    lands after this GET is not seen (docs/stores.md "What each store
+    guarantees at commit")."""
+    import obstore
+
+    size = os.path.getsize(path)
+    n = min(size, CONFIRM_BYTES)
+    err: Optional[Error] = None
+    try:
+        r = obstore.get(store, key, options={"range": {"suffix": n}}) if n else obstore.get(store, key)
+        meta, got = r.meta, bytes(r.bytes())
+    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
+        err = _store_error(url, e)
+    if err is not None:
+        raise err  # outside the except: nothing chained
+    if meta["size"] == size:
+        if etag and meta.get("e_tag"):
+            if _bare_etag(etag) == _bare_etag(meta["e_tag"]):
+                return
+        else:
+            with open(path, "rb") as f:
+                f.seek(size - n)
+                if f.read(n) == got:
+                    return
+    raise AlreadyExistsError("another saver committed this object at the same time and it is not this save's "
+                             "(the store's conditional write is not atomic): this checkpoint was not saved",
+                             file=url)
+
+
+def _create(store: Any, key: str, conditional: Callable[[], Any], unconditional: Callable[[], Any]) -> Any:
     """Creates ``key`` by ``conditional()`` (a write that fails if ``key``
     exists); where obstore refuses it because the store (or its configuration)
     has no conditional writes, the documented fallback: a HEAD of ``key``
-    (AlreadyExistsError if it exists), then ``unconditional()``."""
+    (AlreadyExistsError if it exists), then ``unconditional()``. Returns
+    what the write returned."""
     import obstore
     import obstore.exceptions as E
 
     try:
-        conditional()
-        return
+        return conditional()
     except Exception as e:  # noqa: BLE001
         if not (isinstance(e, (NotImplementedError, E.NotSupportedError)) or "not yet implemented" in str(e)):
             raise
     try:
         obstore.head(store, key)
     except FileNotFoundError:
-        unconditional()
-        return
+        return unconditional()
     raise AlreadyExistsError("the object exists (a checkpoint is never replaced)")
 
 
-def _put_single(store: Any, key: str, path: str, size: int, overwrite: bool) -> None:
+def _put_single(store: Any, key: str, path: str, size: int, overwrite: bool) -> Optional[str]:
+    """One PUT of the file (conditional unless ``overwrite``); the ETag it returned."""
     import obstore
 
     with open(path, "rb") as f:
@@ -198,10 +252,8 @@ def _put_single(store: Any, key: str, path: str, size: int, overwrite: bool) -> 
         try:
             def put(mode: str):
                 return lambda: obstore.put(store, key, view, mode=mode, use_multipart=False)
-            if overwrite:
-                put("overwrite")()
-            else:
-                _create(store, key, put("create"), put("overwrite"))
+            r = put("overwrite")() if overwrite else _create(store, key, put("create"), put("overwrite"))
+            return (r or {}).get("e_tag")
         finally:
             # A store may keep the buffer it was given (obstore's MemoryStore holds the object's
             # bytes so): the view and the map, of a file then unlinked, live as long as it does.

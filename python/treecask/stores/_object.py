@@ -3,10 +3,12 @@ committed with the store's conditional writes (docs/stores.md)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from .. import _core, _remote, _upload
 from ..errors import Error, UnsupportedError
+from . import _s3
 from ._store import Store
 
 
@@ -29,9 +31,12 @@ class ObjectStore(Store):
     ``If-Match`` with that ETag: an object replaced meanwhile is a
     CorruptionError, never a mix of two versions (SPEC.md "Remote reading").
     Writing (:meth:`put_file`): up to 64 MiB one PUT with ``If-None-Match:
-    *`` (S3; GCS ``ifGenerationMatch=0``; memory: create mode); larger, a
+    *`` (S3; GCS ``ifGenerationMatch=0``; memory: create mode); larger, on
+    S3 with botocore installed, one multipart upload straight to ``path``
+    completed with ``If-None-Match: *`` (``stores/_s3.py``), elsewhere a
     multipart upload to a temporary ``<path>.tmp.<host>.<pid>.<hex16>`` and a
-    conditional copy onto ``path``. Whether two racing creations are
+    conditional copy onto ``path``; then the object is confirmed to be this
+    save's (one ranged GET). Whether two racing creations are
     atomic is the store's guarantee, not treecask's (docs/stores.md lists
     them); a store that refuses conditional writes gets a HEAD just before an
     unconditional write. Listing needs a store that lists (not HTTP).
@@ -70,9 +75,22 @@ class ObjectStore(Store):
 
     # ---- writing ----
     def put_file(self, path: str, local_file: str, *, overwrite: bool) -> None:
-        """Uploads and commits ``local_file`` as ``path`` (this class's docstring)."""
+        """Uploads and commits ``local_file`` as ``path`` (this class's
+        docstring); without ``overwrite``, then confirms that the object is
+        this save's (``_upload.confirm``: AlreadyExistsError if another
+        saver's replaced it) and, on S3 with botocore, aborts the incomplete
+        multipart uploads of ``path`` no saver can complete any more
+        (docs/stores.md "S3 with botocore")."""
         self._writable(path)
-        _upload.put_file(self.store, path, local_file, url=self.display(path), overwrite=overwrite)
+        url = self.display(path)
+        s3 = _s3.for_store(self.store) if not overwrite else None
+        if s3 is not None and os.path.getsize(local_file) > _upload.SINGLE_PUT_BYTES:
+            etag = s3.put_new(path, local_file, url)
+            _upload.confirm(self.store, path, local_file, url=url, etag=etag)
+        else:
+            _upload.put_file(self.store, path, local_file, url=url, overwrite=overwrite)
+        if s3 is not None:
+            s3.abort_dead(path)
 
     def list_prefix(self, prefix: str) -> List[str]:
         """Every key that starts with the string ``prefix``: one paged listing
@@ -100,6 +118,17 @@ class ObjectStore(Store):
         if err is not None:
             raise err  # outside the except: obstore's text may quote a signed URL
         return out
+
+    def remove_stale(self, path: str, names: Optional[Sequence[str]] = None) -> None:
+        """:meth:`Store.remove_stale`; on S3 with botocore it first aborts
+        the multipart uploads of ``path`` whose saver died (their markers,
+        ``stores/_s3.py``)."""
+        names = self.list_prefix(path) if names is None else list(names)
+        marked = [n for n in names if n.endswith("/" + _s3.UPLOAD_MARKER)]
+        s3 = _s3.for_store(self.store) if marked else None
+        if s3 is not None:
+            s3.abort_marked(path, marked)
+        super().remove_stale(path, names)
 
     def delete(self, paths: Sequence[str]) -> None:
         """Deletes each object (best effort: a missing one, or a failure, is skipped)."""
