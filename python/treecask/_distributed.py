@@ -19,36 +19,48 @@ writes about 1/N of the bytes whatever the mesh. Leaves that are not global ``ja
 arrays, Python scalars and strings, fully addressable / process-local jax
 arrays) are written once, by process 0, from process 0's values.
 
+Every file goes through the checkpoint's store (``treecask.stores``: a
+file system path or a URL names one, or the caller passes ``store=``), so
+this protocol is written once: in a :class:`~treecask.stores.LocalStore` the
+files are written in place in a temporary directory renamed onto ``path``;
+in an :class:`~treecask.stores.ObjectStore` each is written to local scratch
+and uploaded to its final name (``process_<k>.<save id>.cask``, this save's
+own), and the conditional creation of ``path/index.cask`` commits
+(docs/remote.md "Multi-process checkpoints").
+
 Coordination uses only the jax.distributed coordination service (key-value
 store and barriers; no RPC or lock of our own):
 
-1. process 0 refuses an existing ``path`` (unless ``overwrite``), removes stale
-   temporary directories (below), creates ``<path>.tmp.<host>.<pid>.<hex16>``
-   (``_core.temporary_path``, the one naming rule of SPEC.md "Atomic commit")
-   and publishes its name and a random 128-bit save id (or its error) in the
-   key-value store;
-2. every process writes and fsyncs its ``process_<k>.cask`` there, with the
-   save id in its archive metadata (``treecask.save_id``), and publishes "ok"
-   or its error; barrier;
+1. process 0 stages the checkpoint (``Store.stage_directory``): refuses an
+   existing ``path`` (unless ``overwrite``), removes dead writers'
+   temporaries (below) and, on a file system, creates
+   ``<path>.tmp.<host>.<pid>.<hex16>`` (``_core.temporary_path``, the one
+   naming rule of SPEC.md "Atomic commit"); it publishes the staging path and
+   a random 128-bit save id (or its error) in the key-value store;
+2. every process writes (and fsyncs, or uploads) its ``process_<k>.cask``
+   there (``Store.write_archive``), with the save id in its archive metadata
+   (``treecask.save_id``), and publishes "ok" or its error; barrier;
 3. process 0 opens the manifests the processes actually wrote, builds the
    index from them, binding each shard file by the length and XXH3 of its
    manifest (so a file of another step, save or job is refused by every
-   reader), checks the result opens as a ShardedArchive (every box
-   present, boxes tiling every leaf), fsyncs it, renames the directory onto
-   ``path`` (``renameat2(RENAME_NOREPLACE)``; with ``overwrite``,
-   ``RENAME_EXCHANGE`` and then removes the old one) and fsyncs the parent;
-   publishes the outcome; barrier; every process returns or raises it.
+   reader), checks the result opens as a sharded checkpoint (every box
+   present, boxes tiling every leaf), and the store commits it
+   (``Store.publish_directory``: on a file system the directory is fsynced
+   and renamed onto ``path`` with ``renameat2(RENAME_NOREPLACE)``, with
+   ``overwrite`` ``RENAME_EXCHANGE`` and the old one removed, then the
+   parent fsynced; in an object store ``index.cask`` is created, never over
+   an existing one without ``overwrite``, then objects it does not name are
+   deleted); publishes the outcome; barrier; every process returns or
+   raises it.
 
-If any process dies or fails before step 3's rename, nothing appears at
+If any process dies or fails before step 3's commit, nothing appears at
 ``path`` and whatever was there stays as it was.
 
-Stale temporary directories: process 0 removes those of ``path`` whose
-``<host>`` is its own host name and whose process ``<pid>`` no longer exists
-there (the process 0 of a job that died; ``_core.remove_stale_temporaries``,
-the core's one rule). Directories from other hosts are left alone (a job on
-another host may still be writing): remove those by hand once no job saving
-to ``path`` runs. In an object store there is no temporary directory: see
-docs/remote.md.
+Stale temporaries: process 0 removes those of ``path`` whose ``<host>`` is
+its own host name and whose process ``<pid>`` no longer exists there (the
+process 0 of a job that died; ``_core.is_stale_temporary``, the core's one
+rule). Those from other hosts are left alone (a job on another host may
+still be writing): remove them by hand once no job saving to ``path`` runs.
 """
 
 from __future__ import annotations
@@ -56,12 +68,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _codec, _dtypes, _remote, _replicas, _upload
+from . import _codec, _dtypes, _remote, _replicas, stores
 from . import _jaxutil as J
 from . import _tree as T
 from . import _core
@@ -80,11 +91,13 @@ BARRIER_TIMEOUT_S = float(os.environ.get("TREECASK_BARRIER_TIMEOUT_S", "600"))
 _save_counter = 0
 
 
-def process_file(k: int, save_id: str = "", remote: bool = False) -> str:
+def process_file(k: int, save_id: str = "", unique: bool = False) -> str:
     """File name of process k's shard archive inside a checkpoint directory;
-    in an object store ``process_<k>.<first 16 hex digits of the save id>.cask``,
-    so that a competing save of the same step never overwrites it."""
-    return f"process_{k}.{save_id[:16]}.cask" if remote else f"process_{k}.cask"
+    ``unique`` (a store without atomic directories, where the files go to
+    their final names: an object store) ``process_<k>.<first 16 hex digits
+    of the save id>.cask``, so that a competing save of the same step never
+    overwrites it."""
+    return f"process_{k}.{save_id[:16]}.cask" if unique else f"process_{k}.cask"
 
 
 def _client():
@@ -175,14 +188,15 @@ class _Save:
     caller's thread (:func:`prepare`), so that :func:`run` -- the collective
     protocol, on any thread -- never touches the tree again."""
 
-    __slots__ = ("path", "key", "pid", "nproc", "nodes", "key_paths", "metas", "is_global", "md",
-                 "keys", "kinds", "names", "shapes", "datas", "options", "remote", "storage_options")
+    __slots__ = ("store", "path", "shown", "key", "pid", "nproc", "nodes", "key_paths", "metas", "is_global",
+                 "md", "keys", "kinds", "names", "shapes", "datas", "options")
 
 
 def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], compression: int,
             overwrite: bool, chunk_size: Optional[int], threads: int, durable: bool,
             max_part_bytes: Optional[int], shuffle: bool, snapshot: bool = False,
-            storage_options: Optional[Mapping[str, Any]] = None) -> _Save:
+            storage_options: Optional[Mapping[str, Any]] = None,
+            store: Optional[stores.Store] = None) -> _Save:
     """The caller's half of a multi-process save: flattens ``tree``, describes
     every leaf for the index, and takes this process's boxes (its parts of
     the global jax.Arrays' shards, ``_replicas.my_boxes``; on process 0 also
@@ -195,6 +209,10 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     other leaf (NumPy arrays...) is copied. Without it the caller must keep
     the tree unchanged until :func:`run` returns.
 
+    ``path`` names the checkpoint as :func:`treecask.stores.resolve` takes
+    it: inside ``store``, else a file system path or a URL (configured by
+    ``storage_options``); every process must name the same one.
+
     Must be called in every process, in the same order as every other
     multi-process save (the coordination keys are numbered per call).
     Raises InvalidArgumentError for a leaf that cannot be saved (as
@@ -203,9 +221,9 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     import jax
 
     s = _Save()
-    s.remote = _remote.is_url(path)
-    s.path = path.rstrip("/") if s.remote else os.path.abspath(path)
-    s.storage_options = storage_options
+    s.store, s.path = stores.resolve(path, store, storage_options)
+    s.path = s.store.normalize(s.path)
+    s.shown = s.store.display(s.path)
     s.pid, s.nproc = jax.process_index(), jax.process_count()
     _save_counter += 1
     s.key = f"treecask/save/{_save_counter}"
@@ -254,58 +272,44 @@ def run(s: _Save):
     """The collective half of a multi-process save (module docstring, steps
     1-3), on any thread of every process; the coordination client's waits
     release the GIL. Returns the checkpoint's SaveStats (all files); raises
-    in every process what failed in any (the message names the process)."""
+    in every process what failed in any (the message names the process).
+    Every file goes through the store (``treecask.stores``): its staging,
+    its writes and its commit."""
     client = _client()
-    pid, key, p, o = s.pid, s.key, s.path, s.options
+    st, pid, key, p, o = s.store, s.pid, s.key, s.path, s.options
     timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
 
-    # Step 1: process 0 prepares the temporary directory (in a store: checks the target).
+    # Step 1: process 0 checks the target and stages the checkpoint.
     if pid == 0:
         try:
             # The save's identity (SPEC.md "Sharded checkpoints"): in every file's metadata,
             # so that no two saves write the same manifest, whatever their trees.
             save_id = secrets.token_hex(16)
-            if s.remote:  # the shard objects go under the checkpoint's prefix, named by the save id
-                _upload.check_target(p, s.storage_options, overwrite=o["overwrite"], commit=INDEX)
-                tmp = p
-            else:
-                if os.path.lexists(p) and not o["overwrite"]:
-                    raise E.AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=p)
-                if not os.path.isdir(os.path.dirname(p)):
-                    raise E.NotFoundError("the parent directory does not exist", file=p)
-                _core.remove_stale_temporaries(p)
-                tmp = _core.temporary_path(p)
-                os.mkdir(tmp)
-            answer = "ok:" + save_id + ":" + tmp
+            staging = st.stage_directory(p, overwrite=o["overwrite"])
+            answer = "ok:" + save_id + ":" + staging
         except Exception as e:
             answer = "err:" + _error_text(e)
         client.key_value_set(key + "/dir", answer)
     answer = client.blocking_key_value_get(key + "/dir", timeout_ms)
     if answer.startswith("err:"):
-        _raise(answer[4:], p)
-    save_id, _, tmp = answer[3:].partition(":")
+        _raise(answer[4:], s.shown)
+    save_id, _, staging = answer[3:].partition(":")
     s.md = s.md + [(SAVE_ID_KEY, save_id)]
+    unique = not st.supports_atomic_directories  # files at their final names: this save's own
+    names = [process_file(k, save_id, unique) for k in range(s.nproc)]
 
-    # Step 2: every process writes its own shards.
+    # Step 2: every process writes its own shards (in place, or to scratch and uploaded: the
+    # name is this save's own, so no pre-check and no conditional write).
     try:
-        def write(mine: str):
-            return _core.save(mine, SaveRequest(
+        def write(local: str, in_place: bool):
+            return _core.save(local, SaveRequest(
                 _flat_nodes(s.keys), [T.escape_key(k) for k in s.keys], s.kinds, s.names, s.shapes, s.datas,
                 compression=o["compression"], chunk_size=o["chunk_size"], threads=o["threads"],
-                durable=o["durable"] and not s.remote, metadata=[(SAVE_ID_KEY, save_id)],
+                durable=o["durable"] and in_place, metadata=[(SAVE_ID_KEY, save_id)],
                 max_part_bytes=o["max_part_bytes"], shuffle=o["shuffle"]))
 
-        name = process_file(pid, save_id, s.remote)
-        if s.remote:  # written to scratch, then uploaded
-            with _upload.scratch(name) as local:
-                st = write(local)
-                store, obj = _remote._store_for(f"{tmp}/{name}", s.storage_options)
-                # Straight to its name (no temporary and conditional copy): the name is this
-                # save's own (its id), and the commit is the index's conditional creation.
-                _upload.put_file(store, obj, local, url=f"{tmp}/{name}", overwrite=True)
-        else:
-            st = write(os.path.join(tmp, name))
-        status = "ok:" + json.dumps({k: int(v) for k, v in st.items()})
+        stats = st.write_archive(stores.join(staging, names[pid]), write, overwrite=True)
+        status = "ok:" + json.dumps({k: int(v) for k, v in stats.items()})
     except Exception as e:  # reported to every process; never leaves the others waiting
         status = "err:" + _error_text(e)
     s.datas = []  # the boxes are written: release the snapshot
@@ -315,56 +319,55 @@ def run(s: _Save):
     # Step 3: process 0 builds the index from what was written and commits.
     if pid == 0:
         try:
-            stats = _commit(s, tmp, save_id, client, timeout_ms)
-            result = "ok:" + json.dumps(stats)
+            result = "ok:" + json.dumps(_commit(s, staging, names, client, timeout_ms))
         except Exception as e:
-            if s.remote:  # this save's shard objects, whatever got uploaded
-                store, prefix = _remote.prefix_store(p, s.storage_options)
-                _upload.delete_objects(store, [prefix + process_file(k, save_id, True) for k in range(s.nproc)])
-            else:
-                shutil.rmtree(tmp, ignore_errors=True)
+            st.discard_directory(staging, names)  # this save's files, whatever got written
             result = "err:" + _error_text(e)
         client.key_value_set(key + "/result", result)
     result = client.blocking_key_value_get(key + "/result", timeout_ms)
     client.wait_at_barrier(key + "/done", timeout_ms)
     if result.startswith("err:"):
-        _raise(result[4:], p)
+        _raise(result[4:], s.shown)
     return SaveStats(**json.loads(result[3:]))
 
 
-def save(path: str, tree: Any, **options: Any):
+def save(path: Any, tree: Any, **options: Any):
     """The multi-process treecask.save (module docstring): :func:`prepare`
     then :func:`run` in the calling thread; the tree must not change meanwhile
     (it is this call's argument). Options as :func:`prepare`'s."""
     return run(prepare(path, tree, **options))
 
 
-def _commit(s: _Save, tmp: str, save_id: str, client, timeout_ms: int) -> Dict[str, int]:
-    p, key, nproc = s.path, s.key, s.nproc
+def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -> Dict[str, int]:
+    """Step 3 (process 0): the index, built from the manifests of the shard
+    files (each read through the store), must open with them as one
+    checkpoint (every ShardRef resolves, boxes tile every leaf); then the
+    store publishes the checkpoint (``Store.publish_directory``: a rename
+    of the staging directory, or the conditional creation of ``index.cask``
+    under the final prefix, and the removal of what the new index does not
+    name)."""
+    st, key, nproc = s.store, s.key, s.nproc
     totals = {"file_bytes": 0, "raw_bytes": 0, "stored_bytes": 0, "num_leaves": len(s.key_paths), "num_blobs": 0}
     for k in range(nproc):
         status = client.blocking_key_value_get(f"{key}/status/{k}", timeout_ms)
         if status.startswith("err:"):
             cls, _, msg = status[4:].partition(":")
-            raise getattr(E, cls, Error)(f"process {k} failed: {msg}", file=p)
-        st = json.loads(status[3:])
+            raise getattr(E, cls, Error)(f"process {k} failed: {msg}", file=s.shown)
+        got = json.loads(status[3:])
         for f in ("file_bytes", "stored_bytes", "num_blobs"):
-            totals[f] += int(st[f])
+            totals[f] += int(got[f])
     # Where each box lives, from the manifests the processes wrote.
     position = {kp: i for i, kp in enumerate(s.key_paths)}
     refs: List[List[Tuple[str, str, List[int], List[int]]]] = [[] for _ in s.key_paths]
     # The fingerprint of each shard file that holds a box (every leaf of a file is one), for the
     # index to bind (SPEC.md R8: it lists exactly the files its ShardRefs name, or more).
     bound: List[Tuple[str, int, int]] = []
-    # In a store each shard object's source is made once and serves this reading and the
-    # check of the whole checkpoint (each open: one round trip, the object's head and tail).
+    # Each shard file's source is made once and serves this reading and the check of the whole
+    # checkpoint (in an object store each open is one round trip, the object's head and tail).
     sources = {}
-    for name in (process_file(k, save_id, s.remote) for k in range(nproc)):
-        if s.remote:
-            sources[name] = _remote.url_source(f"{tmp}/{name}", s.storage_options)
-            a = _core.Archive.open_source(sources[name], True)
-        else:
-            a = _core.Archive.open(os.path.join(tmp, name), True, False)
+    for name in names:
+        sources[name] = st.source(stores.join(staging, name))
+        a = _core.Archive.open_source(sources[name], True)
         if len(a):
             bound.append(a.manifest_fingerprint)
         for j in range(len(a)):
@@ -374,56 +377,28 @@ def _commit(s: _Save, tmp: str, save_id: str, client, timeout_ms: int) -> Dict[s
             i = position.get(kp)
             if i is None or len(comp) != 1:
                 raise E.CorruptionError(f"{name} holds '{d['key_path']}', which names no leaf of the tree",
-                                        file=os.path.join(p, name))
+                                        file=st.display(stores.join(s.path, name)))
             refs[i].append((name, d["key_path"], b, e))
     kinds, dtypes, shapes, datas, more = [], [], [], [], {}
     empty = np.empty(0, np.uint8)
     for i, (kp, meta) in enumerate(zip(s.key_paths, s.metas)):
         if not refs[i]:
-            raise E.CorruptionError("no process wrote any shard of this leaf", file=p, key_path=kp)
+            raise E.CorruptionError("no process wrote any shard of this leaf", file=s.shown, key_path=kp)
         kinds.append(meta["value_kind"])
         dtypes.append(meta["dtype"])
         shapes.append(meta["shape"])
         datas.append(empty)
         totals["raw_bytes"] += int(_core.byte_length_for(meta["dtype"], meta["shape"]))
         more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i])
-    request = SaveRequest(s.nodes, s.key_paths, kinds, dtypes, shapes, datas, more, threads=1,
-                          durable=s.options["durable"] and not s.remote, metadata=s.md, shard_files=bound)
-    if s.remote:
-        return _commit_remote(s, request, sources, totals)
-    st = _core.save(os.path.join(tmp, INDEX), request)
-    totals["file_bytes"] += int(st["file_bytes"])
-    # The checkpoint must open as a whole (every ShardRef resolves, boxes tile every leaf).
-    _core.ShardedArchive.open(tmp, True, False)
-    if s.options["durable"]:
-        _core.sync_path(tmp, p)
-    # The one commit path of the core (include/treecask/commit.h): RENAME_NOREPLACE, or with
-    # overwrite RENAME_EXCHANGE and removal of the old directory; then the parent's fsync.
-    _core.publish(tmp, p, s.options["overwrite"], s.options["durable"], p)
-    return totals
 
+    def write_index(local: str, in_place: bool) -> Dict[str, int]:
+        request = SaveRequest(s.nodes, s.key_paths, kinds, dtypes, shapes, datas, more, threads=1,
+                              durable=s.options["durable"] and in_place, metadata=s.md, shard_files=bound)
+        totals["file_bytes"] += int(_core.save(local, request)["file_bytes"])
+        # The checkpoint must open as a whole before it is committed.
+        _core.ShardedArchive.open_sources(lambda n: _remote.FileSource(local) if n == INDEX else sources[n],
+                                          s.shown, True)
+        return totals
 
-def _commit_remote(s: _Save, request: SaveRequest, sources: Dict[str, Any],
-                   totals: Dict[str, int]) -> Dict[str, int]:
-    """Step 3 in an object store: the index, written to scratch, must open
-    with the uploaded shard objects (``sources``: their ObjectSources, by
-    name, as step 3 opened them) as one checkpoint; then it is uploaded
-    as ``<prefix>/index.cask``, never onto an existing one (without
-    ``overwrite``): that creation is the commit. Objects under the prefix
-    that the new index does not name (an overwritten checkpoint's, a dead
-    save's) are deleted afterwards."""
-    p = s.path
-    store, prefix = _remote.prefix_store(p, s.storage_options)
-    with _upload.scratch(INDEX) as local:
-        st = _core.save(local, request)
-        totals["file_bytes"] += int(st["file_bytes"])
-        _core.ShardedArchive.open_sources(lambda name: _remote.FileSource(local) if name == INDEX else sources[name],
-                                          p, True)
-        _upload.put_file(store, prefix + INDEX, local, url=f"{p}/{INDEX}", overwrite=s.options["overwrite"])
-    keep = {prefix + n for n in (INDEX, *sources)}
-    try:
-        stale = [k for k in _upload.list_keys(store, prefix, p) if k not in keep and "/" not in k[len(prefix):]]
-    except Exception:  # noqa: BLE001 -- committed; leftovers cost storage, not correctness
-        stale = []
-    _upload.delete_objects(store, stale)
-    return totals
+    return st.publish_directory(staging, s.path, write_index, overwrite=s.options["overwrite"],
+                                durable=s.options["durable"], keep=names)

@@ -231,21 +231,22 @@ def _save_async(path: str, tree: Any, *, metadata: Mapping[str, str], pool: Any 
     return _core.save_async(path, request, [J.is_jax_array(x) for x in objs], pool)
 
 
-def _prepare_distributed(path: str, tree: Any, *, metadata: Mapping[str, str], snapshot: bool,
-                         compression: str = "auto", chunk_size: Optional[int] = None, threads: int = 0,
-                         durable: bool = True, max_part_bytes: Optional[int] = None,
-                         shuffle: bool = False, storage_options: Optional[Mapping[str, Any]] = None):
-    """The caller's half of a multi-process save of a step
-    (``_distributed.prepare``); with ``snapshot`` safe from the caller as
-    :func:`_save_async` is."""
-    code = compression_code(compression, path)
+def _prepare_distributed(store: stores.Store, path: str, tree: Any, *, metadata: Mapping[str, str],
+                         snapshot: bool, compression: str = "auto", chunk_size: Optional[int] = None,
+                         threads: int = 0, durable: bool = True, max_part_bytes: Optional[int] = None,
+                         shuffle: bool = False):
+    """The caller's half of a multi-process save of step ``path`` in
+    ``store`` (``_distributed.prepare``); with ``snapshot`` safe from the
+    caller as :func:`_save_async` is."""
+    shown = store.display(path)
+    code = compression_code(compression, shown)
     try:
-        return _distributed.prepare(path, tree, metadata=metadata, compression=code,
+        return _distributed.prepare(path, tree, store=store, metadata=metadata, compression=code,
                                     overwrite=False, chunk_size=chunk_size, threads=threads,
                                     durable=durable, max_part_bytes=max_part_bytes, shuffle=shuffle,
-                                    snapshot=snapshot, storage_options=storage_options)
+                                    snapshot=snapshot)
     except Error as e:
-        raise _with_file(e, path) from None
+        raise _with_file(e, shown) from None
 
 
 class _Job:
@@ -351,10 +352,6 @@ class CheckpointManager:
             target = target.rstrip("/")
         st, path = stores.resolve(target, store, storage_options)
         self._run = _Run(st, path)
-        self._storage_options = storage_options
-        # What treecask.save is given for a multi-process step: the path or URL
-        # this manager was made with (None for a store object).
-        self._origin: Optional[str] = target if store is None else None
         local = st.local_path(path)
         self.directory: Any = pathlib.Path(local) if local is not None else st.display(path)
         d = str(self.directory)
@@ -421,14 +418,6 @@ class CheckpointManager:
         local directory, else the store's display name (a URL, redacted)."""
         local = self._run.store.local_path(self._run.entry(name))
         return pathlib.Path(local) if local is not None else self._run.store.display(self._run.entry(name))
-
-    def _target(self, name: str) -> str:
-        """Entry ``name`` as treecask.save takes it in a multi-process job:
-        the manager's own path or URL joined with ``name``."""
-        if self._origin is None:
-            raise UnsupportedError("a multi-process save goes to a path or URL, not yet to a store object: "
-                                   "make the manager with the directory's path or URL", file=str(self.directory))
-        return self._origin.rstrip("/") + "/" + name if self._origin else name
 
     def path(self, step: int) -> Any:
         """The path of ``step``: its existing entry if the directory has one
@@ -543,9 +532,8 @@ class CheckpointManager:
         _, nproc = _jax_processes()
         local = self._run.store.local_path(entry)
         if nproc > 1:  # every process's half of a sharded step directory (treecask.save's protocol)
-            so = {"storage_options": self._storage_options} if local is None else {}
-            plan = _prepare_distributed(self._target(step_name(step)), tree, metadata=md,
-                                        snapshot=self.async_save, **so, **self._save_options)
+            plan = _prepare_distributed(self._run.store, entry, tree, metadata=md,
+                                        snapshot=self.async_save, **self._save_options)
             write = functools.partial(_distributed.run, plan)
         elif self.async_save and local is None:  # into scratch now, then the upload in the background
             write = self._upload_later(entry, tree, md)

@@ -3,13 +3,12 @@ sharded checkpoint directory; ``_distributed.py``)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping, Optional
 
-from . import _core, _remote, stores
+from . import _core, stores
 from ._request import SaveRequest, compression_code, metadata_items
 from ._types import PathLike, SaveStats
-from .errors import Error, UnsupportedError, _with_file
+from .errors import Error, _with_file
 
 def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = None,
          compression: str = "auto", overwrite: bool = False, chunk_size: Optional[int] = None,
@@ -41,7 +40,8 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
     ``store`` (a :class:`treecask.stores.Store`) saves to ``path`` inside
     it, committed by the store (docs/stores.md): ``treecask.save("step_1.cask",
     tree, store=ObjectStore(obstore.store.MemoryStore()))``; a URL is the
-    short way to name an object store and a path in it.
+    short way to name an object store and a path in it. A multi-process
+    save writes its checkpoint directory through the store too.
 
     Args:
       path: the archive file to create (written to a temporary file in the same
@@ -95,22 +95,17 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
         or one treecask does not serve).
     """
     st, key = stores.resolve(path, store, storage_options)
-    p = st.display(key) if store is not None or _remote.is_url(os.fspath(path)) else os.fspath(path)
+    p = st.display(key)
     code = compression_code(compression, p)
     md = metadata_items(metadata, p)
     # ---- multi-process (jax.distributed, > 1 process): a sharded checkpoint directory ----
     from . import _distributed
 
     if _distributed.active():
-        if store is not None:
-            raise UnsupportedError("a multi-process save goes to a path or URL, not yet to a store object",
-                                   file=p)
-        p = os.fspath(path)
         try:
-            return _distributed.save(p, tree, metadata=dict(md), compression=code,
+            return _distributed.save(key, tree, store=st, metadata=dict(md), compression=code,
                                      overwrite=bool(overwrite), chunk_size=chunk_size, threads=int(threads),
-                                     durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle),
-                                     storage_options=storage_options)
+                                     durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
         except Error as e:
             raise _with_file(e, p) from None
 

@@ -8,7 +8,7 @@ import shutil
 from typing import Any, Callable, List, Optional, Sequence, TypeVar
 
 from .. import _core
-from ._store import Store
+from ._store import COMMIT_OBJECT, Store
 
 T = TypeVar("T")
 
@@ -133,3 +133,43 @@ class LocalStore(Store):
         """``write(path, True)``: the core writes the archive beside its name
         and renames it into place (this class's docstring)."""
         return write(self._path(path), True)
+
+    def write_archive(self, path: str, write: Callable[[str, bool], T], *, overwrite: bool) -> T:
+        """``write(path, True)``: written in place (the core's commit)."""
+        return write(self._path(path), True)
+
+    def stage_directory(self, path: str, *, overwrite: bool) -> str:
+        """A fresh temporary directory ``<path>.tmp.<host>.<pid>.<hex16>``
+        beside ``path`` (the core's naming rule), after sweeping dead
+        writers' temporaries of ``path``; its store path. Raises
+        AlreadyExistsError when ``path`` exists and ``overwrite`` is False,
+        NotFoundError when its parent directory does not."""
+        from ..errors import AlreadyExistsError, NotFoundError
+
+        full = self._path(path)
+        if os.path.lexists(full) and not overwrite:
+            raise AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=full)
+        if not os.path.isdir(os.path.dirname(os.path.abspath(full))):
+            raise NotFoundError("the parent directory does not exist", file=full)
+        _core.remove_stale_temporaries(full)
+        tmp = _core.temporary_path(full)
+        os.mkdir(tmp)
+        return path + tmp[len(full):]
+
+    def publish_directory(self, staging: str, path: str, write: Callable[[str, bool], T], *,
+                          overwrite: bool, durable: bool, keep: Sequence[str]) -> T:
+        """The commit object written in place in the staging directory, then
+        the directory (fsynced if ``durable``) renamed onto ``path`` by the
+        core's one commit (include/treecask/commit.h: ``RENAME_NOREPLACE``,
+        or with ``overwrite`` ``RENAME_EXCHANGE`` and removal of the old
+        directory; then the parent's fsync)."""
+        tmp, full = self._path(staging), self._path(path)
+        out = write(os.path.join(tmp, COMMIT_OBJECT), True)
+        if durable:
+            _core.sync_path(tmp, full)
+        _core.publish(tmp, full, overwrite, durable, full)
+        return out
+
+    def discard_directory(self, staging: str, names: Sequence[str]) -> None:
+        """Removes the staging directory."""
+        shutil.rmtree(self._path(staging), ignore_errors=True)

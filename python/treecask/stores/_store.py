@@ -165,10 +165,17 @@ class Store(abc.ABC):
         ``$TREECASK_SCRATCH_DIR`` or the system temporary directory, removed
         whatever happens, and swept by a later save once its process is
         gone), then :meth:`put_file` commits it."""
+        self.check_new(path, overwrite=overwrite)
+        return self.write_archive(path, write, overwrite=overwrite)
+
+    def write_archive(self, path: str, write: Callable[[str, bool], T], *, overwrite: bool) -> T:
+        """:meth:`save_archive` without its pre-check: for an archive whose
+        name no other writer uses (a shard file of one multi-process save),
+        or after :meth:`check_new`. ``write`` as there. This generic form
+        writes into local scratch and commits it with :meth:`put_file`."""
         from .. import _upload
         from ..errors import Error
 
-        self.check_new(path, overwrite=overwrite)
         local = ""
         try:
             with _upload.scratch(path.rpartition("/")[2] or "archive.cask") as local:
@@ -177,3 +184,60 @@ class Store(abc.ABC):
             return out
         except Error as e:  # an error of the scratch file names the object instead
             raise _upload.named(e, local, self.display(path)) from None
+
+    # ---- a checkpoint "directory" of several files (a multi-process save) ----
+    def stage_directory(self, path: str, *, overwrite: bool) -> str:
+        """Prepares the commit of a checkpoint "directory" ``path`` whose
+        files several processes write (SPEC.md "Sharded checkpoints") and
+        returns the store path they write them under (the staging). Raises
+        AlreadyExistsError, before anything is written, when ``path`` exists
+        and ``overwrite`` is False.
+
+        This generic form (no atomic directories): :meth:`check_new` (one
+        listing: an existing object or committed checkpoint refused; dead
+        writers' temporaries swept), and the staging is ``path`` itself:
+        the files go to their final names, which must be this save's own
+        (named by its save id), and nothing counts before
+        :meth:`publish_directory` creates :data:`COMMIT_OBJECT`."""
+        self.check_new(path, overwrite=overwrite)
+        return path
+
+    def publish_directory(self, staging: str, path: str, write: Callable[[str, bool], T], *,
+                          overwrite: bool, durable: bool, keep: Sequence[str]) -> T:
+        """Commits the checkpoint "directory" ``path`` staged at ``staging``
+        (:meth:`stage_directory`), whose other files are written: ``write(local,
+        in_place)`` writes its commit object (:data:`COMMIT_OBJECT`, the index)
+        at the local path ``local`` and checks the whole checkpoint (raising
+        leaves nothing committed); returns what ``write`` returned. Without
+        ``overwrite`` an existing checkpoint is never replaced
+        (AlreadyExistsError). ``keep``: the names of the checkpoint's other
+        files; ``durable``: everything fsynced before returning, where the
+        store syncs.
+
+        This generic form: the commit object written to local scratch and
+        created by :meth:`put_file` (conditionally unless ``overwrite``):
+        that creation is the commit. Then the objects directly under
+        ``path`` that are neither the commit object nor in ``keep`` (an
+        overwritten checkpoint's, a dead save's) are deleted, best effort."""
+        from ..errors import Error
+
+        out = self.write_archive(join(path, COMMIT_OBJECT), write, overwrite=overwrite)
+        kept = {join(path, n) for n in (COMMIT_OBJECT, *keep)}
+        head = path + "/"
+        try:
+            names = self.list_prefix(head)
+        except Error:  # committed; leftovers cost storage, not correctness
+            names = []
+        self.delete([n for n in names if n not in kept and "/" not in n[len(head):]])
+        return out
+
+    def discard_directory(self, staging: str, names: Sequence[str]) -> None:
+        """Removes what a failed multi-process save wrote under ``staging``
+        (``names``: its files, relative to it), best effort. This generic
+        form deletes those objects."""
+        from ..errors import Error
+
+        try:
+            self.delete([join(staging, n) for n in names])
+        except Error:
+            pass
