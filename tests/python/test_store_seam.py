@@ -284,3 +284,66 @@ def test_a_two_process_job_saves_to_an_object_store_object(s3_server, tmp_path):
     assert sorted({n.split("/")[1] for n in names if n.startswith("run/")}) == [
         "step_00000002.cask", "step_00000003.cask"], names
     assert treecask.load(prefix + "/ckpt", store=store)["step"] == 3
+
+
+def test_orbax_checkpointers_on_a_store_object():
+    """treecask.orbax's checkpointers take store= (a treecask extension):
+    save, restore into a target, metadata and the force rule, in an obstore
+    MemoryStore."""
+    import treecask.orbax as ocp
+
+    store = ObjectStore(MemoryStore(), name="mem://o")
+    ckptr = ocp.StandardCheckpointer()
+    ckptr.save("ckpt/state.cask", tree(1.0), store=store)
+    ckptr.wait_until_finished()
+    assert keys(store) == ["ckpt/state.cask"]
+    assert trees_equal(ckptr.restore("ckpt/state.cask", store=store), tree(1.0))
+    assert trees_equal(ckptr.restore("ckpt/state.cask", tree(0.0), store=store), tree(1.0))
+    assert ckptr.metadata("ckpt/state.cask", store=store).item_metadata.tree["w"].shape == (64, 32)
+    with pytest.raises(treecask.AlreadyExistsError) as e:
+        ckptr.save("ckpt/state.cask", tree(2.0), store=store)
+        ckptr.wait_until_finished()
+    assert e.value.file == "mem://o/ckpt/state.cask"
+    ckptr.save("ckpt/state.cask", tree(2.0), store=store, force=True)
+    ckptr.wait_until_finished()
+    assert trees_equal(ckptr.restore("ckpt/state.cask", store=store), tree(2.0))
+    legacy = ocp.PyTreeCheckpointer()
+    legacy.save("ckpt/legacy.cask", tree(3.0), store=store)
+    assert trees_equal(legacy.restore("ckpt/legacy.cask", store=store), tree(3.0))
+    with pytest.raises(treecask.NotFoundError):
+        legacy.restore("ckpt/missing.cask", store=store)
+
+
+def test_orbax_managers_on_a_store_object():
+    """treecask.orbax.CheckpointManager(directory, store=...) and Orbax v1's
+    training.Checkpointer and free functions, in an obstore MemoryStore:
+    steps listed, retained, restored and deleted through the store."""
+    import treecask.orbax as ocp
+    from treecask.orbax import v1
+
+    store = ObjectStore(MemoryStore(), name="mem://o")
+    opts = ocp.CheckpointManagerOptions(max_to_keep=2)
+    with ocp.CheckpointManager("run", options=opts, store=store) as mngr:
+        for step in range(3):
+            assert mngr.save(step, args=ocp.args.StandardSave(tree(float(step))), metrics={"loss": 3.0 - step})
+        mngr.wait_until_finished()
+        assert mngr.all_steps() == [1, 2] and mngr.latest_step() == 2
+        assert trees_equal(mngr.restore(2, args=ocp.args.StandardRestore(tree(0.0))), tree(2.0))
+        assert trees_equal(mngr.restore(None), tree(2.0))
+        assert mngr.item_metadata(1).tree["b"].shape == (5,)
+        assert mngr.metadata(1).metrics == {"loss": 2.0}
+        mngr.delete(1)
+        assert mngr.all_steps() == [2]
+    assert sorted(keys(store)) == ["run/step_00000002.cask"]
+    # Orbax v1: the free functions and the training Checkpointer.
+    v1.save_pytree("v1/state.cask", tree(4.0), store=store)
+    assert trees_equal(v1.load_pytree("v1/state.cask", store=store), tree(4.0))
+    assert v1.metadata("v1/state.cask", store=store).metadata["w"].shape == (64, 32)
+    assert v1.is_orbax_checkpoint("v1/state.cask", store=store)
+    assert v1.delete("v1/state.cask", store=store) and not v1.is_orbax_checkpoint("v1/state.cask", store=store)
+    with v1.training.Checkpointer("train", store=store) as ckptr:
+        assert ckptr.save(5, tree(5.0))
+        assert [c.step for c in ckptr.checkpoints] == [5]
+        assert trees_equal(ckptr.load(5), tree(5.0))
+        assert ckptr.metadata(5).metadata["w"].shape == (64, 32)
+    assert "train/step_00000005.cask" in keys(store)

@@ -47,6 +47,7 @@ from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequ
 
 from .. import _core
 from .. import _manager as _M
+from .. import stores
 from . import args as args
 from ._checkpointers import (
     ArrayCheckpointHandler,
@@ -65,6 +66,7 @@ from ._checkpointers import (
 from ._items import (
     _CUSTOM_KEY,
     DEFAULT_ITEM_NAME,
+    Where,
     PLACEHOLDER,
     ArrayRestoreArgs,
     RestoreArgs,
@@ -76,7 +78,6 @@ from ._items import (
 )
 from ._utils import checkpoint_utils, test_utils, tree, utils
 from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
-from .._open import open as _open
 from ..errors import InvalidArgumentError, NotFoundError
 
 __all__ = [
@@ -231,6 +232,11 @@ class CheckpointManager:
     makes them durable. ``all_steps()`` and ``latest_step()`` include a step
     still being saved (Orbax's bookkeeping).
 
+    ``store=`` (a treecask extension beyond Orbax's signature): a
+    :class:`treecask.stores.Store` that ``directory`` is a path inside
+    (docs/stores.md), as for :class:`treecask.CheckpointManager`; without it
+    ``directory`` is a file path or the URL of a prefix in an object store.
+
     Raises (constructor): ``UnsupportedError`` for the options treecask does
     not implement (named), ``handler_registry``; ``ValueError`` for
     ``checkpointers`` combined with ``item_names`` / ``item_handlers``.
@@ -238,7 +244,8 @@ class CheckpointManager:
 
     def __init__(self, directory: Any, checkpointers: Any = None, options: Any = None,
                  metadata: Optional[Mapping[str, Any]] = None, item_names: Optional[Sequence[str]] = None,
-                 item_handlers: Any = None, logger: Any = None, handler_registry: Any = None):
+                 item_handlers: Any = None, logger: Any = None, handler_registry: Any = None,
+                 store: Any = None):
         opts = options if options is not None else CheckpointManagerOptions()
         d = os.fspath(directory)
         for name, ok, why in _UNSUPPORTED_OPTIONS:
@@ -279,7 +286,8 @@ class CheckpointManager:
             d, max_to_keep=None if getattr(opts, "read_only", False) else getattr(opts, "max_to_keep", None),
             keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
             best_mode=getattr(opts, "best_mode", "max"), keep_newest=False, save_interval_steps=1,
-            async_save=async_save)
+            async_save=async_save, store=store)
+        self._store = store
 
     # ---- listing ----
     @property
@@ -375,22 +383,28 @@ class CheckpointManager:
         return self._mgr.save(step, tree, metrics=metrics, force=True, metadata=md)
 
     # ---- restore ----
-    def _step_path(self, step: Optional[int], directory: Any) -> str:
+    def _step_path(self, step: Optional[int], directory: Any) -> Where:
+        """Where step ``step`` (None: the latest) is: in this manager's
+        directory, or in ``directory`` (in this manager's store, if it was
+        given one)."""
         if directory is None:
             self._mgr._join()
             if step is None:
                 step = self._mgr.latest_step()
             if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
                 raise NotFoundError("no steps found", file=str(self.directory))
-            if step not in self._mgr._steps():
+            steps = self._mgr._steps()
+            if step not in steps:
                 raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
-            return str(self._mgr.path(step))
-        steps = _M.list_steps(directory)
-        if step is None:
-            step = max(steps) if steps else None
-        if step is None or step not in steps:
-            raise NotFoundError(f"no step {step} in the directory", file=os.fspath(directory))
-        return os.path.join(os.fspath(directory), steps[step])
+            run = self._mgr._run
+        else:
+            run = _M._Run(*stores.resolve(directory, self._store))
+            steps = run.steps()
+            if step is None:
+                step = max(steps) if steps else None
+            if step is None or step not in steps:
+                raise NotFoundError(f"no step {step} in the directory", file=run.store.display(run.path))
+        return Where(run.entry(steps[step]), run.store)
 
     def _legacy_restore_args(self, items: Any, restore_kwargs: Any) -> Any:
         if items is None and not restore_kwargs:
@@ -438,12 +452,12 @@ class CheckpointManager:
             custom = self._root_metadata
             latest = self._mgr.latest_step()
             if custom is None and latest is not None:
-                with _open(self._step_path(latest, None)) as a:
+                with self._step_path(latest, None).open() as a:
                     raw = a.metadata.get("treecask.orbax.root_metadata")
                 custom = json.loads(raw) if raw is not None else None
             return RootMetadata(custom)
         path = self._step_path(step, None)
-        with _open(path) as a:
+        with path.open() as a:
             raw = a.metadata.get(_CUSTOM_KEY)
         return StepMetadata(_item_metadata(path), self.metrics(step),
                             json.loads(raw) if raw is not None else None)

@@ -15,10 +15,9 @@ import threading
 from typing import Any, Dict, Optional, Tuple
 
 from .. import _manager as _M
-from .. import _remote
 from . import args as args
 from . import args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
-from ._items import _encode, _item_metadata, _restore, _unsupported
+from ._items import Where, _encode, _item_metadata, _restore, _unsupported
 from ._metadata import StepMetadata
 from .._save import save as _save
 from ..errors import AlreadyExistsError
@@ -112,28 +111,32 @@ def _build_args(handler: type, op: str, pos: Tuple[Any, ...], kw: Dict[str, Any]
 # ---------------------------------------------------------------- checkpointers
 
 
-def _write(path: str, tree: Any, md: Dict[str, str], *, overwrite: bool, asynchronous: bool,
+def _write(path: Any, tree: Any, md: Dict[str, str], *, overwrite: bool, asynchronous: bool,
            force_name: str) -> Any:
-    """Writes one checkpoint, the archive file `path` (parents created), with
-    :func:`treecask.save`; None once it is durable, or (`asynchronous`) the
-    pending save, whose ``wait()`` makes it durable (it returns once the
-    tree's bytes are safe from the caller). An existing checkpoint raises
-    AlreadyExistsError naming the argument `force_name` unless `overwrite`
-    (then it is replaced). A URL, or a multi-process jax job, is written
-    synchronously by treecask.save's own rules (an object committed whole; a
-    sharded checkpoint directory swapped in atomically)."""
-    if _remote.is_url(path) or _M._jax_processes()[1] > 1:
-        _save(path, tree, metadata=md, overwrite=overwrite)
+    """Writes one checkpoint, the archive ``path`` (a :class:`Where`, or a
+    path or URL; parent directories created), with :func:`treecask.save`;
+    None once it is durable, or (`asynchronous`) the pending save, whose
+    ``wait()`` makes it durable (it returns once the tree's bytes are safe
+    from the caller). An existing checkpoint raises AlreadyExistsError
+    naming the argument `force_name` unless `overwrite` (then it is
+    replaced). A store the core cannot write in place (an object store), or
+    a multi-process jax job, is written synchronously by treecask.save's own
+    rules (an object committed whole; a sharded checkpoint directory
+    committed atomically)."""
+    at = Where(path)
+    local = at.local()
+    if local is None or _M._jax_processes()[1] > 1:
+        _save(at.key, tree, store=at.store, metadata=md, overwrite=overwrite)
         return None
-    if os.path.lexists(path):
+    if os.path.lexists(local):
         if not overwrite:
-            raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=path)
-        _M._remove_entry(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=at)
+        _M._remove_entry(local)
+    os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
     if not asynchronous:
-        _save(path, tree, metadata=md)
+        _save(local, tree, metadata=md)
         return None
-    return _M._save_async(path, tree, metadata=md)
+    return _M._save_async(local, tree, metadata=md)
 
 
 class Checkpointer:
@@ -150,6 +153,11 @@ class Checkpointer:
     arguments, e.g. ``save(path, tree, save_args=...)``. An existing
     checkpoint raises ``AlreadyExistsError`` (a ``FileExistsError``; Orbax
     raises ValueError) unless ``force=True``, which replaces it.
+
+    ``store=`` (a treecask extension beyond Orbax's signatures, on ``save``,
+    ``restore`` and ``metadata``): a :class:`treecask.stores.Store` that
+    ``directory`` is a path inside (docs/stores.md); without it
+    ``directory`` is a file path or a URL (``s3://bucket/ckpt.cask``...).
 
     ``restore(directory, *args, **kwargs)``: ``args=...`` or the legacy
     ``item=target, restore_args=..., transforms=...``; nothing: the tree as
@@ -179,9 +187,9 @@ class Checkpointer:
         return self._handler
 
     def save(self, directory: Any, *args_: Any, force: bool = False, custom_metadata: Any = None,
-             **kwargs: Any) -> None:
+             store: Any = None, **kwargs: Any) -> None:
         """Saves a checkpoint at ``directory`` (class docstring)."""
-        path = os.fspath(directory)
+        path = Where(directory, store)
         a = _build_args(self._handler, "save", args_, kwargs)
         tree, md, _ = _encode(a, custom_metadata, path)
         self.wait_until_finished()
@@ -199,17 +207,16 @@ class Checkpointer:
         self._thread = threading.Thread(target=finish, name="treecask-orbax-save", daemon=False)
         self._thread.start()
 
-    def restore(self, directory: Any, *args_: Any, **kwargs: Any) -> Any:
+    def restore(self, directory: Any, *args_: Any, store: Any = None, **kwargs: Any) -> Any:
         """Restores the checkpoint at ``directory`` (class docstring)."""
         self.wait_until_finished()
-        return _restore(os.fspath(directory), _build_args(self._handler, "restore", args_, kwargs))
+        return _restore(Where(directory, store), _build_args(self._handler, "restore", args_, kwargs))
 
-    def metadata(self, directory: Any) -> "StepMetadata":
+    def metadata(self, directory: Any, *, store: Any = None) -> "StepMetadata":
         """The checkpoint's :class:`StepMetadata` (``.item_metadata`` a
         :class:`TreeMetadata`; no array bytes read)."""
         self.wait_until_finished()
-        path = os.fspath(directory)
-        im = _item_metadata(path)
+        im = _item_metadata(Where(directory, store))
         return StepMetadata(im, None, getattr(im, "custom_metadata", None))
 
     def wait_until_finished(self) -> None:
@@ -247,7 +254,7 @@ class AsyncCheckpointer(Checkpointer):
     in the background. ``wait_until_finished()`` blocks until durable and
     raises a background error; the next ``save``, ``restore`` or ``close``
     waits first. ``timeout_secs`` and ``async_options`` are accepted and have
-    no effect (the wait is until done). A save to an object-store URL, or in
+    no effect (the wait is until done). A save to an object store, or in
     a multi-process jax job, runs synchronously (``treecask.save``'s upload
     and cross-process commit); a manager's steps are asynchronous there too."""
 
@@ -279,16 +286,17 @@ class StandardCheckpointer(AsyncCheckpointer):
         super().__init__(StandardCheckpointHandler)
 
     def save(self, directory: Any, state: Any = None, *, save_args: Any = None, force: bool = False,
-             custom_metadata: Any = None, args: Any = None) -> None:  # noqa: A002 - Orbax's name
+             custom_metadata: Any = None, args: Any = None,  # noqa: A002 - Orbax's name
+             store: Any = None) -> None:
         """Saves ``state`` at ``directory`` (see :class:`Checkpointer`)."""
         a = args if args is not None else _args.StandardSave(state, save_args=save_args)
-        super().save(directory, args=a, force=force, custom_metadata=custom_metadata)
+        super().save(directory, args=a, force=force, custom_metadata=custom_metadata, store=store)
 
     def restore(self, directory: Any, target: Any = None, *, strict: bool = True,
-                args: Any = None) -> Any:  # noqa: A002
+                args: Any = None, store: Any = None) -> Any:  # noqa: A002
         """Restores the checkpoint at ``directory``, into ``target`` when given."""
         a = args if args is not None else _args.StandardRestore(target, strict=strict)
-        return super().restore(directory, args=a)
+        return super().restore(directory, args=a, store=store)
 
 
 def _is_async(checkpointer: Any) -> bool:

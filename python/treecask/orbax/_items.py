@@ -23,6 +23,7 @@ from .. import _jaxutil as J
 from . import args as args
 from .. import _restore as _R
 from .. import _tree as T
+from .. import stores
 from ._metadata import StringMetadata, TreeMetadata, _leaf_metadata
 from .._open import load as _load
 from .._open import open as _open
@@ -37,6 +38,38 @@ DEFAULT_ITEM_NAME = "default"
 _LAYOUT_KEY = "treecask.orbax.items"  # JSON {"default": bool, "items": {name: "pytree"|"json"|"array"}}
 _JSON_PREFIX = "treecask.orbax.json/"  # + item name: a JSON item's text
 _CUSTOM_KEY = "treecask.orbax.custom_metadata"  # JSON of save(custom_metadata=...)
+
+
+class Where(str):
+    """Where a checkpoint is: the text every message shows for it (a file
+    path, or a URL with its secrets redacted: ``Store.display``), a str,
+    that also carries its store and its path inside it
+    (``treecask.stores.resolve``), through which it is read and written.
+    ``Where(directory, store=None)``: ``directory`` inside ``store``, or a
+    file path or URL; a Where is returned as it is."""
+
+    store: stores.Store
+    key: str
+
+    def __new__(cls, directory: Any, store: Optional[stores.Store] = None) -> "Where":
+        if isinstance(directory, Where) and store is None:
+            return directory
+        st, key = stores.resolve(directory, store)
+        self = super().__new__(cls, st.display(key))
+        self.store, self.key = st, key
+        return self
+
+    def open(self) -> Any:
+        """``treecask.open`` of the checkpoint."""
+        return _open(self.key, store=self.store)
+
+    def load(self, *args: Any, **kwargs: Any) -> Any:
+        """``treecask.load`` of the checkpoint."""
+        return _load(self.key, *args, store=self.store, **kwargs)
+
+    def local(self) -> Optional[str]:
+        """Its file system path, in a store the core maps; else None."""
+        return self.store.local_path(self.key)
 
 
 def _unsupported(feature: str, why: str, file: str = "") -> UnsupportedError:
@@ -288,7 +321,7 @@ def _check_structure(path: str, sub: Optional[str], item: Any, *, extra_ok: bool
     says what permits each. A target leaf ``...`` (PLACEHOLDER) covers the
     checkpoint's leaves at and under its key path. Leaves are matched as
     treecask.load matches them (a Flax box and its bare value are one leaf)."""
-    with _open(path) as a:
+    with Where(path).open() as a:
         prefix = tuple(T.split_path(sub)) if sub else ()
         found = a.subtree(prefix)
         if found is None:
@@ -357,12 +390,12 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     placed = {k: s for k, s in ((k, _sharding_of(ra)) for k, ra in flat.items()) if s is not None}
     shardings = (lambda kp, info: placed.get(kp)) if placed else None
     if item is None:
-        tree = _load(path, subtree=sub, shardings=shardings)
+        tree = Where(path).load(subtree=sub, shardings=shardings)
     else:
         lenient = bool(partial_restore) or transforms is not None
         fill = lenient if fill_missing is None else bool(fill_missing)
         _check_structure(path, sub, item, extra_ok=lenient, missing_ok=fill, allow=allow)
-        tree = _load(path, item, subtree=sub, shardings=shardings, cast=True,
+        tree = Where(path).load(item, subtree=sub, shardings=shardings, cast=True,
                      missing="from_like" if fill else "error")
     return _apply_leaf_args(tree, flat) if flat else tree
 
@@ -407,10 +440,14 @@ def _orbax_hint(path: str) -> None:
     checkpoint directory written by Orbax itself: treecask.import_orbax for
     Orbax's v0 API; for its v1 API (an ``orbax.checkpoint`` marker file in the
     checkpoint directory), which import_orbax does not read, a load with
-    Orbax's v1 and a save with treecask.orbax.v1."""
-    if os.path.isdir(path) and any(os.path.exists(os.path.join(path, n))
-                                   for n in ("_METADATA", "_CHECKPOINT_METADATA", "_sharding")):
-        if any(os.path.isfile(os.path.join(d, "orbax.checkpoint")) for d in (path, os.path.dirname(path))):
+    Orbax's v1 and a save with treecask.orbax.v1. (Orbax writes such
+    directories on a file system; only a store the core maps is looked at.)"""
+    local = Where(path).local()
+    if local is None:
+        return
+    if os.path.isdir(local) and any(os.path.exists(os.path.join(local, n))
+                                    for n in ("_METADATA", "_CHECKPOINT_METADATA", "_sharding")):
+        if any(os.path.isfile(os.path.join(d, "orbax.checkpoint")) for d in (local, os.path.dirname(local))):
             how = ("load it once with orbax.checkpoint.v1 and save the tree with treecask.orbax.v1 "
                    "(treecask.import_orbax reads checkpoints of Orbax's v0 API)")
         else:
@@ -419,10 +456,12 @@ def _orbax_hint(path: str) -> None:
                                    f"archive: {how}", file=path)
 
 
-def _restore(path: str, ra: Any) -> Any:
-    """A checkpoint (one archive) restored with a restore argument (None: every item raw)."""
+def _restore(path: Any, ra: Any) -> Any:
+    """A checkpoint (one archive; a :class:`Where`, or a path or URL) restored
+    with a restore argument (None: every item raw)."""
+    path = Where(path)
     _orbax_hint(path)
-    with _open(path) as a:
+    with path.open() as a:
         md = dict(a.metadata)
     default, kinds = _layout(md)
     want: Dict[str, Any]
@@ -449,10 +488,12 @@ def _restore(path: str, ra: Any) -> Any:
 # ---------------------------------------------------------------- item metadata
 
 
-def _item_metadata(path: str) -> Any:
-    """A checkpoint's item metadata: a TreeMetadata (one item) or a Composite of them (None for JSON items)."""
+def _item_metadata(path: Any) -> Any:
+    """A checkpoint's item metadata (``path``: a :class:`Where`, or a path or
+    URL): a TreeMetadata (one item) or a Composite of them (None for JSON items)."""
+    path = Where(path)
     _orbax_hint(path)
-    with _open(path) as a:
+    with path.open() as a:
         md = dict(a.metadata)
         default, kinds = _layout(md)
         custom = json.loads(md[_CUSTOM_KEY]) if _CUSTOM_KEY in md else None

@@ -29,15 +29,13 @@ from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
 import numpy as np
 
 from ... import _jaxutil as J
-from ... import _remote
 from ... import _tree as T
 from ... import stores
 from .. import args as _args
 from .._checkpointers import _write
 from .._items import _JSON_PREFIX, DEFAULT_ITEM_NAME, PLACEHOLDER, _encode, _item_metadata, _layout, _orbax_hint
-from .._items import _CUSTOM_KEY, _restore_pytree
+from .._items import _CUSTOM_KEY, Where, _restore_pytree
 from .._metadata import ArrayMetadata, ScalarMetadata, StringMetadata
-from ..._open import open as _open
 from ...errors import InvalidArgumentError, KeyNotFoundError, NotFoundError, UnsupportedError
 from ._context import check_supported, get_context
 
@@ -176,9 +174,9 @@ def _validate_checkpointables(checkpointables: Any, file: str) -> Dict[str, Any]
 
 
 def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, custom_metadata: Any,
-               asynchronous: bool) -> AsyncResponse[None]:
+               asynchronous: bool, store: Any = None) -> AsyncResponse[None]:
     ctx = get_context()
-    p = os.fspath(path)
+    p = Where(path, store)
     check_supported(ctx, p)
     items = _validate_checkpointables(checkpointables, p)
     tree, md, _ = _encode(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
@@ -199,7 +197,7 @@ def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, c
 
 
 def save_checkpointables(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool = False,
-                         custom_metadata: Any = None) -> None:
+                         custom_metadata: Any = None, store: Any = None) -> None:
     """Saves several named pytrees (checkpointables) as one checkpoint, the
     archive file ``path`` (parents created), each under its name; blocks
     until durable (Orbax ``save_checkpointables``). ``custom_metadata``: a
@@ -208,35 +206,41 @@ def save_checkpointables(path: Any, checkpointables: Dict[str, Any], *, overwrit
     unless ``overwrite=True``; ``UnsupportedError`` for a stateful
     checkpointable (a Grain iterator...) and the options of
     :mod:`~treecask.orbax.v1.options` treecask does not honour; what
-    :func:`treecask.save` raises for a leaf it cannot store."""
+    :func:`treecask.save` raises for a leaf it cannot store.
+
+    ``store`` (every function of this module takes it; a treecask extension
+    beyond Orbax's signatures): a :class:`treecask.stores.Store` that
+    ``path`` is a path inside (docs/stores.md); without it ``path`` is a file
+    path or a URL."""
     _save_impl(path, checkpointables, overwrite=overwrite, custom_metadata=custom_metadata,
-               asynchronous=False).result()
+               asynchronous=False, store=store).result()
 
 
 def save_checkpointables_async(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool = False,
-                               custom_metadata: Any = None) -> AsyncResponse[None]:
+                               custom_metadata: Any = None, store: Any = None) -> AsyncResponse[None]:
     """:func:`save_checkpointables` that returns once the trees' bytes are safe
     from the caller (NumPy leaves copied, jax.Array leaves held as read-only
     views); ``.result()`` blocks until durable, then the context's
     ``asynchronous.post_finalization_callback`` has run. Errors about the
     arguments raise here, write errors from ``.result()``."""
     return _save_impl(path, checkpointables, overwrite=overwrite, custom_metadata=custom_metadata,
-                      asynchronous=True)
+                      asynchronous=True, store=store)
 
 
 def save(path: Any, state: Any, *, checkpointable_name: str = STATE_CHECKPOINTABLE_KEY, overwrite: bool = False,
-         custom_metadata: Any = None) -> None:
+         custom_metadata: Any = None, store: Any = None) -> None:
     """Saves the pytree ``state`` as the checkpointable ``checkpointable_name``
     ("state") of the checkpoint ``path`` (Orbax ``save``; see
     :func:`save_checkpointables`)."""
-    save_checkpointables(path, {checkpointable_name: state}, overwrite=overwrite, custom_metadata=custom_metadata)
+    save_checkpointables(path, {checkpointable_name: state}, overwrite=overwrite, custom_metadata=custom_metadata,
+                         store=store)
 
 
 def save_async(path: Any, state: Any, *, checkpointable_name: str = STATE_CHECKPOINTABLE_KEY,
-               overwrite: bool = False, custom_metadata: Any = None) -> AsyncResponse[None]:
+               overwrite: bool = False, custom_metadata: Any = None, store: Any = None) -> AsyncResponse[None]:
     """:func:`save` asynchronously (see :func:`save_checkpointables_async`)."""
     return save_checkpointables_async(path, {checkpointable_name: state}, overwrite=overwrite,
-                                      custom_metadata=custom_metadata)
+                                      custom_metadata=custom_metadata, store=store)
 
 
 def save_pytree(*args: Any, **kwargs: Any) -> None:
@@ -252,10 +256,10 @@ def save_pytree_async(*args: Any, **kwargs: Any) -> AsyncResponse[None]:
 # ---------------------------------------------------------------- loading
 
 
-def _read_layout(path: str):
+def _read_layout(path: Where):
     """(archive metadata, default-item mode, {name: kind}) of the checkpoint at `path`."""
     _orbax_hint(path)
-    with _open(path) as a:
+    with path.open() as a:
         md = dict(a.metadata)
     default, kinds = _layout(md)
     return md, default, kinds
@@ -332,7 +336,8 @@ def _load_one(path: str, md: Dict[str, str], default: bool, kinds: Dict[str, str
     return _restore_pytree(path, sub, _abstract(abstract), None, None, partial_restore=partial, allow=_ALLOW_V1)
 
 
-def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY) -> Any:
+def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY,
+         store: Any = None) -> Any:
     """Loads a pytree (Orbax ``load``): the checkpointable ``checkpointable_name``
     of the checkpoint ``path`` ("AUTO": "pytree" if there is one, else the first
     pytree by name; the root of an archive holding one pytree, e.g. written
@@ -358,20 +363,20 @@ def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional
     checkpoint written by Orbax itself (convert it with
     ``treecask.import_orbax``), ``UnsupportedError`` for options of
     :mod:`~treecask.orbax.v1.options` treecask does not honour."""
-    p = os.fspath(path)
+    p = Where(path, store)
     check_supported(get_context(), p)
     md, default, kinds = _read_layout(p)
     name = _pytree_name(p, default, kinds, checkpointable_name)
     return _load_one(p, md, default, kinds, name, abstract_state)
 
 
-def load_checkpointables(path: Any, abstract_checkpointables: Any = None) -> Dict[str, Any]:
+def load_checkpointables(path: Any, abstract_checkpointables: Any = None, *, store: Any = None) -> Dict[str, Any]:
     """Loads checkpointables (Orbax ``load_checkpointables``): ``{name: value}``
     of every checkpointable (None), or of those ``abstract_checkpointables``
     names (a value None loads that one as saved; a tree is its abstract
     tree, as :func:`load`'s). Raises as :func:`load`; ``KeyNotFoundError``
     for a name the checkpoint lacks."""
-    p = os.fspath(path)
+    p = Where(path, store)
     check_supported(get_context(), p)
     if isinstance(abstract_checkpointables, CheckpointMetadata):
         abstract_checkpointables = abstract_checkpointables.metadata
@@ -390,15 +395,16 @@ def load_checkpointables(path: Any, abstract_checkpointables: Any = None) -> Dic
 
 
 def load_async(path: Any, abstract_state: Any = None, *,
-               checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY) -> AsyncResponse[Any]:
+               checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY, store: Any = None) -> AsyncResponse[Any]:
     """:func:`load` on a background thread; ``.result()`` returns the tree
     (Orbax 0.12.8 supports this only for safetensors checkpoints)."""
-    return AsyncResponse(lambda: load(path, abstract_state, checkpointable_name=checkpointable_name))
+    return AsyncResponse(lambda: load(path, abstract_state, checkpointable_name=checkpointable_name, store=store))
 
 
-def load_checkpointables_async(path: Any, abstract_checkpointables: Any = None) -> AsyncResponse[Dict[str, Any]]:
+def load_checkpointables_async(path: Any, abstract_checkpointables: Any = None, *,
+                               store: Any = None) -> AsyncResponse[Dict[str, Any]]:
     """:func:`load_checkpointables` on a background thread (Orbax 0.12.8 raises NotImplementedError)."""
-    return AsyncResponse(lambda: load_checkpointables(path, abstract_checkpointables))
+    return AsyncResponse(lambda: load_checkpointables(path, abstract_checkpointables, store=store))
 
 
 def load_pytree(*args: Any, **kwargs: Any) -> Any:
@@ -430,19 +436,21 @@ def _v1_tree(tree: Any) -> Any:
     return tree
 
 
-def _stamps(path: str, md: Dict[str, str]):
+def _stamps(path: Where, md: Dict[str, str]):
+    """(init time, commit time: a file's mtime, None in an object store, custom metadata), ns."""
     init = md.get(_INIT_KEY)
     commit = None
-    if not _remote.is_url(path):
+    local = path.local()
+    if local is not None:
         try:
-            commit = os.stat(path).st_mtime_ns
+            commit = os.stat(local).st_mtime_ns
         except OSError:
             commit = None
     custom = json.loads(md[_CUSTOM_KEY]) if _CUSTOM_KEY in md else {}
     return (int(init) if init is not None else None), commit, custom
 
 
-def _all_metadata(path: str):
+def _all_metadata(path: Where):
     md, default, kinds = _read_layout(path)
     im = _item_metadata(path)
     items = {DEFAULT_ITEM_NAME: im} if default else dict(im.items())
@@ -450,13 +458,14 @@ def _all_metadata(path: str):
     return md, default, kinds, trees
 
 
-def metadata(path: Any, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY) -> CheckpointMetadata:
+def metadata(path: Any, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY, *,
+             store: Any = None) -> CheckpointMetadata:
     """The pytree's metadata without reading array bytes (Orbax ``metadata``):
     a :class:`CheckpointMetadata` whose ``.metadata`` is the tree as saved with
     a ``treecask.orbax.ArrayMetadata`` (``shape``, ``dtype``, ``sharding``) per
     array, ``0`` / ``0.0`` / ``False`` per scalar and ``""`` per string;
     ``load(path, metadata(path))`` loads it. Raises as :func:`load`."""
-    p = os.fspath(path)
+    p = Where(path, store)
     md, default, kinds, trees = _all_metadata(p)
     name = _pytree_name(p, default, kinds, checkpointable_name)
     init, commit, custom = _stamps(p, md)
@@ -464,11 +473,11 @@ def metadata(path: Any, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE
                               init_timestamp_nsecs=init, commit_timestamp_nsecs=commit, custom_metadata=custom)
 
 
-def checkpointables_metadata(path: Any) -> CheckpointMetadata:
+def checkpointables_metadata(path: Any, *, store: Any = None) -> CheckpointMetadata:
     """Every checkpointable's metadata (Orbax ``checkpointables_metadata``):
     ``.metadata`` is ``{name: tree}`` (trees as :func:`metadata`'s; None for a
     JSON item of ``treecask.orbax``)."""
-    p = os.fspath(path)
+    p = Where(path, store)
     md, _, _, trees = _all_metadata(p)
     init, commit, custom = _stamps(p, md)
     return CheckpointMetadata(p, metadata=trees, init_timestamp_nsecs=init, commit_timestamp_nsecs=commit,
@@ -483,35 +492,36 @@ def pytree_metadata(*args: Any, **kwargs: Any) -> CheckpointMetadata:
 # ---------------------------------------------------------------- deleting, probing
 
 
-def delete(path: Any, *, checkpointable_name: Optional[str] = None, missing_ok: bool = False) -> bool:
+def delete(path: Any, *, checkpointable_name: Optional[str] = None, missing_ok: bool = False,
+           store: Any = None) -> bool:
     """Deletes the checkpoint ``path`` (Orbax ``delete``); True when deleted,
     False when there was none and ``missing_ok``. Raises ``NotFoundError``
     when there is none; ``UnsupportedError`` for ``checkpointable_name`` (an
     archive is written whole: save the checkpointables to keep again)."""
-    p = os.fspath(path)
+    p = Where(path, store)
     if checkpointable_name is not None:
         raise UnsupportedError(f"Orbax v1 delete(checkpointable_name={checkpointable_name!r}) is not supported by "
                                "treecask.orbax.v1: an archive is written whole; save the checkpointables to keep "
                                "to a new checkpoint", file=p)
-    store, key = stores.resolve(p)
-    if not any(n == key or n.startswith(key + "/") for n in store.list_prefix(key)):
+    if not any(n == p.key or n.startswith(p.key + "/") for n in p.store.list_prefix(p.key)):
         if missing_ok:
             return False
-        raise NotFoundError("no checkpoint here", file=store.display(key))
-    store.delete_tree(key)
+        raise NotFoundError("no checkpoint here", file=p)
+    p.store.delete_tree(p.key)
     return True
 
 
 def delete_async(path: Any, *, checkpointable_name: Optional[str] = None,
-                 missing_ok: bool = False) -> AsyncResponse[bool]:
+                 missing_ok: bool = False, store: Any = None) -> AsyncResponse[bool]:
     """:func:`delete` on a background thread."""
-    return AsyncResponse(lambda: delete(path, checkpointable_name=checkpointable_name, missing_ok=missing_ok))
+    return AsyncResponse(lambda: delete(path, checkpointable_name=checkpointable_name, missing_ok=missing_ok,
+                                        store=store))
 
 
-def is_orbax_checkpoint(path: Any) -> bool:
+def is_orbax_checkpoint(path: Any, *, store: Any = None) -> bool:
     """Whether ``path`` is a checkpoint these functions load: a treecask archive (or sharded checkpoint)."""
     try:
-        with _open(os.fspath(path)):
+        with Where(path, store).open():
             return True
     except Exception:
         return False

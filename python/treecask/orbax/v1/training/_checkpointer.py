@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .... import _manager as _M
 from ... import args as _args
-from ..._items import _encode
+from ..._items import Where, _encode
 from .._api import (
     _INIT_KEY,
     STATE_CHECKPOINTABLE_KEY,
@@ -31,7 +31,6 @@ from .._api import checkpointables_metadata as _checkpointables_metadata
 from .._api import load_checkpointables as _load_checkpointables
 from .._api import metadata as _metadata
 from .._context import Context, check_supported, get_context
-from ...._open import open as _open_archive
 from ....errors import NotFoundError, UnsupportedError
 from . import preservation_policies as _pp
 from . import save_decision_policies as _sd
@@ -85,9 +84,13 @@ class RootMetadata:
 class _PolicyManager(_M.CheckpointManager):
     """A treecask.CheckpointManager whose retention is a preservation policy."""
 
-    def __init__(self, directory: Any, policy: Any):
-        super().__init__(directory, async_save=True)
+    def __init__(self, directory: Any, policy: Any, store: Any = None):
+        super().__init__(directory, async_save=True, store=store)
         self.policy = policy
+
+    def where(self, step: int) -> Where:
+        """Where step ``step`` is (its store and path), to read it."""
+        return Where(self._run.entry(self._steps().get(step, _M.step_name(step))), self._run.store)
 
     def info(self, step: int, name: str) -> CheckpointMetadata:
         path = self._entry(name)
@@ -139,6 +142,9 @@ class Checkpointer:
     current one). ``step_name_format`` raises ``UnsupportedError`` (steps are
     ``step_<8+ digits>.cask``); ``cleanup_tmp_directories`` (temporaries are
     always swept), ``lightweight_initialize`` and ``logger`` have no effect.
+    ``store`` (a treecask extension beyond Orbax's signature): a
+    :class:`treecask.stores.Store` that ``directory`` is a path inside
+    (docs/stores.md).
 
     Saves are asynchronous underneath: ``save_async`` returns once the
     state's bytes are safe from the caller; ``save`` waits until durable.
@@ -147,7 +153,8 @@ class Checkpointer:
 
     def __init__(self, directory: Any, *, context: Optional[Context] = None, save_decision_policy: Any = None,
                  preservation_policy: Any = None, step_name_format: Any = None, custom_metadata: Any = None,
-                 cleanup_tmp_directories: bool = False, lightweight_initialize: bool = False, logger: Any = None):
+                 cleanup_tmp_directories: bool = False, lightweight_initialize: bool = False, logger: Any = None,
+                 store: Any = None):
         d = os.fspath(directory)
         if step_name_format is not None:
             raise UnsupportedError("Orbax v1 Checkpointer(step_name_format=...) is not supported by "
@@ -155,7 +162,8 @@ class Checkpointer:
         self._context = Context(context if context is not None else get_context())
         self._save_policy = save_decision_policy if save_decision_policy is not None else _sd.AnySavePolicy([
             _sd.InitialSavePolicy(), _sd.ContinuousCheckpointingPolicy(), _sd.PreemptionCheckpointingPolicy()])
-        self._mgr = _PolicyManager(d, preservation_policy if preservation_policy is not None else _pp.PreserveAll())
+        self._mgr = _PolicyManager(d, preservation_policy if preservation_policy is not None else _pp.PreserveAll(),
+                                   store)
         self._custom = custom_metadata
         self._pending_time: Dict[int, int] = {}
 
@@ -281,7 +289,7 @@ class Checkpointer:
         self._mgr._join()
         with self._context:
             c = self._resolve(step)
-            return _load_checkpointables(c.path, abstract_checkpointables)
+            return _load_checkpointables(self._mgr.where(c.step), abstract_checkpointables)
 
     def load(self, step: Any = None, abstract_state: Any = None, *,
              checkpointable_name: str = STATE_CHECKPOINTABLE_KEY) -> Any:
@@ -303,7 +311,7 @@ class Checkpointer:
         self._mgr._join()
         with self._context:
             c = self._resolve(step)
-            m = fn(c.path)
+            m = fn(self._mgr.where(c.step))
         return CheckpointMetadata(c.step, m.path, metadata=m.metadata, init_timestamp_nsecs=m.init_timestamp_nsecs,
                                   commit_timestamp_nsecs=m.commit_timestamp_nsecs, custom_metadata=m.custom_metadata,
                                   metrics=c.metrics)
@@ -323,7 +331,7 @@ class Checkpointer:
         if custom is None:
             latest = self._mgr.latest_step()
             if latest is not None:
-                with _open_archive(str(self._mgr.path(latest))) as a:
+                with self._mgr.where(latest).open() as a:
                     raw = a.metadata.get(_ROOT_KEY)
                 custom = json.loads(raw) if raw is not None else None
         return RootMetadata(directory=self.directory, custom_metadata=custom if custom is not None else {})
