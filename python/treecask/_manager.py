@@ -38,7 +38,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _core, _distributed, _remote, _upload
+from . import _core, _distributed, _upload
 from . import _jaxutil as J
 from . import stores
 from .interop import orbax as _orbax
@@ -335,7 +335,8 @@ class CheckpointManager:
       InvalidArgumentError: a bad option (the message names it).
       UnsupportedError: ``directory`` holds an Orbax run (step directories
         ``<N>/`` of orbax-checkpoint's manager, or Flax's ``checkpoint_<N>``):
-        never ignored, convert it with :func:`treecask.import_orbax`.
+        never ignored, convert it with :func:`treecask.import_orbax`; a
+        read-only store (``http(s)://``) or a URL scheme treecask does not serve.
     """
 
     def __init__(self, directory: PathLike = "", *, max_to_keep: Optional[int] = None,
@@ -344,13 +345,9 @@ class CheckpointManager:
                  async_save: bool = True,
                  keep_snapshot_memory: bool = False, storage_options: Optional[Mapping[str, Any]] = None,
                  store: Optional[stores.Store] = None, **save_options: Any):
-        target = os.fspath(directory)
-        if store is None and _remote.is_url(target):  # never a local directory "s3:/bucket/run"
-            if _remote.check_url(target) in ("http", "https"):
-                raise UnsupportedError("an http(s):// URL is read-only: keep steps in s3://, gs:// or az://",
-                                       file=target)
-            target = target.rstrip("/")
-        st, path = stores.resolve(target, store, storage_options)
+        # (a URL names an object store, never a local directory "s3:/bucket/run"; a read-only
+        # store, http(s)://, refuses the listing below)
+        st, path = stores.resolve(directory, store, storage_options)
         self._run = _Run(st, path)
         local = st.local_path(path)
         self.directory: Any = pathlib.Path(local) if local is not None else st.display(path)

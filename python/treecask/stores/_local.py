@@ -141,7 +141,8 @@ class LocalStore(Store):
     def stage_directory(self, path: str, *, overwrite: bool) -> str:
         """A fresh temporary directory ``<path>.tmp.<host>.<pid>.<hex16>``
         beside ``path`` (the core's naming rule), after sweeping dead
-        writers' temporaries of ``path``; its store path. Raises
+        writers' temporaries of ``path``; its absolute path (the root does not
+        apply to it). Raises
         AlreadyExistsError when ``path`` exists and ``overwrite`` is False,
         NotFoundError when its parent directory does not."""
         from ..errors import AlreadyExistsError, NotFoundError
@@ -154,7 +155,7 @@ class LocalStore(Store):
         _core.remove_stale_temporaries(full)
         tmp = _core.temporary_path(full)
         os.mkdir(tmp)
-        return path + tmp[len(full):]
+        return os.path.abspath(tmp)  # absolute: every process writes there, whatever its working directory
 
     def publish_directory(self, staging: str, path: str, write: Callable[[str, bool], T], *,
                           overwrite: bool, durable: bool, keep: Sequence[str]) -> T:
