@@ -30,7 +30,6 @@ import numpy as np
 
 from ... import _jaxutil as J
 from ... import _tree as T
-from ... import stores
 from .. import args as _args
 from .._checkpointers import _write
 from .._items import _JSON_PREFIX, DEFAULT_ITEM_NAME, PLACEHOLDER, _encode, _item_metadata, _layout, _orbax_hint
