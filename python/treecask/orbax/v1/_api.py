@@ -468,7 +468,7 @@ def metadata(path: Any, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE
     md, default, kinds, trees = _all_metadata(p)
     name = _pytree_name(p, default, kinds, checkpointable_name)
     init, commit, custom = _stamps(p, md)
-    return CheckpointMetadata(p, metadata=trees[DEFAULT_ITEM_NAME if name is None else name],
+    return CheckpointMetadata(str(p), metadata=trees[DEFAULT_ITEM_NAME if name is None else name],
                               init_timestamp_nsecs=init, commit_timestamp_nsecs=commit, custom_metadata=custom)
 
 
@@ -479,7 +479,7 @@ def checkpointables_metadata(path: Any, *, store: Any = None) -> CheckpointMetad
     p = Where(path, store)
     md, _, _, trees = _all_metadata(p)
     init, commit, custom = _stamps(p, md)
-    return CheckpointMetadata(p, metadata=trees, init_timestamp_nsecs=init, commit_timestamp_nsecs=commit,
+    return CheckpointMetadata(str(p), metadata=trees, init_timestamp_nsecs=init, commit_timestamp_nsecs=commit,
                               custom_metadata=custom)
 
 
