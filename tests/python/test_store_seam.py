@@ -1,6 +1,7 @@
 """``treecask.stores``: a store object passed by the user (an obstore
 ``MemoryStore``, a bucket's ``S3Store``, a ``LocalStore`` of a directory)
-serves ``save``, ``open``, ``load`` and ``CheckpointManager`` as a URL or a
+serves ``save``, ``open``, ``load`` and ``CheckpointManager`` (in one process
+and in a 2-process jax.distributed job) and ``treecask.orbax`` as a URL or a
 path does, and the commit rules are the same whichever store: an existing
 checkpoint refused before anything is written, dead writers' temporaries
 swept, never a secret in what is shown."""
