@@ -345,7 +345,7 @@ class CheckpointManager:
                  store: Optional[stores.Store] = None, **save_options: Any):
         target = os.fspath(directory)
         if store is None and _remote.is_url(target):  # never a local directory "s3:/bucket/run"
-            if _remote.check_url(target) in ("http", "https"):
+            if _core.parse_url(target, prefix=True)["scheme"] in ("http", "https"):
                 raise UnsupportedError("an http(s):// URL is read-only: keep steps in s3://, gs:// or az://",
                                        file=target)
             target = target.rstrip("/")
