@@ -109,3 +109,122 @@ TEST_CASE("credentials inside an s3:// or gs:// URL are refused, never used nor 
     }
   }
 }
+
+namespace {
+
+// The code of the Error parse_url throws for `url`, and its message (which
+// must name the URL redacted, never a secret).
+ErrorCode parse_error(const std::string& url, UrlTarget target = UrlTarget::kObject, std::string* what = nullptr) {
+  try {
+    parse_url(url, target);
+  } catch (const Error& e) {
+    check_clean(e.what());
+    CHECK_MESSAGE(std::string(e.what()).find(redact_url(url)) != std::string::npos, e.what());
+    if (what) *what = e.what();
+    return e.code();
+  }
+  FAIL("parse_url accepted " << url);
+  return static_cast<ErrorCode>(0);
+}
+
+}  // namespace
+
+TEST_CASE("parse_url takes every scheme's URL apart, as given") {
+  ParsedUrl u = parse_url("s3://bucket/run/step_1.cask");
+  CHECK(u.scheme == "s3");
+  CHECK(u.bucket == "bucket");
+  CHECK(u.key == "run/step_1.cask");
+  CHECK_FALSE(u.directory);
+  u = parse_url("GS://b/a b/%20?x#y");  // the scheme lower-cased; the key verbatim, '?' and '#' in it
+  CHECK(u.scheme == "gs");
+  CHECK(u.bucket == "b");
+  CHECK(u.key == "a b/%20?x#y");
+  u = parse_url("az://container/k.cask");
+  CHECK(u.scheme == "az");
+  CHECK(u.bucket == "container");
+  CHECK(u.key == "k.cask");
+  u = parse_url("s3://bucket/run/ckpt/");
+  CHECK(u.key == "run/ckpt/");
+  CHECK(u.directory);
+
+  // A prefix may be a bucket alone.
+  u = parse_url("s3://bucket", UrlTarget::kPrefix);
+  CHECK(u.bucket == "bucket");
+  CHECK(u.key.empty());
+  CHECK_FALSE(u.directory);
+  u = parse_url("az://c/", UrlTarget::kPrefix);
+  CHECK(u.key.empty());
+  CHECK(u.directory);
+
+  // http(s): requested as given, no bucket or key; a directory only without a query.
+  for (const char* url : {"http://127.0.0.1:8080/x.cask", "https://h/a//b.cask?X-Amz-Signature=s&a=1",
+                          "https://user:pw@h/x.cask", "HTTPS://h"}) {
+    u = parse_url(url);
+    CHECK(u.bucket.empty());
+    CHECK(u.key.empty());
+    CHECK_FALSE(u.directory);
+  }
+  CHECK(parse_url("https://h/run/", UrlTarget::kPrefix).directory);
+  CHECK(parse_url("https://h/").directory);
+  CHECK_FALSE(parse_url("https://h/run/?sig=x").directory);
+  CHECK(parse_url("http://h/x").scheme == "http");
+
+  // Every known scheme parses; the list is the core's.
+  for (std::string_view scheme : kUrlSchemes)
+    CHECK(parse_url(std::string(scheme) + "://b/k").scheme == scheme);
+}
+
+TEST_CASE("parse_url refuses other schemes, malformed URLs and credentials in bucket URLs") {
+  std::string what;
+  CHECK(parse_error("hdfs://namenode/x.cask", UrlTarget::kObject, &what) == ErrorCode::kUnsupported);
+  CHECK(what.find("\"hdfs://\" is not supported") != std::string::npos);
+  CHECK(parse_error("s4://bucket/x.cask", UrlTarget::kPrefix) == ErrorCode::kUnsupported);
+  CHECK(parse_error("file:///tmp/x.cask") == ErrorCode::kUnsupported);
+
+  CHECK(parse_error("/local/x.cask") == ErrorCode::kInvalidArgument);  // not a URL
+  CHECK(parse_error("s3:/bucket/x.cask") == ErrorCode::kInvalidArgument);
+  for (const char* url : {"s3://bucket", "s3://bucket/", "gs://b", "az://container/", "s3:///k", "s3://"}) {
+    CHECK(parse_error(url, UrlTarget::kObject, &what) == ErrorCode::kInvalidArgument);
+    CHECK_MESSAGE((what.find("no key") != std::string::npos || what.find("no bucket") != std::string::npos ||
+                   what.find("no container") != std::string::npos),
+                  what);
+  }
+  CHECK(parse_error("s3:///k", UrlTarget::kPrefix) == ErrorCode::kInvalidArgument);
+  CHECK(parse_error("az://", UrlTarget::kPrefix, &what) == ErrorCode::kInvalidArgument);
+  CHECK(what.find("no container") != std::string::npos);
+  for (const char* url : {"https://", "http:///x.cask", "https://user:hunter2@/x", "https://?sig=x"})
+    CHECK(parse_error(url) == ErrorCode::kInvalidArgument);
+
+  for (const char* url : {"s3://AKIAIOSFODNN7EXAMPLE:hunter2@bucket/k.cask", "gs://user:hunter2@bucket/k",
+                          "az://ghp_EXAMPLETOKEN0123@container/k", "s3://alice:hunter2@bucket"}) {
+    CHECK(parse_error(url, UrlTarget::kPrefix, &what) == ErrorCode::kInvalidArgument);
+    CHECK(what.find("credentials belong in the environment or storage_options") != std::string::npos);
+  }
+  // A '@' in the key is a character of the key.
+  CHECK(parse_url("s3://bucket/a@b.cask").key == "a@b.cask");
+}
+
+TEST_CASE("the retry policy and per-object concurrency are the core's, used by the libcurl source") {
+  static_assert(kRetryPolicy.max_retries == 5);
+  static_assert(kRetryPolicy.initial_backoff_s == 0.05 && kRetryPolicy.max_backoff_s == 2.0);
+  static_assert(kRetryPolicy.backoff_base == 2.0 && kRetryPolicy.timeout_s == 60.0);
+  static_assert(kObjectConcurrency == 16);
+  RemoteOptions options;
+  CHECK(options.max_connections == kObjectConcurrency);
+  CHECK(options.retry.max_retries == kRetryPolicy.max_retries);
+  CHECK(options.retry.timeout_s == kRetryPolicy.timeout_s);
+}
+
+TEST_CASE("the libcurl source resolves through parse_url and refuses az://, which it does not serve") {
+  try {
+    remote::resolve("az://container/k.cask", {});
+    FAIL("accepted az://");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kUnsupported);
+    CHECK(std::string(e.what()).find("Python package") != std::string::npos);
+  }
+  remote::Endpoint e = remote::resolve("s3://bucket.with.dots/a b.cask", {{{"endpoint", "http://127.0.0.1:9"}}});
+  CHECK(e.bucket == "bucket.with.dots");
+  CHECK(e.url == "http://127.0.0.1:9/bucket.with.dots/a%20b.cask");
+  for (const char* url : {"s3://bucket", "gs://b/", "hdfs://x/y"}) CHECK_THROWS_AS(remote::resolve(url, {}), Error);
+}

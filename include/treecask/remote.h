@@ -1,5 +1,7 @@
-// treecask's built-in remote source: s3://, gs://, http:// and https://
-// objects read by HTTP range requests on libcurl (docs/remote.md).
+// treecask's URLs: the transport rules both transports follow (parse_url,
+// redact_url, the retry policy, per-object concurrency), and the built-in
+// remote source: s3://, gs://, http:// and https:// objects read by HTTP
+// range requests on libcurl (docs/remote.md).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,69 @@
 #include "treecask/source.h"
 
 namespace treecask {
+
+// ---- Transport rules (both transports: the libcurl source below and the
+// Python package's obstore one; docs/remote.md "URLs") ----
+
+// Every URL scheme treecask knows, lower-case. Which transport serves which
+// is each transport's (docs/remote.md "Two transports"): the built-in
+// libcurl source reads s3, gs, http, https; the Python package all five.
+inline constexpr std::string_view kUrlSchemes[] = {"s3", "gs", "az", "http", "https"};
+
+// What a URL must name (parse_url): one object, or a "directory" prefix (a
+// multi-process checkpoint, a manager's steps), which may be a bucket alone.
+enum class UrlTarget { kObject, kPrefix };
+
+// A treecask URL taken apart by parse_url. Plain values: no ownership.
+struct ParsedUrl {
+  // One of kUrlSchemes, lower-cased ("s3" for "S3://b/k").
+  std::string scheme;
+  // s3://, gs://: the bucket; az://: the container; "" for http(s)://.
+  std::string bucket;
+  // s3, gs, az: everything after "<bucket>/", verbatim (not decoded; '?' and
+  // '#' are characters of the key); "" for a bucket alone. "" for
+  // http(s)://, whose URL is requested exactly as given (path never
+  // rewritten, query kept).
+  std::string key;
+  // True when the URL names a "directory": it ends with '/' (http(s): its
+  // path does and it has no query: a URL with a query names one object).
+  bool directory = false;
+};
+
+// Parses and validates `url` for `target` (the one URL rule of the library,
+// the `treecask` tool and the Python package, bound as _core.parse_url):
+// <scheme>://<bucket>/<key> for s3, gs and az (a key is needed for an
+// object; a prefix may be a bucket alone), http(s)://<host>[/<path>][?<query>]
+// as given. Does no I/O and reads no environment. Throws Error naming the
+// URL redacted (redact_url):
+//   kUnsupported     a scheme not in kUrlSchemes, named (hdfs://, s4://);
+//   kInvalidArgument not a URL (is_url false); credentials inside an s3://,
+//                    gs:// or az:// URL (user:password@bucket: they belong in
+//                    the environment or storage_options, never in the URL);
+//                    a malformed URL: no bucket (s3:///k), no key where an
+//                    object is needed (s3://bucket, s3://bucket/), no host
+//                    (https:///x).
+TREECASK_API ParsedUrl parse_url(std::string_view url, UrlTarget target = UrlTarget::kObject);
+
+// How both transports retry a failed request (a connection error, HTTP 429,
+// 500, 502, 503 or 504: S3 SlowDown): up to max_retries more attempts, the
+// n-th (n = 1, 2, ...) after min(max_backoff_s, initial_backoff_s *
+// backoff_base^(n-1)) seconds, none begun more than timeout_s seconds after
+// the request's first attempt; then Error(kIo) naming the URL. Bound to
+// Python as _core.RETRY_POLICY (obstore's retry_config is built from it).
+struct RetryPolicy {
+  unsigned max_retries = 5;
+  double initial_backoff_s = 0.05;
+  double max_backoff_s = 2.0;
+  double backoff_base = 2.0;
+  double timeout_s = 60.0;
+};
+inline constexpr RetryPolicy kRetryPolicy{};
+
+// Range requests in flight at once for one object (Source::concurrency()
+// of both transports), each on its own connection. Bound to Python as
+// _core.OBJECT_CONCURRENCY.
+inline constexpr unsigned kObjectConcurrency = 16;
 
 // How the built-in source reaches a store. Every field left empty is taken
 // from the environment, as boto3 and the Google clients read it:
@@ -36,14 +101,9 @@ struct RemoteOptions {
   std::map<std::string, std::string> storage_options;
   // Requests in flight at once in one read() call (Source::concurrency()),
   // each on its own connection; connections stay open between calls.
-  unsigned max_connections = 16;
-  // A request that fails with a connection error, HTTP 429, 500, 502, 503 or
-  // 504 (S3 SlowDown) is retried up to `retries` times, waiting
-  // backoff_initial_s * 2^attempt seconds (at most backoff_max_s), then fails
-  // with Error(kIo) naming the URL.
-  unsigned retries = 5;
-  double backoff_initial_s = 0.05;
-  double backoff_max_s = 2.0;
+  unsigned max_connections = kObjectConcurrency;
+  // How a failed request is retried (RetryPolicy).
+  RetryPolicy retry = kRetryPolicy;
   // Seconds to connect, and to wait for progress on a request (a transfer
   // slower than 1 byte/s for that long fails, and is retried).
   double connect_timeout_s = 10.0;
@@ -86,9 +146,8 @@ TREECASK_API std::string redact_urls_in(std::string_view text);
 // object no longer than the range asked. The source's name() is
 // redact_url(url). The source is thread-safe. Throws Error naming the URL
 // (redacted), here or from the first read:
-// kUnsupported (a scheme other than s3, gs, http, https: named),
-// kInvalidArgument (a malformed URL, credentials inside an s3:// or gs://
-// URL (user:password@bucket), an unknown storage option, half a key
+// parse_url's errors (kUnsupported also for az://, which this source does
+// not serve), kInvalidArgument (an unknown storage option, half a key
 // pair, an endpoint without http:// or https://),
 // kNotFound (no such object or bucket), kIo (network error after retries,
 // access denied), kCorruption (a server that ignores Range requests, a

@@ -70,6 +70,24 @@ NB_MODULE(_core, m) {
   // What a remote open's first read asks for (source.h): the object's first and last bytes.
   m.attr("OPEN_HEAD_BYTES") = treecask::kOpenHeadBytes;
   m.attr("OPEN_TAIL_BYTES") = treecask::kOpenTailBytes;
+  // The transport rules of both transports (remote.h): the URL schemes treecask knows,
+  // ranges in flight per object, and the retry policy obstore's retry_config is built from.
+  {
+    nb::list schemes;
+    for (std::string_view s : treecask::kUrlSchemes) schemes.append(nb::str(s.data(), s.size()));
+    m.attr("URL_SCHEMES") = nb::steal(PyList_AsTuple(schemes.ptr()));
+  }
+  m.attr("OBJECT_CONCURRENCY") = treecask::kObjectConcurrency;
+  {
+    const treecask::RetryPolicy& r = treecask::kRetryPolicy;
+    nb::dict d;
+    d["max_retries"] = r.max_retries;
+    d["initial_backoff_s"] = r.initial_backoff_s;
+    d["max_backoff_s"] = r.max_backoff_s;
+    d["backoff_base"] = r.backoff_base;
+    d["timeout_s"] = r.timeout_s;
+    m.attr("RETRY_POLICY") = d;
+  }
   m.def("library_version", [] { return std::string(treecask::library_version()); });
   // Every dtype the core knows (its enum table's names, by value): its name, bits per
   // element (treecask::dtype_bits) and whether it is packed (treecask::dtype_packed:

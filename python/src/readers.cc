@@ -418,6 +418,25 @@ void register_readers(nb::module_& m) {
         "parameters) shown as ***: treecask::redact_url.");
   m.def("redact_urls_in", [](std::string_view text) { return treecask::redact_urls_in(text); }, "text"_a,
         "Every URL inside `text` through redact_url: treecask::redact_urls_in.");
+  // The one URL rule (include/treecask/remote.h parse_url): the package takes
+  // every URL apart with it.
+  m.def(
+      "parse_url",
+      [](std::string_view url, bool prefix) {
+        treecask::ParsedUrl u =
+            treecask::parse_url(url, prefix ? treecask::UrlTarget::kPrefix : treecask::UrlTarget::kObject);
+        nb::dict d;
+        d["scheme"] = u.scheme;
+        d["bucket"] = u.bucket;
+        d["key"] = u.key;
+        d["directory"] = u.directory;
+        return d;
+      },
+      "url"_a, nb::kw_only(), "prefix"_a = false,
+      "treecask::parse_url: {'scheme', 'bucket', 'key', 'directory'} of `url`, which names one object "
+      "(a key needed) or, with prefix=True, a \"directory\" (a bucket alone allowed). Raises "
+      "UnsupportedError (another scheme), InvalidArgumentError (not a URL, malformed, credentials in "
+      "an s3://, gs:// or az:// URL), naming the URL redacted.");
   nb::class_<treecask::ShardedArchive> sharded(m, "ShardedArchive");
   sharded
       .def_static(

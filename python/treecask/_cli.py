@@ -18,16 +18,15 @@ the same configuration (the environment), output and exit statuses.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import List, Optional
+
+from . import _core
 
 # Subcommands of python -m treecask (treecask/__main__.py).
 PYTHON_COMMANDS = ("import-orbax", "import-flax", "gc")
 # The tool's subcommands that read an archive, which may be a URL.
 READING_COMMANDS = ("info", "ls", "verify", "get", "export")
-# A URL (<scheme>://), as treecask._remote.is_url tells one.
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def tool_path() -> str:
@@ -49,7 +48,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .__main__ import main as python_main
 
         return python_main(args, prog="treecask")
-    if args and args[0] in READING_COMMANDS and any(_URL.match(a) for a in args[1:]):
+    if args and args[0] in READING_COMMANDS and any(_core.is_url(a) for a in args[1:]):  # a URL: <scheme>://
         return _run_in_process(args)
     tool = tool_path()
     if not os.access(tool, os.X_OK):
@@ -66,7 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _run_in_process(args: List[str]) -> int:
     """The tool's command ``args`` run in this process (``_core.run_tool``),
     every URL's objects read through obstore (``_remote.ObjectSource``)."""
-    from . import _core, _remote
+    from . import _remote
 
     if not hasattr(_core, "run_tool"):
         print("treecask: this install of the treecask package has no command-line tool "

@@ -17,61 +17,49 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import os
-import re
 import threading
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from . import _core
-from .errors import (CorruptionError, Error, InvalidArgumentError, IoError, NotAnArchiveError, NotFoundError,
-                     UnsupportedError)
+from .errors import CorruptionError, Error, IoError, NotAnArchiveError, NotFoundError, UnsupportedError
 
-# The schemes served, and the obstore store behind each.
-SCHEMES = ("s3", "gs", "az", "http", "https")
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# The transport rules are the core's (include/treecask/remote.h; docs/remote.md
+# "URLs"): _core.parse_url takes every URL apart, _core.redact_url shows it,
+# and the retry policy and per-object concurrency below are its constants.
 
-# Ranges in flight at once per object (Source::concurrency()).
-CONCURRENCY = 16
-# obstore's retry policy: 503 / SlowDown / dropped connections are retried with
-# exponential backoff (50 ms doubling to 2 s, 5 times, 60 s in all), then fail.
-_RETRY = {"max_retries": 5, "retry_timeout": datetime.timedelta(seconds=60),
-          "backoff": {"init_backoff": datetime.timedelta(milliseconds=50),
-                      "max_backoff": datetime.timedelta(seconds=2), "base": 2.0}}
+# Ranges in flight at once per object (Source::concurrency()): the core's kObjectConcurrency.
+CONCURRENCY = _core.OBJECT_CONCURRENCY
+
+
+def _retry_config() -> dict:
+    """obstore's ``retry_config`` from the core's RetryPolicy (remote.h): a
+    connection error, 429, 500, 502, 503 (SlowDown) or 504 retried at most
+    ``max_retries`` times with exponential backoff, none after
+    ``timeout_s``, then the failure."""
+    r = _core.RETRY_POLICY
+    return {"max_retries": r["max_retries"], "retry_timeout": datetime.timedelta(seconds=r["timeout_s"]),
+            "backoff": {"init_backoff": datetime.timedelta(seconds=r["initial_backoff_s"]),
+                        "max_backoff": datetime.timedelta(seconds=r["max_backoff_s"]), "base": r["backoff_base"]}}
+
+
+_RETRY = _retry_config()
 
 
 def is_url(path: Any) -> bool:
     """True when ``path`` is a str that starts with a URL scheme
-    (``<letters>://``): such a string is never taken for a local path."""
-    return isinstance(path, str) and _URL.match(path) is not None
+    (``<letters>://``, the core's is_url): such a string is never taken for
+    a local path."""
+    return isinstance(path, str) and _core.is_url(path)
 
 
-# Where the credentials of each bucket scheme come from (for the refusal of
-# user:password@ in a bucket URL).
-_CREDENTIALS = {
-    "s3": "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, or storage_options "
-          "access_key_id / secret_access_key / session_token",
-    "gs": "GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT_KEY, or storage_options "
-          "service_account / service_account_key",
-    "az": "AZURE_STORAGE_ACCOUNT_KEY / AZURE_STORAGE_SAS_KEY, or storage_options account_key / sas_key",
-}
-
-
-def check_url(url: str) -> str:
-    """Returns the scheme of ``url``; UnsupportedError naming it when
-    treecask does not serve it (``hdfs://``, a typo such as ``s4://``);
-    InvalidArgumentError for credentials inside a bucket URL
-    (``s3://user:pw@bucket/key``, gs://, az://: they belong in the
-    environment or ``storage_options``; the message shows the URL redacted)."""
-    scheme = _URL.match(url).group(1).lower()
-    if scheme not in SCHEMES:
-        raise UnsupportedError(
-            f"the URL scheme '{scheme}://' is not served (treecask reads "
-            + ", ".join(s + "://" for s in SCHEMES) + ")", file=url)
-    if scheme in _CREDENTIALS and "@" in url[len(scheme) + 3:].split("/", 1)[0]:
-        raise InvalidArgumentError(
-            f"credentials in an {scheme}:// URL (user:password@bucket) are refused: credentials belong in "
-            f"the environment or storage_options ({_CREDENTIALS[scheme]}); name the object "
-            f"{scheme}://BUCKET/KEY", file=url)
-    return scheme
+def _base(u: dict, url: str) -> Tuple[str, str]:
+    """(store base, object path) of a parsed URL: ``s3://bucket`` and the
+    key; an http(s):// URL is its own store, with the empty path, so that
+    every request goes to exactly that URL (its path never rewritten, its
+    query string kept: presigned S3 URLs, GCS signed URLs, Azure SAS links)."""
+    if u["scheme"] in ("http", "https"):
+        return url, ""
+    return f"{u['scheme']}://{u['bucket']}", u["key"]
 
 
 # One obstore store (its HTTP client and connection pool) per bucket or HTTP
@@ -81,26 +69,18 @@ _STORES: dict = {}
 _STORES_LOCK = threading.Lock()
 
 
-def _split(url: str) -> Tuple[str, str, str]:
-    """(scheme, store base, object path) of ``url``: ``s3://bucket`` and
-    ``key``; an http(s):// URL is its own store, with the empty path, so that
-    every request goes to exactly that URL (its path never rewritten, its
-    query string kept: presigned S3 URLs, GCS signed URLs, Azure SAS links)."""
-    scheme = check_url(url)
-    if scheme in ("http", "https"):
-        return scheme, url, ""
-    bucket, _, key = url[len(scheme) + 3:].partition("/")
-    if not bucket or not key:
-        raise UnsupportedError(f"a {scheme}:// URL names a bucket and an object: {scheme}://BUCKET/KEY",
-                               file=url)
-    return scheme, f"{scheme}://{bucket}", key
-
-
 def _store_for(url: str, storage_options: Optional[Mapping[str, Any]]):
     """(obstore store, object path) for ``url``, the store shared with every
     other object of the same bucket (or HTTP directory), options and
     environment."""
-    scheme, base, path = _split(url)
+    u = _core.parse_url(url)
+    base, path = _base(u, url)
+    return _shared_store(u["scheme"], base, storage_options), path
+
+
+def _shared_store(scheme: str, base: str, storage_options: Optional[Mapping[str, Any]]):
+    """The obstore store of ``base`` (a bucket URL or an HTTP URL), shared
+    with every other user of the same base, options and environment."""
     env = tuple(sorted((k, v) for k, v in os.environ.items()
                        if k.startswith(("AWS_", "GOOGLE_", "AZURE_", "STORAGE_EMULATOR"))))
     key = (base, tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items())), env)
@@ -111,7 +91,7 @@ def _store_for(url: str, storage_options: Optional[Mapping[str, Any]]):
         if "?" not in base:  # a signed URL is used once: its store is not kept
             with _STORES_LOCK:
                 _STORES[key] = store
-    return store, path
+    return store
 
 
 def prefix_store(url: str, storage_options: Optional[Mapping[str, Any]]):
@@ -119,10 +99,12 @@ def prefix_store(url: str, storage_options: Optional[Mapping[str, Any]]):
     URL ``url`` (``s3://bucket/run``, or a bucket alone): where a multi-process
     checkpoint's or a manager's objects live. UnsupportedError for
     http(s):// (no listing, read-only)."""
-    if check_url(url) in ("http", "https"):
+    u = _core.parse_url(url, prefix=True)
+    if u["scheme"] in ("http", "https"):
         raise UnsupportedError("an http(s):// URL is read-only: save to s3://, gs:// or az://", file=url)
-    store, key = _store_for(url.rstrip("/") + "/_", storage_options)
-    return store, key[:-1]
+    base, key = _base(u, url)
+    key = key.rstrip("/")
+    return _shared_store(u["scheme"], base, storage_options), (key + "/" if key else "")
 
 
 def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, Any]]):

@@ -124,8 +124,7 @@ def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, over
     Also deletes the temporaries of dead uploads of this key by this host."""
     import obstore
 
-    scheme = _remote.check_url(url)
-    if scheme in ("http", "https"):
+    if _core.parse_url(url)["scheme"] in ("http", "https"):
         raise UnsupportedError("an http(s):// URL is read-only: save to s3://, gs:// or az://", file=url)
     store, key = _remote._store_for(url, storage_options)
     key = key.rstrip("/")

@@ -162,7 +162,13 @@ struct ShardedArchive::Impl {
 };
 
 bool ShardedArchive::is_sharded(const std::filesystem::path& path) noexcept {
-  if (is_url(path.string())) return path.string().ends_with('/');
+  if (is_url(path.string())) {
+    try {
+      return parse_url(path.string(), UrlTarget::kPrefix).directory;
+    } catch (const Error&) {
+      return false;  // opening it as one object names what is wrong
+    }
+  }
   std::error_code ec;
   return std::filesystem::is_directory(path, ec) &&
          std::filesystem::is_regular_file(path / kShardedIndexName, ec);

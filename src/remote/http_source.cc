@@ -132,8 +132,9 @@ struct Transfer {
   ErrorCode fault_code = ErrorCode::kCorruption;
   std::string fault;
 
-  // Attempts that failed so far, when the next may start, and why the last
-  // one failed.
+  // When the first attempt started, attempts that failed so far, when the
+  // next may start, and why the last one failed.
+  std::optional<Clock::time_point> first_start;
   unsigned failures = 0;
   Clock::time_point not_before{};
   std::string last_error;
@@ -599,6 +600,7 @@ void HttpSource::run(std::span<Transfer> transfers, unsigned limit) const {
       e = new_easy();
     }
     t.reset_response();
+    if (!t.first_start) t.first_start = Clock::now();
     curl_easy_setopt(e, CURLOPT_URL, request_url_.c_str());
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.headers);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
@@ -643,15 +645,20 @@ void HttpSource::run(std::span<Transfer> transfers, unsigned limit) const {
         ++done;
         continue;
       }
-      // Retry after backoff_initial_s * 2^attempt (at most backoff_max_s).
+      // Retry as options_.retry says (remote.h RetryPolicy).
+      const RetryPolicy& policy = options_.retry;
       ++t->failures;
-      if (t->failures > options_.retries)
-        fail(ErrorCode::kIo, "GET " + t->range + " failed after " + std::to_string(t->failures) +
-                                 " attempts: " + t->last_error);
-      double delay = std::min(options_.backoff_max_s,
-                              options_.backoff_initial_s * std::ldexp(1.0, int(std::min(t->failures - 1, 60u))));
+      double delay = std::min(policy.max_backoff_s,
+                              policy.initial_backoff_s *
+                                  std::pow(std::max(1.0, policy.backoff_base), double(std::min(t->failures - 1, 60u))));
       delay = std::max(0.0, delay);
-      t->not_before = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(delay));
+      now = Clock::now();
+      t->not_before = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(delay));
+      const bool out_of_time = std::chrono::duration<double>(t->not_before - *t->first_start).count() >
+                               std::max(0.0, policy.timeout_s);
+      if (t->failures > policy.max_retries || out_of_time)
+        fail(ErrorCode::kIo, "GET " + t->range + " failed after " + std::to_string(t->failures) + " attempts" +
+                                 (out_of_time ? " (the retry time limit passed)" : "") + ": " + t->last_error);
       waiting.insert(waiting.begin(), t);
     }
     if (done == transfers.size()) break;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
+#include <iterator>
 #include <mutex>
 #include <utility>
 
@@ -120,6 +121,59 @@ std::string redact_urls_in(std::string_view text) {
 
 namespace {
 
+// Where the credentials of a bucket URL belong (parse_url's refusal of
+// user:password@bucket), as each transport reads them (docs/remote.md
+// "Configuration").
+std::string credentials_belong(std::string_view scheme) {
+  if (scheme == "s3")
+    return "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, or storage_options access_key_id, "
+           "secret_access_key and session_token";
+  if (scheme == "gs")
+    return "GOOGLE_APPLICATION_CREDENTIALS or storage_options service_account (Python); "
+           "GOOGLE_OAUTH_ACCESS_TOKEN or storage_options bearer_token (the C++ library and tool)";
+  return "AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_KEY, or storage_options account_key or sas_key";
+}
+
+}  // namespace
+
+ParsedUrl parse_url(std::string_view url, UrlTarget target) {
+  auto invalid = [&](const std::string& message) {
+    return Error(ErrorCode::kInvalidArgument, redact_url(url), "", message);
+  };
+  if (!is_url(url)) throw invalid("not a URL: expected s3://, gs://, az://, http:// or https://");
+  ParsedUrl p;
+  p.scheme = remote::url_scheme(url);
+  if (std::find(std::begin(kUrlSchemes), std::end(kUrlSchemes), p.scheme) == std::end(kUrlSchemes))
+    throw Error(ErrorCode::kUnsupported, redact_url(url), "",
+                "the URL scheme \"" + p.scheme + "://\" is not supported (s3://, gs://, az://, http:// and https:// are)");
+  const std::string_view rest = url.substr(p.scheme.size() + 3);
+  if (p.scheme == "http" || p.scheme == "https") {
+    const std::string_view before_query = rest.substr(0, rest.find_first_of("?#"));
+    std::string_view host = before_query.substr(0, before_query.find('/'));
+    host = host.substr(host.rfind('@') == std::string_view::npos ? 0 : host.rfind('@') + 1);
+    if (host.empty()) throw invalid("no host: expected " + p.scheme + "://<host>/<path>");
+    p.directory = rest.find('?') == std::string_view::npos && before_query.ends_with('/');
+    return p;
+  }
+  const char* bucket_word = p.scheme == "az" ? "container" : "bucket";
+  const std::string shape = p.scheme + "://<" + bucket_word + ">/<key>";
+  const size_t slash = rest.find('/');
+  const std::string_view bucket = rest.substr(0, slash);
+  if (bucket.find('@') != std::string_view::npos)
+    throw invalid("credentials in an " + p.scheme + ":// URL (user:password@" + bucket_word +
+                  ") are refused: credentials belong in the environment or storage_options (" +
+                  credentials_belong(p.scheme) + "); name the object " + shape);
+  if (bucket.empty()) throw invalid(std::string("no ") + bucket_word + ": expected " + shape);
+  p.bucket = std::string(bucket);
+  if (slash != std::string_view::npos) p.key = std::string(rest.substr(slash + 1));
+  p.directory = url.ends_with('/');
+  if (target == UrlTarget::kObject && p.key.empty())
+    throw invalid("no key: an object's URL is " + shape);
+  return p;
+}
+
+namespace {
+
 std::mutex& opener_mutex() {
   static std::mutex m;
   return m;
@@ -187,17 +241,6 @@ std::string option(const RemoteOptions& options, const char* key) { return setti
   throw Error(ErrorCode::kInvalidArgument, name, "", message);
 }
 
-// Splits "<bucket>/<key>" (what follows "s3://" or "gs://"); both must be
-// non-empty.
-void split_bucket_key(const std::string& name, std::string_view scheme, std::string_view rest, std::string* bucket,
-                      std::string* key) {
-  size_t slash = rest.find('/');
-  if (slash == std::string_view::npos || slash == 0 || slash + 1 == rest.size())
-    invalid(name, std::string("expected ") + std::string(scheme) + "://<bucket>/<key>");
-  *bucket = std::string(rest.substr(0, slash));
-  *key = std::string(rest.substr(slash + 1));
-}
-
 // An endpoint URL without its trailing '/'; it must be http:// or https://
 // (`what` names where it came from, for the error).
 std::string checked_endpoint(const std::string& name, std::string endpoint, const char* what) {
@@ -231,9 +274,9 @@ void check_option_keys(const std::string& name, const RemoteOptions& options) {
   }
 }
 
-Endpoint resolve_s3(const std::string& url, Endpoint e, const RemoteOptions& options) {
-  std::string key;
-  split_bucket_key(e.name, "s3", std::string_view(url).substr(5), &e.bucket, &key);
+Endpoint resolve_s3(const ParsedUrl& u, Endpoint e, const RemoteOptions& options) {
+  const std::string& key = u.key;
+  e.bucket = u.bucket;
   e.service = Service::kS3;
   std::string region = setting(options, "region", {"AWS_REGION", "AWS_DEFAULT_REGION"});
   if (region.empty()) region = "us-east-1";
@@ -286,9 +329,9 @@ Endpoint resolve_s3(const std::string& url, Endpoint e, const RemoteOptions& opt
   return e;
 }
 
-Endpoint resolve_gs(const std::string& url, Endpoint e, const RemoteOptions& options) {
-  std::string key;
-  split_bucket_key(e.name, "gs", std::string_view(url).substr(5), &e.bucket, &key);
+Endpoint resolve_gs(const ParsedUrl& u, Endpoint e, const RemoteOptions& options) {
+  const std::string& key = u.key;
+  e.bucket = u.bucket;
   std::string emulator = option(options, "endpoint");
   const char* from = "storage_options endpoint";
   if (emulator.empty() && !(emulator = env("STORAGE_EMULATOR_HOST")).empty()) from = "STORAGE_EMULATOR_HOST";
@@ -343,25 +386,19 @@ std::string percent_encode(std::string_view s, bool keep_slash) {
 Endpoint resolve(const std::string& url, const RemoteOptions& options) {
   Endpoint e;
   e.name = redact_url(url);
-  std::string scheme = url_scheme(url);
-  if (scheme.empty()) invalid(e.name, "not a URL: expected s3://, gs://, http:// or https://");
-  if (scheme != "s3" && scheme != "gs" && scheme != "http" && scheme != "https")
+  const ParsedUrl u = parse_url(url, UrlTarget::kObject);
+  const std::string& scheme = u.scheme;
+  if (scheme == "az")
     throw Error(ErrorCode::kUnsupported, e.name, "",
-                "the URL scheme \"" + scheme + "://\" is not supported (s3://, gs://, http:// and https:// are)");
+                "az:// is read by the Python package (obstore), not by the built-in libcurl source: read it with "
+                "treecask.open or the pip-installed treecask command, or pass your own Source (docs/remote.md "
+                "\"Two transports\")");
   check_option_keys(e.name, options);
-  if (scheme == "s3" || scheme == "gs") {
-    std::string_view rest = std::string_view(url).substr(scheme.size() + 3);
-    if (rest.substr(0, rest.find('/')).find('@') != std::string_view::npos)
-      invalid(e.name, "credentials in an " + scheme +
-                          ":// URL (user:password@bucket) are refused: credentials belong in the environment or "
-                          "storage_options (" + (scheme == "s3" ? kS3CredentialsHint : kGcsCredentialsHint) +
-                          "); name the object " + scheme + "://<bucket>/<key>");
-  }
   e.ca_bundle = scheme == "s3" ? env("AWS_CA_BUNDLE") : std::string();
   if (e.ca_bundle.empty()) e.ca_bundle = env("CURL_CA_BUNDLE");
   if (e.ca_bundle.empty()) e.ca_bundle = env("SSL_CERT_FILE");
-  if (scheme == "s3") return resolve_s3(url, std::move(e), options);
-  if (scheme == "gs") return resolve_gs(url, std::move(e), options);
+  if (scheme == "s3") return resolve_s3(u, std::move(e), options);
+  if (scheme == "gs") return resolve_gs(u, std::move(e), options);
   e.service = Service::kHttp;
   e.url = url;
   e.follow_redirects = true;

@@ -1,5 +1,6 @@
 // Object URLs of the built-in remote source (include/treecask/remote.h):
-// which HTTP(S) request reads s3://, gs://, http:// and https:// objects, with
+// which HTTP(S) request reads s3://, gs://, http:// and https:// objects
+// (parse_url, remote.h, takes every URL apart first), with
 // which endpoint, headers and credentials (RemoteOptions and the environment);
 // and the parsing of the response header values the source checks.
 #pragma once
@@ -67,11 +68,12 @@ std::string percent_encode(std::string_view s, bool keep_slash);
 // (remote.h), else open_url(url).
 std::shared_ptr<const Source> open_object(const std::string& url);
 
-// Resolves `url` with `options` and the environment (remote.h). Throws
-// Error(kUnsupported) for a scheme other than s3, gs, http, https (named),
-// Error(kInvalidArgument) for a malformed URL (s3:// without bucket or key),
-// an unknown storage_options key, half a key pair, or an endpoint without
-// http:// or https://. The Error names the redacted URL.
+// Resolves `url` (taken apart by parse_url, remote.h: the one URL rule) with
+// `options` and the environment (remote.h). Throws parse_url's errors,
+// Error(kUnsupported) for az:// (the Python package's transport serves it,
+// this one does not), Error(kInvalidArgument) for an unknown storage_options
+// key, half a key pair, or an endpoint without http:// or https://. The
+// Error names the redacted URL.
 Endpoint resolve(const std::string& url, const RemoteOptions& options);
 
 // ---- Response header values ----

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import pathlib
 import shutil
@@ -27,7 +28,7 @@ import pytest
 
 import treecask
 import treecask.orbax as tco
-from treecask import _core
+from treecask import _core, _remote
 from treecask.errors import (Error, InvalidArgumentError, IoError, NotAnArchiveError, NotFoundError,
                              UnsupportedError)
 
@@ -192,6 +193,54 @@ def test_credentials_inside_a_bucket_url_are_refused(tmp_path):
                                capture_output=True, text=True)
             assert r.returncode == 7 and "credentials belong in the environment" in r.stderr, r.stderr
             assert_clean(r.stderr)
+
+
+def test_the_url_rule_is_the_cores_and_drives_the_package():
+    # The binding's answers (include/treecask/remote.h parse_url), for every scheme it knows.
+    assert _core.URL_SCHEMES == ("s3", "gs", "az", "http", "https")
+    assert _core.parse_url("S3://bucket/run/x.cask") == {
+        "scheme": "s3", "bucket": "bucket", "key": "run/x.cask", "directory": False}
+    assert _core.parse_url("gs://b/run/ckpt/", prefix=True) == {
+        "scheme": "gs", "bucket": "b", "key": "run/ckpt/", "directory": True}
+    assert _core.parse_url("az://container", prefix=True) == {
+        "scheme": "az", "bucket": "container", "key": "", "directory": False}
+    assert _core.parse_url(f"https://h/a//b.cask?{S3_QUERY}") == {
+        "scheme": "https", "bucket": "", "key": "", "directory": False}
+    assert _core.parse_url("http://h/run/", prefix=True)["directory"]
+    for url in ("hdfs://namenode/x.cask", "s4://bucket/x.cask", "file:///tmp/x.cask"):
+        e = raises_clean(lambda: _core.parse_url(url), UnsupportedError)
+        assert url.split("://")[0] + "://" in e.message and e.file == url
+    for url in ("s3://bucket", "s3://bucket/", "gs:///k", "az://", "https:///x.cask", "not a url"):
+        raises_clean(lambda: _core.parse_url(url), InvalidArgumentError)
+    e = raises_clean(lambda: _core.parse_url(f"az://u:{PASSWORD}@c/k", prefix=True), InvalidArgumentError)
+    assert "credentials belong in the environment or storage_options" in e.message and e.file == "az://***@c/k"
+
+    # The package takes URLs apart with it: the store of a URL and the path in it.
+    store, path = treecask.stores.ObjectStore.from_url("S3://bucket/run/x.cask?v=1")
+    assert (store.name, path) == ("s3://bucket", "run/x.cask?v=1")  # the key verbatim
+    url = f"https://h/a//b.cask?{S3_QUERY}"
+    store, path = treecask.stores.ObjectStore.from_url(url)
+    assert path == "" and store.display() == _core.redact_url(url)
+    assert _remote.prefix_store("gs://b/run//", None)[1] == "run/"
+    assert _remote.prefix_store("gs://b", None)[1] == ""
+    raises_clean(lambda: _remote.url_source("s3://bucket"), InvalidArgumentError)  # an object needs a key
+    # is_url: any "<letters>://" string is a URL, never a local path.
+    assert _remote.is_url("hdfs://x") and _remote.is_url("S3://b/k") and not _remote.is_url("s3:/b/k")
+    assert not _remote.is_url(pathlib.Path("s3://b/k")) and not _remote.is_url("./s3://b")
+
+
+def test_obstore_gets_the_cores_retry_policy_and_concurrency():
+    r = _core.RETRY_POLICY
+    assert r == {"max_retries": 5, "initial_backoff_s": 0.05, "max_backoff_s": 2.0, "backoff_base": 2.0,
+                 "timeout_s": 60.0}
+    expected = {"max_retries": r["max_retries"], "retry_timeout": datetime.timedelta(seconds=r["timeout_s"]),
+                "backoff": {"init_backoff": datetime.timedelta(seconds=r["initial_backoff_s"]),
+                            "max_backoff": datetime.timedelta(seconds=r["max_backoff_s"]),
+                            "base": r["backoff_base"]}}
+    for url in ("s3://bucket/x.cask", "gs://bucket/x.cask", "https://h/x.cask?sig=1", "http://h/x.cask"):
+        store, _ = treecask.stores.ObjectStore.from_url(url)
+        assert store.store.retry_config == expected, url  # what obstore holds, read back
+    assert _remote.url_source("http://h/x.cask").concurrency == _core.OBJECT_CONCURRENCY == 16
 
 
 def test_an_empty_object_or_file_is_not_an_archive(s3_env, http_server, tmp_path):

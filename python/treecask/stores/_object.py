@@ -54,14 +54,11 @@ class ObjectStore(Store):
         configured from the environment and ``storage_options`` (obstore
         config keys), as :func:`treecask.open` documents. Raises
         UnsupportedError for a scheme treecask does not serve,
-        InvalidArgumentError for credentials inside the URL."""
-        scheme = _remote.check_url(url)
-        if scheme in ("http", "https"):
-            store, path = _remote._store_for(url, storage_options)
-            return cls(store, name=url), path
-        bucket, _, key = url[len(scheme) + 3:].partition("/")
-        store, _ = _remote.prefix_store(f"{scheme}://{bucket}", storage_options)
-        return cls(store, name=f"{scheme}://{bucket}"), key
+        InvalidArgumentError for a malformed URL or credentials inside it
+        (``_core.parse_url``)."""
+        u = _core.parse_url(url, prefix=True)  # the core's URL rule (remote.h parse_url)
+        base, key = _remote._base(u, url)
+        return cls(_remote._shared_store(u["scheme"], base, storage_options), name=base), key
 
     # ---- naming ----
     def display(self, path: str = "") -> str:
