@@ -54,7 +54,6 @@ def timed(fn, reps: int) -> float:
 def measure(d: Path) -> dict:
     """One process's figures: {workload: median seconds}."""
     import numpy as np
-
     import treecask
 
     d.mkdir(parents=True, exist_ok=True)
