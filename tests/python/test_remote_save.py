@@ -689,6 +689,13 @@ def killed(p):
     p.wait(timeout=60)
 
 
+# A tree and save options whose local write lasts long enough (192 MiB of random
+# doubles through LZ4 with shuffle on one thread: some 0.3 s here) for a test to
+# stop the saver in the middle of it, as a slow disk or a large checkpoint would.
+SLOW_TREE = '{"a": np.random.default_rng(0).standard_normal((192 << 20) // 8)}'
+SLOW_OPTIONS = 'compression="lz4", shuffle=True, threads=1'
+
+
 @pytest.mark.parametrize("who", ["save", "manager"])
 def test_a_saver_killed_writing_its_scratch_leaves_nothing_behind_on_the_store(s3_env, tmp_path, monkeypatch, who):
     """SIGKILL while the archive is still being written to local scratch,
@@ -702,7 +709,7 @@ def test_a_saver_killed_writing_its_scratch_leaves_nothing_behind_on_the_store(s
         treecask.save(previous, model_tree())
         child = f"""
             import numpy as np, treecask
-            treecask.save({url!r}, {{"a": np.ones((96 << 20) // 8)}}, compression="none")
+            treecask.save({url!r}, {SLOW_TREE}, {SLOW_OPTIONS})
         """
     else:
         url = f"s3://saves/{run}/run"
@@ -710,8 +717,8 @@ def test_a_saver_killed_writing_its_scratch_leaves_nothing_behind_on_the_store(s
             mngr.save(1, {"a": np.ones(3)})
         child = f"""
             import time, numpy as np, treecask
-            mngr = treecask.CheckpointManager({url!r}, compression="none")
-            mngr.save(2, {{"a": np.ones((96 << 20) // 8)}})
+            mngr = treecask.CheckpointManager({url!r}, {SLOW_OPTIONS})
+            mngr.save(2, {SLOW_TREE})
             time.sleep(600)
         """
     before = listing(s3_env, run)
