@@ -687,6 +687,8 @@ def killed(p):
     if p.poll() is None:
         p.kill()
     p.wait(timeout=60)
+    if p.stdout is not None:
+        p.stdout.close()
 
 
 # A tree and save options whose local write lasts long enough (192 MiB of random
