@@ -373,12 +373,19 @@ class S3Proxy:
     with 503 SlowDown (or, with ``drop``, closes the connection), forwards
     everything else (Host kept, so SigV4 signatures hold) and counts the
     body bytes of the GET responses it forwards (``bytes_read``). ``gets``
-    lists every GET forwarded: (path, its Range header or None, status).
+    lists every GET forwarded: (path, its Range header or None, status);
+    ``writes`` every PUT, POST and DELETE received: (method, path).
+    ``hold(method, path)``, when true for a request, holds that request
+    unanswered (``held`` is set) until ``release`` is set, then closes its
+    connection without forwarding it: the server never sees it (a commit
+    request a killed saver never sent, or one a dead server never got).
     Any HTTP server may stand behind it (nginx too)."""
 
-    def __init__(self, backend: str, failures: int = 0, drop: bool = False):
+    def __init__(self, backend: str, failures: int = 0, drop: bool = False, hold=None):
         self.failures, self.drop, self.refused, self.bytes_read = failures, drop, 0, 0
         self.gets: list = []
+        self.writes: list = []
+        self.hold, self.held, self.release = hold, threading.Event(), threading.Event()
         self._lock = threading.Lock()
         target = backend.split("//", 1)[1]
         outer = self
@@ -391,6 +398,16 @@ class S3Proxy:
 
             def _forward(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command in ("PUT", "POST", "DELETE"):
+                    with outer._lock:
+                        outer.writes.append((self.command, self.path))
+                if outer.hold is not None and outer.hold(self.command, self.path):
+                    outer.held.set()
+                    outer.release.wait()
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
                 if self.command in ("PUT", "POST") and outer.refused < outer.failures:
                     outer.refused += 1
                     if outer.drop:
@@ -413,6 +430,11 @@ class S3Proxy:
                         status, headers, data = r.status, r.headers, r.read()
                 except urllib.error.HTTPError as r:
                     status, headers, data = r.code, r.headers, r.read()
+                except OSError:  # the server is gone: so is the connection
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
                 self.send_response(status)
                 for k, v in headers.items():
                     if k.lower() not in ("content-length", "connection", "transfer-encoding"):
@@ -433,6 +455,7 @@ class S3Proxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 

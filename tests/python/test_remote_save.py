@@ -6,6 +6,7 @@ failure is an error naming the URL with nothing half-committed."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -546,6 +547,66 @@ def test_the_server_killed_mid_upload_then_restarted(tmp_path, monkeypatch):
             for n in left if n != "prev.cask"), left
 
 
+def test_the_server_killed_mid_commit_then_restarted(tmp_path, monkeypatch):
+    """A store that dies while a save commits (every part uploaded, the
+    completion request on its way and held by a proxy: the server never gets
+    it): IoError naming the URL; restarted on the same data, it holds the
+    previous checkpoint and nothing of the interrupted one (only this live
+    process's own temporary), and the next save of the key commits (its own
+    SeaweedFS: the session's server must live on)."""
+    import stores
+    pytest.importorskip("obstore")
+    if os.environ.get("TREECASK_NO_STORES") == "1":
+        pytest.skip("TREECASK_NO_STORES=1: no object-store servers")
+    monkeypatch.setattr(_upload, "SINGLE_PUT_BYTES", 4 << 20)
+    monkeypatch.setattr(_upload, "PART_BYTES", 5 << 20)
+    data = tmp_path / "weed"
+    with stores.seaweedfs(data) as s3:
+        s3.create_bucket("dying")
+        for k, v in s3.env().items():
+            monkeypatch.setenv(k, v)
+        treecask.save("s3://dying/prev.cask", model_tree())
+        proxy = stores.S3Proxy(s3.endpoint, hold=lambda method, path: method == "POST" and path.startswith(
+            "/dying/new.cask?") and "uploadId=" in path)
+
+        def kill():
+            if proxy.held.wait(120):
+                os.killpg(s3.server.pid, signal.SIGKILL)
+            proxy.release.set()  # the held completion dropped: the dead server never got it
+        killer = threading.Thread(target=kill)
+        killer.start()
+        try:
+            with pytest.raises(IoError) as e:
+                treecask.save("s3://dying/new.cask", {"a": np.ones((12 << 20) // 8)}, compression="none",
+                              storage_options={"endpoint": proxy.endpoint})
+        finally:
+            killer.join()
+            proxy.close()
+        assert proxy.held.is_set() and "s3://dying/new.cask" in str(e.value)
+    with stores.seaweedfs(data) as s3:  # the same data, new ports
+        for k, v in s3.env().items():
+            monkeypatch.setenv(k, v)
+        assert_same(treecask.load("s3://dying/prev.cask"), model_tree())
+        with pytest.raises(NotFoundError):
+            treecask.open("s3://dying/new.cask")
+        import obstore
+
+        def left():
+            names = sorted(m["path"] for b in obstore.list(s3.store("dying")) for m in b)
+            # What the failed save could not delete from a dead store: this live process's
+            # temporary (with botocore its upload's marker), swept once this process is gone.
+            assert all(n.startswith("new.cask.tmp.") and f".{os.getpid()}." in n
+                       for n in names if n not in ("prev.cask", "new.cask")), names
+            return [n for n in names if n in ("prev.cask", "new.cask")]
+        assert left() == ["prev.cask"]
+        tree = big_tree()
+        treecask.save("s3://dying/new.cask", tree, compression="none")
+        assert_same(treecask.load("s3://dying/new.cask"), tree)
+        assert left() == ["new.cask", "prev.cask"]
+        if _s3.for_store(s3.store("dying")) is not None:  # the interrupted upload of the key aborted
+            assert b"<Key>new.cask</Key>" not in s3.request("GET", "/dying?uploads")[2]
+
+
 def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path, monkeypatch):
     """A training process SIGKILLed while its CheckpointManager uploads step 2
     in the background: step 2 is never listed, step 1 restores, and the next
@@ -592,6 +653,231 @@ def test_a_manager_killed_mid_upload_keeps_the_previous_step(s3_env, tmp_path, m
     if botocore:  # the killed upload of step 2 aborted, its marker deleted
         assert run not in s3_env.request("GET", "/saves?uploads")[2]
         assert not [n for n in listing(s3_env, run.decode()) if ".tmp." in n]
+
+
+def upload_scratch(d):
+    """The upload scratch directories in directory ``d`` (``_upload.scratch``)."""
+    return [e.name for e in d.iterdir() if e.name.startswith(_upload.SCRATCH_NAME)]
+
+
+def scratch_files(d):
+    """The files inside the upload scratch directories in ``d``."""
+    out = []
+    for name in upload_scratch(d):
+        try:
+            out += list((d / name).iterdir())
+        except FileNotFoundError:  # removed meanwhile
+            pass
+    return out
+
+
+def uploads(s3, prefix):
+    """Whether the S3 server lists an incomplete multipart upload under ``prefix``."""
+    return prefix.encode() in s3.request("GET", "/saves?uploads")[2]
+
+
+def saver(script, env):
+    """A child process running ``script`` (treecask with small parts), its stdout a pipe."""
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], env=env, stdout=subprocess.PIPE,
+                            text=True)
+
+
+def killed(p):
+    """SIGKILLs child ``p`` (also when stopped) and reaps it."""
+    if p.poll() is None:
+        p.kill()
+    p.wait(timeout=60)
+    if p.stdout is not None:
+        p.stdout.close()
+
+
+# A tree and save options whose local write lasts long enough (192 MiB of random
+# doubles through LZ4 with shuffle on one thread: some 0.3 s here) for a test to
+# stop the saver in the middle of it, as a slow disk or a large checkpoint would.
+SLOW_TREE = '{"a": np.random.default_rng(0).standard_normal((192 << 20) // 8)}'
+SLOW_OPTIONS = 'compression="lz4", shuffle=True, threads=1'
+
+
+@pytest.mark.parametrize("who", ["save", "manager"])
+def test_a_saver_killed_writing_its_scratch_leaves_nothing_behind_on_the_store(s3_env, tmp_path, monkeypatch, who):
+    """SIGKILL while the archive is still being written to local scratch,
+    before any upload (the saver stopped as soon as its scratch holds a file,
+    and the store seen to hold nothing of it yet): nothing at the key (the
+    manager's step never listed), the previous checkpoint restores; the
+    next upload on this host commits and sweeps the killed saver's scratch."""
+    run = uuid.uuid4().hex
+    if who == "save":
+        previous, url = f"s3://saves/{run}/prev.cask", f"s3://saves/{run}/model.cask"
+        treecask.save(previous, model_tree())
+        child = f"""
+            import numpy as np, treecask
+            treecask.save({url!r}, {SLOW_TREE}, {SLOW_OPTIONS})
+        """
+    else:
+        url = f"s3://saves/{run}/run"
+        with treecask.CheckpointManager(url) as mngr:
+            mngr.save(1, {"a": np.ones(3)})
+        child = f"""
+            import time, numpy as np, treecask
+            mngr = treecask.CheckpointManager({url!r}, {SLOW_OPTIONS})
+            mngr.save(2, {SLOW_TREE})
+            time.sleep(600)
+        """
+    before = listing(s3_env, run)
+    p = saver(child, dict(os.environ, **s3_env.env(), TREECASK_SCRATCH_DIR=str(tmp_path)))
+    try:
+        deadline = time.monotonic() + 120
+        while not scratch_files(tmp_path):
+            assert p.poll() is None, "the saver exited before it could be killed"
+            assert time.monotonic() < deadline, "no scratch file appeared"
+            time.sleep(0.005)
+        os.kill(p.pid, signal.SIGSTOP)
+        # Stopped while writing scratch: nothing of this save on the store yet.
+        assert listing(s3_env, run) == before and not uploads(s3_env, run), "stopped after its upload began"
+    finally:
+        killed(p)
+    assert listing(s3_env, run) == before
+    left = upload_scratch(tmp_path)
+    assert len(left) == 1 and f".{p.pid}." in left[0], left  # the killed saver's scratch, named by its pid
+    monkeypatch.setenv("TREECASK_SCRATCH_DIR", str(tmp_path))
+    if who == "save":
+        with pytest.raises(NotFoundError):
+            treecask.open(url)
+        assert_same(treecask.load(previous), model_tree())
+        tree = big_tree()
+        treecask.save(url, tree, compression="none")  # the next upload on this host
+        assert_same(treecask.load(url), tree)
+        assert listing(s3_env, run) == sorted([previous[len("s3://saves/"):], url[len("s3://saves/"):]])
+    else:
+        with treecask.CheckpointManager(url) as mngr:
+            assert mngr.all_steps() == [1]
+            assert_same(mngr.restore(), {"a": np.ones(3)})
+            mngr.save(3, {"a": np.full(3, 3.0)})  # the next upload on this host
+            mngr.wait_until_finished()
+            assert mngr.all_steps() == [1, 3]
+    assert upload_scratch(tmp_path) == []  # swept
+
+
+def _completion_of(key):
+    """A proxy's ``hold``: the request that completes a multipart upload onto
+    ``key`` in bucket "saves" (CompleteMultipartUpload: POST /saves/<key>?uploadId=...),
+    the commit of a large object: with botocore the saver's own upload, without it
+    the conditional copy of its uploaded temporary onto ``key``."""
+    return lambda method, path: (method == "POST" and path.partition("?")[0] == f"/saves/{key}"
+                                 and "uploadId=" in path.partition("?")[2])
+
+
+@pytest.mark.parametrize("who,path", [("save", "botocore"), ("save", "copy"), ("manager", "botocore")])
+def test_a_saver_killed_while_committing_leaves_no_partial_object(s3_env, tmp_path, monkeypatch, who, path):
+    """SIGKILL between the last part and the commit (a proxy holds the
+    completion request, which the server never gets): the key never holds a
+    partial object (a reader gets NotFoundError, the previous checkpoint or
+    step restores); the next save of the key (the manager: of the next step)
+    commits and sweeps what the killed saver left: its marker and
+    incomplete upload (botocore) or its uploaded temporary (the copy path),
+    and its local scratch."""
+    if path == "botocore" and _s3.for_store(s3_env.store("saves")) is None:
+        pytest.skip("botocore not installed")
+    run = uuid.uuid4().hex
+    no_botocore = "import sys; sys.modules['botocore.session'] = None" if path == "copy" else ""
+    if who == "save":
+        previous, url = f"s3://saves/{run}/prev.cask", f"s3://saves/{run}/model.cask"
+        key = url[len("s3://saves/"):]
+        treecask.save(previous, model_tree())
+        child = f"""
+            {no_botocore}
+            import numpy as np, treecask
+            {SMALL_PARTS}
+            treecask.save({url!r}, {{"a": np.ones((12 << 20) // 8)}}, compression="none")
+        """
+    else:
+        url = f"s3://saves/{run}/run"
+        key = f"{run}/run/step_00000002.cask"
+        with treecask.CheckpointManager(url) as mngr:
+            mngr.save(1, {"a": np.ones(3)})
+        child = f"""
+            {no_botocore}
+            import time, numpy as np, treecask
+            {SMALL_PARTS}
+            mngr = treecask.CheckpointManager({url!r}, compression="none")
+            mngr.save(2, {{"a": np.ones((12 << 20) // 8)}})
+            time.sleep(600)
+        """
+    before = listing(s3_env, run)
+    proxy = stores.S3Proxy(s3_env.endpoint, hold=_completion_of(key))
+    try:
+        env = dict(os.environ, **s3_env.env())
+        env.update(AWS_ENDPOINT_URL=proxy.endpoint, TREECASK_SCRATCH_DIR=str(tmp_path))
+        p = saver(child, env)
+        try:
+            while not proxy.held.wait(0.1):  # every part uploaded, the commit on its way
+                assert p.poll() is None, "the save finished without its completion request"
+        finally:
+            killed(p)
+    finally:
+        proxy.close()  # the held completion dropped unsent
+    with pytest.raises(NotFoundError):
+        treecask.open(f"s3://saves/{key}")
+    left = listing(s3_env, run)
+    assert key not in left
+    stale = [n for n in left if n not in before]
+    assert stale and all(n.startswith(key + ".tmp.") and f".{p.pid}." in n for n in stale), stale
+    if path == "botocore":  # its marker, naming its incomplete upload
+        assert [n.rpartition("/")[2] for n in stale] == [_s3.UPLOAD_MARKER] and uploads(s3_env, run)
+    assert len(upload_scratch(tmp_path)) == 1  # the killed saver's scratch
+    monkeypatch.setenv("TREECASK_SCRATCH_DIR", str(tmp_path))
+    if who == "save":
+        assert_same(treecask.load(previous), model_tree())
+        tree = big_tree()
+        treecask.save(url, tree, compression="none")
+        assert_same(treecask.load(url), tree)
+        assert listing(s3_env, run) == sorted([previous[len("s3://saves/"):], key])
+    else:
+        with treecask.CheckpointManager(url) as mngr:
+            assert mngr.all_steps() == [1]
+            assert_same(mngr.restore(), {"a": np.ones(3)})
+            mngr.save(3, {"a": np.full(3, 3.0)})
+            mngr.wait_until_finished()
+            assert mngr.all_steps() == [1, 3]
+        assert not [n for n in listing(s3_env, run) if ".tmp." in n]
+    assert upload_scratch(tmp_path) == []
+    if _s3.for_store(s3_env.store("saves")) is not None:  # the killed saver's upload aborted
+        assert not uploads(s3_env, run)
+
+
+def test_a_saver_started_after_another_committed_is_refused_before_uploading(s3_env, tmp_path):
+    """Two processes save one new key apart: the second starts once the
+    first committed and gets AlreadyExistsError naming the URL from its
+    pre-check, before it writes anything (no request that writes reaches
+    the server, counted by a proxy; its scratch directory stays empty); the
+    object is the first saver's."""
+    url = fresh_url()
+    script = f"""
+        import sys, numpy as np, treecask
+        from treecask.errors import AlreadyExistsError
+        {SMALL_PARTS}
+        try:
+            treecask.save({url!r}, {{"who": np.full((12 << 20) // 8, float(sys.argv[1]))}}, compression="none")
+            print("committed")
+        except AlreadyExistsError as e:
+            print("refused", e)
+    """
+    env = dict(os.environ, **s3_env.env())
+    first = subprocess.run([sys.executable, "-c", textwrap.dedent(script), "1"], env=env, check=True,
+                           stdout=subprocess.PIPE, text=True, timeout=300)
+    assert first.stdout.strip() == "committed", first.stdout
+    proxy = stores.S3Proxy(s3_env.endpoint)
+    try:
+        env.update(AWS_ENDPOINT_URL=proxy.endpoint, TREECASK_SCRATCH_DIR=str(tmp_path))
+        second = subprocess.run([sys.executable, "-c", textwrap.dedent(script), "2"], env=env, check=True,
+                                stdout=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        proxy.close()
+    assert second.stdout.startswith("refused") and url in second.stdout, second.stdout
+    assert proxy.writes == []  # nothing uploaded, no upload started, no marker written
+    assert list(tmp_path.iterdir()) == []  # nor written to scratch
+    got = treecask.load(url)["who"]
+    assert got.shape == ((12 << 20) // 8,) and np.all(got == 1.0)
 
 
 def test_a_sharded_restore_from_a_bucket_fetches_only_its_own_boxes(s3_env, tmp_path):
