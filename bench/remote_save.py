@@ -141,12 +141,15 @@ def leftovers(store) -> list:
 
 @contextlib.contextmanager
 def phases(acc: dict):
-    """Times the calls _upload.save_url makes (listing, multipart upload,
-    server-side copy, deletes) into `acc` (seconds, summed); the rest of a
-    save is the local write of the archive."""
+    """Times the calls a save to an object store makes (the pre-check's
+    listing, Store.check_new; multipart upload, server-side copy, deletes,
+    the confirm) into `acc` (seconds, summed); the rest of a save is the
+    local write of the archive."""
     import obstore
     from treecask.stores import _s3
-    saved = {"check_target": _upload.check_target, "_put_parts": _upload._put_parts, "confirm": _upload.confirm}
+    from treecask.stores._store import Store
+    saved = {"_put_parts": _upload._put_parts, "confirm": _upload.confirm}
+    saved_store = {"check_new": Store.check_new}
     saved_ob = {"copy": obstore.copy, "delete": obstore.delete}
     saved_s3 = {"put_new": _s3.S3.put_new, "abort_dead": _s3.S3.abort_dead}
 
@@ -159,7 +162,7 @@ def phases(acc: dict):
                 acc[name] = acc.get(name, 0.0) + time.perf_counter() - t
         return timed
 
-    names = {"check_target": "listing", "_put_parts": "multipart upload", "copy": "conditional copy",
+    names = {"check_new": "listing", "_put_parts": "multipart upload", "copy": "conditional copy",
              "delete": "temporary delete", "confirm": "confirm (ranged GET)",
              "put_new": "conditional multipart upload (botocore)", "abort_dead": "multipart listing (botocore)"}
     try:
@@ -169,6 +172,8 @@ def phases(acc: dict):
             setattr(obstore, k, wrap(names[k], fn))
         for k, fn in saved_s3.items():
             setattr(_s3.S3, k, wrap(names[k], fn))
+        for k, fn in saved_store.items():
+            setattr(Store, k, wrap(names[k], fn))
         yield acc
     finally:
         for k, fn in saved.items():
@@ -177,6 +182,8 @@ def phases(acc: dict):
             setattr(obstore, k, fn)
         for k, fn in saved_s3.items():
             setattr(_s3.S3, k, fn)
+        for k, fn in saved_store.items():
+            setattr(Store, k, fn)
 
 
 def master_port(s3) -> int:

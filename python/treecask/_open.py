@@ -70,11 +70,9 @@ def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
     """open() without its reader options: the reader `path` names."""
     st, p = stores.resolve(path, store, storage_options)
     local = st.local_path(p)
-    if local is not None:
-        if _core.is_sharded(local):
-            return ShardedArchive(local, verify_checksums=verify_checksums,
-                                     validate_structure=validate_structure)
-        return Archive(local, verify_checksums=verify_checksums, validate_structure=validate_structure)
+    if local is not None:  # the readers are given the store resolved here, not the path again
+        reader = ShardedArchive if _core.is_sharded(local) else Archive
+        return reader(p, verify_checksums=verify_checksums, validate_structure=validate_structure, store=st)
     kw = dict(verify_checksums=verify_checksums, store=st)
     if os.fspath(path).endswith("/"):  # names a "directory": a sharded checkpoint
         return ShardedArchive(p, **kw)

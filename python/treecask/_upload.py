@@ -38,10 +38,10 @@ import mmap
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional
 
 from . import _core, _remote
-from .errors import AlreadyExistsError, Error, NotFoundError, UnsupportedError
+from .errors import AlreadyExistsError, Error, NotFoundError
 
 # Objects up to this size are committed by one conditional PUT (bytes).
 SINGLE_PUT_BYTES = 64 << 20
@@ -111,32 +111,6 @@ def list_keys(store: Any, prefix: str, url: str) -> List[str]:
     except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
         err = _store_error(url, e)
     raise err  # outside the except: nothing chained
-
-
-def check_target(url: str, storage_options: Optional[Mapping[str, Any]], *, overwrite: bool,
-                 commit: Optional[str] = None) -> Tuple[Any, str]:
-    """(store, key) of a save to ``url``, after one listing of the objects
-    that start with its key: raises, before anything is uploaded,
-    AlreadyExistsError when the object (or, for a checkpoint "directory",
-    its commit object ``<key>/<commit>``) exists and ``overwrite`` is False, NotFoundError
-    for a missing bucket, IoError "access denied" for refused credentials,
-    UnsupportedError for a scheme that cannot be written (``http(s)://``).
-    Also deletes the temporaries of dead uploads of this key by this host."""
-    import obstore
-
-    if _core.parse_url(url)["scheme"] in ("http", "https"):
-        raise UnsupportedError("an http(s):// URL is read-only: save to s3://, gs:// or az://", file=url)
-    store, key = _remote._store_for(url, storage_options)
-    key = key.rstrip("/")
-    names = list_keys(store, key, url)
-    exists = key in names or (commit is not None and f"{key}/{commit}" in names)
-    if exists and not overwrite:
-        raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)", file=url)
-    for n in names:
-        if _core.is_stale_temporary(key, n):
-            with contextlib.suppress(Exception):
-                obstore.delete(store, n)
-    return store, key
 
 
 def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> None:
@@ -278,23 +252,6 @@ def delete_objects(store: Any, keys: List[str]) -> None:
     for k in keys:
         with contextlib.suppress(Exception):
             obstore.delete(store, k)
-
-
-def save_url(url: str, write: Callable[[str], Any], *, overwrite: bool,
-             storage_options: Optional[Mapping[str, Any]]) -> Any:
-    """treecask.save to an object store: checks the target
-    (:func:`check_target`), runs ``write(local_path)`` (the local save, into
-    scratch), uploads and commits the file (:func:`put_file`); returns what
-    ``write`` returned. The scratch file is removed whatever happens."""
-    local = ""
-    try:
-        store, key = check_target(url, storage_options, overwrite=overwrite)
-        with scratch(os.path.basename(key) or "archive.cask") as local:
-            stats = write(local)
-            put_file(store, key, local, url=url, overwrite=overwrite)
-        return stats
-    except Error as e:
-        raise named(e, local, url) from None
 
 
 def named(e: Error, local: str, url: str) -> Error:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -73,7 +72,7 @@ def test_save_to_s3_round_trips_and_never_replaces(s3_env, tree_of):
     assert_same(treecask.load(url), tree)
     # The commit itself refuses an existing object, whatever a listing said before it
     # (a saver that lost a race): both the single PUT and the multipart copy.
-    store, _ = _upload.check_target(fresh_url(), None, overwrite=False)
+    store = treecask.stores.ObjectStore.from_url(fresh_url())[0].store
     local = treecask.save
     tmp_file = os.path.join(_upload.scratch_dir(), f"tc-{uuid.uuid4().hex}.cask")
     try:
@@ -119,7 +118,7 @@ def test_a_store_without_conditional_writes_uses_the_documented_fallback(s3_env)
         treecask.save(url, tree, storage_options=opts, compression="none")
         assert_same(treecask.load(url), tree)
         key = url[len("s3://saves/"):]
-        store, _ = _upload.check_target(fresh_url(), opts, overwrite=False)
+        store = treecask.stores.ObjectStore.from_url(fresh_url(), opts)[0].store
         tmp_file = os.path.join(_upload.scratch_dir(), f"tc-{uuid.uuid4().hex}.cask")
         try:
             treecask.save(tmp_file, {"other": np.zeros(3)})
