@@ -5,6 +5,7 @@ failure is an error naming the URL with nothing half-committed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -497,24 +498,34 @@ def test_a_two_process_manager_on_a_bucket(s3_env, tmp_path):
         assert mngr.restore()["step"] == 3
 
 
+@contextlib.contextmanager
+def own_seaweedfs(data, monkeypatch):
+    """A SeaweedFS of the test's own on the directory `data` (the session's
+    server must live on), the environment pointing at it; started again on
+    the same `data` it holds what was saved before (new ports)."""
+    import stores
+
+    pytest.importorskip("obstore")
+    if os.environ.get("TREECASK_NO_STORES") == "1":
+        pytest.skip("TREECASK_NO_STORES=1: no object-store servers")
+    with stores.seaweedfs(data) as s3:
+        for k, v in s3.env().items():
+            monkeypatch.setenv(k, v)
+        yield s3
+
+
 def test_the_server_killed_mid_upload_then_restarted(tmp_path, monkeypatch):
     """A store that dies while a save uploads: IoError naming the URL within
     the retry budget; restarted on the same data, it holds the previous
     checkpoint and nothing of the interrupted one (its own SeaweedFS: the
     session's server must live on)."""
     import signal
-    import stores
-    pytest.importorskip("obstore")
-    if os.environ.get("TREECASK_NO_STORES") == "1":
-        pytest.skip("TREECASK_NO_STORES=1: no object-store servers")
     monkeypatch.setattr(_upload, "SINGLE_PUT_BYTES", 4 << 20)
     monkeypatch.setattr(_upload, "PART_BYTES", 5 << 20)
     monkeypatch.setattr(_upload, "PARTS_IN_FLIGHT", 1)  # a slow upload, to be cut in the middle
     data = tmp_path / "weed"
-    with stores.seaweedfs(data) as s3:
+    with own_seaweedfs(data, monkeypatch) as s3:
         s3.create_bucket("dying")
-        for k, v in s3.env().items():
-            monkeypatch.setenv(k, v)
         treecask.save("s3://dying/prev.cask", model_tree())
 
         def kill():
@@ -531,9 +542,7 @@ def test_the_server_killed_mid_upload_then_restarted(tmp_path, monkeypatch):
             treecask.save("s3://dying/new.cask", {"a": np.ones((60 << 20) // 8)}, compression="none")
         killer.join()
         assert "s3://dying/new.cask" in str(e.value) and time.monotonic() - t0 < 120
-    with stores.seaweedfs(data) as s3:  # the same data, new ports
-        for k, v in s3.env().items():
-            monkeypatch.setenv(k, v)
+    with own_seaweedfs(data, monkeypatch) as s3:  # the same data, new ports
         assert_same(treecask.load("s3://dying/prev.cask"), model_tree())
         with pytest.raises(NotFoundError):
             treecask.open("s3://dying/new.cask")
@@ -554,16 +563,11 @@ def test_the_server_killed_mid_commit_then_restarted(tmp_path, monkeypatch):
     process's own temporary), and the next save of the key commits (its own
     SeaweedFS: the session's server must live on)."""
     import stores
-    pytest.importorskip("obstore")
-    if os.environ.get("TREECASK_NO_STORES") == "1":
-        pytest.skip("TREECASK_NO_STORES=1: no object-store servers")
     monkeypatch.setattr(_upload, "SINGLE_PUT_BYTES", 4 << 20)
     monkeypatch.setattr(_upload, "PART_BYTES", 5 << 20)
     data = tmp_path / "weed"
-    with stores.seaweedfs(data) as s3:
+    with own_seaweedfs(data, monkeypatch) as s3:
         s3.create_bucket("dying")
-        for k, v in s3.env().items():
-            monkeypatch.setenv(k, v)
         treecask.save("s3://dying/prev.cask", model_tree())
         proxy = stores.S3Proxy(s3.endpoint, hold=lambda method, path: method == "POST" and path.startswith(
             "/dying/new.cask?") and "uploadId=" in path)
@@ -582,9 +586,7 @@ def test_the_server_killed_mid_commit_then_restarted(tmp_path, monkeypatch):
             killer.join()
             proxy.close()
         assert proxy.held.is_set() and "s3://dying/new.cask" in str(e.value)
-    with stores.seaweedfs(data) as s3:  # the same data, new ports
-        for k, v in s3.env().items():
-            monkeypatch.setenv(k, v)
+    with own_seaweedfs(data, monkeypatch) as s3:  # the same data, new ports
         assert_same(treecask.load("s3://dying/prev.cask"), model_tree())
         with pytest.raises(NotFoundError):
             treecask.open("s3://dying/new.cask")
