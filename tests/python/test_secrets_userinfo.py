@@ -125,6 +125,11 @@ def _entry_points(tmp_path):
 
         with ocp.StandardCheckpointer() as c:
             c.save(orbax_dir, {"w": TREE["w"]})
+    flax_file = tmp_path / "flax.msgpack"
+    with contextlib.suppress(ImportError):
+        import flax.serialization
+
+        flax_file.write_bytes(flax.serialization.to_bytes({"w": TREE["w"]}))
     return [
         ("open", lambda u: treecask.open(u), "url"),
         ("load", lambda u: treecask.load(u), "url"),
@@ -134,6 +139,7 @@ def _entry_points(tmp_path):
         ("import_safetensors", lambda u: treecask.import_safetensors(st, u), "url"),
         ("export_safetensors", lambda u: treecask.export_safetensors(u, tmp_path / "out"), "url"),
         ("import_orbax", lambda u: treecask.import_orbax(orbax_dir, u), "url"),
+        ("import_flax", lambda u: treecask.import_flax(flax_file, u), "url"),
         ("orbax.StandardCheckpointer.save", lambda u: tco.StandardCheckpointer().save(u, TREE), "url"),
         ("orbax.StandardCheckpointer.restore", lambda u: tco.StandardCheckpointer().restore(u), "url"),
         ("orbax.CheckpointManager", _orbax_manager_save, "prefix"),
@@ -141,7 +147,7 @@ def _entry_points(tmp_path):
 
 
 ENTRY_NAMES = ["open", "load", "save", "ShardedArchive", "CheckpointManager", "import_safetensors",
-               "export_safetensors", "import_orbax", "orbax.StandardCheckpointer.save",
+               "export_safetensors", "import_orbax", "import_flax", "orbax.StandardCheckpointer.save",
                "orbax.StandardCheckpointer.restore", "orbax.CheckpointManager"]
 
 
@@ -152,12 +158,15 @@ def test_every_entry_point_refuses_userinfo_secrets_without_showing_them(entry, 
     name, call, target = next(e for e in points if e[0] == entry)
     if entry == "import_orbax" and not (tmp_path / "orbax").exists():
         pytest.skip("orbax-checkpoint not installed")
+    if entry == "import_flax" and not (tmp_path / "flax.msgpack").exists():
+        pytest.skip("flax not installed")
     for url, shown in URLS:
         if target == "prefix":
             url, shown = url.rsplit("/", 1)[0], shown.rsplit("/", 1)[0]
-        # (import_safetensors writes local files only: any URL is UnsupportedError, named redacted)
+        # (the imports write local files only: any URL may be UnsupportedError, named redacted)
         raises_clean(lambda: call(url), shown,
-                     (InvalidArgumentError, UnsupportedError) if entry == "import_safetensors" else InvalidArgumentError)
+                     (InvalidArgumentError, UnsupportedError) if entry in ("import_safetensors", "import_flax", "import_orbax")
+                     else InvalidArgumentError)
     out, err = capfd.readouterr()
     assert_clean(out + err)
 
