@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "remote/url.h"
@@ -275,7 +277,35 @@ TEST_CASE("the libcurl source resolves through parse_url and refuses az://, whic
   for (const char* url : {"s3://bucket", "gs://b/", "hdfs://x/y"}) CHECK_THROWS_AS(remote::resolve(url, {}), Error);
 }
 
+namespace {
+
+// Every variable of kEnvOptions unset for the scope, restored after it.
+class ClearEnv {
+ public:
+  ClearEnv() {
+    for (const EnvOption& row : kEnvOptions)
+      for (std::string_view var : row.variables)
+        if (!var.empty() && !saved_.count(std::string(var))) {
+          const char* v = std::getenv(std::string(var).c_str());
+          saved_[std::string(var)] = v ? std::optional<std::string>(v) : std::nullopt;
+          ::unsetenv(std::string(var).c_str());
+        }
+  }
+  ~ClearEnv() {
+    for (const auto& [var, value] : saved_) {
+      if (value) ::setenv(var.c_str(), value->c_str(), 1);
+      else ::unsetenv(var.c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+}  // namespace
+
 TEST_CASE("the environment-to-config table: one row per option, read by resolve and options_from_env") {
+  ClearEnv clear;
   // Every row names a known scheme, and no (scheme, option) twice.
   for (size_t i = 0; i < std::size(kEnvOptions); ++i) {
     CHECK(std::find(std::begin(kUrlSchemes), std::end(kUrlSchemes), kEnvOptions[i].scheme) != std::end(kUrlSchemes));
