@@ -245,7 +245,10 @@ TEST_CASE("parse_url refuses other schemes, malformed URLs and credentials in bu
     CHECK_MESSAGE(what.find("a '/' in it must be percent-encoded") != std::string::npos, what);
     CHECK(what.find("K7MD") == std::string::npos);
   }
-  CHECK(parse_error("http://h:port/x") == ErrorCode::kInvalidArgument);
+  CHECK(parse_error("http://h:port/x", UrlTarget::kObject, &what) == ErrorCode::kInvalidArgument);
+  CHECK(what.find("the port of <host>:<port> is not a number") != std::string::npos);
+  CHECK(parse_error("https://u:hunter2@h:port/x", UrlTarget::kObject, &what) == ErrorCode::kInvalidArgument);
+  CHECK(what.find("the port of <host>:<port> is not a number") != std::string::npos);
   // Ports, IPv6 literals and percent-encoded passwords stay valid.
   for (const char* url : {"http://127.0.0.1:8080/x", "http://[::1]:8080/x", "http://[::1]/x", "https://u:a%2Fb@h:443/x",
                           "https://h/models/user@v2.cask"})
