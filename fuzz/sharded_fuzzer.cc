@@ -280,8 +280,9 @@ bool write_checkpoint(const Layout& L, const fs::path& dir, unsigned which) {
 
 // Damage to the written files: [kind, file (the index is number `files`), args].
 struct Damage {
-  bool any = false;      // a file was changed, removed or replaced
-  bool foreign = false;  // a file of another save was put in place
+  bool any = false;            // a file was changed, removed or replaced
+  bool foreign_index = false;  // the index of another save was put in place
+  bool foreign_shard = false;  // a shard file of another save was put in place
 };
 Damage damage(Input& in, const Layout& L, const fs::path& dir, const fs::path& other) {
   Damage out;
@@ -310,7 +311,7 @@ Damage damage(Input& in, const Layout& L, const fs::path& dir, const fs::path& o
       fs::remove(p, ec);
     } else if (fs::exists(other / p.filename(), ec)) {  // the same file of another save
       fs::copy_file(other / p.filename(), p, fs::copy_options::overwrite_existing, ec);
-      out.foreign = true;
+      (f == L.files ? out.foreign_index : out.foreign_shard) = true;
     }
   }
   return out;
@@ -318,13 +319,22 @@ Damage damage(Input& in, const Layout& L, const fs::path& dir, const fs::path& o
 
 // Reads and verifies the checkpoint in `dir` every way there is. With
 // `expected` (leaf i's global bytes), a verified read that succeeds must give
-// them; with `must_open`, the checkpoint must open, read and verify.
-void exercise(const fs::path& dir, const std::vector<std::vector<std::byte>>* expected, bool must_open) {
+// them; with `must_open`, the checkpoint must open, read and verify; with
+// `must_refuse`, it must not open (a bound index with a shard file of another
+// save in the directory: SPEC.md R9).
+void exercise(const fs::path& dir, const std::vector<std::vector<std::byte>>* expected, bool must_open,
+              bool must_refuse = false) {
   auto refused = [&](const Error& e) {
     if (must_open) fail("REFUSED: a checkpoint the writer wrote, unchanged", e.what());
   };
   try {
+    Archive::open(dir / kShardedIndexName).verify();
+    if (must_refuse) fail("ACCEPTED", "verify() of a bound index beside a shard file of another save");
+  } catch (const Error&) {
+  }
+  try {
     ShardedArchive s = ShardedArchive::open(dir);
+    if (must_refuse) fail("ACCEPTED", "a bound index opened beside a shard file of another save");
     const bool compare = expected && expected->size() == s.size();
     for (size_t i = 0; i < s.size(); ++i) {
       LeafInfo info = s.leaf(i);
@@ -430,10 +440,13 @@ void run_layout(Input& in) {
   const Damage d = damage(in, L, dir, other);
   std::vector<std::vector<std::byte>> expected;
   for (size_t i = 0; i < L.leaves.size(); ++i) expected.push_back(global_bytes(L.leaves[i], i, 0));
-  // What the index says is what was saved, unless it was perturbed, or a file of another save
-  // was put in an unbound checkpoint (nothing to detect it by: SPEC.md R9 needs 3.1).
-  const bool comparable = L.perturb.empty() && (!d.foreign || L.bind);
-  exercise(dir, comparable ? &expected : nullptr, L.perturb.empty() && !d.any);
+  // What the index says is what was saved, unless it was perturbed, replaced by another save's,
+  // or a shard file of another save was put in an unbound checkpoint (nothing to detect it by:
+  // SPEC.md R9 needs 3.1). A bound one must refuse that file.
+  const bool plain_index = L.perturb.empty() && !d.foreign_index;
+  const bool comparable = plain_index && (!d.foreign_shard || L.bind);
+  exercise(dir, comparable ? &expected : nullptr, L.perturb.empty() && !d.any,
+           plain_index && L.bind && d.foreign_shard);
 }
 
 }  // namespace
