@@ -315,9 +315,11 @@ int run_get(const GetOptions& options) {
 }
 
 // `verify DIR` of a sharded checkpoint: opening it checks that every shard
-// file exists and holds every box the index names, with the right dtype and
-// shape, and that the boxes tile each leaf exactly (SPEC.md "Sharded
-// checkpoints" R1-R7); then every chunk of every shard file is checked.
+// file exists, is the one a bound index names, and holds every box the index
+// names, with the right dtype and shape, and that the boxes tile each leaf
+// exactly (SPEC.md "Sharded checkpoints" R1-R7, R9); then every chunk of
+// every shard file is checked. `verify DIR/index.cask` runs the same checks
+// through ShardedArchive::open_index.
 int run_verify_sharded(const std::string& dir) { return report_sharded(ShardedArchive::open(dir), dir); }
 
 int report_sharded(const ShardedArchive& s, const std::string& shown) {
