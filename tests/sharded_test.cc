@@ -174,6 +174,25 @@ TEST_CASE("verify of a sharded checkpoint's index verifies every shard file it b
     CHECK(errors[0].key_path() == escape_key(golden::shard_key("params/w", {3, 0}, {6, 4})));
     CHECK(ShardedArchive::open(d).verify().size() == 1);  // the directory form agrees
   }
+  SUBCASE("an index read through a Source: kUnsupported, naming the directory form") {
+    // The index's bytes from memory, as a store would serve them: it has no directory beside it.
+    struct Bytes final : Source {
+      std::string shown = "mem://ckpt/index.cask";
+      std::vector<std::byte> b;
+      const std::string& name() const noexcept override { return shown; }
+      uint64_t size() const noexcept override { return b.size(); }
+      void read(std::span<const ReadRange> ranges) const override {
+        for (const ReadRange& r : ranges) std::memcpy(r.out.data(), b.data() + r.offset, r.out.size());
+      }
+    };
+    auto src = std::make_shared<Bytes>();
+    src->b = tc_test::read_file(tmp / "a" / "index.cask");
+    Archive remote = Archive::open(std::shared_ptr<const Source>(src));
+    REQUIRE(ShardedArchive::is_index(remote));
+    Error e = tc_test::expect_error(ErrorCode::kUnsupported, [&] { remote.verify(); });
+    CHECK(e.file() == "mem://ckpt/index.cask");
+    CHECK(std::string(e.what()).find("directory URL") != std::string::npos);
+  }
   SUBCASE("a box that is itself a reference into other files (the index naming itself): kCorruption") {
     fs::path d = copy_of("self");
     // params/b's one box named as leaf params/b of index.cask: the same dtype and shape, but no
