@@ -324,7 +324,10 @@ inline void exercise(const std::string& path, const std::vector<std::vector<std:
       (void)a.subtree("");
     } catch (const Error&) {
     }
-    if (a.size() <= max_leaves) (void)a.verify();
+    // verify() of a sharded checkpoint's index opens the shard files beside
+    // it; beside this in-memory file (/proc/self/fd) are the fuzzer's own
+    // descriptors, so an index is verified by the sharded target instead.
+    if (a.size() <= max_leaves && !ShardedArchive::is_index(a)) (void)a.verify();
   } catch (const Error&) {
   }
 }

@@ -79,6 +79,134 @@ TEST_CASE("a shard file replaced by any other save's, in each position, is refus
   CHECK(ShardedArchive::open(tmp / "unbound").verify().empty());
 }
 
+// Rewrites <dir>/index.cask from the golden sharded vector with `edit`
+// applied to its leaves (their ShardRefs), binding the shard files there
+// when `bind` (format 3.1), else unbound (3.0).
+static void rewrite_index(const fs::path& dir, const std::function<void(std::vector<LeafMeta>&)>& edit, bool bind) {
+  golden::ShardedVector v = golden::sharded_vector();
+  edit(v.leaves);
+  std::vector<LeafInput> idx;
+  for (const auto& m : v.leaves) idx.push_back({m, {}, std::nullopt});
+  SaveOptions o;
+  o.overwrite = true;
+  if (bind)
+    for (const char* name : {"process_0.cask", "process_1.cask"})
+      o.shard_files.push_back(Archive::open(dir / name).manifest_fingerprint());
+  save(dir / "index.cask", v.treedef, idx, o);
+}
+
+// Archive::verify() of an index, and the error it throws (or kOk: none).
+static Error verify_index_error(const fs::path& index, ErrorCode code) {
+  return tc_test::expect_error(code, [&] { Archive::open(index).verify(); });
+}
+
+TEST_CASE("verify of a sharded checkpoint's index verifies every shard file it binds, or names what is wrong") {
+  golden::ShardedVector v = golden::sharded_vector();
+  tc_test::TempDir tmp;
+  const std::string id = "0123456789abcdef0123456789abcdef";
+  golden::write_sharded(tmp / "a", id, true);
+  golden::write_sharded(tmp / "step2", "fedcba9876543210fedcba9876543210", true);  // another step, same layout
+  auto copy_of = [&](const std::string& name) {
+    fs::copy(tmp / "a", tmp / name);
+    return tmp / name;
+  };
+
+  // Intact: every chunk of both shard files checked, progress over their bytes.
+  uint64_t last_done = 0, last_total = 0;
+  CHECK(Archive::open(tmp / "a" / "index.cask").verify([&](uint64_t d, uint64_t t) {
+    last_done = d;
+    last_total = t;
+  }).empty());
+  CHECK(last_total == 220);  // params/w 192 + params/b 20 + step 8, all in the shard files
+  CHECK(last_done == 220);
+  CHECK(ShardedArchive::is_index(Archive::open(tmp / "a" / "index.cask")));
+  CHECK_FALSE(ShardedArchive::is_index(Archive::open(tmp / "a" / "process_0.cask")));
+  // A copy of the index under another name beside its shard files: that index, checked against them.
+  fs::copy_file(tmp / "a" / "index.cask", tmp / "a" / "index_copy.cask");
+  CHECK(Archive::open(tmp / "a" / "index_copy.cask").verify().empty());
+  CHECK(ShardedArchive::open_index(Archive::open(tmp / "a" / "index_copy.cask")).path() == (tmp / "a").string());
+
+  SUBCASE("the index alone: kNotFound naming the first shard file") {
+    fs::create_directories(tmp / "alone");
+    fs::copy_file(tmp / "a" / "index.cask", tmp / "alone" / "index.cask");
+    Error e = verify_index_error(tmp / "alone" / "index.cask", ErrorCode::kNotFound);
+    CHECK(e.file() == (tmp / "alone" / "process_0.cask").string());
+  }
+  SUBCASE("a shard file missing: kNotFound naming it") {
+    fs::path d = copy_of("missing");
+    fs::remove(d / "process_1.cask");
+    Error e = verify_index_error(d / "index.cask", ErrorCode::kNotFound);
+    CHECK(e.file() == (d / "process_1.cask").string());
+  }
+  SUBCASE("a shard file swapped for another step's: kCorruption naming it and both saves") {
+    fs::path d = copy_of("swapped");
+    fs::copy_file(tmp / "step2" / "process_1.cask", d / "process_1.cask", fs::copy_options::overwrite_existing);
+    Error e = verify_index_error(d / "index.cask", ErrorCode::kCorruption);
+    CHECK(e.file() == (d / "process_1.cask").string());
+    CHECK(std::string(e.what()).find("fedcba9876543210fedcba9876543210") != std::string::npos);
+    CHECK(Archive::open(d / "process_1.cask").verify().empty());  // intact on its own: only the binding fails
+  }
+  SUBCASE("overlapping boxes: kCorruption naming the index and the leaf") {
+    fs::path d = copy_of("overlap");
+    // params/w's box [0:3, 4:8] moved to [0:3, 3:7]: the element counts still add up (R3) and
+    // the box is inside the shape (R2), but it overlaps [0:3, 0:4] and leaves column 7 unsaved.
+    rewrite_index(d, [](std::vector<LeafMeta>& leaves) {
+      leaves[0].shards[1].start = {0, 3};
+      leaves[0].shards[1].stop = {3, 7};
+    }, true);
+    Error e = verify_index_error(d / "index.cask", ErrorCode::kCorruption);
+    CHECK(e.file() == (d / "index.cask").string());
+    CHECK(e.key_path() == "params/w");
+    CHECK(std::string(e.what()).find("overlap") != std::string::npos);
+  }
+  SUBCASE("a bit flipped in a shard file: one kChecksumMismatch naming the shard file and its box") {
+    fs::path d = copy_of("flipped");
+    auto box = golden::box_bytes(v.global_bytes(0), v.leaves[0].shape, {3, 0}, {6, 4}, 4);
+    auto bytes = tc_test::read_file(d / "process_0.cask");
+    auto at = std::search(bytes.begin(), bytes.end(), box.begin(), box.end());
+    REQUIRE(at != bytes.end());
+    at[5] ^= std::byte{0x10};
+    tc_test::write_file(d / "process_0.cask", bytes);
+    auto errors = Archive::open(d / "index.cask").verify();
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].code() == ErrorCode::kChecksumMismatch);
+    CHECK(errors[0].file() == (d / "process_0.cask").string());
+    CHECK(errors[0].key_path() == escape_key(golden::shard_key("params/w", {3, 0}, {6, 4})));
+    CHECK(ShardedArchive::open(d).verify().size() == 1);  // the directory form agrees
+  }
+  SUBCASE("an index read through a Source: kUnsupported, naming the directory form") {
+    // The index's bytes from memory, as a store would serve them: it has no directory beside it.
+    struct Bytes final : Source {
+      std::string shown = "mem://ckpt/index.cask";
+      std::vector<std::byte> b;
+      const std::string& name() const noexcept override { return shown; }
+      uint64_t size() const noexcept override { return b.size(); }
+      void read(std::span<const ReadRange> ranges) const override {
+        for (const ReadRange& r : ranges) std::memcpy(r.out.data(), b.data() + r.offset, r.out.size());
+      }
+    };
+    auto src = std::make_shared<Bytes>();
+    src->b = tc_test::read_file(tmp / "a" / "index.cask");
+    Archive remote = Archive::open(std::shared_ptr<const Source>(src));
+    REQUIRE(ShardedArchive::is_index(remote));
+    Error e = tc_test::expect_error(ErrorCode::kUnsupported, [&] { remote.verify(); });
+    CHECK(e.file() == "mem://ckpt/index.cask");
+    CHECK(std::string(e.what()).find("directory URL") != std::string::npos);
+  }
+  SUBCASE("a box that is itself a reference into other files (the index naming itself): kCorruption") {
+    fs::path d = copy_of("self");
+    // params/b's one box named as leaf params/b of index.cask: the same dtype and shape, but no
+    // bytes of its own (verifying it would verify the index again, forever).
+    rewrite_index(d, [](std::vector<LeafMeta>& leaves) {
+      leaves[1].shards = {ShardRef{"index.cask", "params/b", {0}, {5}}};
+    }, false);
+    Error e = verify_index_error(d / "index.cask", ErrorCode::kCorruption);
+    CHECK(e.file() == (d / "index.cask").string());
+    CHECK(std::string(e.what()).find("shard references of its own") != std::string::npos);
+    tc_test::expect_error(ErrorCode::kCorruption, [&] { ShardedArchive::open(d); });
+  }
+}
+
 TEST_CASE("the writer checks the shard files an index binds (R8) before writing anything") {
   golden::ShardedVector v = golden::sharded_vector();
   tc_test::TempDir tmp;

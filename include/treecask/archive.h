@@ -230,6 +230,11 @@ class TREECASK_API Archive final : public Reader {
   // (empty: intact). `progress`, when set, is called after each leaf with
   // (raw bytes checked so far, raw bytes in all), from the calling thread; the
   // last call reports (total, total), (0, 0) for an archive without leaves.
+  // The index of a sharded checkpoint (ShardedArchive::is_index) holds no
+  // leaf bytes: its verify() is ShardedArchive::open_index(*this).verify(),
+  // the checkpoint with the shard files beside it (a missing one, one of
+  // another save, overlapping boxes: thrown as that open throws them; a
+  // damaged chunk: an Error naming its shard file), progress over their bytes.
   std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const override;
 
   struct Impl;

@@ -55,9 +55,10 @@ class TREECASK_API ShardedArchive final : public Reader {
   // when the index binds its shard files (format 3.1), each file's manifest
   // length and XXH3 equal those the index recorded; R6: every ShardRef names
   // a leaf of its file whose dtype is the leaf's and whose shape is the box's
-  // (stop - start); R7: the boxes of each leaf tile its global shape exactly
-  // (no overlap; the index reader already checked that they lie inside it and
-  // that their element counts add up). An index of format 3.0 binds nothing:
+  // (stop - start), a leaf with bytes (no shard references of its own); R7:
+  // the boxes of each leaf tile its global shape exactly (no overlap; the
+  // index reader already checked that they lie inside it and that their
+  // element counts add up). An index of format 3.0 binds nothing:
   // a shard file of another save with the same boxes is not detected there.
   // Cost: the manifests plus O(boxes^2) per leaf, no tensor bytes.
   // Throws Error: kNotFound (no directory / index.cask / shard file),
@@ -79,6 +80,27 @@ class TREECASK_API ShardedArchive final : public Reader {
   static ShardedArchive open(const SourceOpener& open_object, const std::string& shown,
                              const OpenOptions& options = {}, unsigned threads = 16);
   static constexpr int kOpenAttempts = 4;
+
+  // Opens the sharded checkpoint whose index is `index`, an archive already
+  // open from a local file: the shard files its ShardRefs name are opened
+  // with `options` in the directory that holds it (path()'s parent), through
+  // one directory handle, and every check of open() runs against this very
+  // index (R5-R7, R9; not whatever index.cask the directory holds now, so an
+  // index copied or renamed beside its shard files is checked against them).
+  // What Archive::verify() of an index and `treecask verify DIR/index.cask`
+  // run. path() is the directory. Throws what open() throws (kNotFound
+  // naming a missing shard file, kCorruption naming a shard file of another
+  // save or the index for overlapping boxes, ...), and kUnsupported for an
+  // index read through a Source (open the checkpoint's directory URL, ending
+  // in '/', instead).
+  static ShardedArchive open_index(const Archive& index, const OpenOptions& options = {});
+
+  // True when `archive` is the index of a sharded checkpoint: a leaf of it
+  // has shard references (format 3.0 or later), so its leaves' bytes are in
+  // other files. Cost: one LeafInfo per leaf of a format 3.x or later archive
+  // until the first such leaf; nothing for older ones. Throws only
+  // std::bad_alloc.
+  static bool is_index(const Archive& archive);
 
   const std::string& path() const noexcept override;  // the directory
   const Archive& index() const noexcept;              // the index archive (treedef, metadata, leaf infos)
@@ -143,7 +165,9 @@ class TREECASK_API ShardedArchive final : public Reader {
                    unsigned threads = 0) const override;
 
   // Checks every chunk of every shard file (Archive::verify of each, errors
-  // naming the shard file) -- the tiling of every leaf was checked at open.
+  // naming the shard file) -- the tiling of every leaf, and that each box is
+  // a leaf with bytes of its own (no shard file is itself an index), were
+  // checked at open.
   // `progress` gets (raw bytes checked, raw bytes in all files).
   std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const override;
 

@@ -261,7 +261,11 @@ class Reader(abc.ABC):
     def verify(self) -> List[Error]:
         """Checks every chunk of every leaf (checksum, LZ4 decoding, padding):
         one Error (ChecksumError / CorruptionError) per damaged leaf; an empty
-        list means the archive is intact."""
+        list means the archive is intact. The ``index.cask`` of a sharded
+        checkpoint holds no leaf bytes: its verify is the checkpoint's, with
+        the shard files beside it (raises NotFoundError naming a missing one,
+        CorruptionError naming one of another save or the index for
+        overlapping boxes; errors in the list name the shard file)."""
         return list(self._c().verify())
 
     def load(self, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,

@@ -263,8 +263,8 @@ SafetensorsImport import_sharded(const std::string& index_path, const std::strin
       metadata.emplace_back(std::string(kHfIndexMetadataKey), compact(*index_metadata));
     }
   }
-  for (const auto& [k, v] : metadata) {
-    (void)v;
+  for (const auto& entry : metadata) {
+    const std::string& k = entry.first;  // (not a structured binding: clang 14 cannot capture one)
     if (std::count_if(metadata.begin(), metadata.end(), [&](const auto& kv) { return kv.first == k; }) > 1) {
       throw Error(ErrorCode::kInvalidArgument, index_path, "",
                   "metadata key \"" + k + "\" appears twice (a shard's __metadata__ uses a key "

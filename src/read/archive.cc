@@ -271,6 +271,12 @@ void Archive::read_bytes(size_t index, uint64_t offset, std::span<std::byte> out
 
 std::vector<Error> Archive::verify(const std::function<void(uint64_t, uint64_t)>& progress) const {
   const Impl& im = *impl_;
+  // The index of a sharded checkpoint holds no leaf bytes: verifying it
+  // verifies the checkpoint it describes, with the shard files beside it
+  // (ShardedArchive::open_index: every file there, bound and tiling every
+  // leaf, then every chunk of each), never "intact" for bytes it never saw.
+  for (const LeafRecord& r : im.manifest->leaves)
+    if (r.num_shards != 0) return ShardedArchive::open_index(*this, im.options).verify(progress);
   // A local raw chunk is hashed through the map; any other chunk is decoded
   // (a remote one: fetched) into a per-worker scratch buffer. Leaves are
   // checked in batches, errors and progress reported per leaf in leaf order:

@@ -1,6 +1,7 @@
 // ShardedArchive: the global view of a sharded checkpoint directory
 // (SPEC.md "Sharded checkpoints").
 #include "treecask/sharded.h"
+#include "format/format.h"
 #include "remote/url.h"
 #include "treecask/remote.h"
 #include "util/parallel.h"
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <utility>
 
 namespace treecask {
 
@@ -52,8 +54,7 @@ struct ShardedArchive::Impl {
   std::vector<uint64_t> bytes;          // per leaf: byte_length of the global array
 
   Error err(ErrorCode code, size_t leaf, const std::string& what) const {
-    return Error(code, (std::filesystem::path(dir) / kShardedIndexName).string(),
-                 leaf < boxes.size() ? index.leaf(leaf).key_path : "", what);
+    return Error(code, index.path(), leaf < boxes.size() ? index.leaf(leaf).key_path : "", what);
   }
 
   // Reads the part [lb, le) of box `b` (coordinates local to the box) into
@@ -268,6 +269,10 @@ std::shared_ptr<const ShardedArchive::Impl> ShardedArchive::open_once(
       LeafInfo s = a.leaf(*k);
       std::vector<int64_t> want(r.start.size());
       for (size_t d = 0; d < want.size(); ++d) want[d] = r.stop[d] - r.start[d];
+      if (!s.shards.empty())  // R6: a box is a leaf with bytes, never a reference to further files
+        throw Error(ErrorCode::kCorruption, a.path(), li.key_path,
+                    where + ": the shard file's leaf has shard references of its own (a shard file is never "
+                            "the index of another sharded checkpoint)");
       if (s.dtype != li.dtype || s.shape != want)
         throw Error(ErrorCode::kCorruption, a.path(), li.key_path,
                     where + ": the shard file's leaf is " + std::string(dtype_name(s.dtype)) + " of shape " +
@@ -318,6 +323,37 @@ ShardedArchive ShardedArchive::open(const std::filesystem::path& dir, const Open
       if (e.code() != ErrorCode::kNotFound || attempt >= kOpenAttempts || !replaced(dir, d.fd)) throw;
     }
   }
+}
+
+ShardedArchive ShardedArchive::open_index(const Archive& index, const OpenOptions& options) {
+  if (index.source())
+    throw Error(ErrorCode::kUnsupported, index.path(), "",
+                "the index of a sharded checkpoint read from a store: open the checkpoint's directory URL "
+                "(ending in '/') with ShardedArchive::open to read or verify its shard files");
+  std::filesystem::path dir = std::filesystem::path(index.path()).parent_path();
+  if (dir.empty()) dir = ".";
+  DirFd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0) {
+    const int e = errno;
+    throw Error(e == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, dir.string(), "",
+                "cannot open the directory of the index " + index.path() + ": " + std::strerror(e));
+  }
+  // open_once asks for the index first, then for each shard file by name.
+  bool first = true;
+  return ShardedArchive(open_once(
+      dir.string(),
+      [&](const std::string& name) {
+        if (std::exchange(first, false)) return index;
+        return Archive::open_at(d.fd, name, (dir / name).string(), options);
+      },
+      1));
+}
+
+bool ShardedArchive::is_index(const Archive& archive) {
+  if (archive.format_major() < format::kShardMajor) return false;
+  for (size_t i = 0; i < archive.size(); ++i)
+    if (!archive.leaf(i).shards.empty()) return true;
+  return false;
 }
 
 const std::string& ShardedArchive::path() const noexcept { return impl_->dir; }

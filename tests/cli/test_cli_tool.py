@@ -15,6 +15,7 @@ safetensors headers that must be refused with a clear message.
 import json
 import os
 import pty
+import shutil
 import struct
 import subprocess
 import zipfile
@@ -506,6 +507,50 @@ def test_verify_detects_damage(d):
     expect(tc("get", bad, "other", "-o", f"{d}/other.npy"), OK)
     expect(tc("export", bad, f"{d}/bad.safetensors"), DAMAGED)
     assert not any(n.startswith("bad.safetensors") for n in os.listdir(d)), os.listdir(d)
+
+
+VECTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "format", "vectors")
+
+
+def test_verify_index_verifies_the_shard_files(d):
+    """`verify DIR/index.cask` verifies the checkpoint the index binds, with the shard files
+    beside it (never "OK" for an index whose shards it did not read): the golden v3_1_bound
+    checkpoint intact, the index alone, a shard file missing, one of another save, one with a
+    bit flipped. (Overlapping boxes: tests/python/test_verify_index.py, which can write an index.)"""
+
+    def fresh(name):
+        path = f"{d}/{name}"
+        shutil.copytree(f"{VECTORS}/v3_1_bound", path)
+        return path
+
+    ok = fresh("ok")
+    expect(tc("verify", f"{ok}/index.cask"), OK,
+           out_contains="OK: 3 leaves in 2 shard files, shards tile every leaf, 220 raw bytes verified")
+    os.mkdir(f"{d}/alone")
+    shutil.copy(f"{ok}/index.cask", f"{d}/alone/index.cask")
+    expect(tc("verify", f"{d}/alone/index.cask"), NOT_FOUND,
+           err_contains=f"treecask: {d}/alone/process_0.cask: not found")
+    missing = fresh("missing")
+    os.remove(f"{missing}/process_1.cask")
+    expect(tc("verify", f"{missing}/index.cask"), NOT_FOUND, err_contains=f"{missing}/process_1.cask")
+    swapped = fresh("swapped")
+    shutil.copy(f"{VECTORS}/bad_v3_1_stale_shard/process_1.cask", f"{swapped}/process_1.cask")
+    expect(tc("verify", f"{swapped}/index.cask"), DAMAGED,
+           err_contains=f"treecask: {swapped}/process_1.cask: corruption: process_1.cask is not the shard file")
+    flipped = fresh("flipped")
+    data = bytearray(open(f"{flipped}/process_0.cask", "rb").read())
+    entries = json.loads(tc("ls", f"{flipped}/process_0.cask", "--json").out)
+    w = next(e for e in entries if e["key_path"].startswith("params~1w"))
+    expect(tc("get", f"{flipped}/process_0.cask", w["key_path"], "-o", f"{d}/box.npy"), OK)
+    box = np.load(f"{d}/box.npy").tobytes()
+    pos = data.find(box)
+    assert pos > 0
+    data[pos + 5] ^= 0x10
+    open(f"{flipped}/process_0.cask", "wb").write(bytes(data))
+    r = expect(tc("verify", f"{flipped}/index.cask"), DAMAGED,
+               out_contains=f"DAMAGED {flipped}/process_0.cask: {w['key_path']}: checksum mismatch")
+    assert "FAILED: 1 damaged shard leaves" in r.out, r
+    expect(tc("verify", flipped), DAMAGED)  # the directory form agrees
 
 
 # ---- errors and exit statuses -----------------------------------------------------
