@@ -11,7 +11,7 @@ The tool built into the package has no HTTP source of its own (the wheel is
 built without libcurl): ``info``, ``ls``, ``verify``, ``get`` and ``export``
 of a URL (s3://, gs://, az://, http(s)://) run the same tool's commands in
 this process (``_core.run_tool``), each object read through the package's
-store layer (obstore, treecask/_remote.py), as ``treecask.open`` reads it:
+store layer (``treecask.stores``, obstore), as ``treecask.open`` reads it:
 the same configuration (the environment), output and exit statuses.
 """
 
@@ -64,8 +64,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _run_in_process(args: List[str]) -> int:
     """The tool's command ``args`` run in this process (``_core.run_tool``),
-    every URL's objects read through obstore (``_remote.ObjectSource``)."""
-    from . import _remote
+    every URL's objects read through the store it names (``treecask.stores``)."""
+    from . import stores
 
     if not hasattr(_core, "run_tool"):
         print("treecask: this install of the treecask package has no command-line tool "
@@ -73,7 +73,12 @@ def _run_in_process(args: List[str]) -> int:
         return 10
     sys.stdout.flush()
     sys.stderr.flush()
-    return _core.run_tool(["treecask", *args], lambda url: _remote.url_source(url))
+    return _core.run_tool(["treecask", *args], lambda url: _source_of(stores.resolve(url)))
+
+
+def _source_of(loc):
+    """The core's Source of one object a command names (``stores.Location``)."""
+    return loc.store.source(loc.path)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,10 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _core, _distributed, _upload
+from . import _core, _distributed
 from . import _jaxutil as J
 from . import stores
+from .stores import _upload
 from .interop import orbax as _orbax
 from ._open import load
 from ._open import open as open_archive

@@ -12,7 +12,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from ..errors import Error, UnsupportedError
-from . import _s3
+from . import _errors, _s3
 from ._object import ObjectStore
 from ._store import COMMIT_OBJECT
 
@@ -63,7 +63,7 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
     if not isinstance(store, ObjectStore):
         raise UnsupportedError("treecask gc cleans object stores (s3://, gs://, az://); a local "
                                "directory's temporaries are swept by its next save", file=store.display(prefix))
-    store._writable(prefix)
+    store.writable(prefix)
     base = prefix.strip("/")
     base = base + "/" if base else ""
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -74,9 +74,7 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
             for m in batch:
                 metas[m["path"]] = m
     except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-        from .. import _upload
-
-        err = _upload._store_error(store.display(prefix), e)
+        err = _errors.of_obstore(store.display(prefix), e)
     if err is not None:
         raise err
     out: List[Leftover] = []
@@ -100,7 +98,7 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
         try:
             uploads = s3.uploads(base)
         except Exception as e:  # noqa: BLE001
-            err = _s3._error(store.display(prefix), "listing multipart uploads", e)
+            err = _errors.of_botocore(store.display(prefix), "listing multipart uploads", e)
         if err is not None:
             raise err
         for path, upload, started in uploads:
