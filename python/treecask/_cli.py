@@ -56,10 +56,33 @@ def main(argv: Optional[List[str]] = None) -> int:
               "(built with TREECASK_BUILD_CLI=OFF); build it with CMake (docs/cli.md)",
               file=sys.stderr)
         return 10
+    if args in (["--help"], ["-h"]):
+        return _help(tool)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(tool, ["treecask", *args])
     return 11  # unreachable: execv returns only by raising OSError
+
+
+def _help(tool: str) -> int:
+    """``treecask --help``: the tool's help with this package's own commands
+    (PYTHON_COMMANDS, their one-line help from treecask/__main__.py) listed
+    among its subcommands, so that every command the installed ``treecask``
+    runs is named. Returns the tool's exit status."""
+    import subprocess
+
+    from .__main__ import command_help
+
+    r = subprocess.run([tool, "--help"], capture_output=True, text=True)
+    lines = r.stdout.splitlines()
+    if "Subcommands:" in lines:
+        end = lines.index("Subcommands:") + 1
+        while end < len(lines) and lines[end].strip():
+            end += 1
+        lines[end:end] = [f"  {name:<28}{text}" for name, text in command_help()]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stderr.write(r.stderr)
+    return r.returncode
 
 
 def _run_in_process(args: List[str]) -> int:

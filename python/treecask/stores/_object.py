@@ -62,10 +62,11 @@ _STORES: dict = {}
 _STORES_LOCK = threading.Lock()
 
 
-def _shared_store(scheme: str, base: str, storage_options: Optional[Mapping[str, Any]]):
+def _shared_store(scheme: str, base: str, storage_options: Optional[Mapping[str, Any]], url: str):
     """The obstore store of ``base`` (a bucket URL or an HTTP URL), shared
     with every other user of the same base, options and environment.
-    Raises InvalidArgumentError when obstore refuses the configuration."""
+    Raises InvalidArgumentError naming ``url`` (the caller's whole URL,
+    redacted as a whole) when obstore refuses the configuration."""
     env = tuple(sorted((k, v) for k, v in os.environ.items()
                        if k.startswith(("AWS_", "GOOGLE_", "AZURE_", "STORAGE_EMULATOR"))))
     key = (base, tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items())), env)
@@ -76,7 +77,7 @@ def _shared_store(scheme: str, base: str, storage_options: Optional[Mapping[str,
         try:
             store = _new_store(scheme, base, storage_options)
         except Exception as e:  # noqa: BLE001 -- obstore's ValueError may quote the URL: one treecask error
-            err = _errors.of_config(base, e)
+            err = _errors.of_config(url, e)
         if err is not None:
             raise err  # outside the except: chained to nothing
         if "?" not in base:  # a signed URL is used once: its store is not kept
@@ -172,7 +173,7 @@ class ObjectStore(Store):
         u = _core.parse_url(url, prefix=True)  # the core's URL rule (remote.h parse_url)
         base, key = _base(u, url)
         signed = u["scheme"] in ("http", "https") and "?" in url
-        return cls(_shared_store(u["scheme"], base, storage_options), name=base, single_object=signed), key
+        return cls(_shared_store(u["scheme"], base, storage_options, url), name=base, single_object=signed), key
 
     # ---- naming ----
     def display(self, path: str = "") -> str:

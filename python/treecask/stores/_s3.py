@@ -129,9 +129,11 @@ def _config(cfg: Dict[str, str]) -> Any:
 
     # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
     # (_object._RETRY): botocore's standard mode retries the same throttles, 5xx and dropped
-    # connections with capped exponential backoff; its attempts count the first try.
+    # connections with capped exponential backoff; total_max_attempts counts the first try
+    # (botocore's max_attempts would count retries only). botocore has no overall deadline:
+    # the core's timeout_s bounds obstore's retries, botocore's are bounded by their number.
     return botocore.config.Config(
-        retries={"mode": "standard", "max_attempts": 1 + int(_core.RETRY_POLICY["max_retries"])},
+        retries={"mode": "standard", "total_max_attempts": 1 + int(_core.RETRY_POLICY["max_retries"])},
         max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
         # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
         request_checksum_calculation="when_required", response_checksum_validation="when_required",
