@@ -16,7 +16,9 @@ import argparse
 import sys
 from typing import List, Optional
 
-from . import _core, errors
+import treecask._core as _core
+
+from . import errors
 
 # treecask.errors class -> exit status (src/cli/commands.h ExitStatus).
 _EXIT = (

@@ -5,7 +5,9 @@ archive file, the :class:`~treecask._reader.Reader` over one ``_core.Archive``
 from __future__ import annotations
 
 
-from . import _core, stores
+import treecask._core as _core
+
+from . import stores
 from ._reader import Reader
 # The public types lived here before _types.py; pickles written then name
 # treecask._archive.LeafInfo (and ShardingInfo, TreeNode, SaveStats): keep them importable.

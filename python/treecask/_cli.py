@@ -21,7 +21,7 @@ import os
 import sys
 from typing import List, Optional
 
-from . import _core
+import treecask._core as _core
 
 # Subcommands of python -m treecask (treecask/__main__.py).
 PYTHON_COMMANDS = ("import-orbax", "import-flax", "gc")

@@ -75,7 +75,7 @@ import numpy as np
 from . import _codec, _dtypes, _replicas, stores
 from . import _jaxutil as J
 from . import _tree as T
-from . import _core
+import treecask._core as _core
 from . import errors as E
 from ._request import SaveRequest
 # The reader of these directories lived here before _sharded.py.

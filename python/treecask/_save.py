@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from . import _core, stores
+import treecask._core as _core
+
+from . import stores
 from ._request import SaveRequest, compression_code, metadata_items
 from ._types import PathLike, SaveStats
 from .errors import Error, _with_file

@@ -11,7 +11,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, _dtypes, _replicas, stores
+import treecask._core as _core
+
+from . import _dtypes, _replicas, stores
 from . import _jaxutil as J
 from ._reader import Reader, _index_bounds
 from .errors import Error

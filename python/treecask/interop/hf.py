@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
-from .. import _core
+import treecask._core as _core
 from .._request import compression_code
 from .._types import PathLike, SaveStats
 

@@ -9,7 +9,7 @@ import os
 import shutil
 from typing import Any, Dict, List, Optional, Sequence
 
-from .. import _core
+import treecask._core as _core
 from ._source import FileSource
 from ._store import Store
 

@@ -17,7 +17,7 @@ import os
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import _core
+import treecask._core as _core
 from ..errors import AlreadyExistsError, Error
 from . import _errors, _s3, _upload
 from ._source import ObjectSource

@@ -25,7 +25,7 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import _core
+import treecask._core as _core
 from ..errors import Error
 from . import _errors, _upload
 

@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any, Callable, List, Optional
 
-from .. import _core
+import treecask._core as _core
 from ..errors import CorruptionError, IoError, NotAnArchiveError
 from . import _errors
 

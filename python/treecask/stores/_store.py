@@ -16,7 +16,7 @@ import os
 import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
-from .. import _core
+import treecask._core as _core
 from ..errors import AlreadyExistsError, Error, NotFoundError, UnsupportedError
 from . import _upload
 

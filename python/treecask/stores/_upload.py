@@ -40,7 +40,7 @@ import shutil
 import tempfile
 from typing import Any, Callable, Iterator, List, Optional
 
-from .. import _core
+import treecask._core as _core
 from ..errors import AlreadyExistsError, Error
 from . import _errors
 
