@@ -13,7 +13,10 @@
 #
 # Environment (all optional):
 #   BUILD_DIR   build tree holding src/cli/treecask (default: build), set up and
-#               built by scripts/setup.sh first (TREECASK_SKIP_SETUP=1 skips that)
+#               built by scripts/setup.sh first with SETUP_FOR=tool: only the
+#               Debian packages the tool needs and only its target (the test
+#               command installs and builds the rest); TREECASK_SKIP_SETUP=1
+#               skips that
 #   TREECASK    the treecask binary (default: $BUILD_DIR/src/cli/treecask)
 #   MODEL_DIR   where the wheel and model are cached (default: .cache/models)
 #   WORK_DIR    where the archive and the round-trip file go (default: .cache)
@@ -42,10 +45,11 @@ fail() { echo "FAIL: $*"; exit 1; }
 step() { echo; echo "== $*"; }
 
 # ---- the tool -----------------------------------------------------------------
-# Set-up is idempotent: installs Debian packages if missing, then (re)builds.
+# Set-up is idempotent: installs the tool's Debian packages if missing, then
+# (re)builds the tool alone.
 if [[ -z "${TREECASK_SKIP_SETUP:-}" ]]; then
-  step "set-up and build: scripts/setup.sh"
-  SKIP_PYTHON=1 BUILD_DIR="$BUILD_DIR" bash scripts/setup.sh
+  step "set-up and build of the tool: SETUP_FOR=tool scripts/setup.sh"
+  SETUP_FOR=tool BUILD_DIR="$BUILD_DIR" bash scripts/setup.sh
 fi
 [[ -x "$TREECASK" ]] || fail "no treecask binary at $TREECASK (build first, or set BUILD_DIR/TREECASK)"
 

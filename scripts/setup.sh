@@ -3,20 +3,35 @@
 # the C++ library, CLI and tests into build/ and the Python package into .venv/.
 # Idempotent: re-running only rebuilds what changed.
 #
-# Environment: BUILD_DIR (default build), SKIP_PYTHON=1 to skip the venv.
+# Environment: BUILD_DIR (default build), SKIP_PYTHON=1 to skip the venv,
+# SETUP_FOR=tool for the main job (scripts/main_job.sh): only the Debian
+# packages the library and the `treecask` tool need (and pip, with which the
+# main job fetches its model), and only the tool built (its target and what it
+# links); no tests, benchmarks, nginx or venv. The test command
+# (scripts/test.sh) runs the whole set-up, which installs the rest.
 # The Python package (extension and `treecask` tool) is built in build-py/,
 # kept between runs: a re-run, and scripts/wheel.sh after it, only rebuild
 # what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(
+SETUP_FOR=${SETUP_FOR:-all}
+# The library and the tool (scripts/main_job.sh uses nothing else).
+APT_TOOL=(
   build-essential cmake ninja-build pkg-config
   liblmdb-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev liblz4-dev
-  doctest-dev libcli11-dev nlohmann-json3-dev libzip-dev
-  python3-venv unzip
-  libcurl4-openssl-dev nginx-light
+  libcli11-dev nlohmann-json3-dev libzip-dev libcurl4-openssl-dev
+  python3-pip
 )
+# The tests: doctest, the venv they run in, nginx they serve objects with.
+APT_TEST=(
+  doctest-dev python3-venv unzip nginx-light
+)
+case "$SETUP_FOR" in
+  tool) APT_PACKAGES=("${APT_TOOL[@]}"); SKIP_PYTHON=1 ;;
+  all) APT_PACKAGES=("${APT_TOOL[@]}" "${APT_TEST[@]}") ;;
+  *) echo "setup: SETUP_FOR must be tool or all, not $SETUP_FOR" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,10 +46,23 @@ fi
 BUILD_DIR=${BUILD_DIR:-build}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
-if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+CACHE="$BUILD_DIR/CMakeCache.txt"
+if [ "$SETUP_FOR" = tool ]; then
+  # A fresh build tree without the tests (doctest is not installed); an
+  # existing one is kept as it is. Only the tool's target is built.
+  if [ ! -f "$CACHE" ]; then
+    cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DTREECASK_BUILD_TESTS=OFF -DTREECASK_BUILD_BENCH=OFF
+  fi
+  cmake --build "$BUILD_DIR" --target treecask_cli -j "$(nproc)"
+else
+  # Tests and benchmarks on, also in a tree the main job configured without them.
+  if [ ! -f "$CACHE" ] || grep -q '^TREECASK_BUILD_\(TESTS\|BENCH\):BOOL=OFF' "$CACHE"; then
+    cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DTREECASK_BUILD_TESTS=ON -DTREECASK_BUILD_BENCH=ON
+  fi
+  cmake --build "$BUILD_DIR" -j "$(nproc)"
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)"
 
 if [ "${SKIP_PYTHON:-0}" != 1 ]; then
   if [ ! -x .venv/bin/python ]; then
@@ -44,4 +72,8 @@ if [ "${SKIP_PYTHON:-0}" != 1 ]; then
   .venv/bin/python -m pip install -q -r python/requirements-test.txt
   .venv/bin/python -m pip install -q --no-build-isolation -C build-dir=build-py .
 fi
-echo "setup: done (C++ build in $BUILD_DIR, Python in .venv)"
+if [ "$SETUP_FOR" = tool ]; then
+  echo "setup: done (the treecask tool in $BUILD_DIR/src/cli)"
+else
+  echo "setup: done (C++ build in $BUILD_DIR, Python in .venv)"
+fi

@@ -55,7 +55,7 @@ TEST_CASE("commit: temporary_path is <path>.tmp.<host>.<pid>.<16 hex digits>, di
 TEST_CASE("commit: is_stale_temporary: this host's dead writers, and the names of earlier writers") {
   const std::string dead = std::to_string(dead_pid()), live = std::to_string(getpid());
   CHECK(is_stale_temporary("s.cask", "s.cask.tmp." + host() + "." + dead + ".0123456789abcdef"));
-  CHECK(is_stale_temporary("run/s.cask", "run/s.cask.tmp." + host() + "." + dead + ".00"));  // object keys
+  CHECK(is_stale_temporary("run/s.cask", "run/s.cask.tmp." + host() + "." + dead + ".0123456789abcdef"));  // keys
   CHECK(!is_stale_temporary("s.cask", "s.cask.tmp." + host() + "." + live + ".0123456789abcdef"));
   CHECK(!is_stale_temporary("s.cask", "s.cask.tmp.other-host.example." + dead + ".0123456789abcdef"));
   CHECK(is_stale_temporary("s.cask", "s.cask.tmp." + dead + ".0badc0de"));  // before hosts were named
@@ -66,7 +66,51 @@ TEST_CASE("commit: is_stale_temporary: this host's dead writers, and the names o
   CHECK(!is_stale_temporary("s.cask", "s.cask.tmp."));
   CHECK(!is_stale_temporary("s.cask", "s.cask.tmp.notapid.0"));
   CHECK(!is_stale_temporary("s.cask", "t.cask.tmp." + host() + "." + dead + ".00"));
-  CHECK(!is_stale_temporary("s.cask", "s.cask.tmp." + host() + ".0.00"));  // pid 0 is no process
+  CHECK(!is_stale_temporary("s.cask", "s.cask.tmp." + host() + ".0.0123456789abcdef"));  // pid 0 is no process
+  CHECK(!is_stale_temporary("s.cask", "s.cask.tmp." + host() + "." + dead + ".00"));  // no writer's <x>
+}
+
+TEST_CASE("commit: the temporary-name grammar: every form a writer makes or made, taken apart") {
+  // What temporary_path writes now.
+  const fs::path tmp = temporary_path("dir/step_7.cask");
+  const std::string name = tmp.filename().string();
+  std::optional<TemporaryName> t = parse_temporary_name(name);
+  REQUIRE(t);
+  CHECK(t->target == "step_7.cask");
+  CHECK(t->kind == ".tmp.");
+  CHECK(t->host == host());
+  CHECK(host_name() == host());
+  CHECK(t->pid == uint64_t(getpid()));
+  CHECK(t->random.size() == 16);
+  CHECK(is_temporary_name(name));
+  // A host with dots, a target with ".tmp." in it: the rightmost kind.
+  t = parse_temporary_name("a.tmp.b.cask.tmp.node-1.example.org.42.0123456789abcdef");
+  REQUIRE(t);
+  CHECK(t->target == "a.tmp.b.cask");
+  CHECK(t->host == "node-1.example.org");
+  CHECK(t->pid == 42);
+  // The forms of earlier writers.
+  t = parse_temporary_name("s.cask.tmp.42.0badc0de");
+  REQUIRE(t);
+  CHECK(t->target == "s.cask");
+  CHECK(t->host.empty());
+  CHECK(t->pid == 42);
+  t = parse_temporary_name("step_3.cask.tmp.42.deleting");
+  REQUIRE(t);
+  CHECK(t->random == "deleting");
+  t = parse_temporary_name("ckpt.tmpdir.h.7.0123456789abcdef");
+  REQUIRE(t);
+  CHECK(t->kind == ".tmpdir.");
+  CHECK(t->target == "ckpt");
+  CHECK(t->host == "h");
+  // Upload scratch and markers are the same grammar.
+  CHECK(is_temporary_name("treecask-upload.tmp.h.9.0123456789abcdef"));
+  // Not temporaries: final names, user files that only look alike, paths.
+  for (const char* no : {"step_7.cask", "index.cask", ".tmp.h.1.0123456789abcdef", "s.cask.tmp.", "s.cask.tmp.h.1.",
+                         "notes.tmp.2024.final", "s.cask.tmp.h.x1.0123456789abcdef", "s.cask.tmp.h.1.0123ABCD",
+                         "s.cask.tmp.h.1.0123", "s.cask.tmpdir.1.0badc0de", "s.cask.tmp.h.1234567890.0123456789abcdef",
+                         "d/s.cask.tmp.h.1.0123456789abcdef", "s.cask.tmp.h.1.deleting"})
+    CHECK_MESSAGE(!is_temporary_name(no), no);
 }
 
 TEST_CASE("commit: publish refuses an existing file or directory without overwrite") {

@@ -5,6 +5,9 @@
 // s3:// and gs:// URLs (src/remote/url.h resolve).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "remote/url.h"
@@ -78,10 +81,32 @@ TEST_CASE("redact_url hides every credential of presigned URLs and keeps the res
   CHECK(redact_url("https://alice:hunter2@h/o?a=1") == "https://***@h/o?a=1");
   CHECK(redact_url("https://tok@h/o") == "https://***@h/o");
   CHECK(redact_url("https://h/o?sv=1&sig=x#sig=y") == "https://h/o?sv=1&sig=***#sig=y");
-  // Nothing else changes: paths (with // and @), other parameters, empty values.
-  for (const char* same : {"https://h//a/b@c?x=1&design=2&sig=", "s3://bucket/a/b.cask", "/local/path?sig=1",
-                           "gs://b/k#frag", "http://127.0.0.1:8080/x"})
+  // Nothing else changes: paths (with //), other parameters, empty values.
+  for (const char* same : {"https://h//a/b?x=1&design=2&sig=", "s3://bucket/a/b.cask", "/local/path?sig=1",
+                           "gs://b/k#frag", "http://127.0.0.1:8080/x", "https://h/a?b=c@d", "s3://b/k#x@y"})
     CHECK(redact_url(same) == same);
+}
+
+TEST_CASE("redact_url hides userinfo up to the last '@' before the query: secrets holding '/' and '@'") {
+  // An AWS secret access key holds '/' (and may hold '+'): the userinfo runs
+  // past the first '/' to the last '@'.
+  const std::string secret_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+  const std::string s3 = "s3://AKIAIOSFODNN7EXAMPLE:" + secret_key + "@bucket/k.cask";
+  CHECK(redact_url(s3) == "s3://***@bucket/k.cask");
+  CHECK(redact_url("https://alice:p@ss/w:rd@h/o.cask?a=1") == "https://***@h/o.cask?a=1");
+  CHECK(redact_url("https://tok/en@h/o") == "https://***@h/o");
+  CHECK(redact_url("gs://u:a/b@c@bucket/k#frag@x") == "gs://***@bucket/k#frag@x");
+  // An '@' in a path hides what precedes it too: the rule cannot tell it from a secret.
+  CHECK(redact_url("https://h//a/b@c?x=1&sig=s") == "https://***@c?x=1&sig=***");
+  for (const std::string& url : {s3, std::string("az://a:") + secret_key + "@c/k", "https://u:" + secret_key + "@h/x"}) {
+    const std::string red = redact_url(url);
+    CHECK_MESSAGE(red.find("wJalr") == std::string::npos, red);
+    CHECK_MESSAGE(red.find("bPxR") == std::string::npos, red);
+    CHECK_MESSAGE(red.find("K7MD") == std::string::npos, red);
+    CHECK(redact_url(red) == red);
+    const std::string text = redact_urls_in("open '" + url + "' failed");
+    CHECK_MESSAGE(text.find("K7MD") == std::string::npos, text);
+  }
 }
 
 TEST_CASE("redact_urls_in redacts each URL inside a message") {
@@ -202,6 +227,27 @@ TEST_CASE("parse_url refuses other schemes, malformed URLs and credentials in bu
   }
   // A '@' in the key is a character of the key.
   CHECK(parse_url("s3://bucket/a@b.cask").key == "a@b.cask");
+
+  // A secret holding '/' (AWS secret keys): refused as credentials, never
+  // echoed (parse_error checks the message against kSecrets).
+  for (const char* url : {"s3://AKIAIOSFODNN7EXAMPLE:hunter2/K7MD/bPxR@bucket/k.cask",
+                          "gs://GOOG1EXAMPLEHMACID:hunter2/x@bucket/k", "az://acct:hunter2/a@container/k"}) {
+    CHECK(parse_error(url, UrlTarget::kObject, &what) == ErrorCode::kInvalidArgument);
+    CHECK_MESSAGE(what.find("credentials belong in the environment or storage_options") != std::string::npos, what);
+    CHECK(what.find("K7MD") == std::string::npos);
+  }
+  CHECK(parse_error("s3://host:9000/bucket/k", UrlTarget::kObject, &what) == ErrorCode::kInvalidArgument);
+  CHECK(what.find("a ':' in the bucket name") != std::string::npos);
+  for (const char* url : {"https://alice:hunter2/K7MD@h/x.cask", "http://u:hunter2/x@127.0.0.1:9/k"}) {
+    CHECK(parse_error(url, UrlTarget::kObject, &what) == ErrorCode::kInvalidArgument);
+    CHECK_MESSAGE(what.find("a '/' in it must be percent-encoded") != std::string::npos, what);
+    CHECK(what.find("K7MD") == std::string::npos);
+  }
+  CHECK(parse_error("http://h:port/x") == ErrorCode::kInvalidArgument);
+  // Ports, IPv6 literals and percent-encoded passwords stay valid.
+  for (const char* url : {"http://127.0.0.1:8080/x", "http://[::1]:8080/x", "http://[::1]/x", "https://u:a%2Fb@h:443/x",
+                          "https://h/models/user@v2.cask"})
+    CHECK_NOTHROW(parse_url(url));
 }
 
 TEST_CASE("the retry policy and per-object concurrency are the core's, used by the libcurl source") {
@@ -227,4 +273,68 @@ TEST_CASE("the libcurl source resolves through parse_url and refuses az://, whic
   CHECK(e.bucket == "bucket.with.dots");
   CHECK(e.url == "http://127.0.0.1:9/bucket.with.dots/a%20b.cask");
   for (const char* url : {"s3://bucket", "gs://b/", "hdfs://x/y"}) CHECK_THROWS_AS(remote::resolve(url, {}), Error);
+}
+
+TEST_CASE("the environment-to-config table: one row per option, read by resolve and options_from_env") {
+  // Every row names a known scheme, and no (scheme, option) twice.
+  for (size_t i = 0; i < std::size(kEnvOptions); ++i) {
+    CHECK(std::find(std::begin(kUrlSchemes), std::end(kUrlSchemes), kEnvOptions[i].scheme) != std::end(kUrlSchemes));
+    CHECK_FALSE(kEnvOptions[i].variables[0].empty());
+    for (size_t j = 0; j < i; ++j)
+      CHECK_FALSE((kEnvOptions[i].scheme == kEnvOptions[j].scheme && kEnvOptions[i].option == kEnvOptions[j].option));
+  }
+  // Precedence, and resolve() following it (the endpoint names its variable
+  // when refused; an empty variable is unset).
+  ::setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9", 1);
+  ::setenv("AWS_ENDPOINT_URL_S3", "", 1);
+  ::setenv("AWS_ENDPOINT", "ftp://legacy", 1);
+  EnvValue v = env_option("s3", "endpoint");
+  CHECK(v.value == "http://127.0.0.1:9");
+  CHECK(v.variable == "AWS_ENDPOINT_URL");
+  CHECK(options_from_env("s3").at("endpoint") == "http://127.0.0.1:9");
+  CHECK(remote::resolve("s3://b/k", {}).url == "http://127.0.0.1:9/b/k");
+  ::setenv("AWS_ENDPOINT_URL_S3", "ftp://s3-only", 1);
+  try {
+    remote::resolve("s3://b/k", {});
+    FAIL("accepted an ftp:// endpoint");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("AWS_ENDPOINT_URL_S3") != std::string::npos);
+  }
+  // storage_options win over the environment, key by key.
+  CHECK(remote::resolve("s3://b/k", {{{"endpoint", "http://h:1"}}}).url == "http://h:1/b/k");
+  ::unsetenv("AWS_ENDPOINT_URL_S3");
+  ::unsetenv("AWS_ENDPOINT_URL");
+  try {
+    remote::resolve("s3://b/k", {});
+    FAIL("accepted an ftp:// endpoint");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("the endpoint from AWS_ENDPOINT must") != std::string::npos);
+  }
+  ::unsetenv("AWS_ENDPOINT");
+  CHECK(env_option("s3", "endpoint").value.empty());
+  CHECK(options_from_env("az").empty());
+  ::setenv("AWS_TOKEN", "tok", 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "id", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
+  remote::Endpoint e = remote::resolve("s3://b/k", {});
+  CHECK(std::find(e.headers.begin(), e.headers.end(), "x-amz-security-token: tok") != e.headers.end());
+  for (const char* var : {"AWS_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) ::unsetenv(var);
+  // ca_bundle is a storage option too.
+  CHECK(remote::resolve("https://h/x", {{{"ca_bundle", "/etc/ca.pem"}}}).ca_bundle == "/etc/ca.pem");
+}
+
+TEST_CASE("the shared classification of failed HTTP answers") {
+  for (long st : {429L, 500L, 502L, 503L, 504L}) CHECK(is_retryable_status(st));
+  for (long st : {200L, 206L, 400L, 403L, 404L, 412L, 501L}) CHECK_FALSE(is_retryable_status(st));
+  CHECK(http_error_code(404, "NoSuchKey", false) == ErrorCode::kNotFound);
+  CHECK(http_error_code(404, "NoSuchBucket", true) == ErrorCode::kNotFound);
+  CHECK(http_error_code(410, "", false) == ErrorCode::kNotFound);
+  CHECK(http_error_code(412, "PreconditionFailed", false) == ErrorCode::kCorruption);
+  CHECK(http_error_code(412, "PreconditionFailed", true) == ErrorCode::kAlreadyExists);
+  CHECK(http_error_code(409, "ConditionalRequestConflict", true) == ErrorCode::kAlreadyExists);
+  CHECK(http_error_code(409, "BucketNotEmpty", true) == ErrorCode::kIo);
+  CHECK(http_error_code(409, "ConditionalRequestConflict", false) == ErrorCode::kIo);
+  CHECK(http_error_code(416, "", false) == ErrorCode::kCorruption);
+  CHECK(http_error_code(403, "AccessDenied", false) == ErrorCode::kIo);
+  CHECK(http_error_code(500, "InternalError", true) == ErrorCode::kIo);
 }

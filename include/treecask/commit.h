@@ -5,7 +5,9 @@
 // final name in one step, so a reader sees nothing or the whole thing.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,13 +25,45 @@ namespace treecask {
 // in the Python package, objects in a store. Throws nothing but std::bad_alloc.
 TREECASK_API std::filesystem::path temporary_path(const std::filesystem::path& path);
 
+// A temporary name taken apart (parse_temporary_name); views into the name
+// given, which must outlive it.
+struct TemporaryName {
+  std::string_view target;  // the final name it stands for: "step_1.cask" of "step_1.cask.tmp.h.7.<x>"
+  std::string_view kind;    // ".tmp." (every writer now), or ".tmpdir." (earlier multi-process saves)
+  std::string_view host;    // the writer's host name (may hold dots); "" in the old "<target>.tmp.<pid>.<x>"
+  uint64_t pid = 0;         // the writer's process id
+  std::string_view random;  // <x>: lowercase hex digits (16 now; 8 in the old form), or "deleting"
+};
+
+// The temporary-name grammar (SPEC.md "Atomic commit", step 4): `name` (one
+// path component, no '/') taken apart when it is one of the forms a writer
+// of treecask makes or made:
+//   <target>.tmp.<host>.<pid>.<x>     temporary_path(), every writer now
+//   <target>.tmp.<pid>.<x>            writers before 2026-11-26 (<x> also
+//                                     "deleting": a step being deleted)
+//   <target>.tmpdir.<host>.<pid>.<x>  Python multi-process saves before then
+// with <target> and <host> not empty, <pid> 1-9 decimal digits and <x> 8 or
+// more lowercase hex digits; else nullopt. When several splits fit (a target
+// or host holding ".tmp."), the one with the rightmost kind is taken.
+// is_temporary_name(name) is parse_temporary_name(name).has_value(). Bound to
+// Python as _core.parse_temporary_name / is_temporary_name: the sweeps of
+// stores (markers, scratch directories, temporaries of a run) use this rule.
+// Throws nothing.
+TREECASK_API std::optional<TemporaryName> parse_temporary_name(std::string_view name) noexcept;
+TREECASK_API bool is_temporary_name(std::string_view name) noexcept;
+
+// This host's name as temporary names carry it (gethostname(2); "localhost"
+// when it has none). Bound to Python as _core.host_name.
+TREECASK_API std::string host_name();
+
 // Whether `entry` (a name beside `name` in one directory, or a key beside the
 // key `name` in one store) is a temporary of `name` whose writer is gone: it
 // is "<name>.tmp.<host>.<pid>.<x>" with <host> this host's name and no
-// process <pid> running here. Names of earlier writers count too:
-// "<name>.tmp.<pid>.<x>" (<x> without a dot; judged by the pid alone, the old
-// single-host rule) and "<name>.tmpdir.<host>.<pid>.<x>" (the Python
-// package's multi-process directories before the one rule). A temporary of
+// process <pid> running here. Names of earlier writers count too, in
+// parse_temporary_name's grammar with <target> = `name`:
+// "<name>.tmp.<pid>.<x>" (judged by the pid alone, the old single-host rule)
+// and "<name>.tmpdir.<host>.<pid>.<x>" (the Python package's multi-process
+// directories before the one rule). A temporary of
 // another host is never stale here: remove it from that host, or by hand
 // once no writer runs. Throws nothing but std::bad_alloc.
 TREECASK_API bool is_stale_temporary(std::string_view name, std::string_view entry);

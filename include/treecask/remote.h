@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "treecask/error.h"
 #include "treecask/source.h"
 
 namespace treecask {
@@ -50,11 +51,14 @@ struct ParsedUrl {
 // URL redacted (redact_url):
 //   kUnsupported     a scheme not in kUrlSchemes, named (hdfs://, s4://);
 //   kInvalidArgument not a URL (is_url false); credentials inside an s3://,
-//                    gs:// or az:// URL (user:password@bucket: they belong in
-//                    the environment or storage_options, never in the URL);
-//                    a malformed URL: no bucket (s3:///k), no key where an
+//                    gs:// or az:// URL (user:password@bucket, the password
+//                    holding '/' or not: they belong in the environment or
+//                    storage_options, never in the URL); a malformed URL: no
+//                    bucket (s3:///k), a ':' in a bucket, no key where an
 //                    object is needed (s3://bucket, s3://bucket/), no host
-//                    (https:///x).
+//                    (https:///x), a port that is no number
+//                    (https://user:pa/ss@host/x: a '/' in userinfo must be
+//                    percent-encoded).
 TREECASK_API ParsedUrl parse_url(std::string_view url, UrlTarget target = UrlTarget::kObject);
 
 // How both transports retry a failed request (a connection error, HTTP 429,
@@ -72,18 +76,87 @@ struct RetryPolicy {
 };
 inline constexpr RetryPolicy kRetryPolicy{};
 
+// What a failed HTTP answer from an object store means, for both transports
+// (the libcurl source here; the Python package's store layer, whose obstore
+// and botocore errors carry the status and the S3 error <Code>: bound as
+// _core.http_error_code and _core.RETRYABLE_STATUSES).
+//
+// is_retryable_status: 429, 500, 502, 503 (S3 SlowDown) and 504, retried as
+// kRetryPolicy says; after the last attempt they are kIo.
+TREECASK_API bool is_retryable_status(long status) noexcept;
+// The error code of a final answer `status` (with the S3 / GCS XML error
+// <Code> `s3_code`, "" when none) to a request on one object: a ranged read
+// pinned to a version (If-Match), or, with `create_only`, a put that must
+// not replace an object (If-None-Match: *, a multipart completion too):
+//   404, 410                  kNotFound (no such object, or bucket:
+//                             s3_code "NoSuchBucket")
+//   412                       create_only: kAlreadyExists (the key exists);
+//                             a read: kCorruption (the object changed since
+//                             it was opened)
+//   409 ConditionalRequestConflict, create_only: kAlreadyExists (another
+//                             create of the key is completing)
+//   416                       kCorruption (the object is not the size it had)
+//   401, 403, any other       kIo (access denied, a server error)
+// Raises nothing.
+TREECASK_API ErrorCode http_error_code(long status, std::string_view s3_code, bool create_only) noexcept;
+
 // Range requests in flight at once for one object (Source::concurrency()
 // of both transports), each on its own connection. Bound to Python as
 // _core.OBJECT_CONCURRENCY.
 inline constexpr unsigned kObjectConcurrency = 16;
 
+// The environment-to-config table of both transports (docs/remote.md
+// "Configuration"): a storage option of a URL of `scheme` that
+// storage_options leaves unset or empty is the value of the first of
+// `variables` that is set and not empty. The libcurl source reads it
+// (resolve, src/remote/url.h); the Python package builds its obstore and
+// botocore configuration from it (bound as _core.ENV_OPTIONS and
+// _core.options_from_env), so that both honour every variable alike. What
+// the Python transport reads beyond it (credential chains: web identity,
+// instance metadata, GOOGLE_APPLICATION_CREDENTIALS, AZURE_*; az:// itself)
+// is obstore's, and the libcurl source does not serve it.
+struct EnvOption {
+  std::string_view scheme;  // one of kUrlSchemes
+  std::string_view option;  // a storage_options key (RemoteOptions)
+  std::string_view variables[3];  // in order of precedence; "" pads
+};
+inline constexpr EnvOption kEnvOptions[] = {
+    {"s3", "endpoint", {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"}},
+    {"s3", "region", {"AWS_REGION", "AWS_DEFAULT_REGION"}},
+    {"s3", "access_key_id", {"AWS_ACCESS_KEY_ID"}},
+    {"s3", "secret_access_key", {"AWS_SECRET_ACCESS_KEY"}},
+    {"s3", "session_token", {"AWS_SESSION_TOKEN", "AWS_TOKEN"}},
+    {"s3", "ca_bundle", {"AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"}},
+    {"gs", "endpoint", {"STORAGE_EMULATOR_HOST"}},
+    {"gs", "bearer_token", {"GOOGLE_OAUTH_ACCESS_TOKEN"}},
+    {"gs", "ca_bundle", {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}},
+    {"http", "ca_bundle", {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}},
+    {"https", "ca_bundle", {"CURL_CA_BUNDLE", "SSL_CERT_FILE"}},
+};
+
+// The value kEnvOptions gives option `option` of `scheme` from this
+// process's environment now, and the variable it came from (for errors);
+// {"", ""} when none is set. Throws nothing but std::bad_alloc.
+struct EnvValue {
+  std::string value;
+  std::string_view variable;
+};
+TREECASK_API EnvValue env_option(std::string_view scheme, std::string_view option);
+
+// Every option of `scheme` kEnvOptions sets from the environment now:
+// {option: value}. Holds secrets: never print it. Bound as
+// _core.options_from_env.
+TREECASK_API std::map<std::string, std::string> options_from_env(std::string_view scheme);
+
 // How the built-in source reaches a store. Every field left empty is taken
-// from the environment, as boto3 and the Google clients read it:
-//   s3://   AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (an http:// endpoint is
-//           allowed; path-style URLs), else https://<bucket>.s3.<region>.amazonaws.com;
+// from the environment by kEnvOptions, as boto3 and the Google clients read it:
+//   s3://   AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or AWS_ENDPOINT (an http://
+//           endpoint is allowed; path-style URLs), else
+//           https://<bucket>.s3.<region>.amazonaws.com;
 //           AWS_REGION or AWS_DEFAULT_REGION (default us-east-1);
-//           AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
-//           (signed with AWS Signature V4 by libcurl; unsigned when no key is set).
+//           AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN (or
+//           AWS_TOKEN) (signed with AWS Signature V4 by libcurl; unsigned
+//           when no key is set).
 //   gs://   STORAGE_EMULATOR_HOST (a GCS emulator, "host:port" or
 //           "http://host:port", JSON API), else https://storage.googleapis.com;
 //           a bearer token from GOOGLE_OAUTH_ACCESS_TOKEN when set (public
@@ -116,7 +189,11 @@ TREECASK_API bool is_url(std::string_view s) noexcept;
 
 // `url` as every message, log line and name shows it (the one redaction
 // rule: docs/remote.md "Secrets"): the userinfo (user:password@, or user@
-// alone, often a token) replaced by "***", and the value of every query
+// alone, often a token) replaced by "***", where the userinfo is everything
+// between "://" and the LAST '@' before the query ('?' or '#'), so that a
+// secret holding '/' or '@' (AWS secret keys hold '/') is hidden whole
+// ("s3://AKIA..:wJa/K7M@bucket/k" -> "s3://***@bucket/k"; an '@' in a path
+// hides what precedes it too), and the value of every query
 // parameter that carries a credential. A parameter's name is
 // compared after percent-decoding and ASCII lower-casing
 // ("X%2DAmz%2DSignature" is x-amz-signature); it carries a credential when

@@ -34,6 +34,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,6 +79,54 @@ NB_MODULE(_core, m) {
     m.attr("URL_SCHEMES") = nb::steal(PyList_AsTuple(schemes.ptr()));
   }
   m.attr("OBJECT_CONCURRENCY") = treecask::kObjectConcurrency;
+  // The environment-to-config table of both transports (remote.h kEnvOptions): one
+  // (scheme, option, (variable, ...)) per row, variables in order of precedence.
+  {
+    nb::list rows;
+    for (const treecask::EnvOption& row : treecask::kEnvOptions) {
+      nb::list vars;
+      for (std::string_view v : row.variables)
+        if (!v.empty()) vars.append(nb::str(v.data(), v.size()));
+      rows.append(nb::make_tuple(nb::str(row.scheme.data(), row.scheme.size()),
+                                 nb::str(row.option.data(), row.option.size()),
+                                 nb::steal(PyList_AsTuple(vars.ptr()))));
+    }
+    m.attr("ENV_OPTIONS") = nb::steal(PyList_AsTuple(rows.ptr()));
+  }
+  m.def(
+      "options_from_env",
+      [](const std::string& scheme) {
+        nb::dict d;
+        for (const auto& [k, v] : treecask::options_from_env(scheme)) d[nb::str(k.data(), k.size())] = v;
+        return d;
+      },
+      "scheme"_a,
+      "treecask::options_from_env: {option: value} that ENV_OPTIONS gives the URLs of `scheme` (\"s3\", "
+      "\"gs\", \"http\", \"https\"; \"az\" has none) from this process's environment now (os.environ: "
+      "Python's putenv), the first set and non-empty variable of each row winning. storage_options "
+      "override it key by key. Holds secrets: never print it. Raises nothing.");
+  // The classification of failed HTTP answers both transports share (remote.h).
+  {
+    nb::list statuses;
+    for (long st = 100; st < 600; ++st)
+      if (treecask::is_retryable_status(st)) statuses.append(st);
+    m.attr("RETRYABLE_STATUSES") = nb::steal(PyList_AsTuple(statuses.ptr()));
+  }
+  m.def(
+      "http_error_code",
+      [](long status, std::string_view s3_code, bool create_only) {
+        return std::string(treecask::error_code_name(treecask::http_error_code(status, s3_code, create_only)));
+      },
+      "status"_a, "s3_code"_a = "", nb::kw_only(), "create_only"_a = false,
+      "treecask::http_error_code: the name (an ERROR_CODES key: \"not found\", \"already exists\", "
+      "\"corruption\", \"I/O error\"...) of the error a final HTTP answer `status` (int) means, with the "
+      "S3 error <Code> `s3_code`, to a read pinned to a version or, with create_only, to a put that "
+      "must not replace an object: 404/410 not found; 412 already exists (create_only) or corruption "
+      "(the object changed); 409 ConditionalRequestConflict already exists (create_only); 416 "
+      "corruption; anything else an I/O error. RETRYABLE_STATUSES are retried first. Raises nothing.");
+  // The name of a multi-process checkpoint's index (sharded.h kShardedIndexName),
+  // created last: its presence commits the checkpoint.
+  m.attr("INDEX_NAME") = std::string(treecask::kShardedIndexName);
   {
     const treecask::RetryPolicy& r = treecask::kRetryPolicy;
     nb::dict d;
@@ -147,7 +196,37 @@ NB_MODULE(_core, m) {
       "path"_a);
   m.def(
       "temporary_path", [](const std::string& path) { return treecask::temporary_path(path).string(); }, "path"_a);
-  m.def("is_stale_temporary", &treecask::is_stale_temporary, "name"_a, "entry"_a);
+  m.def("is_stale_temporary", &treecask::is_stale_temporary, "name"_a, "entry"_a,
+        "treecask::is_stale_temporary: whether `entry` is a temporary of `name` (parse_temporary_name's "
+        "grammar, target `name`) made on this host by a process that no longer runs.");
+  // The temporary-name grammar (commit.h parse_temporary_name: SPEC.md "Atomic commit" step 4).
+  m.def("is_temporary_name", &treecask::is_temporary_name, "name"_a,
+        "treecask::is_temporary_name: whether `name` (one path component: a file or directory name, "
+        "or one part of an object key split at '/') is a temporary a treecask writer makes or made: "
+        "<target>.tmp.<host>.<pid>.<hex16> (temporary_path), <target>.tmp.<pid>.<x> or "
+        "<target>.tmpdir.<host>.<pid>.<x> (earlier writers). Raises nothing.");
+  m.def(
+      "parse_temporary_name",
+      [](std::string_view name) -> nb::object {
+        std::optional<treecask::TemporaryName> t = treecask::parse_temporary_name(name);
+        if (!t) return nb::none();
+        nb::dict d;
+        d["target"] = std::string(t->target);
+        d["kind"] = std::string(t->kind);
+        d["host"] = std::string(t->host);
+        d["pid"] = t->pid;
+        d["random"] = std::string(t->random);
+        return d;
+      },
+      "name"_a,
+      "treecask::parse_temporary_name: {'target', 'kind', 'host', 'pid', 'random'} of the temporary "
+      "`name` (is_temporary_name), or None: target the final name it stands for, kind \".tmp.\" or "
+      "\".tmpdir.\", host the writer's host name (\"\" in the oldest form), pid its process id (int). "
+      "Whether that writer is gone is host == host_name() and no process pid (is_stale_temporary). "
+      "Raises nothing.");
+  m.def("host_name", &treecask::host_name,
+        "treecask::host_name: this host's name as temporary names carry it (gethostname; \"localhost\" "
+        "when it has none).");
   m.def(
       "sync_path",
       [](const std::string& p, const std::string& file) {

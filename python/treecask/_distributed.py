@@ -83,7 +83,7 @@ from ._sharded import ShardedArchive  # noqa: F401
 from ._types import SaveStats
 from .errors import Error
 
-INDEX = stores.COMMIT_OBJECT  # the index archive, whose creation commits (SPEC.md "Sharded checkpoints")
+INDEX = stores.COMMIT_OBJECT  # the index archive, whose creation commits: the core's INDEX_NAME
 SAVE_ID_KEY = "treecask.save_id"  # include/treecask/types.h kSaveIdKey
 # Seconds a process waits at a barrier / for process 0's answer.
 BARRIER_TIMEOUT_S = float(os.environ.get("TREECASK_BARRIER_TIMEOUT_S", "600"))

@@ -107,15 +107,20 @@ class VersionError(Error):
     code_name = _NAMES[code]
 
 
-class CorruptionError(Error):
-    """The archive's structure is damaged or violates the spec (``kCorruption``)."""
+class CorruptionError(Error, ValueError):
+    """The archive's structure is damaged or violates the spec (``kCorruption``).
+    Also a ``ValueError``, as :class:`NotAnArchiveError` is: a file whose bytes
+    are wrong is a bad value, so ``except ValueError`` catches an empty file
+    (NotAnArchiveError), a truncated one (CorruptionError) and a flipped bit
+    (ChecksumError) alike."""
 
     code = 4
     code_name = _NAMES[code]
 
 
 class ChecksumError(CorruptionError):
-    """Stored bytes do not match their XXH3 checksum (``kChecksumMismatch``)."""
+    """Stored bytes do not match their XXH3 checksum (``kChecksumMismatch``);
+    a CorruptionError, hence a ``ValueError`` too."""
 
     code = 5
     code_name = _NAMES[code]

@@ -84,10 +84,6 @@ bool retryable(CURLcode code) {
   }
 }
 
-bool retryable_status(long status) {
-  return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
-}
-
 // The message of Error(kCorruption) for a server that answered a range
 // request (`range`: "bytes=0-99") with the whole object.
 std::string ignored_range(const std::string& range) {
@@ -538,19 +534,21 @@ bool HttpSource::finish(Transfer& t, CURLcode code) const {
     fail(ErrorCode::kCorruption, "the server refused " + t.range + " (HTTP 416) with Content-Range \"" +
                                      t.content_range_text + "\"");
   }
+  // The codes are the shared classification's (remote.h http_error_code).
+  const std::string code_name = s3_error_code(t.error_body);
+  const ErrorCode error = http_error_code(status, code_name, false);
   if (status == 412)
-    fail(ErrorCode::kCorruption,
-         changed(generation_.empty() ? "ETag " + etag_ : "generation " + generation_, "HTTP 412 Precondition Failed"));
-  if (status == 404) {
-    std::string code_name = s3_error_code(t.error_body);
+    fail(error, changed(generation_.empty() ? "ETag " + etag_ : "generation " + generation_,
+                       "HTTP 412 Precondition Failed"));
+  if (error == ErrorCode::kNotFound) {
     bool bucket = code_name == "NoSuchBucket" || contains_nocase(t.error_body, "bucket does not exist");
     if (bucket && !endpoint_.bucket.empty())
-      fail(ErrorCode::kNotFound, "no such bucket \"" + endpoint_.bucket + "\" (" + describe_status(t) + ")");
-    fail(ErrorCode::kNotFound, "no such object (" + describe_status(t) + ")");
+      fail(error, "no such bucket \"" + endpoint_.bucket + "\" (" + describe_status(t) + ")");
+    fail(error, "no such object (" + describe_status(t) + ")");
   }
   if (status == 401 || status == 403)
-    fail(ErrorCode::kIo, "access denied (" + describe_status(t) + "; " + endpoint_.credentials_hint + ")");
-  if (retryable_status(status)) {
+    fail(error, "access denied (" + describe_status(t) + "; " + endpoint_.credentials_hint + ")");
+  if (is_retryable_status(status)) {
     t.last_error = describe_status(t);
     return false;
   }

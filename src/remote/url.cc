@@ -67,8 +67,10 @@ std::string redact_url(std::string_view url) {
   size_t start = out.find("://");
   if (start == std::string::npos) return out;
   start += 3;
-  // user:password@host (or a user alone, often a token) -> ***@host
-  size_t end = out.find_first_of("/?#", start);
+  // user:password@host (or a user alone, often a token) -> ***@host. The
+  // userinfo runs to the LAST '@' before the query: a secret may hold '/'
+  // (AWS secret keys do) or '@', so an '@' in the path counts too.
+  size_t end = out.find_first_of("?#", start);
   if (end == std::string::npos) end = out.size();
   size_t at = end > start ? out.rfind('@', end - 1) : std::string::npos;
   if (at != std::string::npos && at > start) out.replace(start, at - start, "***");
@@ -152,6 +154,14 @@ ParsedUrl parse_url(std::string_view url, UrlTarget target) {
     std::string_view host = before_query.substr(0, before_query.find('/'));
     host = host.substr(host.rfind('@') == std::string_view::npos ? 0 : host.rfind('@') + 1);
     if (host.empty()) throw invalid("no host: expected " + p.scheme + "://<host>/<path>");
+    // <host>:<port> with a port that is no number: a password holding '/'
+    // (user:pa/ss@host) or a malformed URL, never a host to connect to.
+    const size_t colon = host.starts_with('[') ? host.find(':', host.find(']')) : host.rfind(':');
+    if (colon != std::string_view::npos &&
+        host.substr(colon + 1).find_first_not_of("0123456789") != std::string_view::npos)
+      throw invalid(before_query.find('@') != std::string_view::npos
+                        ? "malformed userinfo (user:password@host): a '/' in it must be percent-encoded (%2F)"
+                        : "the port of <host>:<port> is not a number");
     p.directory = rest.find('?') == std::string_view::npos && before_query.ends_with('/');
     return p;
   }
@@ -159,11 +169,18 @@ ParsedUrl parse_url(std::string_view url, UrlTarget target) {
   const std::string shape = p.scheme + "://<" + bucket_word + ">/<key>";
   const size_t slash = rest.find('/');
   const std::string_view bucket = rest.substr(0, slash);
-  if (bucket.find('@') != std::string_view::npos)
+  // user:password@bucket, also when the password holds '/' (AWS secret keys
+  // do: s3://AKIA..:wJal/rXU@bucket/k puts a ':' in what would be the
+  // bucket): no bucket name has '@' or ':'.
+  if (bucket.find('@') != std::string_view::npos ||
+      (bucket.find(':') != std::string_view::npos && rest.find('@') != std::string_view::npos))
     throw invalid("credentials in an " + p.scheme + ":// URL (user:password@" + bucket_word +
                   ") are refused: credentials belong in the environment or storage_options (" +
                   credentials_belong(p.scheme) + "); name the object " + shape);
   if (bucket.empty()) throw invalid(std::string("no ") + bucket_word + ": expected " + shape);
+  if (bucket.find(':') != std::string_view::npos)
+    throw invalid(std::string("a ':' in the ") + bucket_word + " name: expected " + shape +
+                  " (an endpoint's host:port belongs in the environment or storage_options endpoint)");
   p.bucket = std::string(bucket);
   if (slash != std::string_view::npos) p.key = std::string(rest.substr(slash + 1));
   p.directory = url.ends_with('/');
@@ -189,6 +206,40 @@ SourceOpener& url_opener() {
 void set_url_opener(SourceOpener opener) {
   std::lock_guard<std::mutex> lock(opener_mutex());
   url_opener() = std::move(opener);
+}
+
+bool is_retryable_status(long status) noexcept {
+  return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+}
+
+ErrorCode http_error_code(long status, std::string_view s3_code, bool create_only) noexcept {
+  if (status == 404 || status == 410) return ErrorCode::kNotFound;
+  if (status == 412) return create_only ? ErrorCode::kAlreadyExists : ErrorCode::kCorruption;
+  if (status == 409 && create_only && s3_code == "ConditionalRequestConflict") return ErrorCode::kAlreadyExists;
+  if (status == 416) return ErrorCode::kCorruption;
+  return ErrorCode::kIo;
+}
+
+EnvValue env_option(std::string_view scheme, std::string_view option) {
+  for (const EnvOption& row : kEnvOptions) {
+    if (row.scheme != scheme || row.option != option) continue;
+    for (std::string_view var : row.variables) {
+      if (var.empty()) break;
+      const char* v = std::getenv(std::string(var).c_str());
+      if (v && *v) return {v, var};
+    }
+  }
+  return {};
+}
+
+std::map<std::string, std::string> options_from_env(std::string_view scheme) {
+  std::map<std::string, std::string> out;
+  for (const EnvOption& row : kEnvOptions) {
+    if (row.scheme != scheme) continue;
+    EnvValue v = env_option(scheme, row.option);
+    if (!v.value.empty()) out[std::string(row.option)] = std::move(v.value);
+  }
+  return out;
 }
 
 namespace remote {
@@ -217,25 +268,25 @@ constexpr const char* kGcsCredentialsHint =
 
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; }
 
-// The environment variable `name`, "" when unset or empty.
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
-// storage_options[key] when set and not empty, else the first non-empty of
-// the environment variables `vars`, else "".
-std::string setting(const RemoteOptions& options, const char* key, std::initializer_list<const char*> vars) {
+// storage_options[key] when set and not empty, else "".
+std::string option(const RemoteOptions& options, const char* key) {
   auto it = options.storage_options.find(key);
-  if (it != options.storage_options.end() && !it->second.empty()) return it->second;
-  for (const char* var : vars) {
-    std::string v = env(var);
-    if (!v.empty()) return v;
-  }
-  return {};
+  return it != options.storage_options.end() ? it->second : std::string();
 }
 
-std::string option(const RemoteOptions& options, const char* key) { return setting(options, key, {}); }
+// option(key) when not empty, else what kEnvOptions (remote.h) gives for
+// `scheme`; `from` names where it came from (for errors).
+std::string setting(const RemoteOptions& options, std::string_view scheme, const char* key,
+                    std::string* from = nullptr) {
+  std::string v = option(options, key);
+  if (!v.empty()) {
+    if (from) *from = std::string("storage_options ") + key;
+    return v;
+  }
+  EnvValue e = env_option(scheme, key);
+  if (from) *from = std::string(e.variable);
+  return std::move(e.value);
+}
 
 [[noreturn]] void invalid(const std::string& name, const std::string& message) {
   throw Error(ErrorCode::kInvalidArgument, name, "", message);
@@ -262,15 +313,15 @@ bool dns_label(std::string_view bucket) {
 }
 
 void check_option_keys(const std::string& name, const RemoteOptions& options) {
-  static constexpr std::string_view kKnown[] = {"endpoint",          "region",        "access_key_id",
-                                                "secret_access_key", "session_token", "bearer_token"};
+  static constexpr std::string_view kKnown[] = {"endpoint",      "region",       "access_key_id", "secret_access_key",
+                                                "session_token", "bearer_token", "ca_bundle"};
   for (const auto& [key, value] : options.storage_options) {
     bool known = false;
     for (std::string_view k : kKnown) known = known || key == k;
     if (!known)
       invalid(name, "unknown storage option \"" + key +
                         "\" (known: endpoint, region, access_key_id, secret_access_key, session_token, "
-                        "bearer_token)");
+                        "bearer_token, ca_bundle)");
   }
 }
 
@@ -278,15 +329,13 @@ Endpoint resolve_s3(const ParsedUrl& u, Endpoint e, const RemoteOptions& options
   const std::string& key = u.key;
   e.bucket = u.bucket;
   e.service = Service::kS3;
-  std::string region = setting(options, "region", {"AWS_REGION", "AWS_DEFAULT_REGION"});
+  std::string region = setting(options, "s3", "region");
   if (region.empty()) region = "us-east-1";
 
-  std::string endpoint = option(options, "endpoint");
-  const char* from = "storage_options endpoint";
-  if (endpoint.empty() && !(endpoint = env("AWS_ENDPOINT_URL_S3")).empty()) from = "AWS_ENDPOINT_URL_S3";
-  if (endpoint.empty() && !(endpoint = env("AWS_ENDPOINT_URL")).empty()) from = "AWS_ENDPOINT_URL";
+  std::string from;
+  std::string endpoint = setting(options, "s3", "endpoint", &from);
   if (!endpoint.empty()) {
-    e.url = checked_endpoint(e.name, endpoint, from) + "/" + percent_encode(e.bucket, false) + "/" +
+    e.url = checked_endpoint(e.name, endpoint, from.c_str()) + "/" + percent_encode(e.bucket, false) + "/" +
             percent_encode(key, true);
   } else if (dns_label(e.bucket)) {
     e.url = "https://" + e.bucket + ".s3." + region + ".amazonaws.com/" + percent_encode(key, true);
@@ -307,10 +356,9 @@ Endpoint resolve_s3(const ParsedUrl& u, Endpoint e, const RemoteOptions& options
       invalid(e.name, std::string("storage_options has ") + (id.empty() ? "secret_access_key" : "access_key_id") +
                           " without " + (id.empty() ? "access_key_id" : "secret_access_key"));
   } else {
-    id = env("AWS_ACCESS_KEY_ID");
-    secret = env("AWS_SECRET_ACCESS_KEY");
-    token = option(options, "session_token");
-    if (token.empty()) token = env("AWS_SESSION_TOKEN");
+    id = env_option("s3", "access_key_id").value;
+    secret = env_option("s3", "secret_access_key").value;
+    token = setting(options, "s3", "session_token");
     if (id.empty() != secret.empty())
       invalid(e.name, std::string("the environment has ") +
                           (id.empty() ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID") + " without " +
@@ -332,20 +380,19 @@ Endpoint resolve_s3(const ParsedUrl& u, Endpoint e, const RemoteOptions& options
 Endpoint resolve_gs(const ParsedUrl& u, Endpoint e, const RemoteOptions& options) {
   const std::string& key = u.key;
   e.bucket = u.bucket;
-  std::string emulator = option(options, "endpoint");
-  const char* from = "storage_options endpoint";
-  if (emulator.empty() && !(emulator = env("STORAGE_EMULATOR_HOST")).empty()) from = "STORAGE_EMULATOR_HOST";
+  std::string from;
+  std::string emulator = setting(options, "gs", "endpoint", &from);
   if (!emulator.empty()) {
     // "host:port" or "http://host:port"; the JSON API's media download.
     if (url_scheme(emulator).empty()) emulator = "http://" + emulator;
     e.service = Service::kGcsJson;
-    e.url = checked_endpoint(e.name, emulator, from) + "/storage/v1/b/" + percent_encode(e.bucket, false) +
+    e.url = checked_endpoint(e.name, emulator, from.c_str()) + "/storage/v1/b/" + percent_encode(e.bucket, false) +
             "/o/" + percent_encode(key, false) + "?alt=media";
   } else {
     e.service = Service::kGcs;
     e.url = "https://storage.googleapis.com/" + percent_encode(e.bucket, false) + "/" + percent_encode(key, true);
   }
-  std::string token = setting(options, "bearer_token", {"GOOGLE_OAUTH_ACCESS_TOKEN"});
+  std::string token = setting(options, "gs", "bearer_token");
   if (!token.empty()) {
     e.headers.push_back("Authorization: Bearer " + token);
     e.credentials_hint = std::string("check credentials: ") + kGcsCredentialsHint;
@@ -394,9 +441,7 @@ Endpoint resolve(const std::string& url, const RemoteOptions& options) {
                 "treecask.open or the pip-installed treecask command, or pass your own Source (docs/remote.md "
                 "\"Two transports\")");
   check_option_keys(e.name, options);
-  e.ca_bundle = scheme == "s3" ? env("AWS_CA_BUNDLE") : std::string();
-  if (e.ca_bundle.empty()) e.ca_bundle = env("CURL_CA_BUNDLE");
-  if (e.ca_bundle.empty()) e.ca_bundle = env("SSL_CERT_FILE");
+  e.ca_bundle = setting(options, scheme, "ca_bundle");
   if (scheme == "s3") return resolve_s3(u, std::move(e), options);
   if (scheme == "gs") return resolve_gs(u, std::move(e), options);
   e.service = Service::kHttp;

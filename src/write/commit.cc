@@ -40,22 +40,68 @@ std::filesystem::path parent_of(const std::filesystem::path& path) {
   return path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
 }
 
+// Whether no process `pid` runs on this host (kill(pid, 0) fails with ESRCH).
+bool dead(uint64_t pid) {
+  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+constexpr std::string_view kKinds[] = {".tmp.", ".tmpdir."};
+
+// `rest` ("<host>.<pid>.<x>", or "<pid>.<x>" when `kind` is ".tmp.") into
+// `t`; false when it is not of that form (commit.h parse_temporary_name).
+bool parse_rest(std::string_view kind, std::string_view rest, TemporaryName& t) {
+  const size_t last = rest.rfind('.');
+  if (last == std::string_view::npos) return false;
+  const std::string_view x = rest.substr(last + 1);
+  const std::string_view head = rest.substr(0, last);
+  const size_t before = head.rfind('.');
+  const bool hex = x.size() >= 8 && x.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  if (!hex && !(x == "deleting" && before == std::string_view::npos)) return false;
+  const std::string_view pid = before == std::string_view::npos ? head : head.substr(before + 1);
+  if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  const std::string_view host = before == std::string_view::npos ? std::string_view() : head.substr(0, before);
+  if (host.empty() && (kind != ".tmp." || before != std::string_view::npos)) return false;
+  t.kind = kind;
+  t.host = host;
+  t.pid = 0;
+  for (char c : pid) t.pid = t.pid * 10 + uint64_t(c - '0');
+  t.random = x;
+  return true;
+}
+
+}  // namespace
+
 std::string host_name() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "localhost";
   return host;
 }
 
-// Whether no process `pid` runs on this host (kill(pid, 0) fails with ESRCH).
-bool dead(std::string_view digits) {
-  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos) {
-    return false;
+std::optional<TemporaryName> parse_temporary_name(std::string_view name) noexcept {
+  if (name.find('/') != std::string_view::npos) return std::nullopt;
+  // The rightmost kind whose split fits (commit.h).
+  for (size_t end = name.size(); end > 0;) {
+    size_t best = std::string_view::npos;
+    std::string_view kind;
+    for (std::string_view k : kKinds) {
+      const size_t at = name.rfind(k, end - 1);
+      if (at != std::string_view::npos && (best == std::string_view::npos || at > best)) {
+        best = at;
+        kind = k;
+      }
+    }
+    if (best == std::string_view::npos) return std::nullopt;
+    TemporaryName t;
+    if (best > 0 && parse_rest(kind, name.substr(best + kind.size()), t)) {
+      t.target = name.substr(0, best);
+      return t;
+    }
+    end = best;
   }
-  const long pid = std::strtol(std::string(digits).c_str(), nullptr, 10);
-  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  return std::nullopt;
 }
 
-}  // namespace
+bool is_temporary_name(std::string_view name) noexcept { return parse_temporary_name(name).has_value(); }
 
 std::filesystem::path temporary_path(const std::filesystem::path& path) {
   std::random_device rd;
@@ -68,18 +114,14 @@ std::filesystem::path temporary_path(const std::filesystem::path& path) {
 }
 
 bool is_stale_temporary(std::string_view name, std::string_view entry) {
-  for (std::string_view kind : {".tmp.", ".tmpdir."}) {
+  for (std::string_view kind : kKinds) {
     if (entry.size() <= name.size() + kind.size() || entry.substr(0, name.size()) != name ||
         entry.substr(name.size(), kind.size()) != kind) {
       continue;
     }
-    // rest = "<host>.<pid>.<x>" (host may hold dots), or the old "<pid>.<x>".
-    const std::string_view rest = entry.substr(name.size() + kind.size());
-    const size_t last = rest.rfind('.');
-    if (last == std::string_view::npos || last == 0) return false;
-    const size_t before = rest.rfind('.', last - 1);
-    if (before == std::string_view::npos) return kind == ".tmp." && dead(rest.substr(0, last));
-    return rest.substr(0, before) == host_name() && dead(rest.substr(before + 1, last - before - 1));
+    TemporaryName t;
+    if (!parse_rest(kind, entry.substr(name.size() + kind.size()), t)) return false;
+    return (t.host.empty() || t.host == host_name()) && dead(t.pid);
   }
   return false;
 }

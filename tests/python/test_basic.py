@@ -305,6 +305,37 @@ def test_flipped_byte_is_a_checksum_error(cask, tmp_path):
         assert a.verify() == []
 
 
+def test_bad_bytes_are_value_errors(cask, tmp_path):
+    """An empty, a truncated and a bit-flipped file all raise a ValueError
+    (NotAnArchiveError, CorruptionError, ChecksumError: errors.py), so that
+    ``except ValueError`` catches every file whose bytes are wrong; none is an
+    OSError (the OS refused nothing)."""
+    x = np.random.default_rng(1).standard_normal(50000)
+    treecask.save(cask, {"x": x}, compression="none", durable=False)
+    data = cask.read_bytes()
+    with treecask.open(cask) as a:
+        from conftest import file_offset_of
+
+        off = file_offset_of(a["x"], cask) + 100
+    flipped = bytearray(data)
+    flipped[off] ^= 0x01
+    cases = {"empty.cask": (b"", treecask.NotAnArchiveError),
+             "cut.cask": (data[: len(data) - 4096], treecask.CorruptionError),
+             "flipped.cask": (bytes(flipped), treecask.ChecksumError)}
+    for name, (content, cls) in cases.items():
+        p = tmp_path / name
+        p.write_bytes(content)
+        try:
+            treecask.load(p)
+        except ValueError as e:
+            assert isinstance(e, cls) and not isinstance(e, OSError), (name, type(e))
+            assert e.file == str(p)
+        else:
+            raise AssertionError(f"{name} loaded")
+    for cls in (treecask.CorruptionError, treecask.ChecksumError, treecask.NotAnArchiveError):
+        assert issubclass(cls, ValueError) and not issubclass(cls, OSError)
+
+
 def test_bad_leaves_name_their_key_path(cask):
     with pytest.raises(treecask.InvalidArgumentError) as e:
         treecask.save(cask, {"a": {"b": object()}})

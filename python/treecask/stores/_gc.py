@@ -11,14 +11,13 @@ import datetime
 import re
 from typing import Any, Dict, List, Optional
 
+import treecask._core as _core
+
 from ..errors import Error, UnsupportedError
 from . import _errors, _s3
 from ._object import ObjectStore
 from ._store import COMMIT_OBJECT
 
-#: A temporary's last path component: ``<name>.tmp.<host>.<pid>.<hex>`` (the
-#: core's rule, SPEC.md "Atomic commit"; the older ``<name>.tmp.<pid>.<hex>``).
-_TEMPORARY = re.compile(r".+\.tmp\.(?:[^/]+\.)?[0-9]+\.[0-9a-f]{8,}")
 #: A multi-process checkpoint's shard object in a store (``_distributed.process_file``).
 _SHARD = re.compile(r"process_[0-9]+\.[0-9a-f]+\.cask")
 
@@ -81,7 +80,7 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
     shards: Dict[str, List[Any]] = {}
     for path, m in sorted(metas.items()):
         parts = path.split("/")
-        if any(_TEMPORARY.fullmatch(p) for p in parts):
+        if any(_core.is_temporary_name(p) for p in parts):  # the core's grammar, every form
             age = _age(now, m.get("last_modified"))
             if age >= older_than:
                 out.append(Leftover("temporary", path, age, int(m.get("size", 0))))

@@ -3,11 +3,13 @@ committed with the store's conditional writes (docs/stores.md), and the
 stores made from URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``),
 one per bucket, options and environment, shared by every open.
 
-Configuration is the environment's, as boto3 and the Google clients read it
-(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_SESSION_TOKEN``, ``AWS_REGION``; ``GOOGLE_APPLICATION_CREDENTIALS``,
-``STORAGE_EMULATOR_HOST`` for a GCS emulator), overridden key by key by
-``storage_options`` (obstore's config keys, e.g. ``endpoint``,
+Configuration is the environment's, by the core's table (``_core.ENV_OPTIONS``,
+remote.h kEnvOptions, which the C++ tool reads too: ``AWS_ENDPOINT_URL_S3``,
+``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_REGION``; ``STORAGE_EMULATOR_HOST`` for a GCS
+emulator) and, for what the core has no row of, obstore's own
+(``GOOGLE_APPLICATION_CREDENTIALS``, ``AWS_SKIP_SIGNATURE``...), overridden key
+by key by ``storage_options`` (obstore's config keys, e.g. ``endpoint``,
 ``access_key_id``, ``region``, ``skip_signature``)."""
 
 from __future__ import annotations
@@ -90,14 +92,16 @@ def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, An
     """The obstore store of ``base`` (a bucket URL or an HTTP directory), built anew."""
     import obstore.store
 
-    options = dict(storage_options or {})
     client = {"allow_http": True} if scheme != "https" else None
+    # The environment by the core's table (remote.h kEnvOptions), beneath storage_options, as
+    # the C++ tool reads it (obstore's own reading of the environment fills in the rest).
+    options = dict(_s3.options_from_env() if scheme == "s3" else {}, **(storage_options or {}))
     if scheme in ("http", "https"):
         return obstore.store.HTTPStore.from_url(base, client_options=client, retry_config=_RETRY)
     provider = None
-    if scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST") and "base_url" not in options:
-        host = os.environ["STORAGE_EMULATOR_HOST"]
-        options.setdefault("base_url", host if "://" in host else "http://" + host)
+    emulator = _core.options_from_env("gs").get("endpoint") if scheme == "gs" else None  # STORAGE_EMULATOR_HOST
+    if emulator and "base_url" not in options:
+        options.setdefault("base_url", emulator if "://" in emulator else "http://" + emulator)
         options.setdefault("skip_signature", True)
         # An emulator takes any bearer token: without one object_store would ask the
         # cloud metadata server for a token before every write.

@@ -29,14 +29,28 @@ import treecask._core as _core
 from ..errors import Error
 from . import _errors, _upload
 
-# obstore's config keys (after its own normalisation, ``store.config``) and the
-# environment variables obstore reads for them (object_store's AmazonS3Builder::from_env).
-_ENV = {
-    "endpoint": ("AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
-    "access_key_id": ("AWS_ACCESS_KEY_ID",),
-    "secret_access_key": ("AWS_SECRET_ACCESS_KEY",),
-    "session_token": ("AWS_SESSION_TOKEN", "AWS_TOKEN"),
-    "region": ("AWS_REGION",),
+#: The S3 options of the core's environment table (``_core.ENV_OPTIONS``,
+#: remote.h kEnvOptions: which variables configure which option, in which
+#: precedence) that obstore's and botocore's configurations take, under the
+#: same names (obstore's S3 config keys). The table's ``ca_bundle`` is the
+#: libcurl transport's; botocore and obstore read their certificates
+#: themselves.
+CORE_OPTIONS = ("endpoint", "region", "access_key_id", "secret_access_key", "session_token")
+
+
+def options_from_env() -> Dict[str, str]:
+    """``{option: value}`` of :data:`CORE_OPTIONS` that the environment sets,
+    by the core's table (``_core.options_from_env("s3")``): what a store made
+    from an ``s3://`` URL and its botocore twin are configured with beneath
+    ``storage_options``, as the C++ tool is (AWS_ENDPOINT_URL_S3 over
+    AWS_ENDPOINT_URL over AWS_ENDPOINT...)."""
+    return {k: v for k, v in _core.options_from_env("s3").items() if k in CORE_OPTIONS}
+
+
+# obstore's own S3 options, which the core has no counterpart of, and the variables obstore
+# reads for them (object_store's AmazonS3Builder::from_env); and obstore's name of the
+# fallback region.
+_OBSTORE_ENV = {
     "default_region": ("AWS_DEFAULT_REGION",),
     "virtual_hosted_style_request": ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST",),
     "skip_signature": ("AWS_SKIP_SIGNATURE",),
@@ -74,14 +88,14 @@ def for_store(store: Any) -> Optional["S3"]:
         import botocore.session  # noqa: F401
     except ImportError:
         return None
-    cfg: Dict[str, str] = {}
-    for k, names in _ENV.items():
+    cfg: Dict[str, str] = options_from_env()
+    for k, names in _OBSTORE_ENV.items():
         for n in names:
             if os.environ.get(n):
                 cfg[k] = os.environ[n]
                 break
     for k, v in (store.config or {}).items():
-        if k not in _ENV and k not in _IGNORED:
+        if k not in CORE_OPTIONS and k not in _OBSTORE_ENV and k not in _IGNORED:
             return None
         cfg[k] = str(v)
     if set(store.client_options or {}) - {"allow_http"}:  # proxies, certificates, timeouts: obstore's

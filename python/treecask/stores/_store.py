@@ -23,8 +23,9 @@ from . import _upload
 T = TypeVar("T")
 
 #: The object whose presence commits a checkpoint "directory" written by
-#: several processes (SPEC.md "Sharded checkpoints": its index archive).
-COMMIT_OBJECT = "index.cask"
+#: several processes (SPEC.md "Sharded checkpoints": its index archive; the
+#: core's name, sharded.h kShardedIndexName).
+COMMIT_OBJECT = _core.INDEX_NAME
 
 
 def join(*parts: str) -> str:
