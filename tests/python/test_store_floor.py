@@ -334,3 +334,17 @@ def test_botocore_retries_by_the_cores_policy(s3):
     # total_max_attempts counts the first try: 1 + the core's max_retries (5), as obstore is given
     assert s3c.client.meta.config.retries == {"mode": "standard",
                                               "total_max_attempts": 1 + _core.RETRY_POLICY["max_retries"]}
+
+
+def test_the_environment_is_read_by_the_cores_table(s3, monkeypatch):
+    """AWS_ENDPOINT_URL_S3 over AWS_ENDPOINT_URL (remote.h kEnvOptions, which
+    the C++ tool reads): obstore's store and its botocore twin both go to the
+    S3-specific endpoint, a large archive (botocore's multipart path) too."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    assert _core.options_from_env("s3")["endpoint"] == s3.endpoint
+    url = fresh_url()
+    treecask.save(url, big(3), compression="none")
+    assert float(treecask.load(url)["a"][0]) == 3.0
+    store, _ = ObjectStore.from_url(url)
+    assert _s3.for_store(store.store).client.meta.endpoint_url == s3.endpoint

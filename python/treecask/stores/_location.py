@@ -11,7 +11,7 @@ from typing import Any, Iterator, Mapping, Optional
 from ..errors import InvalidArgumentError
 from ._local import LocalStore
 from ._object import ObjectStore, is_url
-from ._store import Store, join
+from ._store import Store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,11 +34,6 @@ class Location:
 
     def __str__(self) -> str:
         return self.shown
-
-    def child(self, name: str) -> "Location":
-        """The location of ``name`` under this one."""
-        p = join(self.path, name)
-        return Location(self.store, p, self.store.display(p))
 
     def is_sharded(self) -> Optional[bool]:
         """True: a sharded checkpoint "directory"; False: an archive; None:
