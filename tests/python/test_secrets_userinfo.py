@@ -130,13 +130,13 @@ def _entry_points(tmp_path):
         ("load", lambda u: treecask.load(u), "url"),
         ("save", lambda u: treecask.save(u, TREE), "url"),
         ("ShardedArchive", lambda u: treecask.ShardedArchive(u), "url"),
-        ("CheckpointManager", lambda u: _manager_save(u.rsplit("/", 1)[0]), "prefix"),
+        ("CheckpointManager", lambda u: _manager_save(u), "prefix"),  # u: the prefix already
         ("import_safetensors", lambda u: treecask.import_safetensors(st, u), "url"),
         ("export_safetensors", lambda u: treecask.export_safetensors(u, tmp_path / "out"), "url"),
         ("import_orbax", lambda u: treecask.import_orbax(orbax_dir, u), "url"),
         ("orbax.StandardCheckpointer.save", lambda u: tco.StandardCheckpointer().save(u, TREE), "url"),
         ("orbax.StandardCheckpointer.restore", lambda u: tco.StandardCheckpointer().restore(u), "url"),
-        ("orbax.CheckpointManager", lambda u: _orbax_manager_save(u.rsplit("/", 1)[0]), "prefix"),
+        ("orbax.CheckpointManager", lambda u: _orbax_manager_save(u), "prefix"),
     ]
 
 

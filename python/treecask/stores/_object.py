@@ -174,7 +174,14 @@ class ObjectStore(Store):
         documents. Raises UnsupportedError for a scheme treecask does not
         serve, InvalidArgumentError for a malformed URL, credentials inside
         it (``_core.parse_url``) or a configuration obstore refuses."""
-        u = _core.parse_url(url, prefix=True)  # the core's URL rule (remote.h parse_url)
+        try:
+            u = _core.parse_url(url, prefix=True)  # the core's URL rule (remote.h parse_url)
+        except Error as e:  # named by the whole URL (redacted), not the part the parser reached
+            err: Optional[Error] = type(e)(e.message, file=url, key_path=e.key_path)
+        else:
+            err = None
+        if err is not None:
+            raise err
         base, key = _base(u, url)
         signed = u["scheme"] in ("http", "https") and "?" in url
         return cls(_shared_store(u["scheme"], base, storage_options, url), name=base, single_object=signed), key
