@@ -141,14 +141,6 @@ class _Run:
         self.store.delete_tree(self.entry(name))
 
 
-def list_steps(directory: PathLike) -> Dict[int, str]:
-    """``{step: entry name}`` of the complete steps in ``directory`` (a path
-    or URL): the entries named ``step_<decimal digits>.cask`` (any number of
-    digits; a file, or a directory for a multi-process step). Temporary files
-    are never listed. A missing directory has no steps."""
-    return _Run(*stores.resolve(directory)).steps()
-
-
 def refuse_orbax_run(directory: str, found: List[str]) -> None:
     """Raises UnsupportedError when ``found`` (Orbax step directories in a
     manager's directory) is not empty: a treecask manager there would list
