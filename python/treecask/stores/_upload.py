@@ -13,8 +13,9 @@ The commit of one object (:func:`put_file`), through obstore:
   ``If-None-Match: *``; GCS: ``ifGenerationMatch=0``), then the temporary is
   deleted. With ``overwrite`` the multipart upload goes straight to ``<key>``.
   (On S3 with botocore installed, ``treecask.stores.ObjectStore`` uploads a
-  new large key straight to ``<key>`` instead, completing it with
-  ``If-None-Match: *``: python/treecask/stores/_s3.py.)
+  large archive straight to ``<key>`` instead, named by a marker while it
+  runs, its completion conditional unless ``overwrite``:
+  python/treecask/stores/_s3.py.)
 - after a create-only commit: :func:`confirm`, one ranged GET showing that
   the object at ``<key>`` is this saver's (AlreadyExistsError otherwise).
 - a store without conditional writes (obstore answers NotImplemented /
