@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "remote/url.h"
@@ -243,7 +245,10 @@ TEST_CASE("parse_url refuses other schemes, malformed URLs and credentials in bu
     CHECK_MESSAGE(what.find("a '/' in it must be percent-encoded") != std::string::npos, what);
     CHECK(what.find("K7MD") == std::string::npos);
   }
-  CHECK(parse_error("http://h:port/x") == ErrorCode::kInvalidArgument);
+  CHECK(parse_error("http://h:port/x", UrlTarget::kObject, &what) == ErrorCode::kInvalidArgument);
+  CHECK(what.find("the port of <host>:<port> is not a number") != std::string::npos);
+  CHECK(parse_error("https://u:hunter2@h:port/x", UrlTarget::kObject, &what) == ErrorCode::kInvalidArgument);
+  CHECK(what.find("the port of <host>:<port> is not a number") != std::string::npos);
   // Ports, IPv6 literals and percent-encoded passwords stay valid.
   for (const char* url : {"http://127.0.0.1:8080/x", "http://[::1]:8080/x", "http://[::1]/x", "https://u:a%2Fb@h:443/x",
                           "https://h/models/user@v2.cask"})
@@ -275,7 +280,35 @@ TEST_CASE("the libcurl source resolves through parse_url and refuses az://, whic
   for (const char* url : {"s3://bucket", "gs://b/", "hdfs://x/y"}) CHECK_THROWS_AS(remote::resolve(url, {}), Error);
 }
 
+namespace {
+
+// Every variable of kEnvOptions unset for the scope, restored after it.
+class ClearEnv {
+ public:
+  ClearEnv() {
+    for (const EnvOption& row : kEnvOptions)
+      for (std::string_view var : row.variables)
+        if (!var.empty() && !saved_.count(std::string(var))) {
+          const char* v = std::getenv(std::string(var).c_str());
+          saved_[std::string(var)] = v ? std::optional<std::string>(v) : std::nullopt;
+          ::unsetenv(std::string(var).c_str());
+        }
+  }
+  ~ClearEnv() {
+    for (const auto& [var, value] : saved_) {
+      if (value) ::setenv(var.c_str(), value->c_str(), 1);
+      else ::unsetenv(var.c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+}  // namespace
+
 TEST_CASE("the environment-to-config table: one row per option, read by resolve and options_from_env") {
+  ClearEnv clear;
   // Every row names a known scheme, and no (scheme, option) twice.
   for (size_t i = 0; i < std::size(kEnvOptions); ++i) {
     CHECK(std::find(std::begin(kUrlSchemes), std::end(kUrlSchemes), kEnvOptions[i].scheme) != std::end(kUrlSchemes));

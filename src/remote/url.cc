@@ -151,15 +151,15 @@ ParsedUrl parse_url(std::string_view url, UrlTarget target) {
   const std::string_view rest = url.substr(p.scheme.size() + 3);
   if (p.scheme == "http" || p.scheme == "https") {
     const std::string_view before_query = rest.substr(0, rest.find_first_of("?#"));
-    std::string_view host = before_query.substr(0, before_query.find('/'));
-    host = host.substr(host.rfind('@') == std::string_view::npos ? 0 : host.rfind('@') + 1);
+    const std::string_view authority = before_query.substr(0, before_query.find('/'));
+    std::string_view host = authority.substr(authority.rfind('@') == std::string_view::npos ? 0 : authority.rfind('@') + 1);
     if (host.empty()) throw invalid("no host: expected " + p.scheme + "://<host>/<path>");
     // <host>:<port> with a port that is no number: a password holding '/'
     // (user:pa/ss@host) or a malformed URL, never a host to connect to.
     const size_t colon = host.starts_with('[') ? host.find(':', host.find(']')) : host.rfind(':');
     if (colon != std::string_view::npos &&
         host.substr(colon + 1).find_first_not_of("0123456789") != std::string_view::npos)
-      throw invalid(before_query.find('@') != std::string_view::npos
+      throw invalid(authority.find('@') == std::string_view::npos && before_query.find('@') != std::string_view::npos
                         ? "malformed userinfo (user:password@host): a '/' in it must be percent-encoded (%2F)"
                         : "the port of <host>:<port> is not a number");
     p.directory = rest.find('?') == std::string_view::npos && before_query.ends_with('/');
