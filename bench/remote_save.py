@@ -1,6 +1,6 @@
 """Saving to an object store against its limit and against doing it by hand,
 same run, same server (docs/remote.md "Saving to object stores";
-python/treecask/_upload.py); CheckpointManager on a bucket against the local
+python/treecask/stores/_upload.py); CheckpointManager on a bucket against the local
 one; a 2-process jax.distributed save to a bucket against saving locally and
 uploading by hand (issue 21, "Benchmarks").
 
@@ -88,7 +88,7 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 import stores  # noqa: E402  (the tests' loopback servers)
 
 import treecask  # noqa: E402
-from treecask import _remote, _upload  # noqa: E402
+from treecask.stores import ObjectStore, _upload  # noqa: E402
 
 MIB = 1 << 20
 BUCKET = "bench"
@@ -270,7 +270,7 @@ def du(path: pathlib.Path) -> int:
 # ---------------------------------------------------------------- timed rounds
 
 def bench_times(s3, tree, local_archive: str, tmp: str, pairs: int):
-    store, _ = _remote._store_for(f"s3://{BUCKET}/x", None)  # treecask's own client
+    store = ObjectStore.from_url(f"s3://{BUCKET}/x")[0].store  # treecask's own client
     size = os.path.getsize(local_archive)
     n = [0]
 
@@ -353,7 +353,7 @@ def _status(field: str) -> int:
 def rss_child(case: str, mib: int, local_archive: str, tmp: str) -> dict:
     """Runs one case once in this (fresh) process; the peak RSS above the RSS
     just before the call."""
-    store, _ = _remote._store_for(f"s3://{BUCKET}/x", None)
+    store = ObjectStore.from_url(f"s3://{BUCKET}/x")[0].store
     tree = make_tree(mib) if case != "limit" else None
     key = f"rss-{case}.cask"
     if case == "save_ow":
@@ -488,7 +488,7 @@ def bench_manager(s3, mib: int, pairs: int, tmp: str) -> dict:
     step deleted afterwards (untimed). Interleaved: per round, per tree,
     the local and the bucket manager (their order swapped every round), then
     the synchronous save."""
-    store, _ = _remote._store_for(f"s3://{BUCKET}/x", None)
+    store = ObjectStore.from_url(f"s3://{BUCKET}/x")[0].store
     data_dir = pathlib.Path(tmp) / "s3" / "data"
     np_tree = make_tree(mib)
     trees = {"jax.Array": jax_tree(np_tree), "NumPy": np_tree}
@@ -596,7 +596,7 @@ def mp_child(port: int, nproc: int, pid: int, mib: int, pairs: int, local_root: 
                 .view(np.float32))
 
     tree = {"w": jax.make_array_from_callback((rows, cols), NamedSharding(mesh, P("x")), shard), "step": 1}
-    store, _ = _remote._store_for(f"s3://{BUCKET}/x", None)
+    store = ObjectStore.from_url(f"s3://{BUCKET}/x")[0].store
     nb = [0]
 
     def barrier():
@@ -716,7 +716,7 @@ def bench_two_process(s3, mib: int, pairs: int, tmp: str) -> dict:
 def _new_key_path() -> str:
     """How this run commits a new large key (docs/stores.md "S3 with botocore")."""
     from treecask.stores import _s3
-    store, _ = _remote._store_for(f"s3://{BUCKET}/x", None)
+    store = ObjectStore.from_url(f"s3://{BUCKET}/x")[0].store
     return ("conditional multipart straight to the key, botocore" if _s3.for_store(store) is not None
             else "temporary + conditional copy")
 

@@ -16,6 +16,8 @@ import argparse
 import sys
 from typing import List, Optional
 
+import treecask._core as _core
+
 from . import errors
 
 # treecask.errors class -> exit status (src/cli/commands.h ExitStatus).
@@ -119,6 +121,13 @@ def _parser(prog: str = "python -m treecask") -> argparse.ArgumentParser:
     return p
 
 
+def command_help() -> List[tuple]:
+    """(name, one-line help) of each command here, in order: what the pip
+    ``treecask --help`` lists beside the C++ tool's subcommands (_cli.py)."""
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [(c.dest, c.help) for c in sub._choices_actions]
+
+
 def _step(text: str):
     for kind in (int, float):
         try:
@@ -203,7 +212,16 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m treecask") -> 
             if isinstance(e, cls):
                 return status
         return EXIT_INTERNAL
+    except Exception as e:  # noqa: BLE001 -- a bug, or a library's own error: one line, never a traceback
+        print(f"treecask: internal error: {type(e).__name__}: {_core.redact_urls_in(_first_line(e))}",
+              file=sys.stderr)
+        return EXIT_INTERNAL
     return EXIT_USAGE  # unreachable: the subcommand is required
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ archive file, the :class:`~treecask._reader.Reader` over one ``_core.Archive``
 from __future__ import annotations
 
 
-from . import _core, stores
+import treecask._core as _core
+
+from . import stores
 from ._reader import Reader
 # The public types lived here before _types.py; pickles written then name
 # treecask._archive.LeafInfo (and ShardingInfo, TreeNode, SaveStats): keep them importable.
@@ -48,13 +50,11 @@ class Archive(Reader):
         self._core = None
         self._raw_infos = None
         self._treedef_raw = None
-        st, p = stores.resolve(path, store, storage_options)
-        local = st.local_path(p)
-        self._path = local if local is not None else st.display(p)
-        if local is None:  # read by range (treecask.open's docstring)
-            self._core = _core.Archive.open_source(st.source(p), verify_checksums)
-        else:
-            self._core = _core.Archive.open(local, verify_checksums, validate_structure)
+        loc = stores.resolve(path, store, storage_options)
+        self._path = loc.shown
+        # mapped from a file system, else read by range (treecask.open's docstring)
+        self._core = loc.store.open_archive(loc.path, verify_checksums=verify_checksums,
+                                            validate_structure=validate_structure)
 
     def __enter__(self) -> "Archive":
         return self

@@ -11,7 +11,7 @@ The tool built into the package has no HTTP source of its own (the wheel is
 built without libcurl): ``info``, ``ls``, ``verify``, ``get`` and ``export``
 of a URL (s3://, gs://, az://, http(s)://) run the same tool's commands in
 this process (``_core.run_tool``), each object read through the package's
-store layer (obstore, treecask/_remote.py), as ``treecask.open`` reads it:
+store layer (``treecask.stores``, obstore), as ``treecask.open`` reads it:
 the same configuration (the environment), output and exit statuses.
 """
 
@@ -21,7 +21,7 @@ import os
 import sys
 from typing import List, Optional
 
-from . import _core
+import treecask._core as _core
 
 # Subcommands of python -m treecask (treecask/__main__.py).
 PYTHON_COMMANDS = ("import-orbax", "import-flax", "gc")
@@ -56,16 +56,39 @@ def main(argv: Optional[List[str]] = None) -> int:
               "(built with TREECASK_BUILD_CLI=OFF); build it with CMake (docs/cli.md)",
               file=sys.stderr)
         return 10
+    if args in (["--help"], ["-h"]):
+        return _help(tool)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(tool, ["treecask", *args])
     return 11  # unreachable: execv returns only by raising OSError
 
 
+def _help(tool: str) -> int:
+    """``treecask --help``: the tool's help with this package's own commands
+    (PYTHON_COMMANDS, their one-line help from treecask/__main__.py) listed
+    among its subcommands, so that every command the installed ``treecask``
+    runs is named. Returns the tool's exit status."""
+    import subprocess
+
+    from .__main__ import command_help
+
+    r = subprocess.run([tool, "--help"], capture_output=True, text=True)
+    lines = r.stdout.splitlines()
+    if "Subcommands:" in lines:
+        end = lines.index("Subcommands:") + 1
+        while end < len(lines) and lines[end].strip():
+            end += 1
+        lines[end:end] = [f"  {name:<28}{text}" for name, text in command_help()]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stderr.write(r.stderr)
+    return r.returncode
+
+
 def _run_in_process(args: List[str]) -> int:
     """The tool's command ``args`` run in this process (``_core.run_tool``),
-    every URL's objects read through obstore (``_remote.ObjectSource``)."""
-    from . import _remote
+    every URL's objects read through the store it names (``treecask.stores``)."""
+    from . import stores
 
     if not hasattr(_core, "run_tool"):
         print("treecask: this install of the treecask package has no command-line tool "
@@ -73,7 +96,12 @@ def _run_in_process(args: List[str]) -> int:
         return 10
     sys.stdout.flush()
     sys.stderr.flush()
-    return _core.run_tool(["treecask", *args], lambda url: _remote.url_source(url))
+    return _core.run_tool(["treecask", *args], lambda url: _source_of(stores.resolve(url)))
+
+
+def _source_of(loc):
+    """The core's Source of one object a command names (``stores.Location``)."""
+    return loc.store.source(loc.path)
 
 
 if __name__ == "__main__":

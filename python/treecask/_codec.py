@@ -6,7 +6,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, _dtypes
+import treecask._core as _core
+
+from . import _dtypes
 from . import _jaxutil as J
 from ._boxes import Extras
 from .errors import InvalidArgumentError

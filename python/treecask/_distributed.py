@@ -72,10 +72,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _codec, _dtypes, _remote, _replicas, stores
+from . import _codec, _dtypes, _replicas, stores
 from . import _jaxutil as J
 from . import _tree as T
-from . import _core
+import treecask._core as _core
 from . import errors as E
 from ._request import SaveRequest
 # The reader of these directories lived here before _sharded.py.
@@ -83,7 +83,7 @@ from ._sharded import ShardedArchive  # noqa: F401
 from ._types import SaveStats
 from .errors import Error
 
-INDEX = _core.INDEX_NAME  # the core's (sharded.h kShardedIndexName)
+INDEX = stores.COMMIT_OBJECT  # the index archive, whose creation commits: the core's INDEX_NAME
 SAVE_ID_KEY = "treecask.save_id"  # include/treecask/types.h kSaveIdKey
 # Seconds a process waits at a barrier / for process 0's answer.
 BARRIER_TIMEOUT_S = float(os.environ.get("TREECASK_BARRIER_TIMEOUT_S", "600"))
@@ -209,9 +209,10 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     other leaf (NumPy arrays...) is copied. Without it the caller must keep
     the tree unchanged until :func:`run` returns.
 
-    ``path`` names the checkpoint as :func:`treecask.stores.resolve` takes
-    it: inside ``store``, else a file system path or a URL (configured by
-    ``storage_options``); every process must name the same one.
+    ``path`` names the checkpoint: a :class:`treecask.stores.Location`
+    (what the public call resolved), or as :func:`treecask.stores.resolve`
+    takes it: inside ``store``, else a file system path or a URL
+    (configured by ``storage_options``); every process must name the same one.
 
     Must be called in every process, in the same order as every other
     multi-process save (the coordination keys are numbered per call).
@@ -221,9 +222,8 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     import jax
 
     s = _Save()
-    s.store, s.path = stores.resolve(path, store, storage_options)
-    s.path = s.store.normalize(s.path)
-    s.shown = s.store.display(s.path)
+    loc = stores.resolve(path, store, storage_options)  # a Location from the public call: as it is
+    s.store, s.path, s.shown = loc.store, loc.path, loc.shown
     s.pid, s.nproc = jax.process_index(), jax.process_count()
     _save_counter += 1
     s.key = f"treecask/save/{_save_counter}"
@@ -396,8 +396,8 @@ def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -
                               durable=s.options["durable"] and in_place, metadata=s.md, shard_files=bound)
         totals["file_bytes"] += int(_core.save(local, request)["file_bytes"])
         # The checkpoint must open as a whole before it is committed.
-        _core.ShardedArchive.open_sources(lambda n: _remote.FileSource(local) if n == INDEX else sources[n],
-                                          s.shown, True)
+        index = stores.LocalStore().source(local)  # the index, still on this disk
+        _core.ShardedArchive.open_sources(lambda n: index if n == INDEX else sources[n], s.shown, True)
         return totals
 
     return st.publish_directory(staging, s.path, write_index, overwrite=s.options["overwrite"],

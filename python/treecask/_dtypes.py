@@ -13,7 +13,7 @@ from typing import Dict
 import ml_dtypes
 import numpy as np
 
-from . import _core
+import treecask._core as _core
 from .errors import InvalidArgumentError
 
 # The NumPy / ml_dtypes dtype of each of the core's dtype names (Python-only

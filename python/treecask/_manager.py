@@ -38,9 +38,10 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _core, _distributed, _upload
+from . import _core, _distributed
 from . import _jaxutil as J
 from . import stores
+from .stores import _upload
 from .interop import orbax as _orbax
 from ._open import load
 from ._open import open as open_archive
@@ -138,14 +139,6 @@ class _Run:
         """Deletes entry ``name`` so that it leaves every listing at once
         (:meth:`treecask.stores.Store.delete_tree`)."""
         self.store.delete_tree(self.entry(name))
-
-
-def list_steps(directory: PathLike) -> Dict[int, str]:
-    """``{step: entry name}`` of the complete steps in ``directory`` (a path
-    or URL): the entries named ``step_<decimal digits>.cask`` (any number of
-    digits; a file, or a directory for a multi-process step). Temporary files
-    are never listed. A missing directory has no steps."""
-    return _Run(*stores.resolve(directory)).steps()
 
 
 def refuse_orbax_run(directory: str, found: List[str]) -> None:

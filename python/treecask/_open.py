@@ -4,10 +4,9 @@ then restore)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional
 
-from . import _core, stores
+from . import stores
 from ._archive import Archive
 from ._reader import Reader
 from ._sharded import ShardedArchive
@@ -67,22 +66,18 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
 
 def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
           storage_options: Optional[dict], store: Optional[stores.Store]) -> Reader:
-    """open() without its reader options: the reader `path` names."""
-    st, p = stores.resolve(path, store, storage_options)
-    local = st.local_path(p)
-    if local is not None:  # the readers are given the store resolved here, not the path again
-        reader = ShardedArchive if _core.is_sharded(local) else Archive
-        return reader(p, verify_checksums=verify_checksums, validate_structure=validate_structure, store=st)
-    kw = dict(verify_checksums=verify_checksums, store=st)
-    if os.fspath(path).endswith("/"):  # names a "directory": a sharded checkpoint
-        return ShardedArchive(p, **kw)
-    try:
-        return Archive(p, **kw)
+    """open() without its reader options: the reader `path` names, resolved
+    once (``stores.resolve``); the readers receive that Location."""
+    loc = stores.resolve(path, store, storage_options)
+    sharded = loc.is_sharded()
+    kw = dict(verify_checksums=verify_checksums, validate_structure=validate_structure)
+    if sharded is not None:
+        return (ShardedArchive if sharded else Archive)(loc, **kw)
+    try:  # an object store: an archive, else a "directory" holding index.cask
+        return Archive(loc, **kw)
     except NotFoundError:
-        if "?" in st.display(p):  # a signed URL names one object, never a directory
-            raise
         try:
-            return ShardedArchive(p, **kw)
+            return ShardedArchive(loc, **kw)
         except NotFoundError:
             pass
         raise

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import _codec, _core
+import treecask._core as _core
+
+from . import _codec
 from . import _tree as T
 from .errors import Error, InvalidArgumentError, _with_file
 

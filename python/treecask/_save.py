@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from . import _core, stores
+import treecask._core as _core
+
+from . import stores
 from ._request import SaveRequest, compression_code, metadata_items
 from ._types import PathLike, SaveStats
 from .errors import Error, _with_file
@@ -94,8 +96,8 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
       UnsupportedError: a URL scheme that cannot be written (``http(s)://``,
         or one treecask does not serve).
     """
-    st, key = stores.resolve(path, store, storage_options)
-    p = st.display(key)
+    loc = stores.resolve(path, store, storage_options)  # resolved once: everything below receives it
+    p = loc.shown
     code = compression_code(compression, p)
     md = metadata_items(metadata, p)
     # ---- multi-process (jax.distributed, > 1 process): a sharded checkpoint directory ----
@@ -103,7 +105,7 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
 
     if _distributed.active():
         try:
-            return _distributed.save(key, tree, store=st, metadata=dict(md), compression=code,
+            return _distributed.save(loc, tree, metadata=dict(md), compression=code,
                                      overwrite=bool(overwrite), chunk_size=chunk_size, threads=int(threads),
                                      durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
         except Error as e:
@@ -118,4 +120,4 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
         return SaveStats(**{k: int(v) for k, v in stats.items()})
 
     # In place (a local file: the core's commit), or local scratch then the store's commit.
-    return st.save_archive(key, write, overwrite=bool(overwrite))
+    return loc.store.save_archive(loc.path, write, overwrite=bool(overwrite))

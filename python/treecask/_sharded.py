@@ -11,7 +11,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, _dtypes, _replicas, stores
+import treecask._core as _core
+
+from . import _dtypes, _replicas, stores
 from . import _jaxutil as J
 from ._reader import Reader, _index_bounds
 from .errors import Error
@@ -42,15 +44,11 @@ class ShardedArchive(Reader):
         self._raw_infos = None
         self._treedef_raw = None
         self._core = None
-        st, p = stores.resolve(path, store, storage_options)
-        p = p.rstrip("/")
-        local = st.local_path(p)
-        self._path = local if local is not None else st.display(p)
-        if local is None:  # its objects in a store, each read by range
-            self._core = _core.ShardedArchive.open_sources(lambda name: st.source(stores.join(p, name)),
-                                                           self._path, verify_checksums)
-        else:
-            self._core = _core.ShardedArchive.open(local, verify_checksums, validate_structure)
+        loc = stores.resolve(path, store, storage_options)
+        self._path = loc.shown
+        # one handle of a local directory, else each object read by range
+        self._core = loc.store.open_sharded(loc.path, verify_checksums=verify_checksums,
+                                            validate_structure=validate_structure)
 
     def __enter__(self) -> "ShardedArchive":
         return self

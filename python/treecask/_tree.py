@@ -23,7 +23,9 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _boxes, _core
+import treecask._core as _core
+
+from . import _boxes
 from . import _jaxutil as J
 from .errors import InvalidArgumentError
 

@@ -16,7 +16,9 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Un
 
 import numpy as np
 
-from . import _codec, _core, _dtypes
+import treecask._core as _core
+
+from . import _codec, _dtypes
 from . import _jaxutil as J
 from .errors import InvalidArgumentError
 

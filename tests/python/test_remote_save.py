@@ -1,5 +1,5 @@
 """Saving to object stores (docs/remote.md "Saving to object stores";
-python/treecask/_upload.py) against a real S3 server, SeaweedFS on loopback:
+python/treecask/stores/_upload.py) against a real S3 server, SeaweedFS on loopback:
 the object appears whole or not at all, never replaces a checkpoint, and every
 failure is an error naming the URL with nothing half-committed."""
 
@@ -20,7 +20,7 @@ import pytest
 
 import treecask
 import treecask.stores
-from treecask import _upload
+from treecask.stores import _upload
 from treecask.stores import _s3
 from treecask.errors import AlreadyExistsError, IoError, NotFoundError, UnsupportedError
 
@@ -40,7 +40,7 @@ def s3_env(s3_server, monkeypatch):
     return s3_server
 
 
-SMALL_PARTS = "from treecask import _upload; _upload.SINGLE_PUT_BYTES = 4 << 20; _upload.PART_BYTES = 5 << 20"
+SMALL_PARTS = "from treecask.stores import _upload; _upload.SINGLE_PUT_BYTES = 4 << 20; _upload.PART_BYTES = 5 << 20"
 
 
 def fresh_url(name="model.cask"):

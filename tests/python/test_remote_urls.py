@@ -28,7 +28,7 @@ import pytest
 
 import treecask
 import treecask.orbax as tco
-from treecask import _core, _remote
+from treecask import _core
 from treecask.errors import (Error, InvalidArgumentError, IoError, NotAnArchiveError, NotFoundError,
                              UnsupportedError)
 
@@ -221,12 +221,14 @@ def test_the_url_rule_is_the_cores_and_drives_the_package():
     url = f"https://h/a//b.cask?{S3_QUERY}"
     store, path = treecask.stores.ObjectStore.from_url(url)
     assert path == "" and store.display() == _core.redact_url(url)
-    assert _remote.prefix_store("gs://b/run//", None)[1] == "run/"
-    assert _remote.prefix_store("gs://b", None)[1] == ""
-    raises_clean(lambda: _remote.url_source("s3://bucket"), InvalidArgumentError)  # an object needs a key
+    # A "directory" URL: the path without its trailing "/", the caller's "directory" kept.
+    loc = treecask.stores.resolve("gs://b/run//")
+    assert (loc.path, loc.directory, loc.shown) == ("run", True, "gs://b/run")
+    assert treecask.stores.resolve("gs://b").path == ""
     # is_url: any "<letters>://" string is a URL, never a local path.
-    assert _remote.is_url("hdfs://x") and _remote.is_url("S3://b/k") and not _remote.is_url("s3:/b/k")
-    assert not _remote.is_url(pathlib.Path("s3://b/k")) and not _remote.is_url("./s3://b")
+    is_url = treecask.stores.is_url
+    assert is_url("hdfs://x") and is_url("S3://b/k") and not is_url("s3:/b/k")
+    assert not is_url(pathlib.Path("s3://b/k")) and not is_url("./s3://b")
 
 
 def test_obstore_gets_the_cores_retry_policy_and_concurrency():
@@ -240,7 +242,8 @@ def test_obstore_gets_the_cores_retry_policy_and_concurrency():
     for url in ("s3://bucket/x.cask", "gs://bucket/x.cask", "https://h/x.cask?sig=1", "http://h/x.cask"):
         store, _ = treecask.stores.ObjectStore.from_url(url)
         assert store.store.retry_config == expected, url  # what obstore holds, read back
-    assert _remote.url_source("http://h/x.cask").concurrency == _core.OBJECT_CONCURRENCY == 16
+    store, path = treecask.stores.ObjectStore.from_url("http://h/x.cask")
+    assert store.source(path).concurrency == _core.OBJECT_CONCURRENCY == 16
 
 
 def test_an_empty_object_or_file_is_not_an_archive(s3_env, http_server, tmp_path):

@@ -255,12 +255,6 @@ def test_gc_refuses_userinfo_secrets_and_malformed_urls_without_a_traceback(url,
         assert len(r.stderr.strip().splitlines()) <= 2, r.stderr
 
 
-_STORES_FIX = ("stores/ (helper `stores`, issue 34 'every error is a treecask error'): obstore's error at "
-               "store construction (az:// without an account: GenericError 'Account must be specified', with "
-               "its 'Debug source' dump) must become a treecask InvalidArgumentError in ObjectStore.from_url")
-
-
-@pytest.mark.xfail(strict=True, reason=_STORES_FIX)
 def test_an_unconfigured_store_is_a_treecask_error_in_gc_too(monkeypatch):
     """``az://`` with no account configured: a treecask error from the API,
     and one line, no traceback, from ``treecask gc``."""

@@ -279,15 +279,9 @@ class _Cutting:
         self.server.server_close()
 
 
-_CUT_OBSTORE = ("stores/ (helper `stores`, issue 34 'one line plus, at most, its cause's first line'): the "
-                "obstore error of a cut body is kept whole, 22 lines with its 'Debug source: Generic {...}' "
-                "dump; the store layer's error map must keep only the first line")
-
-
 @pytest.mark.parametrize("transport,mode", [
     ("libcurl", "cut"), ("libcurl", "short"),
-    pytest.param("obstore", "cut", marks=pytest.mark.xfail(strict=True, reason=_CUT_OBSTORE)),
-    ("obstore", "short")])
+    ("obstore", "cut"), ("obstore", "short")])
 def test_a_short_or_cut_body_is_refused(transport, mode, archive, tmp_path):
     v1, _, _ = archive
     server = _Cutting(v1.read_bytes(), mode)

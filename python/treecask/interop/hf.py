@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
-from .. import _core
+import treecask._core as _core
+from .. import stores
 from .._request import compression_code
 from .._types import PathLike, SaveStats
 
@@ -100,10 +101,19 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
         index entry no shard holds (``.file`` names the file, ``.key_path``
         the tensor); a directory with several candidates; a bad option.
       AlreadyExistsError: ``dst`` exists and ``overwrite`` is False.
+
+    ``dst`` may be the URL of an object store (``s3://bucket/key``...): the
+    archive is written to local scratch and committed as ``treecask.save``
+    commits to a store (docs/stores.md).
     """
-    r = _core.import_safetensors(os.fspath(src), os.fspath(dst), compression_code(compression, os.fspath(dst)),
-                                 chunk_size,
-                                 int(threads), bool(shuffle), bool(overwrite), bool(durable))
+    loc = stores.resolve(dst)  # a file path, or a URL: written to local scratch and committed by its store
+    code = compression_code(compression, loc.shown)
+
+    def write(local: str, in_place: bool) -> dict:
+        return _core.import_safetensors(os.fspath(src), local, code, chunk_size, int(threads), bool(shuffle),
+                                        bool(overwrite) and in_place, bool(durable) and in_place)
+
+    r = loc.store.save_archive(loc.path, write, overwrite=bool(overwrite))
     return SafetensorsImport(kind=r["kind"], index=r["index"], files=tuple(r["files"]),
                              stats=SaveStats(**{k: int(v) for k, v in r["stats"].items()}))
 

@@ -11,14 +11,13 @@ import datetime
 import re
 from typing import Any, Dict, List, Optional
 
+import treecask._core as _core
+
 from ..errors import Error, UnsupportedError
-from . import _s3
+from . import _errors, _s3
 from ._object import ObjectStore
 from ._store import COMMIT_OBJECT
 
-#: A temporary's last path component: ``<name>.tmp.<host>.<pid>.<hex>`` (the
-#: core's rule, SPEC.md "Atomic commit"; the older ``<name>.tmp.<pid>.<hex>``).
-_TEMPORARY = re.compile(r".+\.tmp\.(?:[^/]+\.)?[0-9]+\.[0-9a-f]{8,}")
 #: A multi-process checkpoint's shard object in a store (``_distributed.process_file``).
 _SHARD = re.compile(r"process_[0-9]+\.[0-9a-f]+\.cask")
 
@@ -63,7 +62,7 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
     if not isinstance(store, ObjectStore):
         raise UnsupportedError("treecask gc cleans object stores (s3://, gs://, az://); a local "
                                "directory's temporaries are swept by its next save", file=store.display(prefix))
-    store._writable(prefix)
+    store.writable(prefix)
     base = prefix.strip("/")
     base = base + "/" if base else ""
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -74,16 +73,14 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
             for m in batch:
                 metas[m["path"]] = m
     except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-        from .. import _upload
-
-        err = _upload._store_error(store.display(prefix), e)
+        err = _errors.of_obstore(store.display(prefix), e)
     if err is not None:
         raise err
     out: List[Leftover] = []
     shards: Dict[str, List[Any]] = {}
     for path, m in sorted(metas.items()):
         parts = path.split("/")
-        if any(_TEMPORARY.fullmatch(p) for p in parts):
+        if any(_core.is_temporary_name(p) for p in parts):  # the core's grammar, every form
             age = _age(now, m.get("last_modified"))
             if age >= older_than:
                 out.append(Leftover("temporary", path, age, int(m.get("size", 0))))
@@ -100,7 +97,7 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
         try:
             uploads = s3.uploads(base)
         except Exception as e:  # noqa: BLE001
-            err = _s3._error(store.display(prefix), "listing multipart uploads", e)
+            err = _errors.of_botocore(store.display(prefix), "listing multipart uploads", e)
         if err is not None:
             raise err
         for path, upload, started in uploads:

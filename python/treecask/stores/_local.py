@@ -1,16 +1,17 @@
-"""LocalStore: a directory of the file system as a Store, committed by the
-core's own atomic rename (SPEC.md "Atomic commit")."""
+"""LocalStore: a directory of the file system as a Store. It implements the
+protocol's primitives; its commits are the file-system protocols the Store
+base class writes once (the core's atomic rename, SPEC.md "Atomic commit"),
+chosen because :meth:`LocalStore.local_path` answers."""
 
 from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Callable, List, Optional, Sequence, TypeVar
+from typing import Any, Dict, List, Optional, Sequence
 
-from .. import _core
-from ._store import COMMIT_OBJECT, Store
-
-T = TypeVar("T")
+import treecask._core as _core
+from ._source import FileSource
+from ._store import Store
 
 
 class LocalStore(Store):
@@ -48,21 +49,15 @@ class LocalStore(Store):
     def source(self, path: str) -> Any:
         """A ``Source`` over the file (pread); the readers map local files
         instead (:meth:`local_path`)."""
-        from .._remote import FileSource
-
         return FileSource(self._path(path))
 
-    def stamp(self, path: str) -> Any:
-        """(inode, mtime in ns) of the file or directory ``path``: a step
-        deleted and written again gets a new inode. NotFoundError when gone."""
-        p = self._path(path)
+    def head(self, path: str) -> Optional[Dict[str, Any]]:
+        """``{"size", "version": (inode, mtime in ns)}`` of the file, None when missing."""
         try:
-            st = os.stat(p)
+            st = os.stat(self._path(path))
         except FileNotFoundError:
-            from ..errors import NotFoundError
-
-            raise NotFoundError("no longer exists", file=p) from None
-        return (st.st_ino, st.st_mtime_ns)
+            return None
+        return {"size": st.st_size, "version": (st.st_ino, st.st_mtime_ns)}
 
     def put_file(self, path: str, local_file: str, *, overwrite: bool) -> None:
         """Moves ``local_file`` to ``path`` by the core's atomic publish
@@ -104,73 +99,3 @@ class LocalStore(Store):
                 os.unlink(self._path(p))
             except FileNotFoundError:
                 pass
-
-    def delete_tree(self, path: str) -> None:
-        """Removes the file ``path``, or the directory: renamed to a
-        temporary name first, so that it leaves every listing at once and a
-        crash midway leaves only a temporary that the next sweep removes."""
-        p = self._path(path)
-        try:
-            if os.path.isdir(p) and not os.path.islink(p):
-                doomed = _core.temporary_path(p)
-                os.rename(p, doomed)
-                shutil.rmtree(doomed)
-            else:
-                os.unlink(p)
-        except FileNotFoundError:
-            pass
-
-    def remove_stale(self, path: str, names: Optional[Sequence[str]] = None) -> None:
-        """The core's sweep of ``path``'s temporaries (files and directories)."""
-        _core.remove_stale_temporaries(self._path(path))
-
-    def check_new(self, path: str, *, overwrite: bool) -> None:
-        """Sweeps dead writers' temporaries of ``path``; the commit itself
-        refuses an existing file (the core's publish)."""
-        self.remove_stale(path)
-
-    def save_archive(self, path: str, write: Callable[[str, bool], T], *, overwrite: bool) -> T:
-        """``write(path, True)``: the core writes the archive beside its name
-        and renames it into place (this class's docstring)."""
-        return write(self._path(path), True)
-
-    def write_archive(self, path: str, write: Callable[[str, bool], T], *, overwrite: bool) -> T:
-        """``write(path, True)``: written in place (the core's commit)."""
-        return write(self._path(path), True)
-
-    def stage_directory(self, path: str, *, overwrite: bool) -> str:
-        """A fresh temporary directory ``<path>.tmp.<host>.<pid>.<hex16>``
-        beside ``path`` (the core's naming rule), after sweeping dead
-        writers' temporaries of ``path``; its absolute path (the root does not
-        apply to it). Raises
-        AlreadyExistsError when ``path`` exists and ``overwrite`` is False,
-        NotFoundError when its parent directory does not."""
-        from ..errors import AlreadyExistsError, NotFoundError
-
-        full = self._path(path)
-        if os.path.lexists(full) and not overwrite:
-            raise AlreadyExistsError("the path exists; pass overwrite=True to replace it", file=full)
-        if not os.path.isdir(os.path.dirname(os.path.abspath(full))):
-            raise NotFoundError("the parent directory does not exist", file=full)
-        _core.remove_stale_temporaries(full)
-        tmp = _core.temporary_path(full)
-        os.mkdir(tmp)
-        return os.path.abspath(tmp)  # absolute: every process writes there, whatever its working directory
-
-    def publish_directory(self, staging: str, path: str, write: Callable[[str, bool], T], *,
-                          overwrite: bool, durable: bool, keep: Sequence[str]) -> T:
-        """The commit object written in place in the staging directory, then
-        the directory (fsynced if ``durable``) renamed onto ``path`` by the
-        core's one commit (include/treecask/commit.h: ``RENAME_NOREPLACE``,
-        or with ``overwrite`` ``RENAME_EXCHANGE`` and removal of the old
-        directory; then the parent's fsync)."""
-        tmp, full = self._path(staging), self._path(path)
-        out = write(os.path.join(tmp, COMMIT_OBJECT), True)
-        if durable:
-            _core.sync_path(tmp, full)
-        _core.publish(tmp, full, overwrite, durable, full)
-        return out
-
-    def discard_directory(self, staging: str, names: Sequence[str]) -> None:
-        """Removes the staging directory."""
-        shutil.rmtree(self._path(staging), ignore_errors=True)

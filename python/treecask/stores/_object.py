@@ -1,15 +1,125 @@
 """ObjectStore: any obstore store (S3, GCS, Azure, HTTP, memory) as a Store,
-committed with the store's conditional writes (docs/stores.md)."""
+committed with the store's conditional writes (docs/stores.md), and the
+stores made from URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``),
+one per bucket, options and environment, shared by every open.
+
+Configuration is the environment's, by the core's table (``_core.ENV_OPTIONS``,
+remote.h kEnvOptions, which the C++ tool reads too: ``AWS_ENDPOINT_URL_S3``,
+``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_REGION``; ``STORAGE_EMULATOR_HOST`` for a GCS
+emulator) and, for what the core has no row of, obstore's own
+(``GOOGLE_APPLICATION_CREDENTIALS``, ``AWS_SKIP_SIGNATURE``...), overridden key
+by key by ``storage_options`` (obstore's config keys, e.g. ``endpoint``,
+``access_key_id``, ``region``, ``skip_signature``)."""
 
 from __future__ import annotations
 
+import datetime
 import os
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import _core, _remote, _upload
-from ..errors import Error, UnsupportedError
-from . import _s3
+import treecask._core as _core
+from ..errors import AlreadyExistsError, Error
+from . import _errors, _s3, _upload
+from ._source import ObjectSource
 from ._store import Store
+
+
+def _retry_config() -> dict:
+    """obstore's ``retry_config`` from the core's RetryPolicy (remote.h): a
+    connection error, 429, 500, 502, 503 (SlowDown) or 504 retried at most
+    ``max_retries`` times with exponential backoff, none after
+    ``timeout_s``, then the failure."""
+    r = _core.RETRY_POLICY
+    return {"max_retries": r["max_retries"], "retry_timeout": datetime.timedelta(seconds=r["timeout_s"]),
+            "backoff": {"init_backoff": datetime.timedelta(seconds=r["initial_backoff_s"]),
+                        "max_backoff": datetime.timedelta(seconds=r["max_backoff_s"]), "base": r["backoff_base"]}}
+
+
+_RETRY = _retry_config()
+
+
+def is_url(path: Any) -> bool:
+    """True when ``path`` is a str that starts with a URL scheme
+    (``<letters>://``, the core's is_url): such a string is never taken for
+    a local path."""
+    return isinstance(path, str) and _core.is_url(path)
+
+
+def _base(u: dict, url: str) -> Tuple[str, str]:
+    """(store base, object path) of a parsed URL: ``s3://bucket`` and the
+    key; an http(s):// URL is its own store, with the empty path, so that
+    every request goes to exactly that URL (its path never rewritten, its
+    query string kept: presigned S3 URLs, GCS signed URLs, Azure SAS links)."""
+    if u["scheme"] in ("http", "https"):
+        return url, ""
+    return f"{u['scheme']}://{u['bucket']}", u["key"]
+
+
+# One obstore store (its HTTP client and connection pool) per bucket or HTTP
+# directory and options, shared by every open: building one costs ~15 ms
+# (TLS roots), and a kept connection saves a handshake per open.
+_STORES: dict = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _shared_store(scheme: str, base: str, storage_options: Optional[Mapping[str, Any]], url: str):
+    """The obstore store of ``base`` (a bucket URL or an HTTP URL), shared
+    with every other user of the same base, options and environment.
+    Raises InvalidArgumentError naming ``url`` (the caller's whole URL,
+    redacted as a whole) when obstore refuses the configuration."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items()
+                       if k.startswith(("AWS_", "GOOGLE_", "AZURE_", "STORAGE_EMULATOR"))))
+    key = (base, tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items())), env)
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+    if store is None:
+        err: Optional[Error] = None
+        try:
+            store = _new_store(scheme, base, storage_options)
+        except Exception as e:  # noqa: BLE001 -- obstore's ValueError may quote the URL: one treecask error
+            err = _errors.of_config(url, e)
+        if err is not None:
+            raise err  # outside the except: chained to nothing
+        if "?" not in base:  # a signed URL is used once: its store is not kept
+            with _STORES_LOCK:
+                _STORES[key] = store
+    return store
+
+
+def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, Any]]):
+    """The obstore store of ``base`` (a bucket URL or an HTTP directory), built anew."""
+    import obstore.store
+
+    client = {"allow_http": True} if scheme != "https" else None
+    # The environment by the core's table (remote.h kEnvOptions), beneath storage_options, as
+    # the C++ tool reads it (obstore's own reading of the environment fills in the rest).
+    options = dict(_s3.options_from_env() if scheme == "s3" else {}, **(storage_options or {}))
+    if scheme in ("http", "https"):
+        return obstore.store.HTTPStore.from_url(base, client_options=client, retry_config=_RETRY)
+    provider = None
+    emulator = _core.options_from_env("gs").get("endpoint") if scheme == "gs" else None  # STORAGE_EMULATOR_HOST
+    if emulator and "base_url" not in options:
+        options.setdefault("base_url", emulator if "://" in emulator else "http://" + emulator)
+        options.setdefault("skip_signature", True)
+        # An emulator takes any bearer token: without one object_store would ask the
+        # cloud metadata server for a token before every write.
+        provider = _emulator_token
+    if scheme == "s3" and str(options.get("conditional_put", "")).lower() != "disabled":
+        # The conditional commit of a multipart upload (_upload.put_file): If-None-Match
+        # on CompleteMultipartUpload, as on PutObject; a store configured without
+        # conditional writes gets neither.
+        options.setdefault("copy_if_not_exists", "multipart")
+    if provider is not None:
+        return obstore.store.from_url(base, config=options, client_options=client, retry_config=_RETRY,
+                                      credential_provider=provider)
+    return obstore.store.from_url(base, config=options or None, client_options=client, retry_config=_RETRY)
+
+
+def _emulator_token() -> dict:
+    """The bearer token sent to a GCS emulator (STORAGE_EMULATOR_HOST), which checks none."""
+    return {"token": "emulator", "expires_at": None}
 
 
 class ObjectStore(Store):
@@ -25,6 +135,8 @@ class ObjectStore(Store):
       name: what messages call the store's root, e.g. ``"s3://bucket"``
         (default: the store class, ``"<S3Store>"``); shown through the core's
         redaction rule, so a signed URL's secrets never appear.
+      read_only: the store only reads and lists nothing (default: True for
+        an ``obstore.store.HTTPStore``).
 
     Reading: each object opens in one round trip (its first 256 KiB and last
     4 MiB, also giving its size and ETag) and every later range carries
@@ -33,32 +145,46 @@ class ObjectStore(Store):
     Writing (:meth:`put_file`): up to 64 MiB one PUT with ``If-None-Match:
     *`` (S3; GCS ``ifGenerationMatch=0``; memory: create mode); larger, on
     S3 with botocore installed, one multipart upload straight to ``path``
-    completed with ``If-None-Match: *`` (``stores/_s3.py``), elsewhere a
-    multipart upload to a temporary ``<path>.tmp.<host>.<pid>.<hex16>`` and a
-    conditional copy onto ``path``; then the object is confirmed to be this
-    save's (one ranged GET). Whether two racing creations are
-    atomic is the store's guarantee, not treecask's (docs/stores.md lists
-    them); a store that refuses conditional writes gets a HEAD just before an
-    unconditional write. Listing needs a store that lists (not HTTP).
+    (named by a marker while it runs) completed with ``If-None-Match: *``
+    (``stores/_s3.py``), elsewhere a multipart upload to a temporary
+    ``<path>.tmp.<host>.<pid>.<hex16>`` and a conditional copy onto ``path``;
+    then the object is confirmed to be this save's (one ranged GET). Whether
+    two racing creations are atomic is the store's guarantee, not
+    treecask's (docs/stores.md lists them); a store that refuses conditional
+    writes gets a HEAD just before an unconditional write. Listing needs a
+    store that lists (not HTTP).
     """
 
-    def __init__(self, store: Any, *, name: Optional[str] = None):
+    def __init__(self, store: Any, *, name: Optional[str] = None, read_only: Optional[bool] = None,
+                 single_object: bool = False):
+        import obstore.store
+
         self.store = store
         self.name = name.rstrip("/") if name else f"<{type(store).__name__}>"
+        self.read_only = isinstance(store, obstore.store.HTTPStore) if read_only is None else bool(read_only)
+        self.single_object = bool(single_object)
 
     @classmethod
     def from_url(cls, url: str, storage_options: Optional[Mapping[str, Any]] = None) -> Tuple["ObjectStore", str]:
         """(store, path) of a URL: ``s3://bucket/key`` -> the bucket's store
         and ``key``; ``https://host/a/b.cask?sig=...`` -> a store of exactly
-        that URL (never rewritten, its query kept) and ``""``. The store is
-        configured from the environment and ``storage_options`` (obstore
-        config keys), as :func:`treecask.open` documents. Raises
-        UnsupportedError for a scheme treecask does not serve,
-        InvalidArgumentError for a malformed URL or credentials inside it
-        (``_core.parse_url``)."""
-        u = _core.parse_url(url, prefix=True)  # the core's URL rule (remote.h parse_url)
-        base, key = _remote._base(u, url)
-        return cls(_remote._shared_store(u["scheme"], base, storage_options), name=base), key
+        that URL (never rewritten, its query kept; it names one object) and
+        ``""``. The store is configured from the environment and
+        ``storage_options`` (obstore config keys), as :func:`treecask.open`
+        documents. Raises UnsupportedError for a scheme treecask does not
+        serve, InvalidArgumentError for a malformed URL, credentials inside
+        it (``_core.parse_url``) or a configuration obstore refuses."""
+        try:
+            u = _core.parse_url(url, prefix=True)  # the core's URL rule (remote.h parse_url)
+        except Error as e:  # named by the whole URL (redacted), not the part the parser reached
+            err: Optional[Error] = type(e)(e.message, file=url, key_path=e.key_path)
+        else:
+            err = None
+        if err is not None:
+            raise err
+        base, key = _base(u, url)
+        signed = u["scheme"] in ("http", "https") and "?" in url
+        return cls(_shared_store(u["scheme"], base, storage_options, url), name=base, single_object=signed), key
 
     # ---- naming ----
     def display(self, path: str = "") -> str:
@@ -68,41 +194,75 @@ class ObjectStore(Store):
     # ---- reading ----
     def source(self, path: str) -> Any:
         """Object ``path`` as the core's Source (this class's docstring)."""
-        return _remote.ObjectSource(self.store, path, self.display(path))
+        return ObjectSource(self.store, path, self.display(path))
+
+    def head(self, path: str) -> Optional[Dict[str, Any]]:
+        """``{"size", "version": ETag}`` of object ``path`` (one HEAD), None when missing."""
+        import obstore
+
+        err: Optional[Error] = None
+        try:
+            m = obstore.head(self.store, path)
+            return {"size": int(m["size"]), "version": m.get("e_tag")}
+        except FileNotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
+            err = _errors.of_obstore(self.display(path), e)
+        raise err
 
     # ---- writing ----
     def put_file(self, path: str, local_file: str, *, overwrite: bool) -> None:
         """Uploads and commits ``local_file`` as ``path`` (this class's
-        docstring); without ``overwrite``, then confirms that the object is
+        docstring). Without ``overwrite``: the object is then confirmed to be
         this save's (``_upload.confirm``: AlreadyExistsError if another
-        saver's replaced it) and, on S3 with botocore, aborts the incomplete
-        multipart uploads of ``path`` no saver can complete any more
+        saver's replaced it); a failure on the way, whatever the server
+        answered (a 500 for a part of an upload the winner aborted), is
+        AlreadyExistsError when another saver committed ``path`` meanwhile
+        (the key is checked); on S3 with botocore, the incomplete multipart
+        uploads of ``path`` no saver can complete any more are aborted
         (docs/stores.md "S3 with botocore")."""
-        self._writable(path)
+        self.writable(path)
         url = self.display(path)
-        s3 = _s3.for_store(self.store) if not overwrite else None
-        if s3 is not None and os.path.getsize(local_file) > _upload.SINGLE_PUT_BYTES:
-            etag = s3.put_new(path, local_file, url)
-            _upload.confirm(self.store, path, local_file, url=url, etag=etag)
-        else:
-            _upload.put_file(self.store, path, local_file, url=url, overwrite=overwrite)
-        if s3 is not None:
+        s3 = _s3.for_store(self.store)
+        try:
+            if s3 is not None and os.path.getsize(local_file) > _upload.SINGLE_PUT_BYTES:
+                etag = s3.put_new(path, local_file, url, overwrite=overwrite)
+                if not overwrite:
+                    _upload.confirm(self.store, path, local_file, url=url, etag=etag)
+            else:
+                _upload.put_file(self.store, path, local_file, url=url, overwrite=overwrite)
+        except AlreadyExistsError:
+            raise
+        except Error:
+            if overwrite or not self._committed_meanwhile(path):
+                raise
+            # Another saver committed the key: this save's object if the bytes say so, else refused.
+            _upload.confirm(self.store, path, local_file, url=url)
+        if s3 is not None and not overwrite:
             s3.abort_dead(path)
+
+    def _committed_meanwhile(self, path: str) -> bool:
+        try:
+            return self.head(path) is not None
+        except Error:
+            return False
 
     def list_prefix(self, prefix: str) -> List[str]:
         """Every key that starts with the string ``prefix``: one paged listing
         of its "directory" from just before ``prefix`` (obstore's ``offset``),
         stopped at the first key past it (object stores list in
         lexicographic order)."""
-        self._writable(prefix)
-        parent = prefix.rpartition("/")[0]
-        if not prefix or prefix.endswith("/"):
-            return _upload.list_keys(self.store, prefix or None, self.display(prefix))
         import obstore
 
+        self.writable(prefix)
+        parent = prefix.rpartition("/")[0]
+        whole = not prefix or prefix.endswith("/")
         out: List[str] = []
         err: Optional[Error] = None
         try:
+            if whole:
+                return [m["path"] for batch in obstore.list(self.store, prefix or None, chunk_size=1000)
+                        for m in batch]
             for batch in obstore.list(self.store, parent or None, offset=prefix[:-1], chunk_size=1000):
                 for m in batch:
                     k = m["path"]
@@ -111,28 +271,20 @@ class ObjectStore(Store):
                     elif k > prefix:
                         return out
         except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-            err = _upload._store_error(self.display(prefix), e)
+            err = _errors.of_obstore(self.display(prefix), e)
         if err is not None:
             raise err  # outside the except: obstore's text may quote a signed URL
         return out
 
-    def remove_stale(self, path: str, names: Optional[Sequence[str]] = None) -> None:
-        """:meth:`Store.remove_stale`; on S3 with botocore it first aborts
-        the multipart uploads of ``path`` whose saver died (their markers,
-        ``stores/_s3.py``)."""
-        names = self.list_prefix(path) if names is None else list(names)
+    def sweep_uploads(self, path: str, names: Sequence[str]) -> None:
+        """On S3 with botocore: aborts the multipart uploads of ``path``
+        whose saver died, named by their markers among ``names``
+        (``stores/_s3.py``)."""
         marked = [n for n in names if n.endswith("/" + _s3.UPLOAD_MARKER)]
         s3 = _s3.for_store(self.store) if marked else None
         if s3 is not None:
             s3.abort_marked(path, marked)
-        super().remove_stale(path, names)
 
     def delete(self, paths: Sequence[str]) -> None:
         """Deletes each object (best effort: a missing one, or a failure, is skipped)."""
         _upload.delete_objects(self.store, list(paths))
-
-    def _writable(self, path: str) -> None:
-        if "HTTPStore" in type(self.store).__name__:
-            raise UnsupportedError("an http(s):// store is read-only and lists nothing: save to s3://, "
-                                   "gs://, az:// or another store", file=self.display(path))
-

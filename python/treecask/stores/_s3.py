@@ -25,17 +25,32 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import _core, _upload
-from ..errors import AlreadyExistsError, Error, IoError, NotFoundError
+import treecask._core as _core
+from ..errors import Error
+from . import _errors, _upload
 
-# obstore's config keys (after its own normalisation, ``store.config``) and the
-# environment variables obstore reads for them (object_store's AmazonS3Builder::from_env).
-_ENV = {
-    "endpoint": ("AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
-    "access_key_id": ("AWS_ACCESS_KEY_ID",),
-    "secret_access_key": ("AWS_SECRET_ACCESS_KEY",),
-    "session_token": ("AWS_SESSION_TOKEN", "AWS_TOKEN"),
-    "region": ("AWS_REGION",),
+#: The S3 options of the core's environment table (``_core.ENV_OPTIONS``,
+#: remote.h kEnvOptions: which variables configure which option, in which
+#: precedence) that obstore's and botocore's configurations take, under the
+#: same names (obstore's S3 config keys). The table's ``ca_bundle`` is the
+#: libcurl transport's; botocore and obstore read their certificates
+#: themselves.
+CORE_OPTIONS = ("endpoint", "region", "access_key_id", "secret_access_key", "session_token")
+
+
+def options_from_env() -> Dict[str, str]:
+    """``{option: value}`` of :data:`CORE_OPTIONS` that the environment sets,
+    by the core's table (``_core.options_from_env("s3")``): what a store made
+    from an ``s3://`` URL and its botocore twin are configured with beneath
+    ``storage_options``, as the C++ tool is (AWS_ENDPOINT_URL_S3 over
+    AWS_ENDPOINT_URL over AWS_ENDPOINT...)."""
+    return {k: v for k, v in _core.options_from_env("s3").items() if k in CORE_OPTIONS}
+
+
+# obstore's own S3 options, which the core has no counterpart of, and the variables obstore
+# reads for them (object_store's AmazonS3Builder::from_env); and obstore's name of the
+# fallback region.
+_OBSTORE_ENV = {
     "default_region": ("AWS_DEFAULT_REGION",),
     "virtual_hosted_style_request": ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST",),
     "skip_signature": ("AWS_SKIP_SIGNATURE",),
@@ -65,20 +80,22 @@ def for_store(store: Any) -> Optional["S3"]:
     not an S3Store, a Python credential provider, conditional writes
     disabled (``conditional_put="disabled"``), or an option (config or
     client option other than ``allow_http``) botocore is not given here (then obstore's own path is used, which honours them all)."""
-    if type(store).__name__ != "S3Store" or getattr(store, "credential_provider", None) is not None:
+    import obstore.store
+
+    if not isinstance(store, obstore.store.S3Store) or getattr(store, "credential_provider", None) is not None:
         return None
     try:
         import botocore.session  # noqa: F401
     except ImportError:
         return None
-    cfg: Dict[str, str] = {}
-    for k, names in _ENV.items():
+    cfg: Dict[str, str] = options_from_env()
+    for k, names in _OBSTORE_ENV.items():
         for n in names:
             if os.environ.get(n):
                 cfg[k] = os.environ[n]
                 break
     for k, v in (store.config or {}).items():
-        if k not in _ENV and k not in _IGNORED:
+        if k not in CORE_OPTIONS and k not in _OBSTORE_ENV and k not in _IGNORED:
             return None
         cfg[k] = str(v)
     if set(store.client_options or {}) - {"allow_http"}:  # proxies, certificates, timeouts: obstore's
@@ -124,33 +141,18 @@ def _config(cfg: Dict[str, str]) -> Any:
     import botocore
     import botocore.config
 
+    # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
+    # (_object._RETRY): botocore's standard mode retries the same throttles, 5xx and dropped
+    # connections with capped exponential backoff; total_max_attempts counts the first try
+    # (botocore's max_attempts would count retries only). botocore has no overall deadline:
+    # the core's timeout_s bounds obstore's retries, botocore's are bounded by their number.
     return botocore.config.Config(
-        retries={"mode": "standard", "max_attempts": 10},
+        retries={"mode": "standard", "total_max_attempts": 1 + int(_core.RETRY_POLICY["max_retries"])},
         max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
         # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
         request_checksum_calculation="when_required", response_checksum_validation="when_required",
         s3={"addressing_style": "virtual" if _true(cfg.get("virtual_hosted_style_request", "")) else "path"},
         signature_version=botocore.UNSIGNED if _true(cfg.get("skip_signature", "")) else None)
-
-
-def _code(e: BaseException) -> Tuple[str, int]:
-    """(error code, HTTP status) of a botocore ClientError, else ("", 0)."""
-    r = getattr(e, "response", None) or {}
-    return (str(r.get("Error", {}).get("Code", "")),
-            int(r.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0))
-
-
-def _error(url: str, what: str, e: BaseException) -> Error:
-    """The treecask error of a failed botocore call (no secret: botocore's
-    texts name the operation and the server's code, never a signature)."""
-    code, status = _code(e)
-    if code in ("NoSuchBucket",):
-        return NotFoundError("no such bucket", file=url)
-    if code in ("AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId") or status == 403:
-        return IoError("access denied: check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
-                       "or storage_options)", file=url)
-    detail = f"{code} (HTTP {status})" if code else type(e).__name__
-    return IoError(f"{what} failed: {detail}", file=url)
 
 
 class S3:
@@ -163,12 +165,15 @@ class S3:
     def _key(self, path: str) -> str:
         return f"{self.prefix}/{path}" if self.prefix else path
 
-    def put_new(self, path: str, local_file: str, url: str) -> str:
+    def put_new(self, path: str, local_file: str, url: str, *, overwrite: bool = False) -> str:
         """Uploads ``local_file`` as ``path`` by one multipart upload
         (``_upload.PART_BYTES`` parts, ``_upload.PARTS_IN_FLIGHT`` at once,
         each read from the file by its worker: memory is bounded by their
-        product) completed with ``If-None-Match: *``; returns the ETag the
-        completion gave. On any failure the upload is aborted. Raises
+        product) completed with ``If-None-Match: *`` (without it when
+        ``overwrite``); returns the ETag the completion gave. While it runs
+        the upload is named by its marker (:data:`UPLOAD_MARKER`), so that
+        the next save of ``path`` aborts it if this process dies, whichever
+        kind of save that is. On any failure the upload is aborted. Raises
         AlreadyExistsError when the completion is refused because ``path``
         exists (412 PreconditionFailed, or 409 ConditionalRequestConflict:
         another completion of ``path`` in progress), NotFoundError (no
@@ -179,50 +184,50 @@ class S3:
         try:
             upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
         except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
-            err = _error(url, "starting the multipart upload", e)
+            err = _errors.of_botocore(url, "starting the multipart upload", e)
         if err is not None:
             raise err
         try:
             try:
                 self.client.put_object(Bucket=self.bucket, Key=marker, Body=upload.encode())
             except Exception as e:  # noqa: BLE001
-                err = _error(url, "writing the upload's marker", e)
+                err = _errors.of_botocore(url, "writing the upload's marker", e)
             if err is not None:
                 with contextlib.suppress(Exception):
                     self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
                 raise err
-            return self._upload(key, upload, local_file, url)
+            return self._upload(key, upload, local_file, url, overwrite)
         finally:
             with contextlib.suppress(Exception):
                 self.client.delete_object(Bucket=self.bucket, Key=marker)
 
-    def _upload(self, key: str, upload: str, local_file: str, url: str) -> str:
+    def _upload(self, key: str, upload: str, local_file: str, url: str, overwrite: bool) -> str:
         err: Optional[Error] = None
         try:
             try:
                 parts = self._parts(key, upload, local_file)
+                condition = {} if overwrite else {"IfNoneMatch": "*"}
                 r = self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload, IfNoneMatch="*",
-                    MultipartUpload={"Parts": parts})
+                    Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}, **condition)
                 return str(r.get("ETag", ""))
             except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
-                code, status = _code(e)
-                refused = status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict")
-                if refused or code == "NoSuchUpload":
+                code, status = _errors.botocore_code(e)
+                refused = not overwrite and (status == 412 or code in ("PreconditionFailed",
+                                                                        "ConditionalRequestConflict"))
+                if refused or (code == "NoSuchUpload" and not overwrite):
                     # A retried completion whose first try committed is refused (412) or finds its
                     # upload gone: the object is then this save's own bytes.
                     own = self._own_etag(key, local_file)
                     if own is not None:
                         return own
                 if refused:
-                    err = AlreadyExistsError("the object exists (a checkpoint is never replaced; pass "
-                                             "overwrite=True to replace it)", file=url)
-                elif code == "NoSuchUpload" and self._exists(key):
+                    err = _errors.exists_error(url)
+                elif code == "NoSuchUpload" and not overwrite and self._exists(key):
                     # aborted by the saver that committed the key first (abort_dead)
-                    err = AlreadyExistsError("another saver committed the object first (this upload was "
-                                             "aborted)", file=url)
+                    err = _errors.exists_error(url, "another saver committed the object first (this upload "
+                                                    "was aborted)")
                 else:
-                    err = _error(url, "the multipart upload", e)
+                    err = _errors.of_botocore(url, "the multipart upload", e)
             raise err
         except BaseException:
             with contextlib.suppress(Exception):

@@ -1,19 +1,31 @@
-"""The store interface: where archives and checkpoint directories live, as
-byte ranges to read and whole objects to commit (docs/stores.md). Shaped as
-zarr-python 3's ``zarr.abc.store.Store`` is: the library above it (treecask's
-open, save, CheckpointManager, treecask.orbax) is written once against it and
-never asks which store it has."""
+"""The store protocol: where archives and checkpoint directories live, as a
+few byte-level calls (docs/stores.md "What a store implements"), and the
+commit protocols written once on top of them.
+
+Shaped as obstore's stores and zarr-python 3's ``zarr.abc.store.Store`` are:
+a store reads ranges, puts whole objects (create-only or overwrite), lists a
+prefix, deletes, and says by capability flags what it can do; the library
+above it (treecask's open, save, CheckpointManager, treecask.orbax) is
+written once against it and never asks which store it has.
+"""
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, List, Optional, Sequence, TypeVar
+import os
+import shutil
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+
+import treecask._core as _core
+from ..errors import AlreadyExistsError, Error, NotFoundError, UnsupportedError
+from . import _upload
 
 T = TypeVar("T")
 
 #: The object whose presence commits a checkpoint "directory" written by
-#: several processes (SPEC.md "Sharded checkpoints": its index archive).
-COMMIT_OBJECT = "index.cask"
+#: several processes (SPEC.md "Sharded checkpoints": its index archive; the
+#: core's name, sharded.h kShardedIndexName).
+COMMIT_OBJECT = _core.INDEX_NAME
 
 
 def join(*parts: str) -> str:
@@ -33,23 +45,24 @@ class Store(abc.ABC):
     """Where checkpoints live. Paths are "/"-separated strings relative to the
     store's root ("" is the root).
 
-    Reading: :meth:`local_path` (a file the core maps, for a local store) or
-    :meth:`source` (the object as a ``Source`` of the C++ core: ``name``,
-    ``size`` in bytes, ``concurrency``, ``read(offsets, lengths)``; the
-    reader runs every check and checksum on the bytes it is given, SPEC.md
-    "Remote reading"). Writing: :meth:`save_archive`, the commit written
-    once: a new archive appears whole or not at all and, unless
-    ``overwrite``, never replaces one (AlreadyExistsError); it is built on
-    :meth:`put_file` (create-if-absent or overwrite), :meth:`list_prefix`
-    and :meth:`delete`. Naming: :meth:`display`, the text every message
-    shows, with secrets redacted.
+    A store implements the protocol (docs/stores.md "What a store
+    implements"): :meth:`display` (the text messages show, secrets
+    redacted), :meth:`source` (ranged reads pinned to one version of the
+    object), :meth:`put_file` (a whole object, create-only or overwrite),
+    :meth:`list_prefix`, :meth:`delete`, :meth:`head`, and the capability
+    flags :attr:`read_only` and :attr:`supports_atomic_directories`, plus
+    :meth:`local_path` where the core can map the files (a file system).
+    Everything else -- the pre-check, the sweep of dead writers' leftovers,
+    the commit of an archive and of a checkpoint directory, the removal of a
+    checkpoint -- is written once here on top of them, in two protocols
+    chosen by capability: on a file system (:meth:`local_path` not None) the
+    core writes in place and renames (SPEC.md "Atomic commit"); elsewhere an
+    archive is written to local scratch and committed by :meth:`put_file`'s
+    conditional creation.
 
-    Implementations: :class:`treecask.stores.LocalStore` (a directory of the
-    file system, with the core's own atomic commit) and
-    :class:`treecask.stores.ObjectStore` (any obstore store: S3, GCS, Azure,
-    HTTP, memory). Every method raises treecask errors (NotFoundError,
-    IoError, AlreadyExistsError, UnsupportedError), never the client's, and
-    no message holds a secret.
+    Every method raises treecask errors (NotFoundError, IoError,
+    AlreadyExistsError, UnsupportedError), never the client's, and no message
+    holds a secret.
     """
 
     #: Whether a "directory" appears whole, by one atomic step (a rename of
@@ -58,8 +71,13 @@ class Store(abc.ABC):
     #: store, where a checkpoint "directory" exists once its commit object
     #: (:data:`COMMIT_OBJECT`) does (zarr's ``supports_*`` flags, in kind).
     supports_atomic_directories: bool = False
+    #: Whether the store only reads (an http(s):// store: no writing, no listing).
+    read_only: bool = False
+    #: Whether a path names one object and never a "directory" of them (a
+    #: signed URL, whose store is exactly that URL).
+    single_object: bool = False
 
-    # ---- naming ----
+    # ---- the protocol: naming ----
     def normalize(self, path: str) -> str:
         """A caller's path as this store's paths are: without leading or
         trailing "/" (object keys)."""
@@ -73,26 +91,26 @@ class Store(abc.ABC):
     def __repr__(self) -> str:
         return f"<treecask.stores.{type(self).__name__} {self.display()!r}>"
 
-    # ---- reading ----
+    # ---- the protocol: reading ----
     def local_path(self, path: str) -> Optional[str]:
-        """The file system path of ``path`` when the core can map it (a local
-        store), else None: :meth:`source` reads it."""
+        """The file system path of ``path`` when the core can map it and
+        commit by rename there (a local store), else None. The capability
+        that chooses the file-system protocols below."""
         return None
 
     @abc.abstractmethod
     def source(self, path: str) -> Any:
         """Object ``path`` as a ``Source`` of the C++ core (include/treecask/
         source.h: ``name``, ``size``, ``concurrency``, ``read(offsets,
-        lengths)``). Raises NotFoundError for a missing object, IoError."""
+        lengths)``), every read pinned to the version its first read saw.
+        Raises NotFoundError for a missing object, IoError."""
 
-    def stamp(self, path: str) -> Any:
-        """What identifies one writing of object ``path``, for caches of what
-        was read from it: None here (an object store's checkpoints are
-        written once); a local file's (inode, mtime). Raises NotFoundError
-        where the store can tell the object is gone."""
-        return None
+    @abc.abstractmethod
+    def head(self, path: str) -> Optional[Dict[str, Any]]:
+        """``{"size": bytes, "version": ...}`` of object ``path``, None when it
+        does not exist (one HEAD request; a stat). Raises IoError."""
 
-    # ---- writing ----
+    # ---- the protocol: writing ----
     @abc.abstractmethod
     def put_file(self, path: str, local_file: str, *, overwrite: bool) -> None:
         """Uploads the local file ``local_file`` as object ``path``, whole or
@@ -112,12 +130,78 @@ class Store(abc.ABC):
     def delete(self, paths: Sequence[str]) -> None:
         """Deletes the objects ``paths``, in order; a missing one is no error."""
 
+    def sweep_uploads(self, path: str, names: Sequence[str]) -> None:
+        """Aborts the incomplete uploads of ``path`` whose writer died, among
+        ``names`` (a listing of ``path``); a store without resumable uploads
+        has none (this default). Best effort."""
+
     # ---- written once on the above ----
+    def writable(self, path: str) -> None:
+        """Raises UnsupportedError when the store only reads (:attr:`read_only`)."""
+        if self.read_only:
+            raise UnsupportedError("this store is read-only and lists nothing (an http(s):// URL): save to "
+                                   "s3://, gs://, az:// or another store", file=self.display(path))
+
+    def stamp(self, path: str) -> Any:
+        """What identifies one writing of ``path``, for caches of what was
+        read from it: on a file system (inode, mtime in ns) of the file or
+        directory (a step deleted and written again gets a new inode; raises
+        NotFoundError when gone); None in an object store, whose checkpoints
+        are written once."""
+        local = self.local_path(path)
+        if local is None:
+            return None
+        try:
+            st = os.stat(local)
+        except FileNotFoundError:
+            raise NotFoundError("no longer exists", file=local) from None
+        return (st.st_ino, st.st_mtime_ns)
+
+    def is_sharded(self, path: str) -> Optional[bool]:
+        """Whether ``path`` is a sharded checkpoint "directory" (True), an
+        archive (False), or unknown without a request (None: an object
+        store, where an open tries the archive first)."""
+        local = self.local_path(path)
+        if local is not None:
+            return bool(_core.is_sharded(local))
+        return False if self.single_object else None
+
+    def open_archive(self, path: str, *, verify_checksums: bool, validate_structure: bool) -> Any:
+        """The core's reader of the archive ``path``: the file mapped (a file
+        system), else read by range through :meth:`source`."""
+        local = self.local_path(path)
+        if local is not None:
+            return _core.Archive.open(local, verify_checksums, validate_structure)
+        return _core.Archive.open_source(self.source(path), verify_checksums)
+
+    def open_sharded(self, path: str, *, verify_checksums: bool, validate_structure: bool) -> Any:
+        """The core's reader of the sharded checkpoint "directory" ``path``:
+        one handle of the directory (a file system), else every file read by
+        range through :meth:`source`."""
+        local = self.local_path(path)
+        if local is not None:
+            return _core.ShardedArchive.open(local, verify_checksums, validate_structure)
+        return _core.ShardedArchive.open_sources(lambda name: self.source(join(path, name)), self.display(path),
+                                                 verify_checksums)
+
     def delete_tree(self, path: str) -> None:
-        """Deletes object ``path``, or every object under ``path/`` with its
-        commit object (:data:`COMMIT_OBJECT`) first, so that a checkpoint
-        leaves every listing at once and a crash midway leaves only objects
-        no listing counts."""
+        """Deletes ``path`` so that it leaves every listing at once and a
+        crash midway leaves only what no listing counts: on a file system a
+        directory is renamed to a temporary first, then removed; in an object
+        store the objects under ``path/`` go with the commit object
+        (:data:`COMMIT_OBJECT`) first."""
+        local = self.local_path(path)
+        if local is not None:
+            try:
+                if os.path.isdir(local) and not os.path.islink(local):
+                    doomed = _core.temporary_path(local)
+                    os.rename(local, doomed)
+                    shutil.rmtree(doomed)
+                else:
+                    os.unlink(local)
+            except FileNotFoundError:
+                pass
+            return
         names = [n for n in self.list_prefix(path) if n == path or n.startswith(path + "/")]
         commit = join(path, COMMIT_OBJECT)
         names.sort(key=lambda n: n != commit)
@@ -125,14 +209,19 @@ class Store(abc.ABC):
 
     def remove_stale(self, path: str, names: Optional[Sequence[str]] = None) -> None:
         """Deletes what dead writers left of ``path``: their temporaries
-        ``<path>.tmp.<host>.<pid>.<hex16>`` (objects, or "directories" of
-        objects) of this host whose process is gone, the core's rule
-        (``treecask::is_stale_temporary``, SPEC.md "Atomic commit").
-        ``names``: a listing of ``path`` already made (:meth:`list_prefix`)."""
-        from .. import _core
-
+        ``<path>.tmp.<host>.<pid>.<hex16>`` (files, objects, or "directories"
+        of them) of this host whose process is gone, the core's rule
+        (``treecask::is_stale_temporary``, SPEC.md "Atomic commit"), and the
+        incomplete uploads they name (:meth:`sweep_uploads`). ``names``: a
+        listing of ``path`` already made (:meth:`list_prefix`)."""
+        local = self.local_path(path)
+        if local is not None:
+            _core.remove_stale_temporaries(local)
+            return
+        names = self.list_prefix(path) if names is None else list(names)
+        self.sweep_uploads(path, names)
         stale = []
-        for n in self.list_prefix(path) if names is None else names:
+        for n in names:
             if n.startswith(path + ".tmp"):
                 entry = path + n[len(path):].split("/", 1)[0]  # the temporary itself
                 if _core.is_stale_temporary(path, entry):
@@ -140,42 +229,57 @@ class Store(abc.ABC):
         self.delete(stale)
 
     def check_new(self, path: str, *, overwrite: bool) -> None:
-        """One listing of ``path`` before anything is written: raises
-        AlreadyExistsError when the object, or a committed checkpoint
-        "directory" of that name, exists and ``overwrite`` is False; deletes
-        dead writers' temporaries of ``path`` (:meth:`remove_stale`)."""
-        names = self.list_prefix(path)
-        if not overwrite and (path in names or join(path, COMMIT_OBJECT) in names):
-            from ..errors import AlreadyExistsError
-
+        """The pre-check of a save of ``path``: first the sweep of dead
+        writers' leftovers of ``path`` (:meth:`remove_stale`; in an object
+        store also this host's local scratch of dead uploads), whether the
+        save then proceeds, is refused or overwrites; then AlreadyExistsError
+        when the object, or a committed checkpoint "directory" of that name,
+        exists and ``overwrite`` is False. One listing in an object store."""
+        local = self.local_path(path)
+        if local is not None:
+            _core.remove_stale_temporaries(local)
+            exists = os.path.lexists(local)
+        else:
+            self.writable(path)
+            _upload.sweep_scratch()
+            names = self.list_prefix(path)
+            self.remove_stale(path, names)
+            exists = path in names or join(path, COMMIT_OBJECT) in names
+        if exists and not overwrite:
             raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)",
                                      file=self.display(path))
-        self.remove_stale(path, names)
 
     def save_archive(self, path: str, write: Callable[[str, bool], T], *, overwrite: bool) -> T:
-        """Commits the archive ``write`` makes as object ``path`` and returns
-        what ``write`` returned. ``write(local, in_place)`` writes the
-        archive at the local path ``local``; ``in_place`` is True when
-        ``local`` is its final name (the core's own atomic commit, as
-        :class:`LocalStore` does), False for scratch that is then uploaded.
+        """Commits the archive ``write`` makes as ``path`` and returns what
+        ``write`` returned: it appears whole or not at all and, unless
+        ``overwrite``, never replaces one (AlreadyExistsError).
+        ``write(local, in_place)`` writes the archive at the local path
+        ``local``; ``in_place`` is True when ``local`` is its final name.
 
-        This generic form: :meth:`check_new` (an existing ``path`` refused
-        before any byte is written or uploaded), then the archive written
-        into local scratch (a directory ``treecask-upload.tmp.<host>.<pid>.<hex16>`` in
-        ``$TREECASK_SCRATCH_DIR`` or the system temporary directory, removed
-        whatever happens, and swept by a later save once its process is
-        gone), then :meth:`put_file` commits it."""
+        On a file system: ``write(path, True)``, the core's own commit (a
+        temporary beside ``path``, fsynced, renamed into place; dead
+        writers' temporaries swept). Elsewhere: :meth:`check_new` (an
+        existing ``path`` refused before any byte is written or uploaded),
+        then :meth:`write_archive`."""
+        local = self.local_path(path)
+        if local is not None:
+            return write(local, True)
         self.check_new(path, overwrite=overwrite)
         return self.write_archive(path, write, overwrite=overwrite)
 
     def write_archive(self, path: str, write: Callable[[str, bool], T], *, overwrite: bool) -> T:
         """:meth:`save_archive` without its pre-check: for an archive whose
         name no other writer uses (a shard file of one multi-process save),
-        or after :meth:`check_new`. ``write`` as there. This generic form
-        writes into local scratch and commits it with :meth:`put_file`."""
-        from .. import _upload
-        from ..errors import Error
-
+        or after :meth:`check_new`. ``write`` as there. Elsewhere than on a
+        file system the archive goes to local scratch (a directory
+        ``treecask-upload.tmp.<host>.<pid>.<hex16>`` in
+        ``$TREECASK_SCRATCH_DIR`` or the system temporary directory, removed
+        whatever happens, swept by a later save once its process is gone) and
+        :meth:`put_file` commits it."""
+        local_final = self.local_path(path)
+        if local_final is not None:
+            return write(local_final, True)
+        self.writable(path)
         local = ""
         try:
             with _upload.scratch(path.rpartition("/")[2] or "archive.cask") as local:
@@ -189,18 +293,28 @@ class Store(abc.ABC):
     def stage_directory(self, path: str, *, overwrite: bool) -> str:
         """Prepares the commit of a checkpoint "directory" ``path`` whose
         files several processes write (SPEC.md "Sharded checkpoints") and
-        returns the store path they write them under (the staging). Raises
-        AlreadyExistsError, before anything is written, when ``path`` exists
-        and ``overwrite`` is False.
+        returns the store path they write them under (the staging), after
+        :meth:`check_new` (dead writers' leftovers swept; AlreadyExistsError,
+        before anything is written, when ``path`` exists and ``overwrite`` is
+        False).
 
-        This generic form (no atomic directories): :meth:`check_new` (one
-        listing: an existing object or committed checkpoint refused; dead
-        writers' temporaries swept), and the staging is ``path`` itself:
-        the files go to their final names, which must be this save's own
-        (named by its save id), and nothing counts before
-        :meth:`publish_directory` creates :data:`COMMIT_OBJECT`."""
+        On a file system the staging is a fresh temporary directory
+        ``<path>.tmp.<host>.<pid>.<hex16>`` beside ``path`` (the core's
+        naming rule), as an absolute path (every process writes there,
+        whatever its working directory); NotFoundError when the parent
+        directory does not exist. Elsewhere it is ``path`` itself: the files
+        go to their final names, which must be this save's own (named by its
+        save id), and nothing counts before :meth:`publish_directory` creates
+        :data:`COMMIT_OBJECT`."""
         self.check_new(path, overwrite=overwrite)
-        return path
+        local = self.local_path(path)
+        if local is None:
+            return path
+        if not os.path.isdir(os.path.dirname(os.path.abspath(local))):
+            raise NotFoundError("the parent directory does not exist", file=local)
+        tmp = _core.temporary_path(local)
+        os.mkdir(tmp)
+        return os.path.abspath(tmp)
 
     def publish_directory(self, staging: str, path: str, write: Callable[[str, bool], T], *,
                           overwrite: bool, durable: bool, keep: Sequence[str]) -> T:
@@ -211,16 +325,25 @@ class Store(abc.ABC):
         leaves nothing committed); returns what ``write`` returned. Without
         ``overwrite`` an existing checkpoint is never replaced
         (AlreadyExistsError). ``keep``: the names of the checkpoint's other
-        files; ``durable``: everything fsynced before returning, where the
-        store syncs.
+        files; ``durable``: everything fsynced before returning.
 
-        This generic form: the commit object written to local scratch and
-        created by :meth:`put_file` (conditionally unless ``overwrite``):
-        that creation is the commit. Then the objects directly under
-        ``path`` that are neither the commit object nor in ``keep`` (an
+        On a file system: the index written in place in the staging
+        directory, the directory (fsynced if ``durable``) renamed onto
+        ``path`` by the core's one commit (include/treecask/commit.h:
+        ``RENAME_NOREPLACE``, or with ``overwrite`` ``RENAME_EXCHANGE`` and
+        removal of the old directory; then the parent's fsync). Elsewhere:
+        the index created by :meth:`put_file` (conditionally unless
+        ``overwrite``): that creation is the commit; then the objects
+        directly under ``path`` that are neither the index nor in ``keep`` (an
         overwritten checkpoint's, a dead save's) are deleted, best effort."""
-        from ..errors import Error
-
+        local = self.local_path(path)
+        if local is not None:
+            tmp = self.local_path(staging) or staging
+            out = write(os.path.join(tmp, COMMIT_OBJECT), True)
+            if durable:
+                _core.sync_path(tmp, local)
+            _core.publish(tmp, local, overwrite, durable, local)
+            return out
         out = self.write_archive(join(path, COMMIT_OBJECT), write, overwrite=overwrite)
         kept = {join(path, n) for n in (COMMIT_OBJECT, *keep)}
         head = path + "/"
@@ -233,10 +356,12 @@ class Store(abc.ABC):
 
     def discard_directory(self, staging: str, names: Sequence[str]) -> None:
         """Removes what a failed multi-process save wrote under ``staging``
-        (``names``: its files, relative to it), best effort. This generic
-        form deletes those objects."""
-        from ..errors import Error
-
+        (``names``: its files, relative to it), best effort: the staging
+        directory on a file system, those objects elsewhere."""
+        local = self.local_path(staging)
+        if local is not None:
+            shutil.rmtree(local, ignore_errors=True)
+            return
         try:
             self.delete([join(staging, n) for n in names])
         except Error:

@@ -1,4 +1,4 @@
-"""Saving to object stores: an archive written to local scratch, uploaded in
+"""Saving to object stores through obstore: an archive written to local scratch, uploaded in
 parallel parts and committed so that the object appears whole or not at all
 and never replaces a checkpoint (docs/remote.md "Saving to object stores").
 
@@ -13,8 +13,9 @@ The commit of one object (:func:`put_file`), through obstore:
   ``If-None-Match: *``; GCS: ``ifGenerationMatch=0``), then the temporary is
   deleted. With ``overwrite`` the multipart upload goes straight to ``<key>``.
   (On S3 with botocore installed, ``treecask.stores.ObjectStore`` uploads a
-  new large key straight to ``<key>`` instead, completing it with
-  ``If-None-Match: *``: python/treecask/stores/_s3.py.)
+  large archive straight to ``<key>`` instead, named by a marker while it
+  runs, its completion conditional unless ``overwrite``:
+  python/treecask/stores/_s3.py.)
 - after a create-only commit: :func:`confirm`, one ranged GET showing that
   the object at ``<key>`` is this saver's (AlreadyExistsError otherwise).
 - a store without conditional writes (obstore answers NotImplemented /
@@ -40,8 +41,9 @@ import shutil
 import tempfile
 from typing import Any, Callable, Iterator, List, Optional
 
-from . import _core, _remote
-from .errors import AlreadyExistsError, Error, NotFoundError
+import treecask._core as _core
+from ..errors import AlreadyExistsError, Error
+from . import _errors
 
 # Objects up to this size are committed by one conditional PUT (bytes).
 SINGLE_PUT_BYTES = 64 << 20
@@ -62,6 +64,15 @@ def scratch_dir() -> str:
 SCRATCH_NAME = "treecask-upload"
 
 
+def sweep_scratch() -> None:
+    """Removes the scratch directories of uploads on this host whose process
+    is gone (the core's rule, ``treecask::remove_stale_temporaries``): what a
+    saver killed before it could remove its scratch left (up to its
+    archive's bytes). Every save to an object store runs it before anything
+    else (``Store.check_new``), and every new scratch directory too."""
+    _core.remove_stale_temporaries(os.path.join(scratch_dir(), SCRATCH_NAME))
+
+
 @contextlib.contextmanager
 def scratch(name: str) -> Iterator[str]:
     """A fresh local directory for the files of one upload; yields the path of
@@ -72,45 +83,13 @@ def scratch(name: str) -> Iterator[str]:
     SPEC.md "Atomic commit"), so the scratch of a saver killed before it
     could remove it (SIGKILL, preemption) is swept by the next upload on
     this host once that process is gone (``treecask::remove_stale_temporaries``)."""
-    base = os.path.join(scratch_dir(), SCRATCH_NAME)
-    _core.remove_stale_temporaries(base)
-    d = _core.temporary_path(base)
+    sweep_scratch()
+    d = _core.temporary_path(os.path.join(scratch_dir(), SCRATCH_NAME))
     os.mkdir(d, 0o700)
     try:
         yield os.path.join(d, name)
     finally:
         shutil.rmtree(d, ignore_errors=True)
-
-
-def _store_error(url: str, exc: BaseException) -> Error:
-    """The treecask error of a failed write or listing on ``url``: a missing
-    bucket is NotFoundError, refused credentials IoError "access denied",
-    an existing object AlreadyExistsError; never a secret (obstore's messages
-    name the request only)."""
-    import obstore.exceptions as E
-
-    text = str(exc)
-    if isinstance(exc, E.AlreadyExistsError) or "412 Precondition Failed" in text:
-        return AlreadyExistsError("the object exists (a checkpoint is never replaced; pass overwrite=True "
-                                  "to replace it)", file=url)
-    if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
-        return NotFoundError("no such bucket", file=url)
-    if any(s in text for s in ("AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "403 Forbidden")):
-        return _remote._error(url, E.PermissionDeniedError())
-    return _remote._error(url, exc)
-
-
-def list_keys(store: Any, prefix: str, url: str) -> List[str]:
-    """The keys of every object whose key starts with ``prefix`` (obstore's
-    listing, paged); a failure is the treecask error of :func:`_store_error`
-    naming ``url``, chained to nothing (obstore's text may quote a signed URL)."""
-    import obstore
-
-    try:
-        return [m["path"] for batch in obstore.list(store, prefix, chunk_size=1000) for m in batch]
-    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-        err = _store_error(url, e)
-    raise err  # outside the except: nothing chained
 
 
 def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> None:
@@ -139,7 +118,7 @@ def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> N
     except Error:
         raise
     except Exception as e:  # noqa: BLE001
-        err = _store_error(url, e)
+        err = _errors.of_obstore(url, e)
     else:
         if not overwrite:
             confirm(store, key, path, url=url, etag=etag)
@@ -176,7 +155,7 @@ def confirm(store: Any, key: str, path: str, *, url: str, etag: Optional[str] = 
         r = obstore.get(store, key, options={"range": {"suffix": n}}) if n else obstore.get(store, key)
         meta, got = r.meta, bytes(r.bytes())
     except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-        err = _store_error(url, e)
+        err = _errors.of_obstore(url, e)
     if err is not None:
         raise err  # outside the except: nothing chained
     if meta["size"] == size:
