@@ -20,7 +20,7 @@ SETUP_FOR=${SETUP_FOR:-all}
 APT_TOOL=(
   build-essential cmake ninja-build pkg-config
   liblmdb-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev liblz4-dev
-  libcli11-dev nlohmann-json3-dev libzip-dev libcurl4-openssl-dev
+  libcli11-dev nlohmann-json3-dev libzip-dev libcurl4-openssl-dev libssl-dev
   python3-pip
 )
 # The tests: doctest, the venv they run in, nginx they serve objects with.

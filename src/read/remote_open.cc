@@ -9,6 +9,7 @@
 #include <map>
 
 #include "read/archive_impl.h"
+#include "sign/signed_source.h"
 
 namespace treecask {
 
@@ -129,6 +130,10 @@ Archive Archive::open(std::shared_ptr<const Source> source, const OpenOptions& o
   auto impl = std::make_shared<Impl>();
   impl->file = source->name();
   impl->options = options;
+  // A signed open: every byte comes through a source that fetches whole
+  // signed shards and hashes them before handing any byte out
+  // (sig::verified_source), the open's own reads included.
+  if (options.signature) source = sig::signed_source(std::move(source), *options.signature);
   impl->source = source;
   const std::string& file = impl->file;
   read_ends(*impl, *source);
