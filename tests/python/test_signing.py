@@ -380,6 +380,52 @@ def test_a_changed_leaf_under_the_first_archives_signature_is_never_handed_out(t
         assert same_arrays(read_all(a), plain) and a.verify() == []
 
 
+def flipped_copy(first: pathlib.Path, directory: pathlib.Path, key: str = "params/dense/kernel") -> pathlib.Path:
+    """A copy of `first` (same name, in `directory`) with one byte flipped in the middle of
+    leaf `key`'s stored bytes, its checksum left as it was: only that leaf's bytes differ."""
+    with treecask.open(first) as a:
+        at = file_offset_of(a[key], first) + a.info(key).byte_length // 2
+    data = bytearray(first.read_bytes())
+    data[at] ^= 0x40
+    directory.mkdir(exist_ok=True)
+    out = directory / first.name
+    out.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.parametrize("verify_checksums", [True, False])
+def test_a_flipped_byte_in_one_leaf_fails_that_leafs_verified_reads_only(tmp_path, keys, verify_checksums):
+    first = save(tmp_path / "model.cask")
+    second = flipped_copy(first, tmp_path / "flipped")
+    sig = ms_sign(first, keys["p256"], tmp_path / "first.sig", shard_size=SHARD)
+    pub = keys["p256"].public
+    plain = read_all(treecask.open(first))
+    # The open's own pages are intact: it succeeds; the one leaf's reads raise SignatureError
+    # (never its bytes, never a ChecksumError first: its shards are hashed before any use).
+    with treecask.open(second, signature=sig, public_key=pub, verify_checksums=verify_checksums) as a:
+        for read in (lambda: a["params/dense/kernel"], lambda: a.read("params/dense/kernel"),
+                     lambda: a.read_many([a.keys().index("params/dense/kernel")]),
+                     lambda: a.read_slice("params/dense/kernel", (slice(100, 160),)),
+                     lambda: a.load(copy=False), lambda: a.load()):
+            with pytest.raises(SignatureError) as e:
+                read()
+            assert "model.cask" in str(e.value)
+        for k, want in plain.items():  # every other leaf lies in other shards: read, verified
+            if k != "params/dense/kernel":
+                assert np.array_equal(a.read(k).view(np.uint8), want.view(np.uint8)), k
+                assert np.array_equal(np.asarray(a[k]).view(np.uint8), want.view(np.uint8)), k
+        # Rows far from the flipped byte lie in other shards of the same leaf: they verify.
+        np.testing.assert_array_equal(a.read_rows("params/dense/kernel", 0, 8), plain["params/dense/kernel"][:8])
+    with pytest.raises(SignatureError):
+        treecask.verify(second, signature=sig, public_key=pub)
+    if CLI:
+        out = tmp_path / "kernel.npy"
+        r = tc_cli("get", second, "params/dense/kernel", "-o", out, "--signature", sig, "--public-key", pub)
+        assert r.returncode not in (0, 1) and not out.exists(), r.stdout + r.stderr
+        r = tc_cli("get", second, "params/dense/bias", "-o", out, "--signature", sig, "--public-key", pub)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_the_mismatch_names_the_file_and_byte_range(tmp_path, keys):
     first, second = same_layout_pair(tmp_path)
     sig = ms_sign(first, keys["p256"], tmp_path / "first.sig", shard_size=SHARD)
@@ -572,7 +618,8 @@ def test_a_sharded_directory_missing_a_signed_file_is_refused(directory, keys, t
 # ---- zero-copy views -----------------------------------------------------------------
 
 def test_zero_copy_views_come_only_after_their_shards_verify(tmp_path, keys):
-    first, second = same_layout_pair(tmp_path)
+    first = save(tmp_path / "model.cask")
+    second = flipped_copy(first, tmp_path / "flipped")
     sig = ms_sign(first, keys["p256"], tmp_path / "first.sig", shard_size=SHARD)
     pub = keys["p256"].public
     tree = treecask.load(first, copy=False, signature=sig, public_key=pub)
@@ -584,15 +631,15 @@ def test_zero_copy_views_come_only_after_their_shards_verify(tmp_path, keys):
         view = a["params/head"]
         assert file_offset_of(view, first) > 0
         np.testing.assert_array_equal(view, model_tree()["params"]["head"])
-    try:
-        b = treecask.open(second, signature=sig, public_key=pub)
-    except SignatureError:
-        return
-    with b:
+    with treecask.open(second, signature=sig, public_key=pub) as b:
         with pytest.raises(SignatureError):
             b["params/dense/kernel"]
         with pytest.raises(SignatureError):
             b.load(copy=False)
+        view = b["params/head"]  # another leaf's shards verify: its view is handed out
+        assert file_offset_of(view, second) > 0
+    with pytest.raises(SignatureError):
+        treecask.load(second, copy=False, signature=sig, public_key=pub)
 
 
 # ---- over S3: only the covering shards ------------------------------------------------------
