@@ -15,7 +15,7 @@ APT_PACKAGES=(
   liblmdb-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev liblz4-dev
   doctest-dev libcli11-dev nlohmann-json3-dev libzip-dev
   python3-venv unzip
-  libcurl4-openssl-dev nginx-light
+  libcurl4-openssl-dev nginx-light libssl-dev
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -13,6 +13,7 @@
 
 #include "treecask/error.h"
 #include "treecask/reader.h"
+#include "treecask/signing.h"
 #include "treecask/source.h"
 #include "treecask/types.h"
 
@@ -29,6 +30,24 @@ struct OpenOptions {
   // of each blob's overflow run is read at the blob's first use). Turn off only
   // for files you trust, e.g. ones this process just wrote.
   bool validate_structure = true;
+  // Set: a signed open (signing.h; docs/signing.md). The open checks the
+  // bundle's envelope once (DSSE + ECDSA with the public key) and finds this
+  // file in its statement (a file model named as this file, or this file's
+  // name in a signed directory named as its directory), then hands out and
+  // trusts only bytes whose signed ranges it has hashed: the open hashes the
+  // shards holding the LMDB meta pages, the B-tree pages, the header record
+  // and the manifest (validate_structure is forced on: the walk is how those
+  // pages are found); each read, view, verify() and fetch hashes the shards
+  // covering the bytes it uses before using them (a read of S bytes hashes at
+  // most S + 2 shards), each shard once per process (cached by file identity:
+  // device, inode, size, mtime); zero-copy views only after. With file
+  // serialization the open hashes the whole file once. Over a Source, every
+  // fetch is widened to whole shards, hashed as it arrives, and not cached.
+  // A mismatch throws Error(kSignature) naming the file, the leaf (for a
+  // read) and the byte range; a signature that does not verify, is for
+  // another file, or does not cover the file's exact length throws
+  // kSignature at open.
+  std::optional<SignatureCheck> signature;
 };
 
 // An open archive. Copies share one mapping; the map stays alive while any

@@ -33,6 +33,8 @@ enum class ErrorCode : int {
   kAlreadyExists = 10,      // save without overwrite onto an existing path
   kUnsupported = 11,        // valid request the reader cannot serve this way
                             // (e.g. a zero-copy view of an LZ4 leaf)
+  kSignature = 12,          // a signature (signing.h) does not verify, is not for this
+                            // archive, or a signed range's SHA-256 differs
 };
 
 // Human name of a code, e.g. "corruption".

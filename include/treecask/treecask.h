@@ -5,6 +5,7 @@
 #include "treecask/reader.h"
 #include "treecask/archive.h"
 #include "treecask/sharded.h"
+#include "treecask/signing.h"
 #include "treecask/remote.h"
 #include "treecask/error.h"
 #include "treecask/types.h"

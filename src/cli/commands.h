@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "treecask/archive.h"
 #include "treecask/error.h"
 
 namespace treecask::cli {
@@ -28,6 +29,7 @@ enum ExitStatus : int {
   kExitAlreadyExists = 9,
   kExitUnsupported = 10,      // e.g. a dtype the output format cannot hold
   kExitInternal = 11,         // a bug or out of memory
+  kExitSignature = 12,        // ErrorCode::kSignature: a signature that does not verify
 };
 
 // The exit status for an error of `code`.
@@ -39,13 +41,36 @@ int exit_status(ErrorCode code) noexcept;
 // it in-process (treecask._core.run_tool) for URLs it reads through obstore.
 int run_tool(int argc, char** argv) noexcept;
 
+// --signature SIG --public-key PUB.pem of verify, get and export: both or
+// neither (CLI11 enforces it). open_options() reads the two files into
+// OpenOptions::signature (signing.h); kNotFound / kIo naming the file.
+struct SignatureArgs {
+  std::optional<std::string> signature;
+  std::optional<std::string> public_key;
+};
+OpenOptions open_options(const SignatureArgs& args);
+
 int run_info(const std::string& file, bool json);
 int run_ls(const std::string& file, const std::optional<std::string>& prefix, bool json);
-int run_verify(const std::string& file);
+// With a signature: verify_signature() first (every signed byte's SHA-256
+// on all cores), then the XXH3 check of every chunk through a signed open.
+int run_verify(const std::string& file, const SignatureArgs& sig = {});
 // Sharded checkpoint directories (SPEC.md "Sharded checkpoints"): run_verify
 // hands a directory to this; run_info reads its index, run_ls and run_export
 // read either kind through open_reader().
-int run_verify_sharded(const std::string& dir);
+int run_verify_sharded(const std::string& dir, const SignatureArgs& sig = {});
+
+struct SignCliOptions {
+  std::string target;       // an archive file or a sharded checkpoint directory
+  std::string private_key;  // PEM EC private key file
+  std::string output;       // default: target + ".sig"
+  uint64_t shard_size = 0;  // 0: kDefaultSignShardSize
+  bool files = false;       // file serialization
+  bool overwrite = false;
+};
+// treecask::sign, the bundle written to `output` (atomically; kAlreadyExists
+// without overwrite).
+int run_sign(const SignCliOptions& options);
 
 struct GetOptions {
   std::string file;
@@ -53,6 +78,7 @@ struct GetOptions {
   std::string output;
   bool raw = false;
   bool overwrite = false;
+  SignatureArgs sig;
 };
 int run_get(const GetOptions& options);
 
@@ -77,6 +103,7 @@ struct ExportOptions {
   // Set: write the Hugging Face sharded layout into directory `output`; the
   // Hub's size syntax, interop::parse_size().
   std::optional<std::string> max_shard_size;
+  SignatureArgs sig;
 };
 // interop::export_safetensors of open_reader(options.file).
 int run_export(const ExportOptions& options);

@@ -116,7 +116,7 @@ int run_export(const ExportOptions& options) {
     progress->update(done);
   };
   refuse_manager_directory(options.file);
-  const std::unique_ptr<Reader> source = open_reader(options.file);
+  const std::unique_ptr<Reader> source = open_reader(options.file, open_options(options.sig));
   const interop::SafetensorsExport r = interop::export_safetensors(*source, options.output, export_options);
   if (progress) progress->finish();
   const char* tensors = r.num_tensors == 1 ? " tensor, " : " tensors, ";

@@ -24,6 +24,7 @@ int exit_status(ErrorCode code) noexcept {
     case ErrorCode::kIo: return kExitIo;
     case ErrorCode::kAlreadyExists: return kExitAlreadyExists;
     case ErrorCode::kUnsupported: return kExitUnsupported;
+    case ErrorCode::kSignature: return kExitSignature;
   }
   return kExitInternal;
 }
@@ -39,8 +40,19 @@ constexpr const char* kExitCodes =
     "  6 key not found      7 invalid argument or unsupported input file\n"
     "  8 I/O error          9 output exists (no --overwrite)\n"
     " 10 unsupported (e.g. dtype the output format lacks)   11 internal error\n"
+    " 12 signature does not verify (wrong key, another file, a signed range changed)\n"
     "Errors go to stderr as \"treecask: <file>: [<key path>: ]<error>: <message>\".\n"
     "Sizes are in bytes. Manual: docs/cli.md\n";
+
+// --signature / --public-key on a subcommand: both or neither.
+void add_signature_options(CLI::App* cmd, SignatureArgs& sig) {
+  CLI::Option* s = cmd->add_option("--signature", sig.signature,
+                                   "model-signing bundle (treecask sign, model_signing sign key) to verify "
+                                   "every byte read against (docs/signing.md)");
+  CLI::Option* k = cmd->add_option("--public-key", sig.public_key, "PEM public key of the EC key that signed it");
+  s->needs(k);
+  k->needs(s);
+}
 
 int run(int argc, char** argv) {
   CLI::App app{"treecask " + std::string(library_version()) +
@@ -94,11 +106,16 @@ int run(int argc, char** argv) {
   std::string verify_file;
   CLI::App* verify = app.add_subcommand(
       "verify", "Check every chunk of every leaf (checksums, LZ4 decoding, padding)");
-  verify->add_option("FILE", verify_file, "archive file")->required();
+  verify->add_option("FILE", verify_file, "archive file, or a sharded checkpoint directory")->required();
+  SignatureArgs verify_sig;
+  add_signature_options(verify, verify_sig);
   verify->footer(
       "Prints \"DAMAGED <key path>: <error>: <message>\" for each damaged leaf, then\n"
       "\"OK: <n> leaves, <bytes> raw bytes verified\" or \"FAILED: <k> of <n> leaves damaged\".\n"
-      "Exit status: 0 intact; 5 damaged leaves or manifest; 2, 3, 4, 8 as for info.\n");
+      "With --signature: first \"signature OK: ...\" once every signed byte matches its SHA-256\n"
+      "(hashed on all cores), then the chunk check through the signed open.\n"
+      "Exit status: 0 intact; 5 damaged leaves or manifest; 12 the signature does not verify;\n"
+      "2, 3, 4, 8 as for info.\n");
 
   // ---- get
   GetOptions get_options;
@@ -110,13 +127,15 @@ int run(int argc, char** argv) {
   get->add_flag("--raw", get_options.raw,
                 "write the leaf's bytes as a 1-D uint8 array instead (any dtype)");
   get->add_flag("--overwrite", get_options.overwrite, "replace OUTPUT if it exists");
+  add_signature_options(get, get_options.sig);
   get->footer(
       "Writes .npy format 1.0 (2.0 if the header exceeds 64 KiB), descr '<f4', '|b1', '<c16'...\n"
       "bfloat16, float8_*, float4/float6_*, int2/uint2 and int4/uint4 have no NumPy descr and need\n"
       "--raw (view the result with ml_dtypes). Prints\n"
       "\"wrote OUTPUT: <descr> <shape>, <file bytes> bytes (<data bytes> data bytes)\".\n"
+      "With --signature, only the shards holding the leaf (and the open's pages) are hashed.\n"
       "Exit status: 0 ok; 6 no such key path; 9 OUTPUT exists; 10 dtype needs --raw;\n"
-      "5 checksum mismatch; 2, 3, 8 as for info.\n");
+      "5 checksum mismatch; 12 the signature does not verify; 2, 3, 8 as for info.\n");
 
   // ---- import
   ImportOptions import_options;
@@ -174,6 +193,7 @@ int run(int argc, char** argv) {
                          "data bytes each and OUTPUT/model.safetensors.index.json; SIZE as "
                          "transformers takes it: bytes, 5GB, 100KB, 500MB (10^3n), 1GiB (2^10n)");
   export_cmd->add_flag("--overwrite", export_options.overwrite, "replace OUTPUT if it exists");
+  add_signature_options(export_cmd, export_options.sig);
   export_cmd->footer(
       "Tensors in leaf order, named by the dict key in a flat dict archive, else by key path;\n"
       "the archive metadata becomes __metadata__. The header is compact JSON padded with\n"
@@ -185,7 +205,32 @@ int run(int argc, char** argv) {
       "an imported sharded checkpoint's metadata is written back. Prints \"wrote OUTPUT:\n"
       "<k> shards, <n> tensors, <data> data bytes (max shard size <bytes> bytes), index <path>\".\n"
       "Exit status: 0 ok; 10 a leaf safetensors cannot hold (complex128, int2/uint2, int4/uint4,\n"
-      "float8_e3m4/e4m3/e4m3b11fnuz, Python scalar/str leaves); 5 checksum mismatch; 9 OUTPUT exists; 2, 3, 8 as for info.\n");
+      "float8_e3m4/e4m3/e4m3b11fnuz, Python scalar/str leaves); 5 checksum mismatch; 9 OUTPUT exists;\n"
+      "12 the signature (--signature) does not verify; 2, 3, 8 as for info.\n");
+
+  // ---- sign
+  SignCliOptions sign_options;
+  CLI::App* sign_cmd = app.add_subcommand(
+      "sign", "Sign an archive or a sharded checkpoint directory with an EC private key: an OpenSSF "
+              "model-signing bundle (docs/signing.md)");
+  sign_cmd->add_option("ARCHIVE", sign_options.target, "archive file, or a sharded checkpoint directory")
+      ->required();
+  sign_cmd->add_option("--private-key", sign_options.private_key,
+                       "PEM EC private key (P-256, P-384 or P-521), unencrypted")
+      ->required();
+  sign_cmd->add_option("--signature", sign_options.output, "bundle to write; default ARCHIVE.sig");
+  sign_cmd->add_option("--shard-size", sign_options.shard_size,
+                       "bytes per signed shard; default 1048576 (a read hashes the shards it touches)");
+  sign_cmd->add_flag("--files", sign_options.files,
+                     "file serialization: one digest per file (a signed open then hashes the whole file)");
+  sign_cmd->add_flag("--overwrite", sign_options.overwrite, "replace the signature file if it exists");
+  sign_cmd->footer(
+      "Hashes every byte with SHA-256 on all cores and signs the in-toto statement (DSSE, ECDSA)\n"
+      "as `model_signing sign key` does; `model_signing verify key` accepts the bundle (--files; its\n"
+      "CLI hashes by files), model_signing's Python API both. Prints \"wrote SIG: signed ARCHIVE\n"
+      "(shards of <n> bytes | file serialization, <bundle bytes> bytes)\".\n"
+      "Exit status: 0 ok; 2 ARCHIVE or the key missing; 7 not a PEM private key; 9 SIG exists;\n"
+      "10 a key type or curve model-signing does not take; 8 I/O error.\n");
 
   // A first word that names no subcommand: say so, rather than CLI11's "A
   // subcommand is required". import-orbax / import-flax are the Python
@@ -220,7 +265,8 @@ int run(int argc, char** argv) {
     return run_ls(ls_file, ls_prefix_opt->count() > 0 ? std::optional(ls_prefix) : std::nullopt,
                   ls_json);
   }
-  if (verify->parsed()) return run_verify(verify_file);
+  if (verify->parsed()) return run_verify(verify_file, verify_sig);
+  if (sign_cmd->parsed()) return run_sign(sign_options);
   if (get->parsed()) return run_get(get_options);
   if (import_cmd->parsed()) return run_import(import_options);
   if (export_cmd->parsed()) return run_export(export_options);

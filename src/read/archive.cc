@@ -146,6 +146,9 @@ std::vector<std::optional<std::span<const std::byte>>> Archive::view_many(std::s
     if (out[k]->size() != r.byte_length)
       throw Error(ErrorCode::kCorruption, im.file, im.key(indices[k]),
                   "the chunks of a one-part leaf are not contiguous");
+    // A signed archive: every shard under the view, before it is handed out.
+    im.ensure_signed(static_cast<uint64_t>(first.data() - im.map_base), out[k]->size(), indices[k],
+                     resolve_threads(threads));
     if (check)
       for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) jobs.push_back({indices[k], ci});
   }

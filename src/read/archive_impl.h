@@ -36,6 +36,7 @@
 #include "format/manifest.h"
 #include "util/parallel.h"
 #include "read/slice.h"
+#include "sign/shards.h"
 #include "treecask/source.h"
 #include "treecask/treecask.h"
 
@@ -77,6 +78,23 @@ struct Archive::Impl {
   std::vector<BlobSite> blob_site;
   std::unique_ptr<std::atomic<uint8_t>[]> blob_checked;
   uint64_t page_size = 0, last_page = 0;
+  // A signed open of a local file (OpenOptions::signature): the shards of
+  // the file that reads must hash before they use bytes (sign/shards.h).
+  // Null for an unsigned open, and for a remote one, whose source verifies
+  // every byte it fetches (sig::verified_source).
+  std::shared_ptr<const sig::ShardGuard> guard;
+  // Ensures the signed shards covering the file's bytes [off, off + n) are
+  // verified (no-op unsigned), on up to `threads` threads; a mismatch names
+  // leaf `li` when it is not SIZE_MAX.
+  void ensure_signed(uint64_t off, uint64_t n, size_t li = SIZE_MAX, unsigned threads = 1) const {
+    if (!guard) return;
+    try {
+      guard->ensure(off, n, threads);
+    } catch (const Error& e) {
+      if (li == SIZE_MAX || e.code() != ErrorCode::kSignature) throw;
+      throw Error(e.code(), file, key(li), e.message());
+    }
+  }
 
   // The open steps both opens share (read/archive_open.cc; SPEC.md "Reader
   // checks" 3-5), on what each found in the file's two databases. Each
@@ -134,7 +152,9 @@ struct Archive::Impl {
   std::span<const std::byte> stored(size_t li, const fb::Chunk* c) const {
     const uint32_t b = c->blob();
     if (blob_checked[b].load(std::memory_order_acquire) == 0) check_blob(b, li);
-    return {blob_data[b] + c->offset(), c->stored_size()};
+    const std::byte* at = blob_data[b] + c->offset();
+    if (guard) ensure_signed(static_cast<uint64_t>(at - map_base), c->stored_size(), li);
+    return {at, c->stored_size()};
   }
   // The checks of blob `id` that open leaves to its first use: its LMDB
   // overflow page header when the structure check saw the run (check_structure's

@@ -121,6 +121,24 @@ std::optional<uint64_t> overflow_run_of(const std::byte* base, std::span<const s
   return pg;
 }
 
+// The structure checks' view of a signed local file: each range hashed
+// (its covering shards) before it is read; ranges past the signed length
+// are left to the inner reader, which reports the end of the file.
+class GuardedReader final : public lmdb::FileReader {
+ public:
+  GuardedReader(const lmdb::FileReader& inner, const sig::ShardGuard* guard) : inner_(inner), guard_(guard) {}
+  std::string read(uint64_t offset, std::byte* buf, size_t n) const override {
+    if (guard_ && offset < guard_->table().size())
+      guard_->ensure(offset, std::min<uint64_t>(n, guard_->table().size() - offset));
+    return inner_.read(offset, buf, n);
+  }
+  void will_read(std::span<const uint64_t> offsets, size_t n) const override { inner_.will_read(offsets, n); }
+
+ private:
+  const lmdb::FileReader& inner_;
+  const sig::ShardGuard* guard_;
+};
+
 [[noreturn]] void open_fail(ErrorCode code, const std::string& file, const std::string& what) {
   throw Error(code, file, "", what);
 }
@@ -139,6 +157,7 @@ void Archive::Impl::check_blob(uint32_t id, size_t li) const {
   const size_t skip = run ? 0 : kOverflowPageHeader;  // bytes of `head` not read
   const std::byte* from = value - (run ? kOverflowPageHeader : 0);
   const size_t n = sizeof head - skip;
+  if (guard) ensure_signed(static_cast<uint64_t>(from - map_base), n, li);
   bool got = false;
   if (source) {  // from the fetched group holding it (for_chunks), else one range read
     try {
@@ -193,11 +212,24 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   if (!S_ISREG(st.st_mode)) open_fail(ErrorCode::kNotAnArchive, file, "not a regular file");
   impl->file_size = static_cast<uint64_t>(st.st_size);
 
+  // A signed open: the envelope checked, this file found in the statement,
+  // its signed ranges tiling it exactly (sign/shards.h). The structure walk
+  // is forced on: it is how the pages the open trusts are found, and each
+  // is hashed before it is read (GuardedReader).
+  if (options.signature) {
+    const sig::Statement st = sig::check_bundle(options.signature->bundle_json, options.signature->public_key_pem, file);
+    impl->guard = std::make_shared<const sig::ShardGuard>(
+        sig::shard_table(st, sig::resource_of(st, file, file), impl->file_size, file), fd);
+    impl->options.validate_structure = true;
+  }
+
   // 1, 1b. The LMDB meta pages and every page the reads below can reach,
   // before LMDB sees the file.
   lmdb::MetaInfo meta;
   lmdb::StructureStats structure;  // with the first page of every overflow run (its header: check_blob)
-  impl->check_container(lmdb::FdReader(fd), &meta, options.validate_structure ? &structure : nullptr);
+  const lmdb::FdReader fd_reader(fd);
+  const GuardedReader guarded(fd_reader, impl->guard.get());
+  impl->check_container(guarded, &meta, impl->options.validate_structure ? &structure : nullptr);
 
   // 2. Map the very inode we checked (the path may be replaced meanwhile).
   impl->env.create(file);
@@ -238,10 +270,19 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   std::string no_base;
   ErrorCode no_base_code = ErrorCode::kIo;
   impl->map_base = find_map_base(hdr, meta, fd, impl->file_size, &no_base, &no_base_code);
-  if (!impl->map_base && options.validate_structure)
+  if (!impl->map_base && impl->options.validate_structure)
     open_fail(no_base_code, file,
               "cannot locate LMDB's map of the file, so its overflow page headers cannot be checked "
               "(SPEC.md S11): " + no_base);
+  // A signed open: the header record and the manifest (with its overflow
+  // page header) hashed before they are parsed (the header record lies in
+  // a B-tree page the walk already hashed; the manifest's overflow run not).
+  if (impl->guard) {
+    impl->ensure_signed(static_cast<uint64_t>(hdr.data() - impl->map_base), hdr.size());
+    const uint64_t man_at = static_cast<uint64_t>(man.data() - impl->map_base);
+    const uint64_t head = std::min<uint64_t>(man_at, kOverflowPageHeader);
+    impl->ensure_signed(man_at - head, man.size() + head, SIZE_MAX, 0);
+  }
   // A manifest in an LMDB overflow run: the run's first page header (S11),
   // which the structure walk bounded but did not read, before its bytes are used.
   if (auto pg = overflow_run_of(impl->map_base, man, meta, structure)) {

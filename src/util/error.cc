@@ -15,6 +15,7 @@ std::string_view error_code_name(ErrorCode code) noexcept {
     case ErrorCode::kIo: return "I/O error";
     case ErrorCode::kAlreadyExists: return "already exists";
     case ErrorCode::kUnsupported: return "unsupported";
+    case ErrorCode::kSignature: return "signature";
   }
   return "unknown error";
 }

@@ -1,0 +1,314 @@
+// Shard tables, the verified-shard guard and cache, and the verifying
+// Source (shards.h).
+#include "sign/shards.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <unordered_set>
+
+#include "sign/sha256.h"
+#include "util/parallel.h"
+
+namespace treecask::sig {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& shown, const std::string& what) {
+  throw Error(ErrorCode::kSignature, shown, "", what);
+}
+
+// The last component of a path or URL (a URL's query and fragment dropped;
+// a relative path made absolute against the working directory, "." and ".."
+// resolved lexically), and the one before it ("" at the root).
+std::pair<std::string, std::string> name_and_parent(const std::string& file) {
+  std::string s = file;
+  if (const size_t scheme = s.find("://"); scheme != std::string::npos) {
+    s = s.substr(0, s.find_first_of("?#", scheme + 3));
+  } else {
+    std::error_code ec;
+    std::filesystem::path p = std::filesystem::absolute(s, ec);
+    if (!ec) s = p.lexically_normal().string();
+  }
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  const size_t slash = s.rfind('/');
+  if (slash == std::string::npos) return {s, ""};
+  const std::string dir = s.substr(0, slash);
+  return {s.substr(slash + 1), dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1)};
+}
+
+std::atomic<uint64_t> g_hashed{0};
+
+// The process-wide cache of verified shards of local files: FileId, range
+// and digest, as one binary key.
+std::mutex g_cache_mu;
+std::unordered_set<std::string>& cache() {
+  static auto* c = new std::unordered_set<std::string>();  // never destroyed: used until exit
+  return *c;
+}
+std::string cache_key(const FileId& id, uint64_t start, uint64_t end, const Digest& d) {
+  std::string k(sizeof(FileId) + 16 + d.size(), '\0');
+  std::memcpy(k.data(), &id, sizeof id);
+  std::memcpy(k.data() + sizeof id, &start, 8);
+  std::memcpy(k.data() + sizeof id + 8, &end, 8);
+  std::memcpy(k.data() + sizeof id + 16, d.data(), d.size());
+  return k;
+}
+
+}  // namespace
+
+size_t ShardTable::shard_of(uint64_t off) const {
+  auto it = std::upper_bound(start.begin(), start.end() - 1, off);
+  return static_cast<size_t>(it - start.begin()) - 1;
+}
+
+std::string ShardTable::describe(size_t k) const {
+  const std::string a = std::to_string(start[k]), b = std::to_string(start[k + 1]);
+  return "bytes [" + a + ", " + b + ") (signed resource '" + resource + (shards ? ":" + a + ":" + b : "") + "')";
+}
+
+std::string resource_of(const Statement& st, const std::string& file, const std::string& shown) {
+  auto [name, parent] = name_and_parent(file);
+  if (st.file_model()) {
+    if (st.subject != name)
+      bad(shown, "the signature is for the file '" + st.subject + "', not '" + name + "'");
+    return ".";
+  }
+  if (st.subject != parent)
+    bad(shown, "the signature is for the directory '" + st.subject + "', and '" + name +
+                   "' is not in it (its directory is '" + parent + "')");
+  return name;
+}
+
+ShardTable shard_table(const Statement& st, const std::string& resource, uint64_t file_size, const std::string& shown) {
+  ShardTable t;
+  t.file = shown;
+  t.resource = resource;
+  t.shards = st.shards;
+  std::vector<const Resource*> rs;
+  for (const Resource& r : st.resources)
+    if (r.path == resource) rs.push_back(&r);
+  if (rs.empty())
+    bad(shown, "the signature does not cover this file: its statement lists no resource '" + resource + "'");
+  if (!st.shards) {
+    if (rs.size() != 1) bad(shown, "the statement lists the file '" + resource + "' " + std::to_string(rs.size()) + " times");
+    t.start = {0, file_size};
+    t.digest = {rs[0]->digest};
+    return t;
+  }
+  std::sort(rs.begin(), rs.end(), [](const Resource* a, const Resource* b) {
+    return a->start != b->start ? a->start < b->start : a->end < b->end;
+  });
+  uint64_t at = 0;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const Resource& r = *rs[i];
+    if (r.start < at) bad(shown, "signed ranges '" + rs[i - 1]->name + "' and '" + r.name + "' overlap");
+    if (r.start > at)
+      bad(shown, "the signed ranges of '" + resource + "' leave bytes [" + std::to_string(at) + ", " +
+                     std::to_string(r.start) + ") unsigned (a shard resource is missing)");
+    const uint64_t len = r.end - r.start;
+    const bool last = i + 1 == rs.size();
+    if (len == 0 || len > st.shard_size || (!last && len != st.shard_size))
+      bad(shown, "signed range '" + r.name + "' is not a shard of " + std::to_string(st.shard_size) + " bytes");
+    t.start.push_back(r.start);
+    t.digest.push_back(r.digest);
+    at = r.end;
+  }
+  t.start.push_back(at);
+  if (at != file_size)
+    bad(shown, "the file has " + std::to_string(file_size) + " bytes but the signature covers " +
+                   std::to_string(at) + " (" + (file_size > at ? "appended to" : "truncated") + " after signing)");
+  return t;
+}
+
+uint64_t shards_hashed() { return g_hashed.load(std::memory_order_relaxed); }
+
+FileId file_id(int fd) {
+  struct stat st;
+  FileId id;
+  if (::fstat(fd, &st) == 0) {
+    id.dev = static_cast<uint64_t>(st.st_dev);
+    id.ino = static_cast<uint64_t>(st.st_ino);
+    id.size = static_cast<uint64_t>(st.st_size);
+    id.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  }
+  return id;
+}
+
+ShardGuard::ShardGuard(ShardTable table, int fd, bool use_cache)
+    : table_(std::move(table)), use_cache_(use_cache) {
+  fd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (fd_ < 0) throw Error(ErrorCode::kIo, table_.file, "", std::string("cannot dup: ") + std::strerror(errno));
+  id_ = file_id(fd_);
+  state_.reset(new std::atomic<uint8_t>[table_.count()]);
+  for (size_t k = 0; k < table_.count(); ++k) state_[k].store(0, std::memory_order_relaxed);
+}
+
+ShardGuard::~ShardGuard() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ShardGuard::verify_shard(size_t k) const {
+  std::atomic<uint8_t>& s = state_[k];
+  for (;;) {
+    uint8_t v = s.load(std::memory_order_acquire);
+    if (v == 2) return;
+    if (v == 1) {
+      s.wait(1, std::memory_order_acquire);
+      continue;
+    }
+    if (!s.compare_exchange_strong(v, 1, std::memory_order_acq_rel)) continue;
+    break;
+  }
+  const uint64_t a = table_.start[k], b = table_.start[k + 1];
+  const std::string key = cache_key(id_, a, b, table_.digest[k]);
+  bool ok = false;
+  if (use_cache_) {
+    std::lock_guard lock(g_cache_mu);
+    ok = cache().count(key) != 0;
+  }
+  if (!ok) {
+    try {
+      ok = sha256_of_file_range(fd_, a, b - a, table_.file) == table_.digest[k];
+      hashed_.fetch_add(1, std::memory_order_relaxed);
+      g_hashed.fetch_add(1, std::memory_order_relaxed);
+    } catch (...) {
+      s.store(0, std::memory_order_release);
+      s.notify_all();
+      throw;
+    }
+    if (ok) {
+      std::lock_guard lock(g_cache_mu);
+      cache().insert(key);
+    }
+  }
+  s.store(ok ? 2 : 0, std::memory_order_release);
+  s.notify_all();
+  if (!ok)
+    bad(table_.file, table_.describe(k) + " do not match their signed SHA-256 digest");
+}
+
+void ShardGuard::ensure(uint64_t off, uint64_t n, unsigned threads) const {
+  if (n == 0) return;
+  if (off > table_.size() || n > table_.size() - off)
+    bad(table_.file, "bytes [" + std::to_string(off) + ", " + std::to_string(off + n) +
+                         ") lie past the signed length " + std::to_string(table_.size()));
+  const size_t k0 = table_.shard_of(off), k1 = table_.shard_of(off + n - 1);
+  std::vector<size_t> todo;
+  for (size_t k = k0; k <= k1; ++k)
+    if (state_[k].load(std::memory_order_acquire) != 2) todo.push_back(k);
+  if (todo.size() <= 2 || threads == 1) {
+    for (size_t k : todo) verify_shard(k);
+    return;
+  }
+  parallel_for(todo.size(), std::min<unsigned>(resolve_threads(threads), static_cast<unsigned>(todo.size())),
+               [&](size_t i) { verify_shard(todo[i]); });
+}
+
+// ---- verified_source ----
+
+namespace {
+
+class VerifiedSource final : public Source {
+ public:
+  VerifiedSource(std::shared_ptr<const Source> inner, ShardTable table)
+      : inner_(std::move(inner)), table_(std::move(table)) {}
+  const std::string& name() const noexcept override { return inner_->name(); }
+  uint64_t size() const noexcept override { return table_.size(); }
+  unsigned concurrency() const noexcept override { return inner_->concurrency(); }
+
+  void read(std::span<const ReadRange> ranges) const override {
+    check_size();
+    const uint64_t size = table_.size();
+    // Absolute ranges, in order of offset.
+    std::vector<ReadRange> rs(ranges.begin(), ranges.end());
+    for (ReadRange& r : rs) {
+      if (r.from_end) {  // the last out.size() bytes, written at the start of `out`
+        const uint64_t n = std::min<uint64_t>(r.out.size(), size);
+        r = {size - n, r.out.first(static_cast<size_t>(n)), false};
+      } else if (r.offset > size || r.out.size() > size - r.offset) {
+        bad(name(), "bytes [" + std::to_string(r.offset) + ", " + std::to_string(r.offset + r.out.size()) +
+                        ") lie past the signed length " + std::to_string(size));
+      }
+    }
+    std::erase_if(rs, [](const ReadRange& r) { return r.out.empty(); });
+    if (rs.empty()) return;
+    std::sort(rs.begin(), rs.end(), [](const ReadRange& a, const ReadRange& b) { return a.offset < b.offset; });
+    // Stretches of whole shards [k0, k1], merged where they touch.
+    struct Stretch {
+      size_t k0, k1;
+      std::vector<std::byte> bytes;
+    };
+    std::vector<Stretch> st;
+    for (const ReadRange& r : rs) {
+      const size_t k0 = table_.shard_of(r.offset), k1 = table_.shard_of(r.offset + r.out.size() - 1);
+      if (!st.empty() && k0 <= st.back().k1 + 1) {
+        st.back().k1 = std::max(st.back().k1, k1);
+        continue;
+      }
+      st.push_back({k0, k1, {}});
+    }
+    std::vector<ReadRange> fetch;
+    std::vector<std::pair<size_t, size_t>> shards;  // (stretch, shard)
+    for (size_t i = 0; i < st.size(); ++i) {
+      Stretch& s = st[i];
+      s.bytes.resize(table_.start[s.k1 + 1] - table_.start[s.k0]);
+      fetch.push_back({table_.start[s.k0], s.bytes});
+      for (size_t k = s.k0; k <= s.k1; ++k) shards.emplace_back(i, k);
+    }
+    inner_->read(fetch);
+    auto check = [&](size_t j) {
+      const auto [i, k] = shards[j];
+      const Stretch& s = st[i];
+      const uint64_t from = table_.start[k] - table_.start[s.k0];
+      if (sha256(std::span(s.bytes).subspan(from, table_.start[k + 1] - table_.start[k])) != table_.digest[k])
+        bad(name(), table_.describe(k) + " do not match their signed SHA-256 digest");
+    };
+    if (shards.size() <= 2) {
+      for (size_t j = 0; j < shards.size(); ++j) check(j);
+    } else {
+      parallel_for(shards.size(), std::min<unsigned>(resolve_threads(0), static_cast<unsigned>(shards.size())), check);
+    }
+    size_t i = 0;
+    for (const ReadRange& r : rs) {
+      while (table_.start[st[i].k1 + 1] <= r.offset) ++i;
+      std::memcpy(r.out.data(), st[i].bytes.data() + (r.offset - table_.start[st[i].k0]), r.out.size());
+    }
+  }
+
+ private:
+  // The inner object's length must be the signed one; a source that learns
+  // its size from its first read is given that read here.
+  void check_size() const {
+    std::call_once(sized_, [&] {
+      if (inner_->size() == kUnknownSize) {
+        const uint64_t first = table_.start[1] - table_.start[0];
+        const uint64_t last = table_.start.back() - table_.start[table_.count() - 1];
+        std::vector<std::byte> a(std::max<uint64_t>(first, 1)), b(std::max<uint64_t>(last, 1));
+        ReadRange r[2] = {{0, a}, {0, b, /*from_end=*/true}};
+        inner_->read(r);
+      }
+      if (inner_->size() != table_.size())
+        bad(name(), "the object has " + std::to_string(inner_->size()) + " bytes but the signature covers " +
+                        std::to_string(table_.size()) + " (" +
+                        (inner_->size() > table_.size() ? "appended to" : "truncated") + " after signing)");
+    });
+  }
+
+  std::shared_ptr<const Source> inner_;
+  ShardTable table_;
+  mutable std::once_flag sized_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Source> verified_source(std::shared_ptr<const Source> inner, ShardTable table) {
+  return std::make_shared<VerifiedSource>(std::move(inner), std::move(table));
+}
+
+}  // namespace treecask::sig

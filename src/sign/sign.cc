@@ -1,0 +1,218 @@
+// treecask::sign and treecask::verify_signature (include/treecask/signing.h):
+// a model (one file, or a directory as model_signing walks it) hashed on all
+// cores, shard by shard.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "sign/bundle.h"
+#include "sign/sha256.h"
+#include "sign/shards.h"
+#include "treecask/signing.h"
+#include "util/parallel.h"
+
+namespace treecask {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd, o.fd);
+    return *this;
+  }
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Opens a regular file for hashing; its size in `size`.
+Fd open_file(const fs::path& p, uint64_t* size) {
+  Fd f(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  if (f.fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) throw Error(ErrorCode::kNotFound, p.string(), "", "no such file");
+    throw Error(ErrorCode::kIo, p.string(), "", std::string("cannot open: ") + std::strerror(errno));
+  }
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0) throw Error(ErrorCode::kIo, p.string(), "", "fstat failed");
+  if (!S_ISREG(st.st_mode)) throw Error(ErrorCode::kInvalidArgument, p.string(), "", "not a regular file");
+  *size = static_cast<uint64_t>(st.st_size);
+  return f;
+}
+
+// True when `rel` (a POSIX path relative to the model) is or lies under
+// one of `ignore` (model_signing's ignore_paths rule).
+bool ignored(const std::string& rel, const std::vector<std::string>& ignore) {
+  for (const std::string& i : ignore) {
+    std::string p = fs::path(i).lexically_normal().generic_string();
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    if (rel == p || (rel.size() > p.size() && rel.compare(0, p.size(), p) == 0 && rel[p.size()] == '/')) return true;
+  }
+  return false;
+}
+
+// The regular files of directory `dir` as model_signing's directory model
+// lists them: relative POSIX paths, sorted, ignored paths left out.
+// Throws kUnsupported for a symbolic link (model_signing refuses them
+// unless allow_symlinks), kIo.
+std::vector<std::string> model_files(const fs::path& dir, const std::vector<std::string>& ignore) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end;
+  if (ec) throw Error(ErrorCode::kIo, dir.string(), "", "cannot list: " + ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw Error(ErrorCode::kIo, dir.string(), "", "cannot list: " + ec.message());
+    const std::string rel = it->path().lexically_relative(dir).generic_string();
+    if (ignored(rel, ignore)) {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_symlink())
+      throw Error(ErrorCode::kUnsupported, it->path().string(), "",
+                  "a symbolic link in a signed directory (model_signing refuses them without allow_symlinks)");
+    if (it->is_regular_file()) out.push_back(rel);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string last_component(const fs::path& p) {
+  std::error_code ec;
+  fs::path a = fs::absolute(p, ec);
+  if (ec) a = p;
+  a = a.lexically_normal();
+  if (!a.has_filename()) a = a.parent_path();
+  return a.filename().string();
+}
+
+// One shard to hash: file `file` (an index into the caller's files), bytes [start, end).
+struct Job {
+  size_t file;
+  uint64_t start, end;
+};
+
+}  // namespace
+
+std::string sign(const std::filesystem::path& target, std::string_view private_key_pem, const SignOptions& options) {
+  const uint64_t shard_size = options.shard_size ? options.shard_size : kDefaultSignShardSize;
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(target, ec);
+  if (!is_dir && !fs::exists(target, ec)) throw Error(ErrorCode::kNotFound, target.string(), "", "no such file or directory");
+  std::vector<std::string> rel;  // the files, relative ("." for a file model)
+  std::vector<fs::path> paths;
+  if (is_dir) {
+    rel = model_files(target, sig::default_ignore_paths());
+    for (const std::string& r : rel) paths.push_back(target / r);
+  } else {
+    rel = {"."};
+    paths = {target};
+  }
+  std::vector<Fd> fds;
+  std::vector<Job> jobs;
+  for (size_t f = 0; f < paths.size(); ++f) {
+    uint64_t size = 0;
+    fds.push_back(open_file(paths[f], &size));
+    if (!options.shards) {
+      jobs.push_back({f, 0, size});
+      continue;
+    }
+    // Shards: an empty file has none (model_signing lists no resource for it).
+    for (uint64_t a = 0; a < size; a += shard_size) jobs.push_back({f, a, std::min(size, a + shard_size)});
+  }
+  std::vector<sig::Resource> res(jobs.size());
+  parallel_for(jobs.size(), std::min<unsigned>(resolve_threads(options.threads), std::max<size_t>(jobs.size(), 1)),
+               [&](size_t j) {
+                 const Job& jb = jobs[j];
+                 sig::Resource& r = res[j];
+                 r.path = rel[jb.file];
+                 r.start = jb.start;
+                 r.end = jb.end;
+                 r.name = options.shards ? r.path + ":" + std::to_string(jb.start) + ":" + std::to_string(jb.end) : r.path;
+                 r.digest = sig::sha256_of_file_range(fds[jb.file].fd, jb.start, jb.end - jb.start, paths[jb.file].string());
+               });
+  // A file that changed size while it was hashed would be signed torn.
+  for (size_t f = 0; f < paths.size(); ++f) {
+    uint64_t size = 0;
+    Fd again = open_file(paths[f], &size);
+    const uint64_t hashed = [&] {
+      uint64_t e = 0;
+      for (const sig::Resource& r : res)
+        if (r.path == rel[f]) e = std::max(e, r.end);
+      return e;
+    }();
+    if (size != hashed)
+      throw Error(ErrorCode::kIo, paths[f].string(), "", "the file changed size while it was signed");
+  }
+  const std::string statement =
+      sig::make_statement(last_component(target), options.shards, shard_size, res, sig::default_ignore_paths());
+  try {
+    return sig::make_bundle(statement, private_key_pem);
+  } catch (const Error& e) {
+    throw Error(e.code(), target.string(), "", e.message());
+  }
+}
+
+void verify_signature(const std::filesystem::path& target, const SignatureCheck& check, unsigned threads) {
+  const std::string shown = target.string();
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(target, ec);
+  if (!is_dir && !fs::exists(target, ec)) throw Error(ErrorCode::kNotFound, shown, "", "no such file or directory");
+  const sig::Statement st = sig::check_bundle(check.bundle_json, check.public_key_pem, shown);
+  std::vector<std::unique_ptr<sig::ShardGuard>> guards;
+  if (is_dir) {
+    if (st.file_model())
+      throw Error(ErrorCode::kSignature, shown, "",
+                  "the signature is for the file '" + st.subject + "', not a directory");
+    const std::string name = last_component(target);
+    if (st.subject != name)
+      throw Error(ErrorCode::kSignature, shown, "",
+                  "the signature is for the directory '" + st.subject + "', not '" + name + "'");
+    const std::vector<std::string> files = model_files(target, st.ignore_paths);
+    std::set<std::string> listed;
+    for (const sig::Resource& r : st.resources) listed.insert(r.path);
+    std::vector<std::string> signed_files;
+    for (const std::string& f : files) {
+      std::error_code size_ec;
+      if (st.shards && !listed.count(f) && fs::file_size(target / f, size_ec) == 0 && !size_ec)
+        continue;  // model_signing lists no shard for an empty file
+      signed_files.push_back(f);
+    }
+    for (const std::string& f : signed_files)
+      if (!listed.count(f))
+        throw Error(ErrorCode::kSignature, (target / f).string(), "",
+                    "the file is not covered by the signature (its statement does not list it)");
+    for (const std::string& l : listed)
+      if (!std::binary_search(files.begin(), files.end(), l))
+        throw Error(ErrorCode::kSignature, (target / l).string(), "",
+                    "the signature lists this file and it is missing");
+    for (const std::string& f : signed_files) {
+      uint64_t size = 0;
+      Fd fd = open_file(target / f, &size);
+      guards.push_back(std::make_unique<sig::ShardGuard>(
+          sig::shard_table(st, f, size, (target / f).string()), fd.fd, /*use_cache=*/false));
+    }
+  } else {
+    uint64_t size = 0;
+    Fd fd = open_file(target, &size);
+    const std::string resource = sig::resource_of(st, shown, shown);
+    guards.push_back(std::make_unique<sig::ShardGuard>(sig::shard_table(st, resource, size, shown), fd.fd,
+                                                        /*use_cache=*/false));
+  }
+  std::vector<std::pair<size_t, size_t>> jobs;  // (guard, shard)
+  for (size_t g = 0; g < guards.size(); ++g)
+    for (size_t k = 0; k < guards[g]->table().count(); ++k) jobs.emplace_back(g, k);
+  parallel_for(jobs.size(), std::min<unsigned>(resolve_threads(threads), std::max<size_t>(jobs.size(), 1)),
+               [&](size_t j) { guards[jobs[j].first]->verify_shard(jobs[j].second); });
+}
+
+}  // namespace treecask

@@ -1,0 +1,533 @@
+// Signed checkpoints (include/treecask/signing.h, docs/signing.md): sign and
+// verify round trips in both serializations, verified opens and reads of a
+// local file and over a Source, and every way a signature must be refused:
+// another archive with one leaf changed, a wrong key, a statement for
+// another file, shard resources truncated / reordered / overlapping /
+// missing, a file appended to after signing, unsupported key types and hash
+// algorithms, a sharded directory with a shard file from another step.
+// Keys are made at test time with OpenSSL.
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "../format/vectors/contents.h"
+#include "sign/bundle.h"
+#include "sign/shards.h"
+#include "testutil.h"
+#include "treecask/treecask.h"
+
+using namespace treecask;
+using tc_test::FlatTree;
+using tc_test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh key pair as PEM (private, public): "EC" (curve P-256 / P-384 /
+// P-521), "ED25519" or "RSA".
+struct Keys {
+  std::string priv, pub;
+};
+Keys make_keys(const std::string& type, const char* curve = "P-256") {
+  EVP_PKEY* k = nullptr;
+  if (type == "EC") k = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", curve);
+  else if (type == "RSA") k = EVP_PKEY_Q_keygen(nullptr, nullptr, "RSA", size_t{2048});
+  else k = EVP_PKEY_Q_keygen(nullptr, nullptr, type.c_str());
+  REQUIRE(k != nullptr);
+  auto pem = [&](bool priv) {
+    BIO* b = BIO_new(BIO_s_mem());
+    REQUIRE((priv ? PEM_write_bio_PrivateKey(b, k, nullptr, nullptr, 0, nullptr, nullptr)
+                  : PEM_write_bio_PUBKEY(b, k)) == 1);
+    char* d = nullptr;
+    long n = BIO_get_mem_data(b, &d);
+    std::string s(d, static_cast<size_t>(n));
+    BIO_free(b);
+    return s;
+  };
+  Keys out{pem(true), pem(false)};
+  EVP_PKEY_free(k);
+  return out;
+}
+
+const Keys& ec_keys() {
+  static const Keys k = make_keys("EC");
+  return k;
+}
+
+// An archive of raw and LZ4 leaves, one of 4 MiB, chunks of 64 KiB:
+// `changed` flips bytes of leaf "b" (same layout, other bytes).
+FlatTree tree(bool changed = false) {
+  FlatTree t;
+  t.add_random("a", DType::kFloat32, {1000}, 1);
+  t.add_random("b", DType::kFloat32, {1 << 20}, 2);  // 4 MiB
+  t.add("c", DType::kUInt8, {300000}, tc_test::compressible_bytes(300000, 3));
+  t.add_random("d", DType::kInt64, {7}, 4);
+  if (changed) t.data[1][12345] ^= std::byte{0x40};
+  return t;
+}
+
+SaveOptions save_options() {
+  SaveOptions o;
+  o.chunk_size = 64 << 10;
+  o.compression = Compression::kAuto;
+  return o;
+}
+
+OpenOptions signed_open(const std::string& bundle, const std::string& pub = ec_keys().pub) {
+  OpenOptions o;
+  o.signature = SignatureCheck{bundle, pub};
+  return o;
+}
+
+// Every leaf read back equals what was saved.
+void check_reads(const Archive& a, FlatTree& t) {
+  REQUIRE(a.size() == t.keys.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const size_t li = a.index_of(t.keys[i]);
+    std::vector<std::byte> out(a.leaf(li).byte_length);
+    a.read(li, out);
+    CHECK(tc_test::same(out, t.data[i]));
+  }
+}
+
+std::string what_of(const std::function<void()>& fn, ErrorCode code = ErrorCode::kSignature) {
+  return tc_test::expect_error(code, fn).what();
+}
+
+bool has(const std::string& s, const std::string& part) {
+  INFO(s);
+  return s.find(part) != std::string::npos;
+}
+
+// The bundle's statement, re-signed by `priv` after `edit` changed it.
+std::string resigned(const std::string& bundle, const std::function<void(sig::Statement&)>& edit,
+                     const std::string& priv = ec_keys().priv) {
+  sig::Envelope e = sig::parse_bundle(bundle, "test");
+  sig::Statement st = sig::parse_statement(e.payload, "test");
+  edit(st);
+  return sig::make_bundle(sig::make_statement(st.subject, st.shards, st.shard_size, st.resources, st.ignore_paths),
+                           priv);
+}
+
+// A local file served as a Source (test://NAME), counting the bytes it
+// hands out; flips the byte at `damage_at` in what it returns.
+class FileSource final : public Source {
+ public:
+  explicit FileSource(const fs::path& p) : name_("test://" + p.filename().string()) {
+    fd_ = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd_ >= 0);
+    size_ = static_cast<uint64_t>(::lseek(fd_, 0, SEEK_END));
+  }
+  ~FileSource() override { ::close(fd_); }
+  const std::string& name() const noexcept override { return name_; }
+  uint64_t size() const noexcept override { return size_; }
+  void read(std::span<const ReadRange> ranges) const override {
+    for (const ReadRange& r : ranges) {
+      REQUIRE(!r.from_end);
+      REQUIRE(r.offset + r.out.size() <= size_);
+      REQUIRE(::pread(fd_, r.out.data(), r.out.size(), static_cast<off_t>(r.offset)) ==
+              static_cast<ssize_t>(r.out.size()));
+      if (damage_at >= r.offset && damage_at < r.offset + r.out.size()) r.out[damage_at - r.offset] ^= std::byte{1};
+      bytes += r.out.size();
+    }
+  }
+  uint64_t damage_at = UINT64_MAX;
+  mutable std::atomic<uint64_t> bytes{0};
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+std::string b64(const std::string& in) {
+  std::string out((in.size() + 2) / 3 * 4 + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(in.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("sign") {
+
+TEST_CASE("sign + verify_signature + a signed open, shard and file serialization") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.save(tmp / "model.cask", save_options());
+  for (bool shards : {true, false}) {
+    INFO("shards " << shards);
+    SignOptions so;
+    so.shards = shards;
+    so.shard_size = 64 << 10;
+    const std::string bundle = sign(tmp / "model.cask", ec_keys().priv, so);
+    const SignatureCheck check{bundle, ec_keys().pub};
+    verify_signature(tmp / "model.cask", check);
+    verify_signature(tmp / "model.cask", check, 1);
+    Archive a = Archive::open(tmp / "model.cask", signed_open(bundle));
+    check_reads(a, t);
+    CHECK(a.verify().empty());
+    // Zero-copy views and view_many, after their shards verified.
+    auto v = a.view(a.index_of("b"));
+    CHECK(tc_test::same(v, t.data[1]));
+    std::vector<size_t> all{0, 1, 2, 3};
+    auto views = a.view_many(all);
+    CHECK(views[a.index_of("b")].has_value());
+    // A slice and a byte range.
+    std::vector<std::byte> part(4096);
+    a.read_bytes(a.index_of("b"), 100000, part);
+    CHECK(tc_test::same(part, std::span(t.data[1]).subspan(100000, 4096)));
+    // The default shard size (1 MiB) signs and verifies too.
+    SignOptions dflt;
+    dflt.shards = shards;
+    verify_signature(tmp / "model.cask", {sign(tmp / "model.cask", ec_keys().priv, dflt), ec_keys().pub});
+  }
+  // P-384 and P-521 keys (SHA-384, SHA-512).
+  for (const char* curve : {"P-384", "P-521"}) {
+    Keys k = make_keys("EC", curve);
+    const std::string b = sign(tmp / "model.cask", k.priv);
+    verify_signature(tmp / "model.cask", {b, k.pub});
+    check_reads(Archive::open(tmp / "model.cask", signed_open(b, k.pub)), t);
+  }
+}
+
+TEST_CASE("the bundle is model_signing's: media type, key hint, DSSE envelope, statement") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.save(tmp / "model.cask", save_options());
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv);
+  sig::Envelope e = sig::parse_bundle(bundle, "b");
+  CHECK(e.payload_type == "application/vnd.in-toto+json");
+  CHECK(e.key_hint.size() == 64);
+  sig::Statement st = sig::parse_statement(e.payload, "b");
+  CHECK(st.subject == "model.cask");
+  CHECK(st.shards);
+  CHECK(st.shard_size == kDefaultSignShardSize);
+  const uint64_t size = fs::file_size(tmp / "model.cask");
+  CHECK(st.resources.size() == (size + st.shard_size - 1) / st.shard_size);
+  CHECK(st.resources.front().name == ".:0:" + std::to_string(std::min(size, st.shard_size)));
+  CHECK(st.file_model());
+  CHECK(has(e.payload, "\"predicateType\": \"https://model_signing/signature/v1.0\""));
+  CHECK(has(e.payload, "\"algorithm\": \"sha256-sharded-1048576\""));
+}
+
+TEST_CASE("a read hashes only the shards under its bytes, each once") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.save(tmp / "model.cask", save_options());
+  SignOptions so;
+  so.shard_size = 64 << 10;
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv, so);
+  const uint64_t size = fs::file_size(tmp / "model.cask");
+  const uint64_t before_open = sig::shards_hashed();
+  Archive a = Archive::open(tmp / "model.cask", signed_open(bundle));
+  const uint64_t at_open = sig::shards_hashed() - before_open;
+  CHECK(at_open < size / so.shard_size / 4);  // the open: meta, B-tree and manifest pages only
+  const size_t b = a.index_of("b");
+  std::vector<std::byte> out(a.leaf(b).byte_length);
+  const uint64_t before = sig::shards_hashed();
+  a.read(b, out);
+  const uint64_t hashed = sig::shards_hashed() - before;
+  CHECK(hashed <= out.size() / so.shard_size + 2);  // S + 2 shards at most
+  CHECK(hashed + at_open >= out.size() / so.shard_size - 1);
+  // Again, and in another Archive of the same file: cached for the process.
+  a.read(b, out);
+  Archive again = Archive::open(tmp / "model.cask", signed_open(bundle));
+  again.read(again.index_of("b"), out);
+  CHECK(sig::shards_hashed() - before == hashed);
+}
+
+TEST_CASE("another archive of the same layout with one leaf changed, given the first's signature") {
+  TempDir tmp;
+  FlatTree t = tree(), u = tree(/*changed=*/true);
+  t.save(tmp / "model.cask", save_options());
+  fs::create_directories(tmp / "other");
+  u.save(tmp / "other" / "model.cask", save_options());
+  SignOptions so;
+  so.shard_size = 64 << 10;
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv, so);
+  // Its manifest (the changed leaf's checksum) differs: the open refuses it.
+  CHECK(has(what_of([&] { Archive::open(tmp / "other" / "model.cask", signed_open(bundle)); }),
+            "do not match their signed SHA-256"));
+  CHECK(has(what_of([&] { verify_signature(tmp / "other" / "model.cask", {bundle, ec_keys().pub}); }),
+            "do not match their signed SHA-256"));
+
+  // The leaf's bytes changed and nothing else (the XXH3 not even fixed): the
+  // signature, checked first, refuses the read, naming the leaf and range;
+  // the other leaves still read; no view of it is handed out.
+  // (Past the first shards, which also hold the pages the open reads.)
+  auto bytes = tc_test::read_file(tmp / "model.cask");
+  const auto needle = std::span(t.data[1]).subspan(3 << 20, 64);
+  auto it = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
+  REQUIRE(it != bytes.end());
+  const uint64_t at = static_cast<uint64_t>(it - bytes.begin()) + 345;
+  bytes[at] ^= std::byte{0x40};
+  fs::create_directories(tmp / "flipped");
+  const fs::path flipped = tmp / "flipped" / "model.cask";
+  tc_test::write_file(flipped, bytes);
+  Archive a = Archive::open(flipped, signed_open(bundle));
+  const size_t b = a.index_of("b");
+  std::vector<std::byte> out(a.leaf(b).byte_length);
+  treecask::Error e = tc_test::expect_error(ErrorCode::kSignature, [&] { a.read(b, out, Verify::kNo); });
+  CHECK(e.key_path() == "b");
+  const uint64_t shard = at / so.shard_size * so.shard_size;
+  CHECK(has(e.message(), "bytes [" + std::to_string(shard) + ", " + std::to_string(shard + so.shard_size) + ")"));
+  CHECK(has(e.message(), "'.:" + std::to_string(shard) + ":" + std::to_string(shard + so.shard_size) + "'"));
+  tc_test::expect_error(ErrorCode::kSignature, [&] { a.view(b, Verify::kNo); });
+  std::vector<size_t> all{0, 1, 2, 3};
+  tc_test::expect_error(ErrorCode::kSignature, [&] { a.view_many(all, Verify::kNo); });
+  std::vector<std::byte> small(a.leaf(a.index_of("a")).byte_length);
+  a.read(a.index_of("a"), small);
+  CHECK(tc_test::same(small, t.data[0]));
+  // A full verify reports the leaf; verify_signature names the range.
+  auto damaged = a.verify();
+  REQUIRE(damaged.size() == 1);
+  CHECK(damaged[0].code() == ErrorCode::kSignature);
+  CHECK(damaged[0].key_path() == "b");
+  CHECK(has(what_of([&] { verify_signature(flipped, {bundle, ec_keys().pub}); }),
+            "bytes [" + std::to_string(shard) + ", "));
+  // The same file unsigned: its XXH3 catches it (the signature is a second, stronger check).
+  tc_test::expect_error(ErrorCode::kChecksumMismatch, [&] { Archive::open(flipped).read(b, out); });
+}
+
+TEST_CASE("a wrong public key, and a bundle changed after signing") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.save(tmp / "model.cask", save_options());
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv);
+  Keys other = make_keys("EC");
+  CHECK(has(what_of([&] { Archive::open(tmp / "model.cask", signed_open(bundle, other.pub)); }),
+            "not made with this public key"));
+  CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {bundle, other.pub}); }),
+            "not made with this public key"));
+  // Without the key hint: the ECDSA check itself refuses.
+  std::string no_hint = bundle;
+  const size_t h = no_hint.find("\"hint\":\"");
+  REQUIRE(h != std::string::npos);
+  no_hint.erase(h + 8, 64);
+  CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {no_hint, other.pub}); }),
+            "does not verify with this public key"));
+  verify_signature(tmp / "model.cask", {no_hint, ec_keys().pub});  // the right key needs no hint
+  // A statement edited after signing (one digest changed, the signature kept).
+  sig::Envelope e = sig::parse_bundle(bundle, "b");
+  std::string forged = bundle;
+  std::string payload = e.payload;
+  const size_t d = payload.find("\"digest\": \"");
+  payload[d + 11] = payload[d + 11] == 'a' ? 'b' : 'a';
+  const std::string old_b64 = b64(e.payload), new_b64 = b64(payload);
+  forged.replace(forged.find(old_b64), old_b64.size(), new_b64);
+  CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {forged, ec_keys().pub}); }),
+            "does not verify"));
+  // Not a PEM key; not JSON.
+  CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {bundle, "not a key"}); }), "not a PEM public key"));
+  CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {"{", ec_keys().pub}); }), "not valid JSON"));
+}
+
+TEST_CASE("a statement for another file name, and for a directory") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.save(tmp / "model.cask", save_options());
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv);
+  fs::copy_file(tmp / "model.cask", tmp / "renamed.cask");
+  CHECK(has(what_of([&] { Archive::open(tmp / "renamed.cask", signed_open(bundle)); }),
+            "the signature is for the file 'model.cask', not 'renamed.cask'"));
+  CHECK(has(what_of([&] { verify_signature(tmp / "renamed.cask", {bundle, ec_keys().pub}); }), "'model.cask'"));
+  // A directory's signature does not sign a file outside it.
+  fs::create_directories(tmp / "dir");
+  fs::copy_file(tmp / "model.cask", tmp / "dir" / "model.cask");
+  const std::string dir_bundle = sign(tmp / "dir", ec_keys().priv);
+  CHECK(has(what_of([&] { Archive::open(tmp / "model.cask", signed_open(dir_bundle)); }),
+            "the signature is for the directory 'dir'"));
+  // ... and signs the file inside it.
+  check_reads(Archive::open(tmp / "dir" / "model.cask", signed_open(dir_bundle)), t);
+  CHECK(has(what_of([&] { verify_signature(tmp / "dir", {bundle, ec_keys().pub}); }), "not a directory"));
+}
+
+TEST_CASE("shard resources truncated, reordered, overlapping, missing, swapped") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.save(tmp / "model.cask", save_options());
+  SignOptions so;
+  so.shard_size = 64 << 10;
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv, so);
+  const auto path = tmp / "model.cask";
+  auto both = [&](const std::string& b, const std::string& part) {
+    CHECK(has(what_of([&] { verify_signature(path, {b, ec_keys().pub}); }), part));
+    CHECK(has(what_of([&] { Archive::open(path, signed_open(b)); }), part));
+  };
+  // Truncated: the last shard left out.
+  both(resigned(bundle, [](sig::Statement& s) { s.resources.pop_back(); }), "(appended to after signing)");
+  // Missing: a middle shard left out.
+  both(resigned(bundle, [](sig::Statement& s) { s.resources.erase(s.resources.begin() + 3); }),
+       "unsigned (a shard resource is missing)");
+  // Overlapping: one shard starts inside the one before.
+  both(resigned(bundle,
+                [](sig::Statement& s) {
+                  sig::Resource& r = s.resources[2];
+                  r.start -= 10;
+                  r.name = ".:" + std::to_string(r.start) + ":" + std::to_string(r.end);
+                }),
+       "overlap");
+  // A shard of another size than the statement's.
+  both(resigned(bundle, [](sig::Statement& s) { s.shard_size *= 2; }), "is not a shard of");
+  // Reordered: the same resources in another order is the same statement
+  // (model_signing compares them as a set).
+  const std::string reordered =
+      resigned(bundle, [](sig::Statement& s) { std::reverse(s.resources.begin(), s.resources.end()); });
+  verify_signature(path, {reordered, ec_keys().pub});
+  check_reads(Archive::open(path, signed_open(reordered)), t);
+  // Digests swapped between two shards: those shards' bytes no longer match.
+  const std::string swapped = resigned(bundle, [](sig::Statement& s) {
+    std::swap(s.resources[5].digest, s.resources[6].digest);
+  });
+  CHECK(has(what_of([&] { verify_signature(path, {swapped, ec_keys().pub}); }), "do not match"));
+  Archive a = Archive::open(path, signed_open(swapped));
+  auto damaged = a.verify();
+  CHECK(!damaged.empty());
+  for (const Error& e : damaged) CHECK(e.code() == ErrorCode::kSignature);
+}
+
+TEST_CASE("a file appended to after signing") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.save(tmp / "model.cask", save_options());
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv);
+  {
+    std::ofstream f(tmp / "model.cask", std::ios::binary | std::ios::app);
+    f << "appended";
+  }
+  CHECK(has(what_of([&] { Archive::open(tmp / "model.cask", signed_open(bundle)); }), "appended to after signing"));
+  CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {bundle, ec_keys().pub}); }), "appended to"));
+  SignOptions files;
+  files.shards = false;
+  const std::string fb = sign(tmp / "model.cask", ec_keys().priv, files);
+  {
+    std::ofstream f(tmp / "model.cask", std::ios::binary | std::ios::app);
+    f << "more";
+  }
+  CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {fb, ec_keys().pub}); }), "do not match"));
+}
+
+TEST_CASE("unsupported key types and hash algorithms are named") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.save(tmp / "model.cask", save_options());
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv);
+  Keys ed = make_keys("ED25519"), rsa = make_keys("RSA");
+  CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {bundle, ed.pub}); }), "unsupported key type ED25519"));
+  CHECK(has(what_of([&] { Archive::open(tmp / "model.cask", signed_open(bundle, rsa.pub)); }),
+            "unsupported key type RSA"));
+  CHECK(has(what_of([&] { sign(tmp / "model.cask", ed.priv); }, ErrorCode::kUnsupported), "ED25519"));
+  CHECK(has(what_of([&] { sign(tmp / "model.cask", rsa.priv); }, ErrorCode::kUnsupported), "RSA"));
+  Keys k1 = make_keys("EC", "secp256k1");
+  CHECK(has(what_of([&] { sign(tmp / "model.cask", k1.priv); }, ErrorCode::kUnsupported), "secp256k1"));
+  // A statement hashed with another algorithm (signed, so only the algorithm is wrong).
+  sig::Envelope e = sig::parse_bundle(bundle, "b");
+  for (const char* alg : {"blake2", "blake3"}) {
+    std::string payload = e.payload;
+    const std::string from = "\"hash_type\": \"sha256\"";
+    payload.replace(payload.find(from), from.size(), std::string("\"hash_type\": \"") + alg + "\"");
+    const std::string b = sig::make_bundle(payload, ec_keys().priv);
+    CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {b, ec_keys().pub}); }),
+              std::string("unsupported hash algorithm '") + alg + "'"));
+  }
+}
+
+TEST_CASE("a sharded checkpoint directory: signed, verified, one shard file swapped for another step's") {
+  TempDir tmp;
+  golden::write_sharded(tmp / "step_1", "11111111111111111111111111111111", true);
+  golden::write_sharded(tmp / "step_2", "22222222222222222222222222222222", true);
+  SignOptions so;
+  so.shard_size = 4096;
+  const std::string bundle = sign(tmp / "step_1", ec_keys().priv, so);
+  const SignatureCheck check{bundle, ec_keys().pub};
+  verify_signature(tmp / "step_1", check);
+  ShardedArchive s = ShardedArchive::open(tmp / "step_1", signed_open(bundle));
+  CHECK(s.verify().empty());
+  golden::ShardedVector v = golden::sharded_vector();
+  for (size_t i = 0; i < v.leaves.size(); ++i) {
+    std::vector<std::byte> out(s.leaf(i).byte_length);
+    s.read(i, out);
+    CHECK(tc_test::same(out, v.global_bytes(i)));
+  }
+  // The other step's directory: another name.
+  CHECK(has(what_of([&] { verify_signature(tmp / "step_2", check); }), "'step_1', not 'step_2'"));
+  // A shard file swapped for step 2's.
+  fs::copy_file(tmp / "step_1" / "process_1.cask", tmp / "process_1.keep");
+  fs::copy_file(tmp / "step_2" / "process_1.cask", tmp / "step_1" / "process_1.cask",
+                fs::copy_options::overwrite_existing);
+  treecask::Error e = tc_test::expect_error(ErrorCode::kSignature, [&] { verify_signature(tmp / "step_1", check); });
+  CHECK(e.file() == (tmp / "step_1" / "process_1.cask").string());
+  CHECK(has(e.message(), "'process_1.cask:"));
+  tc_test::expect_error(ErrorCode::kSignature, [&] { ShardedArchive::open(tmp / "step_1", signed_open(bundle)); });
+  // A file added, a file removed.
+  fs::copy_file(tmp / "process_1.keep", tmp / "step_1" / "process_1.cask", fs::copy_options::overwrite_existing);
+  verify_signature(tmp / "step_1", check);
+  fs::copy_file(tmp / "step_2" / "index.cask", tmp / "step_1" / "extra.cask");
+  CHECK(has(what_of([&] { verify_signature(tmp / "step_1", check); }), "not covered by the signature"));
+  fs::remove(tmp / "step_1" / "extra.cask");
+  fs::remove(tmp / "step_1" / "process_0.cask");
+  CHECK(has(what_of([&] { verify_signature(tmp / "step_1", check); }), "lists this file and it is missing"));
+}
+
+TEST_CASE("a signed open over a Source fetches and hashes whole shards, and refuses altered bytes") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.add_random("big", DType::kFloat32, {4 << 20}, 7);  // 16 MiB: more than the open's first read
+  t.save(tmp / "model.cask", save_options());
+  SignOptions so;
+  so.shard_size = 64 << 10;
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv, so);
+  auto src = std::make_shared<FileSource>(tmp / "model.cask");
+  Archive a = Archive::open(src, signed_open(bundle));
+  const uint64_t at_open = src->bytes.load();
+  check_reads(a, t);
+  const size_t b = a.index_of("b");
+  std::vector<std::byte> out(a.leaf(b).byte_length);
+  const uint64_t before = src->bytes.load();
+  a.read(b, out);
+  CHECK(src->bytes.load() - before <= out.size() + 2 * so.shard_size);
+  CHECK(at_open <= kOpenHeadBytes + kOpenTailBytes + 2 * so.shard_size);
+  // A byte altered in transit, inside leaf b: that read fails; the open
+  // and other leaves do not.
+  auto bytes = tc_test::read_file(tmp / "model.cask");
+  const auto needle = std::span(t.data[4]).subspan(2 << 20, 64);
+  auto it = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
+  REQUIRE(it != bytes.end());
+  auto bad = std::make_shared<FileSource>(tmp / "model.cask");
+  bad->damage_at = static_cast<uint64_t>(it - bytes.begin());
+  REQUIRE(bad->damage_at >= kOpenHeadBytes);
+  REQUIRE(bad->damage_at < fs::file_size(tmp / "model.cask") - kOpenTailBytes);
+  Archive c = Archive::open(bad, signed_open(bundle));
+  std::vector<std::byte> big(c.leaf(c.index_of("big")).byte_length);
+  CHECK(has(what_of([&] { c.read(c.index_of("big"), big); }), "do not match their signed SHA-256"));
+  std::vector<std::byte> small(c.leaf(c.index_of("a")).byte_length);
+  c.read(c.index_of("a"), small);
+  CHECK(tc_test::same(small, t.data[0]));
+  // The object's name is checked as a file's.
+  fs::copy_file(tmp / "model.cask", tmp / "x.cask");
+  CHECK(has(what_of([&] { Archive::open(std::make_shared<FileSource>(tmp / "x.cask"), signed_open(bundle)); }),
+            "'model.cask', not 'x.cask'"));
+}
+
+TEST_CASE("bundle parsing refuses malformed input with kSignature, never a crash") {
+  for (const char* j : {"", "null", "[]", "{}", "{\"mediaType\": 1}",
+                        "{\"mediaType\": \"application/vnd.dev.sigstore.bundle.v0.3+json\"}",
+                        "{\"mediaType\": \"application/vnd.dev.sigstore.bundle.v0.3+json\", \"dsseEnvelope\": "
+                        "{\"payload\": \"!!\", \"payloadType\": \"application/vnd.in-toto+json\", \"signatures\": []}}"}) {
+    INFO(j);
+    tc_test::expect_error(ErrorCode::kSignature, [&] { sig::parse_bundle(j, "x"); });
+  }
+  for (const char* p : {"{}", "{\"_type\": \"https://in-toto.io/Statement/v1\"}", "[1]",
+                        "{\"_type\": \"https://in-toto.io/Statement/v1\", \"predicateType\": "
+                        "\"https://model_signing/signature/v1.0\", \"subject\": []}"}) {
+    INFO(p);
+    tc_test::expect_error(ErrorCode::kSignature, [&] { sig::parse_statement(p, "x"); });
+  }
+}
+
+}  // TEST_SUITE
