@@ -5,7 +5,7 @@ archive file, the :class:`~treecask._reader.Reader` over one ``_core.Archive``
 from __future__ import annotations
 
 
-from . import _core, stores
+from . import _core, _signing, stores
 from ._reader import Reader
 # The public types lived here before _types.py; pickles written then name
 # treecask._archive.LeafInfo (and ShardingInfo, TreeNode, SaveStats): keep them importable.
@@ -39,22 +39,27 @@ class Archive(Reader):
     :func:`treecask.open`): it is then read by range requests, with the same
     checks, and no leaf is a view (docs/remote.md).
 
+    ``signature`` and ``public_key`` (both or neither): a verified open of a
+    signed archive, every byte handed out covered by checked signed ranges
+    (:func:`treecask.open`, docs/signing.md).
+
     Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError,
-    UnsupportedError (a URL scheme treecask does not serve).
+    UnsupportedError (a URL scheme treecask does not serve), SignatureError.
     """
 
     def __init__(self, path: PathLike, *, verify_checksums: bool = True, validate_structure: bool = True,
-                 storage_options=None, store: "stores.Store | None" = None):
+                 storage_options=None, store: "stores.Store | None" = None, signature=None, public_key=None):
         self._core = None
         self._raw_infos = None
         self._treedef_raw = None
+        check = _signing.signature_check(signature, public_key, storage_options)
         st, p = stores.resolve(path, store, storage_options)
         local = st.local_path(p)
         self._path = local if local is not None else st.display(p)
         if local is None:  # read by range (treecask.open's docstring)
-            self._core = _core.Archive.open_source(st.source(p), verify_checksums)
+            self._core = _core.Archive.open_source(st.source(p), verify_checksums, check)
         else:
-            self._core = _core.Archive.open(local, verify_checksums, validate_structure)
+            self._core = _core.Archive.open(local, verify_checksums, validate_structure, check)
 
     def __enter__(self) -> "Archive":
         return self

@@ -7,17 +7,19 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from . import _core, stores
+from . import _core, _signing, stores
 from ._archive import Archive
 from ._reader import Reader
 from ._sharded import ShardedArchive
+from ._signing import KeySource
 from ._types import PathLike
 from .errors import NotFoundError
 
 
 def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
          validate_structure: bool = True, storage_options: Optional[dict] = None,
-         store: Optional[stores.Store] = None, single_read: bool = True) -> Reader:
+         store: Optional[stores.Store] = None, single_read: bool = True,
+         signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None) -> Reader:
     """Opens an archive for reading: ``with treecask.open(p) as a: a["w"]``.
 
     ``verify_checksums`` (default True) checks each chunk's XXH3 before its
@@ -54,26 +56,51 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     place the same leaves in the same order. False: each process reads every
     block its devices hold (docs/python.md "Multi-process save and restore").
 
+    ``signature`` and ``public_key`` (both or neither; docs/signing.md): a
+    verified open of an archive or checkpoint signed with OpenSSF model
+    signing (``model_signing sign key``, or :func:`treecask.sign`). The
+    signature is the bundle's path, its URL (read through the store layer,
+    ``storage_options`` as for ``path``) or its bytes; the public key a PEM
+    file's path or its bytes. The open checks the envelope once (ECDSA under
+    the key) and that the statement signs this file at its exact length;
+    from then on every byte the reader hands out or trusts is covered by
+    signed ranges whose SHA-256 it has checked, each range once per process:
+    with shard serialization a read of S bytes hashes at most S + 2 shards
+    (the open itself the shards of its own pages: meta pages, B-tree path,
+    manifest), over a store it fetches only those shards; with file
+    serialization the open hashes the whole file. ``copy=False`` views and
+    ``reader[key]`` views are handed out only after their shards verified.
+    ``verify_checksums`` stays as set (XXH3 is checked on top).
+
     Raises NotFoundError, NotAnArchiveError (an empty file or object
     included), VersionError, CorruptionError, IoError, UnsupportedError (a
     URL scheme treecask does not serve), InvalidArgumentError (credentials
-    inside a bucket URL; ``storage_options`` with a store object).
+    inside a bucket URL; ``storage_options`` with a store object; only one
+    of ``signature`` / ``public_key``), SignatureError (the signature does
+    not verify or is not for this archive, here or at a later read: the
+    message names the file and byte range).
     """
+    if signature is not None or public_key is not None:  # read once, here (a URL included)
+        check = _signing.signature_check(signature, public_key, storage_options)
+        signature, public_key = check[0].encode(), check[1].encode()
     reader = _open(path, verify_checksums=verify_checksums, validate_structure=validate_structure,
-                   storage_options=storage_options, store=store)
+                   storage_options=storage_options, store=store, signature=signature, public_key=public_key)
     reader._single_read = bool(single_read)
     return reader
 
 
 def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
-          storage_options: Optional[dict], store: Optional[stores.Store]) -> Reader:
+          storage_options: Optional[dict], store: Optional[stores.Store],
+          signature: Optional[bytes] = None, public_key: Optional[bytes] = None) -> Reader:
     """open() without its reader options: the reader `path` names."""
     st, p = stores.resolve(path, store, storage_options)
     local = st.local_path(p)
+    signed = dict(signature=signature, public_key=public_key)
     if local is not None:  # the readers are given the store resolved here, not the path again
         reader = ShardedArchive if _core.is_sharded(local) else Archive
-        return reader(p, verify_checksums=verify_checksums, validate_structure=validate_structure, store=st)
-    kw = dict(verify_checksums=verify_checksums, store=st)
+        return reader(p, verify_checksums=verify_checksums, validate_structure=validate_structure, store=st,
+                      **signed)
+    kw = dict(verify_checksums=verify_checksums, store=st, **signed)
     if os.fspath(path).endswith("/"):  # names a "directory": a sharded checkpoint
         return ShardedArchive(p, **kw)
     try:
@@ -91,7 +118,8 @@ def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
 def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
          missing: str = "error", extra: str = "ignore", copy: bool = True, cast: bool = False,
          storage_options: Optional[dict] = None, store: Optional[stores.Store] = None,
-         single_read: bool = True) -> Any:
+         single_read: bool = True, signature: Optional[KeySource] = None,
+         public_key: Optional[KeySource] = None) -> Any:
     """Restores a pytree from an archive.
 
     Args:
@@ -150,6 +178,10 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       single_read: True (default): each stored byte fetched once per
         ``jax.distributed`` job (see :func:`open`); False: every process reads
         every block its devices hold, as a single process does.
+      signature, public_key: a verified restore of a signed archive or
+        checkpoint (see :func:`open`; docs/signing.md): every byte restored
+        is covered by signed ranges whose SHA-256 was checked first, and
+        ``copy=False`` views are handed out only after.
     Returns:
       The restored tree.
 
@@ -162,8 +194,10 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         its dtype does without ``cast`` ("dtype mismatch"; the message names the
         key path and both dtypes/shapes);
       InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
-        key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
+        key path (a "~" not followed by 0 or 1: SPEC.md "Key paths");
+      SignatureError: with ``signature``, what :func:`open` says.
     """
-    with open(path, storage_options=storage_options, store=store, single_read=single_read) as a:  # a file, a sharded checkpoint, or a URL of either
+    with open(path, storage_options=storage_options, store=store, single_read=single_read,
+              signature=signature, public_key=public_key) as a:  # a file, a sharded checkpoint, or a URL of either
         return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy,
                       cast=cast)

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core, _dtypes, _replicas, stores
+from . import _core, _dtypes, _replicas, _signing, stores
 from . import _jaxutil as J
 from ._reader import Reader, _index_bounds
 from .errors import Error
@@ -30,6 +30,10 @@ class ShardedArchive(Reader):
     replaced meanwhile (``save(..., overwrite=True)``) is read whole, old or
     new, never mixed (SPEC.md "Sharded checkpoints").
 
+    ``signature`` and ``public_key``: a verified open of a checkpoint signed
+    as a directory (model_signing's directory model: its files by relative
+    path; :func:`treecask.open`, docs/signing.md).
+
     Raises what :class:`treecask.Archive` raises, and CorruptionError when a
     shard file is not the one a format 3.1 index was committed with (another
     step, save or job: the message names the file, both manifest fingerprints
@@ -38,19 +42,20 @@ class ShardedArchive(Reader):
     """
 
     def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True,
-                 storage_options=None, store: "stores.Store | None" = None):
+                 storage_options=None, store: "stores.Store | None" = None, signature=None, public_key=None):
         self._raw_infos = None
         self._treedef_raw = None
         self._core = None
+        check = _signing.signature_check(signature, public_key, storage_options)
         st, p = stores.resolve(path, store, storage_options)
         p = p.rstrip("/")
         local = st.local_path(p)
         self._path = local if local is not None else st.display(p)
         if local is None:  # its objects in a store, each read by range
             self._core = _core.ShardedArchive.open_sources(lambda name: st.source(stores.join(p, name)),
-                                                           self._path, verify_checksums)
+                                                           self._path, verify_checksums, check)
         else:
-            self._core = _core.ShardedArchive.open(local, verify_checksums, validate_structure)
+            self._core = _core.ShardedArchive.open(local, verify_checksums, validate_structure, check)
 
     def __enter__(self) -> "ShardedArchive":
         return self
