@@ -4,6 +4,7 @@ archive file, the :class:`~treecask._reader.Reader` over one ``_core.Archive``
 
 from __future__ import annotations
 
+import os
 
 from . import _core, _signing, stores
 from ._reader import Reader
@@ -52,7 +53,7 @@ class Archive(Reader):
         self._core = None
         self._raw_infos = None
         self._treedef_raw = None
-        check = _signing.signature_check(signature, public_key, storage_options)
+        check = _signing.signature_check(signature, public_key, storage_options, file=os.fspath(path))
         st, p = stores.resolve(path, store, storage_options)
         local = st.local_path(p)
         self._path = local if local is not None else st.display(p)

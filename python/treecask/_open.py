@@ -13,7 +13,7 @@ from ._reader import Reader
 from ._sharded import ShardedArchive
 from ._signing import KeySource
 from ._types import PathLike
-from .errors import NotFoundError
+from .errors import NotFoundError, SignatureError
 
 
 def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
@@ -81,7 +81,7 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     message names the file and byte range).
     """
     if signature is not None or public_key is not None:  # read once, here (a URL included)
-        check = _signing.signature_check(signature, public_key, storage_options)
+        check = _signing.signature_check(signature, public_key, storage_options, file=os.fspath(path))
         signature, public_key = check[0].encode(), check[1].encode()
     reader = _open(path, verify_checksums=verify_checksums, validate_structure=validate_structure,
                    storage_options=storage_options, store=store, signature=signature, public_key=public_key)
@@ -105,9 +105,11 @@ def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
         return ShardedArchive(p, **kw)
     try:
         return Archive(p, **kw)
-    except NotFoundError:
-        if "?" in st.display(p):  # a signed URL names one object, never a directory
-            raise
+    except (NotFoundError, SignatureError) as e:
+        # No such object; or, signed, a statement that is not for an object of this name
+        # (the core checks that before any request): a directory's, with a signature.
+        if "?" in st.display(p) or (isinstance(e, SignatureError) and signature is None):
+            raise  # a signed URL names one object, never a directory
         try:
             return ShardedArchive(p, **kw)
         except NotFoundError:

@@ -7,6 +7,7 @@ saved boxes, none a view of a map). Writing one is ``_distributed.py``'s job."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -46,7 +47,7 @@ class ShardedArchive(Reader):
         self._raw_infos = None
         self._treedef_raw = None
         self._core = None
-        check = _signing.signature_check(signature, public_key, storage_options)
+        check = _signing.signature_check(signature, public_key, storage_options, file=os.fspath(path))
         st, p = stores.resolve(path, store, storage_options)
         p = p.rstrip("/")
         local = st.local_path(p)

@@ -99,15 +99,17 @@ def read_pem(key: KeySource, what: str) -> str:
 
 
 def signature_check(signature: Optional[KeySource], public_key: Optional[KeySource],
-                    storage_options: Optional[Mapping[str, Any]] = None) -> Optional[Tuple[str, str]]:
+                    storage_options: Optional[Mapping[str, Any]] = None, *,
+                    file: str = "") -> Optional[Tuple[str, str]]:
     """(bundle JSON, PEM public key) for the core's OpenOptions::signature, or None
-    when neither is given. Raises InvalidArgumentError when only one is, and what
-    read_signature / read_pem raise."""
+    when neither is given. Raises InvalidArgumentError (naming `file`, the archive)
+    when only one is, and what read_signature / read_pem raise."""
     if signature is None and public_key is None:
         return None
     if signature is None or public_key is None:
         missing = "public_key" if public_key is None else "signature"
-        raise InvalidArgumentError(f"a signed open needs both signature= and public_key= ({missing} is missing)")
+        raise InvalidArgumentError(f"a signed open needs both signature= and public_key= ({missing} is missing)",
+                                   file=_core.redact_url(file) if file else "")
     return read_signature(signature, storage_options), read_pem(public_key, "public_key")
 
 
@@ -209,8 +211,8 @@ def verify(path: PathLike, *, signature: Optional[KeySource] = None, public_key:
     """
     from ._open import open as open_reader
 
-    check = signature_check(signature, public_key, storage_options)
     p = os.fspath(path)
+    check = signature_check(signature, public_key, storage_options, file=p)
     if check is not None:
         if _core.is_url(p):
             raise UnsupportedError("a full signature check reads every byte: download the archive, or open "

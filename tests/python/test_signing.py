@@ -706,3 +706,26 @@ def test_a_verified_read_over_s3_fetches_only_its_covering_shards(s3_env, keys, 
     with pytest.raises(SignatureError):
         with treecask.open(url, signature=sig, public_key=pub) as a:
             a.read("w12")
+
+
+def test_a_signed_sharded_directory_reads_verified_from_s3(s3_env, keys, directory, tmp_path):
+    sig = treecask.sign(directory, private_key=keys["p256"].private, shard_size=4096)
+    s3_env.create_bucket("signed")
+    prefix = f"{uuid.uuid4().hex}/ckpt"
+    for f in directory.iterdir():
+        s3_env.put("signed", f"{prefix}/{f.name}", f)
+    url = f"s3://signed/{prefix}"
+    pub = keys["p256"].public
+    with treecask.open(url, signature=sig, public_key=pub) as c:
+        assert isinstance(c, treecask.ShardedArchive)
+        assert same_arrays(read_all(c), read_all(treecask.open(directory)))
+    # A shard file from another save, uploaded under the same name: refused.
+    s3_env.put("signed", f"{prefix}/process_1.cask", VECTORS / "bad_v3_1_stale_shard" / "process_1.cask")
+    with pytest.raises(SignatureError) as e:
+        with treecask.open(url, signature=sig, public_key=pub) as c:
+            read_all(c)
+    assert "process_1.cask" in str(e.value)
+    with pytest.raises(treecask.InvalidArgumentError) as e:
+        treecask.open(url, signature=sig)
+    assert "public_key" in str(e.value)
+
