@@ -690,3 +690,137 @@ def test_progress_only_on_a_terminal(d):
     last = out.replace(b"\r\x1b[K", b"\n").splitlines()[-1]
     assert last.startswith(b"wrote "), out
 
+
+
+# ---- sign, verify / get / export --signature (docs/signing.md) ------------------------
+
+SIGNATURE = 12
+
+
+def ec_key(d, name, curve="prime256v1"):
+    """An EC private key and its public key as PEM files (openssl), returned as paths."""
+    priv, pub = f"{d}/{name}.pem", f"{d}/{name}_pub.pem"
+    if curve in ("ed25519", "rsa"):
+        subprocess.run(["openssl", "genpkey", "-algorithm", curve, "-out", priv], check=True, capture_output=True)
+    else:
+        subprocess.run(["openssl", "ecparam", "-name", curve, "-genkey", "-noout", "-out", priv], check=True,
+                       capture_output=True)
+    subprocess.run(["openssl", "pkey", "-in", priv, "-pubout", "-out", pub], check=True, capture_output=True)
+    return priv, pub
+
+
+@pytest.fixture
+def signed(d):
+    """An archive of a 4 MiB leaf and a small one, its key pair, and its shard signature."""
+    rng = np.random.default_rng(36)
+    big = rng.integers(0, 256, size=4 << 20, dtype=np.uint8)
+    src = f"{d}/w.safetensors"
+    save_file({"big": big, "small": np.arange(1000, dtype=np.float32)}, src)
+    cask = f"{d}/w.cask"
+    expect(tc("import", src, cask, "--compression", "none"), OK)
+    priv, pub = ec_key(d, "key")
+    expect(tc("sign", cask, "--private-key", priv, "--shard-size", 65536), OK,
+           out_contains=f"wrote {cask}.sig: signed {cask} (shards of 65536 bytes")
+    return {"cask": cask, "sig": f"{cask}.sig", "priv": priv, "pub": pub, "big": big}
+
+
+def test_sign_then_verify_get_export(signed, d):
+    s = signed
+    r = expect(tc("verify", s["cask"], "--signature", s["sig"], "--public-key", s["pub"]), OK)
+    assert r.out.splitlines() == ["signature OK: every signed byte matches its SHA-256 in the statement",
+                                  "OK: 2 leaves, 4198304 raw bytes verified"], r
+    expect(tc("get", s["cask"], "big", "-o", f"{d}/big.npy", "--signature", s["sig"], "--public-key", s["pub"]), OK)
+    assert np.array_equal(np.load(f"{d}/big.npy"), s["big"])
+    expect(tc("export", s["cask"], f"{d}/w2.safetensors", "--signature", s["sig"], "--public-key", s["pub"]), OK)
+    assert np.array_equal(load_file(f"{d}/w2.safetensors")["big"], s["big"])
+    # File serialization, and an existing signature file is kept without --overwrite.
+    expect(tc("sign", s["cask"], "--private-key", s["priv"], "--files"), 9, err_contains="already exists")
+    expect(tc("sign", s["cask"], "--private-key", s["priv"], "--files", "--overwrite"), OK,
+           out_contains="(file serialization,")
+    expect(tc("verify", s["cask"], "--signature", s["sig"], "--public-key", s["pub"]), OK)
+    # --signature needs --public-key and the other way round.
+    expect(tc("verify", s["cask"], "--signature", s["sig"]), USAGE)
+    expect(tc("get", s["cask"], "big", "-o", f"{d}/x.npy", "--public-key", s["pub"]), USAGE)
+
+
+def test_signature_refusals_exit_12(signed, d):
+    s = signed
+    _, other_pub = ec_key(d, "other")
+    expect(tc("verify", s["cask"], "--signature", s["sig"], "--public-key", other_pub), SIGNATURE,
+           err_contains="not made with this public key")
+    # Another file name.
+    data = open(s["cask"], "rb").read()
+    open(f"{d}/renamed.cask", "wb").write(data)
+    expect(tc("get", f"{d}/renamed.cask", "small", "-o", f"{d}/s.npy", "--signature", s["sig"],
+              "--public-key", s["pub"]), SIGNATURE, err_contains="is for the file 'w.cask', not 'renamed.cask'")
+    # One byte of the big leaf changed: its read and a full verify fail naming the range;
+    # the small leaf still reads; nothing is written for the refused one.
+    b = bytearray(data)
+    pos = b.find(s["big"][3 << 20:(3 << 20) + 64].tobytes())
+    assert pos > 0
+    b[pos] ^= 1
+    os.makedirs(f"{d}/bad")
+    open(f"{d}/bad/w.cask", "wb").write(bytes(b))
+    shard = pos // 65536 * 65536
+    want = f"bytes [{shard}, {shard + 65536}) (signed resource '.:{shard}:{shard + 65536}')"
+    expect(tc("verify", f"{d}/bad/w.cask", "--signature", s["sig"], "--public-key", s["pub"]), SIGNATURE,
+           err_contains=want)
+    expect(tc("get", f"{d}/bad/w.cask", "big", "-o", f"{d}/big.npy", "--signature", s["sig"],
+              "--public-key", s["pub"]), SIGNATURE, err_contains=want)
+    assert not os.path.exists(f"{d}/big.npy")
+    expect(tc("get", f"{d}/bad/w.cask", "small", "-o", f"{d}/small.npy", "--signature", s["sig"],
+              "--public-key", s["pub"]), OK)
+    # Appended to after signing.
+    open(f"{d}/bad/w.cask", "wb").write(data + b"x")
+    expect(tc("verify", f"{d}/bad/w.cask", "--signature", s["sig"], "--public-key", s["pub"]), SIGNATURE,
+           err_contains="appended to after signing")
+    # Unsupported key types are named; a missing key file is exit 2.
+    for kind, name in (("ed25519", "ED25519"), ("rsa", "RSA")):
+        priv, pub = ec_key(d, kind, kind)
+        expect(tc("sign", s["cask"], "--private-key", priv, "--signature", f"{d}/{kind}.sig"), UNSUPPORTED,
+               err_contains=name)
+        expect(tc("verify", s["cask"], "--signature", s["sig"], "--public-key", pub), SIGNATURE,
+               err_contains=f"unsupported key type {name}")
+    expect(tc("sign", s["cask"], "--private-key", f"{d}/none.pem"), NOT_FOUND)
+
+
+def test_signed_directory_with_a_file_swapped_for_another_steps(d):
+    """A directory is signed as model_signing's directory model; a file swapped for another's is named."""
+    rng = np.random.default_rng(7)
+    os.makedirs(f"{d}/step_1")
+    os.makedirs(f"{d}/step_2")
+    for step in (1, 2):
+        for name in ("a", "b"):
+            src = f"{d}/{name}{step}.safetensors"
+            save_file({"w": rng.standard_normal(5000).astype(np.float32)}, src)
+            expect(tc("import", src, f"{d}/step_{step}/{name}.cask"), OK)
+    priv, pub = ec_key(d, "key")
+    expect(tc("sign", f"{d}/step_1", "--private-key", priv, "--shard-size", 4096), OK,
+           out_contains=f"wrote {d}/step_1.sig")
+    expect(tc("verify", f"{d}/step_1/a.cask", "--signature", f"{d}/step_1.sig", "--public-key", pub), OK)
+    with open(f"{d}/step_2/b.cask", "rb") as f:
+        open(f"{d}/step_1/b.cask", "wb").write(f.read())
+    expect(tc("verify", f"{d}/step_1/b.cask", "--signature", f"{d}/step_1.sig", "--public-key", pub), SIGNATURE,
+           err_contains="'b.cask:")
+    expect(tc("verify", f"{d}/step_1/a.cask", "--signature", f"{d}/step_1.sig", "--public-key", pub), OK)
+
+
+def test_model_signing_interop_both_ways(signed, d):
+    """`model_signing verify key` accepts treecask's bundle (files: its CLI hashes by files), and
+    treecask accepts what `model_signing sign key` writes."""
+    ms = pytest.importorskip("model_signing")
+    import shutil
+    cli = shutil.which("model_signing") or os.path.join(os.path.dirname(os.path.realpath(ms.__file__)),
+                                                        "..", "..", "..", "..", "bin", "model_signing")
+    if not os.path.exists(cli):
+        pytest.skip("the model_signing command is not installed")
+    s = signed
+    expect(tc("sign", s["cask"], "--private-key", s["priv"], "--files", "--signature", f"{d}/files.sig"), OK)
+    r = subprocess.run([cli, "verify", "key", "--signature", f"{d}/files.sig", "--public_key", s["pub"], s["cask"]],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Verification succeeded" in r.stdout, r
+    r = subprocess.run([cli, "sign", "key", "--private_key", s["priv"], "--signature", f"{d}/ms.sig", s["cask"]],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r
+    expect(tc("verify", s["cask"], "--signature", f"{d}/ms.sig", "--public-key", s["pub"]), OK)
+    expect(tc("get", s["cask"], "small", "-o", f"{d}/s.npy", "--signature", f"{d}/ms.sig", "--public-key", s["pub"]), OK)
