@@ -23,9 +23,9 @@ See docs/python.md.
 from . import _core, stores
 from ._archive import Archive
 from ._reader import Reader
-from ._open import load, open
+from ._open import load, open, verify
 from ._save import save
-from ._signing import sign, verify
+from ._signing import sign
 from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
 # CheckpointManager (python/treecask/_manager.py)
 from ._manager import CheckpointManager

@@ -1,6 +1,6 @@
 """The entry points above every reader: :func:`open` (an archive file or a
-sharded checkpoint directory, whichever `path` is) and :func:`load` (open,
-then restore)."""
+sharded checkpoint directory, whichever `path` is), :func:`load` (open,
+then restore) and :func:`verify` (open, then check everything)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ._reader import Reader
 from ._sharded import ShardedArchive
 from ._signing import KeySource
 from ._types import PathLike
-from .errors import NotFoundError, SignatureError
+from .errors import Error, NotFoundError, SignatureError, UnsupportedError
 
 
 def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
@@ -203,3 +203,50 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
               signature=signature, public_key=public_key) as a:  # a file, a sharded checkpoint, or a URL of either
         return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy,
                       cast=cast)
+
+
+def verify(path: PathLike, *, signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None,
+           storage_options: Optional[Mapping[str, Any]] = None) -> None:
+    """Checks an archive file or a sharded checkpoint directory completely, and
+    raises unless everything is intact: every chunk of every leaf against its
+    XXH3 checksum (LZ4 chunks decoded, padding zero: :meth:`Reader.verify`),
+    and with a signature every signed byte's SHA-256 on all cores
+    (treecask::verify_signature, as ``model_signing verify key`` does: the
+    envelope under the key, the statement naming this file or directory and
+    its exact length, a directory holding exactly the signed files).
+
+    Args:
+      path: the archive file or sharded checkpoint directory (a URL too,
+        without a signature: a signed object in a store is verified read by
+        read, ``treecask.open(url, signature=..., public_key=...)``).
+      signature: the model-signing bundle: a path, a URL, or its bytes.
+      public_key: the PEM public key (SubjectPublicKeyInfo) of the EC key that
+        signed it: a path or its bytes. Both or neither.
+      storage_options: for a URL (see :func:`treecask.open`).
+
+    Raises:
+      SignatureError (the signature does not verify, is for another file, or
+      a signed range's SHA-256 differs: the message names the file and byte
+      range; an unsupported key type or hash algorithm, named);
+      ChecksumError / CorruptionError for the first damaged leaf (the message
+      counts the others); NotFoundError, NotAnArchiveError, VersionError,
+      IoError, InvalidArgumentError (only one of signature / public_key),
+      UnsupportedError (a signature with a URL).
+    """
+    p = os.fspath(path)
+    check = _signing.signature_check(signature, public_key, storage_options, file=p)
+    if check is not None:
+        if _core.is_url(p):
+            raise UnsupportedError("a full signature check reads every byte: download the archive, or open "
+                                   "it with signature= (every read verified)", file=_core.redact_url(p))
+        _core.verify_signature(p, check[0], check[1])
+    with open(p, storage_options=storage_options,
+                     signature=None if check is None else check[0].encode(),
+                     public_key=None if check is None else check[1].encode()) as r:
+        errors = r.verify()
+    if errors:
+        first: Error = errors[0]
+        if len(errors) > 1:
+            first = type(first)(f"{first.message} (and {len(errors) - 1} more damaged leaves)", file=first.file,
+                                key_path=first.key_path)
+        raise first

@@ -1,7 +1,8 @@
-"""Signed checkpoints (docs/signing.md): :func:`sign`, :func:`verify`, and the
-``signature=`` / ``public_key=`` arguments of :func:`treecask.open` and
-:func:`treecask.load`, as the core's signing API (include/treecask/signing.h)
-takes them. Every rule (the bundle format, the keys, which bytes are hashed
+"""Signed checkpoints (docs/signing.md): :func:`sign`, and the signature and key
+reading behind the ``signature=`` / ``public_key=`` arguments of the readers,
+:func:`treecask.open`, :func:`treecask.load` and :func:`treecask.verify`
+(``_open.py``: it opens readers, which import this module), as the core's
+signing API (include/treecask/signing.h) takes them. Every rule (the bundle format, the keys, which bytes are hashed
 when) is the core's; this module reads the signature and key bytes and
 converts."""
 
@@ -13,7 +14,7 @@ from typing import Any, Mapping, Optional, Tuple, Union
 
 from . import _core, stores
 from ._types import PathLike
-from .errors import (Error, InvalidArgumentError, NotAnArchiveError, NotFoundError, SignatureError,
+from .errors import (InvalidArgumentError, NotAnArchiveError, NotFoundError, SignatureError,
                      UnsupportedError)
 
 #: What ``signature=`` and ``public_key=`` take: a path (a URL too, for the
@@ -179,52 +180,3 @@ def sign(path: PathLike, *, private_key: KeySource, signature: Optional[PathLike
             os.unlink(tmp)
         raise
     return out
-
-
-def verify(path: PathLike, *, signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None,
-           storage_options: Optional[Mapping[str, Any]] = None) -> None:
-    """Checks an archive file or a sharded checkpoint directory completely, and
-    raises unless everything is intact: every chunk of every leaf against its
-    XXH3 checksum (LZ4 chunks decoded, padding zero: :meth:`Reader.verify`),
-    and with a signature every signed byte's SHA-256 on all cores
-    (treecask::verify_signature, as ``model_signing verify key`` does: the
-    envelope under the key, the statement naming this file or directory and
-    its exact length, a directory holding exactly the signed files).
-
-    Args:
-      path: the archive file or sharded checkpoint directory (a URL too,
-        without a signature: a signed object in a store is verified read by
-        read, ``treecask.open(url, signature=..., public_key=...)``).
-      signature: the model-signing bundle: a path, a URL, or its bytes.
-      public_key: the PEM public key (SubjectPublicKeyInfo) of the EC key that
-        signed it: a path or its bytes. Both or neither.
-      storage_options: for a URL (see :func:`treecask.open`).
-
-    Raises:
-      SignatureError (the signature does not verify, is for another file, or
-      a signed range's SHA-256 differs: the message names the file and byte
-      range; an unsupported key type or hash algorithm, named);
-      ChecksumError / CorruptionError for the first damaged leaf (the message
-      counts the others); NotFoundError, NotAnArchiveError, VersionError,
-      IoError, InvalidArgumentError (only one of signature / public_key),
-      UnsupportedError (a signature with a URL).
-    """
-    from ._open import open as open_reader
-
-    p = os.fspath(path)
-    check = signature_check(signature, public_key, storage_options, file=p)
-    if check is not None:
-        if _core.is_url(p):
-            raise UnsupportedError("a full signature check reads every byte: download the archive, or open "
-                                   "it with signature= (every read verified)", file=_core.redact_url(p))
-        _core.verify_signature(p, check[0], check[1])
-    with open_reader(p, storage_options=storage_options,
-                     signature=None if check is None else check[0].encode(),
-                     public_key=None if check is None else check[1].encode()) as r:
-        errors = r.verify()
-    if errors:
-        first: Error = errors[0]
-        if len(errors) > 1:
-            first = type(first)(f"{first.message} (and {len(errors) - 1} more damaged leaves)", file=first.file,
-                                key_path=first.key_path)
-        raise first
