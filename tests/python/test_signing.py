@@ -473,6 +473,19 @@ def test_a_statement_for_another_file_is_refused(archive, keys, tmp_path, direct
         treecask.open(archive, signature=sig, public_key=keys["p256"].public)
 
 
+def test_a_statement_naming_another_file_is_refused_even_for_the_same_bytes(archive, keys, tmp_path):
+    """The statement's subject names the file it signs; treecask holds it to that name (a
+    statement for another file name is refused, issue 36), where model_signing treats the
+    name as informative and accepts a renamed copy (docs/signing.md "Interop")."""
+    sig = ms_sign(archive, keys["p256"], tmp_path / "model.sig")
+    renamed = tmp_path / "renamed.cask"
+    shutil.copyfile(archive, renamed)
+    ms_verify(renamed, sig, keys["p256"].public)
+    with pytest.raises(SignatureError) as e:
+        treecask.verify(renamed, signature=sig, public_key=keys["p256"].public)
+    assert "model.cask" in str(e.value) and "renamed.cask" in str(e.value)
+
+
 def _drop_last(st):
     st["predicate"]["resources"].pop()
 
