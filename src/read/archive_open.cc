@@ -217,9 +217,9 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   // is forced on: it is how the pages the open trusts are found, and each
   // is hashed before it is read (GuardedReader).
   if (options.signature) {
-    const sig::Statement st = sig::check_bundle(options.signature->bundle_json, options.signature->public_key_pem, file);
+    const auto st = sig::checked_statement(options.signature->bundle_json, options.signature->public_key_pem, file);
     impl->guard = std::make_shared<const sig::ShardGuard>(
-        sig::shard_table(st, sig::resource_of(st, file, file), impl->file_size, file), fd);
+        sig::shard_table(*st, sig::resource_of(*st, file, file), impl->file_size, file), fd);
     impl->options.validate_structure = true;
   }
 

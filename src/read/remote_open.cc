@@ -128,7 +128,8 @@ void read_ends(Archive::Impl& impl, const Source& source) {
 // first read when the source does not know it yet).
 std::shared_ptr<const Source> signed_source(std::shared_ptr<const Source> source, const SignatureCheck& check) {
   const std::string& shown = source->name();
-  const sig::Statement st = sig::check_bundle(check.bundle_json, check.public_key_pem, shown);
+  const auto stp = sig::checked_statement(check.bundle_json, check.public_key_pem, shown);
+  const sig::Statement& st = *stp;
   const std::string resource = sig::resource_of(st, shown, shown);
   uint64_t size = 0;
   bool listed = false;

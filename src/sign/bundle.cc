@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -337,6 +338,28 @@ Statement check_bundle(std::string_view json_text, std::string_view public_key_p
   const Envelope e = parse_bundle(json_text, shown);
   check_envelope(e, public_key_pem, shown);
   return parse_statement(e.payload, shown);
+}
+
+std::shared_ptr<const Statement> checked_statement(std::string_view json_text, std::string_view public_key_pem,
+                                                   const std::string& shown) {
+  static std::mutex mu;
+  static std::vector<std::pair<Digest, std::shared_ptr<const Statement>>> recent;  // most recent first
+  Sha256 h;
+  const uint64_t n = json_text.size();
+  h.update(std::as_bytes(std::span(&n, 1)));
+  h.update(bytes_of(json_text));
+  h.update(bytes_of(public_key_pem));
+  const Digest key = h.finish();
+  {
+    std::lock_guard lock(mu);
+    for (const auto& [k, st] : recent)
+      if (k == key) return st;
+  }
+  auto st = std::make_shared<const Statement>(check_bundle(json_text, public_key_pem, shown));
+  std::lock_guard lock(mu);
+  recent.insert(recent.begin(), {key, st});
+  if (recent.size() > 4) recent.pop_back();
+  return st;
 }
 
 std::string make_statement(const std::string& subject, bool shards, uint64_t shard_size,

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,6 +85,13 @@ void check_envelope(const Envelope& envelope, std::string_view public_key_pem, c
 
 // parse_bundle + check_envelope + parse_statement.
 Statement check_bundle(std::string_view json, std::string_view public_key_pem, const std::string& shown);
+
+// check_bundle through a small process-wide cache (the last 4 bundles
+// checked, keyed by the SHA-256 of the bundle and the key): a sharded
+// checkpoint's files, opened one by one with the directory's bundle, parse
+// and check it once. Failures are not cached. Thread-safe.
+std::shared_ptr<const Statement> checked_statement(std::string_view json, std::string_view public_key_pem,
+                                                   const std::string& shown);
 
 // Signs `statement_json` (the payload) with the PEM EC private key and
 // returns the bundle JSON. Throws Error(kInvalidArgument) for a PEM that is
