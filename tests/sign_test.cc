@@ -16,6 +16,7 @@
 #include "../format/vectors/contents.h"
 #include "sign/bundle.h"
 #include "sign/shards.h"
+#include "sign/signed_source.h"
 #include "testutil.h"
 #include "treecask/treecask.h"
 
@@ -508,6 +509,14 @@ TEST_CASE("a signed open over a Source fetches and hashes whole shards, and refu
   std::vector<std::byte> small(c.leaf(c.index_of("a")).byte_length);
   c.read(c.index_of("a"), small);
   CHECK(tc_test::same(small, t.data[0]));
+  // A full verify of the object (verify_signature of a URL): every signed byte fetched and hashed.
+  const SignatureCheck check{bundle, ec_keys().pub};
+  auto whole = std::make_shared<FileSource>(tmp / "model.cask");
+  sig::verify_all(*sig::signed_source(whole, check), 0);
+  CHECK(whole->bytes.load() == fs::file_size(tmp / "model.cask"));
+  auto damaged = std::make_shared<FileSource>(tmp / "model.cask");
+  damaged->damage_at = bad->damage_at;
+  CHECK(has(what_of([&] { sig::verify_all(*sig::signed_source(damaged, check), 1); }), "do not match"));
   // The object's name is checked as a file's.
   fs::copy_file(tmp / "model.cask", tmp / "x.cask");
   CHECK(has(what_of([&] { Archive::open(std::make_shared<FileSource>(tmp / "x.cask"), signed_open(bundle)); }),

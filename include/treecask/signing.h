@@ -79,16 +79,18 @@ TREECASK_API std::string sign(const std::filesystem::path& archive_or_directory,
 
 // Checks `archive_or_directory` against `check` as `model_signing verify
 // key` does, hashing every signed byte on `threads` threads (0 = all
-// cores): the envelope's signature under the public key, the statement's
+// cores). A URL (is_url, remote.h: s3://, gs://, http(s)://) is an archive
+// read by range: every signed byte fetched (16 MiB at a time, concurrently)
+// and hashed as it arrives. Checked: the envelope's signature under the public key, the statement's
 // subject (the file's or directory's name), and the SHA-256 of every
 // resource; for a directory also that it holds exactly the files the
 // statement lists (none missing, none extra, the ignored names aside).
 // Returns when everything verifies. Throws Error(kSignature) naming the file
 // and what failed (wrong key, a statement for another file or directory, a
 // digest mismatch naming the file and byte range, a file longer or shorter
-// than signed, an unsupported key type or hash algorithm named), kNotFound
-// (no such path, or a file the statement lists is missing: kSignature),
-// kIo.
+// than signed, a file the statement lists missing from the directory or one
+// it does not list present, an unsupported key type or hash algorithm
+// named), kNotFound (no such path), kIo (and what a URL's source throws).
 TREECASK_API void verify_signature(const std::filesystem::path& archive_or_directory,
                                    const SignatureCheck& check, unsigned threads = 0);
 

@@ -277,11 +277,13 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   // A signed open: the header record and the manifest (with its overflow
   // page header) hashed before they are parsed (the header record lies in
   // a B-tree page the walk already hashed; the manifest's overflow run not).
-  if (impl->guard) {
-    impl->ensure_signed(static_cast<uint64_t>(hdr.data() - impl->map_base), hdr.size());
-    const uint64_t man_at = static_cast<uint64_t>(man.data() - impl->map_base);
-    const uint64_t head = std::min<uint64_t>(man_at, kOverflowPageHeader);
-    impl->ensure_signed(man_at - head, man.size() + head, SIZE_MAX, 0);
+  if (impl->guard && impl->map_base) {
+    if (!hdr.empty()) impl->ensure_signed(static_cast<uint64_t>(hdr.data() - impl->map_base), hdr.size());
+    if (!man.empty()) {
+      const uint64_t man_at = static_cast<uint64_t>(man.data() - impl->map_base);
+      const uint64_t head = std::min<uint64_t>(man_at, kOverflowPageHeader);
+      impl->ensure_signed(man_at - head, man.size() + head, SIZE_MAX, 0);
+    }
   }
   // A manifest in an LMDB overflow run: the run's first page header (S11),
   // which the structure walk bounded but did not read, before its bytes are used.

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "read/archive_impl.h"
+#include "sign/signed_source.h"
 
 namespace treecask {
 
@@ -122,33 +123,6 @@ void read_ends(Archive::Impl& impl, const Source& source) {
   impl.tail_start = size - tail.size();
 }
 
-// `source` behind sig::verified_source, after the envelope is checked and
-// the object found in its statement. The signed length: the end of the
-// last shard (shard serialization), else the object's (learned with a
-// first read when the source does not know it yet).
-std::shared_ptr<const Source> signed_source(std::shared_ptr<const Source> source, const SignatureCheck& check) {
-  const std::string& shown = source->name();
-  const auto stp = sig::checked_statement(check.bundle_json, check.public_key_pem, shown);
-  const sig::Statement& st = *stp;
-  const std::string resource = sig::resource_of(st, shown, shown);
-  uint64_t size = 0;
-  bool listed = false;
-  for (const sig::Resource& r : st.resources)
-    if (r.path == resource) {
-      size = std::max(size, r.end);
-      listed = true;
-    }
-  if (listed && !st.shards) {
-    if (source->size() == kUnknownSize) {
-      std::byte a[1], b[1];
-      ReadRange r[2] = {{0, a}, {0, b, /*from_end=*/true}};
-      source->read(r);
-    }
-    size = source->size();
-  }
-  return sig::verified_source(source, sig::shard_table(st, resource, size, shown));
-}
-
 }  // namespace
 
 Archive Archive::open(std::shared_ptr<const Source> source, const OpenOptions& options) {
@@ -159,7 +133,7 @@ Archive Archive::open(std::shared_ptr<const Source> source, const OpenOptions& o
   // A signed open: every byte comes through a source that fetches whole
   // signed shards and hashes them before handing any byte out
   // (sig::verified_source), the open's own reads included.
-  if (options.signature) source = signed_source(std::move(source), *options.signature);
+  if (options.signature) source = sig::signed_source(std::move(source), *options.signature);
   impl->source = source;
   const std::string& file = impl->file;
   read_ends(*impl, *source);

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "sign/sha256.h"
+#include "sign/signed_source.h"
 #include "util/parallel.h"
 
 namespace treecask::sig {
@@ -309,6 +310,44 @@ class VerifiedSource final : public Source {
 
 std::shared_ptr<const Source> verified_source(std::shared_ptr<const Source> inner, ShardTable table) {
   return std::make_shared<VerifiedSource>(std::move(inner), std::move(table));
+}
+
+std::shared_ptr<const Source> signed_source(std::shared_ptr<const Source> source, const SignatureCheck& check) {
+  const std::string& shown = source->name();
+  const auto stp = checked_statement(check.bundle_json, check.public_key_pem, shown);
+  const Statement& st = *stp;
+  const std::string resource = resource_of(st, shown, shown);
+  uint64_t size = 0;
+  bool listed = false;
+  for (const Resource& r : st.resources)
+    if (r.path == resource) {
+      size = std::max(size, r.end);
+      listed = true;
+    }
+  if (listed && !st.shards) {
+    if (source->size() == kUnknownSize) {
+      std::byte a[1], b[1];
+      ReadRange r[2] = {{0, a}, {0, b, /*from_end=*/true}};
+      source->read(r);
+    }
+    size = source->size();
+  }
+  return verified_source(source, shard_table(st, resource, size, shown));
+}
+
+void verify_all(const Source& source, unsigned threads) {
+  constexpr uint64_t kStretch = uint64_t{16} << 20;  // at most 8 in memory at once
+  const uint64_t size = source.size();
+  const size_t n = static_cast<size_t>((size + kStretch - 1) / kStretch);
+  const unsigned workers = std::max(1u, std::min({source.concurrency(), 8u, resolve_threads(threads),
+                                                  static_cast<unsigned>(std::max<size_t>(n, 1))}));
+  std::vector<std::vector<std::byte>> bufs(workers);
+  parallel_for(n, workers, [&](size_t i, unsigned w) {
+    const uint64_t at = i * kStretch, len = std::min(kStretch, size - at);
+    bufs[w].resize(static_cast<size_t>(len));
+    ReadRange r{at, bufs[w]};
+    source.read(std::span<const ReadRange>(&r, 1));
+  });
 }
 
 }  // namespace treecask::sig

@@ -12,7 +12,10 @@
 
 #include "sign/bundle.h"
 #include "sign/sha256.h"
+#include "remote/url.h"
 #include "sign/shards.h"
+#include "sign/signed_source.h"
+#include "treecask/remote.h"
 #include "treecask/signing.h"
 #include "util/parallel.h"
 
@@ -164,6 +167,10 @@ std::string sign(const std::filesystem::path& target, std::string_view private_k
 
 void verify_signature(const std::filesystem::path& target, const SignatureCheck& check, unsigned threads) {
   const std::string shown = target.string();
+  if (is_url(shown)) {  // every signed byte fetched through the verifying source, hashed as it arrives
+    sig::verify_all(*sig::signed_source(remote::open_object(shown), check), threads);
+    return;
+  }
   std::error_code ec;
   const bool is_dir = fs::is_directory(target, ec);
   if (!is_dir && !fs::exists(target, ec)) throw Error(ErrorCode::kNotFound, shown, "", "no such file or directory");
