@@ -13,7 +13,8 @@
 // commit path, key paths); binding.{h,cc} the conversions and errors the
 // others share; readers.cc Archive and ShardedArchive (one read API, bound
 // once); save.cc save and save_async; source.cc a Python object as a core
-// Source; interop.cc the safetensors routines.
+// Source; interop.cc the safetensors routines; signing.cc sign and
+// verify_signature.
 //
 // Conventions:
 //   * a treedef is a list of (kind, arity, type_name, keys) tuples in pre-order
@@ -241,6 +242,7 @@ NB_MODULE(_core, m) {
   register_save(m);      // save.cc
   register_readers(m);   // readers.cc
   register_interop(m);   // interop.cc
+  register_signing(m);   // signing.cc
 #ifdef TREECASK_PY_TOOL
   register_tool(m);      // tool.cc
 #endif

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "treecask/treecask.h"
 
@@ -95,11 +96,19 @@ std::shared_ptr<const treecask::Source> source_from_python(nb::object obj);
 // call (from the open's threads) takes the GIL.
 treecask::SourceOpener opener_from_python(nb::object opener);
 
+// ---- signing (signing.cc) ---------------------------------------------------------
+
+// The SignatureCheck of a (bundle_json, public_key_pem) pair, none for None: what
+// the readers' open calls take as `signature`.
+std::optional<treecask::SignatureCheck> signature_check(
+    const std::optional<std::tuple<std::string, std::string>>& sig);
+
 // ---- the module's parts, called by NB_MODULE (_core.cc) ----------------------------
 
 void register_readers(nb::module_& m);  // readers.cc: Archive, ShardedArchive
 void register_save(nb::module_& m);     // save.cc: save, save_async, PendingSave, SnapshotPool
 void register_interop(nb::module_& m);  // interop.cc: import_safetensors, export_safetensors
+void register_signing(nb::module_& m);  // signing.cc: sign, verify_signature
 void register_tool(nb::module_& m);     // tool.cc: run_tool (when built with the tool)
 
 }  // namespace treecask_py

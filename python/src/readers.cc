@@ -30,19 +30,25 @@ namespace {
 using namespace nb::literals;
 using ByteView = nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>, nb::c_contig>;
 
+// A (bundle_json, public_key_pem) pair, or None: OpenOptions::signature (signing.cc).
+using Signature = std::optional<std::tuple<std::string, std::string>>;
+
 // The OpenOptions of the binding's open calls.
-treecask::OpenOptions open_options(bool verify_checksums, bool validate_structure = true) {
+treecask::OpenOptions open_options(bool verify_checksums, bool validate_structure = true,
+                                   const Signature& signature = std::nullopt) {
   treecask::OpenOptions o;
   o.verify_checksums = verify_checksums;
   o.validate_structure = validate_structure;
+  o.signature = signature_check(signature);
   return o;
 }
 
-// Archive::open / ShardedArchive::open with the two OpenOptions flags, GIL released.
+// Archive::open / ShardedArchive::open with the OpenOptions, GIL released.
 template <class T>
-T open_with(const std::string& path, bool verify_checksums, bool validate_structure) {
+T open_with(const std::string& path, bool verify_checksums, bool validate_structure, const Signature& signature) {
+  treecask::OpenOptions o = open_options(verify_checksums, validate_structure, signature);
   nb::gil_scoped_release release;
-  return T::open(path, open_options(verify_checksums, validate_structure));
+  return T::open(path, o);
 }
 
 treecask::Verify to_verify(std::optional<bool> v) {
@@ -322,15 +328,18 @@ void register_readers(nb::module_& m) {
       .def_static(
           "open",
           &open_with<treecask::Archive>,
-          "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true)
+          "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true, "signature"_a = nb::none(),
+          "Archive::open; `signature`: None, or (bundle JSON, PEM public key) for a verified open "
+          "(OpenOptions::signature). GIL released.")
       .def_static(
           "open_source",
-          [](nb::object source, bool verify_checksums) {
+          [](nb::object source, bool verify_checksums, const Signature& signature) {
             std::shared_ptr<const treecask::Source> src = source_from_python(std::move(source));
+            treecask::OpenOptions o = open_options(verify_checksums, true, signature);
             nb::gil_scoped_release release;
-            return treecask::Archive::open(src, open_options(verify_checksums));
+            return treecask::Archive::open(src, o);
           },
-          "source"_a, "verify_checksums"_a = true);
+          "source"_a, "verify_checksums"_a = true, "signature"_a = nb::none());
   bind_read_api(archive);
   archive.def_prop_ro("file_size", &treecask::Archive::file_size)
       .def_prop_ro("manifest_fingerprint",
@@ -442,16 +451,17 @@ void register_readers(nb::module_& m) {
       .def_static(
           "open",
           &open_with<treecask::ShardedArchive>,
-          "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true)
+          "path"_a, "verify_checksums"_a = true, "validate_structure"_a = true, "signature"_a = nb::none())
       .def_static(
           "open_sources",
-          [](nb::object opener, const std::string& shown, bool verify_checksums) {
+          [](nb::object opener, const std::string& shown, bool verify_checksums, const Signature& signature) {
             // Made and destroyed with the GIL held; each call of it takes the GIL.
             treecask::SourceOpener open_object = opener_from_python(std::move(opener));
+            treecask::OpenOptions o = open_options(verify_checksums, true, signature);
             nb::gil_scoped_release release;
-            return treecask::ShardedArchive::open(open_object, shown, open_options(verify_checksums));
+            return treecask::ShardedArchive::open(open_object, shown, o);
           },
-          "opener"_a, "shown"_a, "verify_checksums"_a = true);
+          "opener"_a, "shown"_a, "verify_checksums"_a = true, "signature"_a = nb::none());
   // The read API above, over the global leaves: the checkpoint's facts, its treedef and key
   // lookups are the index archive's; leaves are assembled from the saved boxes, so none has a
   // view of a map.

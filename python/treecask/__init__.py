@@ -11,6 +11,8 @@ NNX sharding, Penzai axis names) kept next to the tensors.
     enc = treecask.load("ckpt.cask", subtree="params/encoder")      # reads only that part
     with treecask.open("ckpt.cask") as a:
         w = a["params/encoder/w"]                                   # zero-copy view
+    treecask.sign("ckpt.cask", private_key="key.pem")               # an OpenSSF model-signing bundle
+    w = treecask.load("ckpt.cask", signature="ckpt.cask.sig", public_key="key.pub.pem")  # verified
     with treecask.CheckpointManager("ckpts", max_to_keep=3) as mngr:  # a training loop
         mngr.save(step, state, metrics={"loss": loss})              # async, snapshot first
         state = mngr.restore(like=abstract_state)                   # the latest step
@@ -21,8 +23,9 @@ See docs/python.md.
 from . import _core, stores
 from ._archive import Archive
 from ._reader import Reader
-from ._open import load, open
+from ._open import load, open, verify
 from ._save import save
+from ._signing import sign
 from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
 # CheckpointManager (python/treecask/_manager.py)
 from ._manager import CheckpointManager
@@ -38,6 +41,7 @@ from .errors import (
     NotFoundError,
     ShapeError,
     StructureError,
+    SignatureError,
     UnsupportedError,
     VersionError,
 )
@@ -88,6 +92,8 @@ __all__ = [
     "save",
     "load",
     "open",
+    "sign",
+    "verify",
     "library_version",
     "CheckpointManager",
     "FORMAT_VERSION",
@@ -103,6 +109,7 @@ __all__ = [
     "IoError",
     "AlreadyExistsError",
     "UnsupportedError",
+    "SignatureError",
     "StructureError",
     # interop
     "OrbaxImport",

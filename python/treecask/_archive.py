@@ -4,10 +4,11 @@ archive file, the :class:`~treecask._reader.Reader` over one ``_core.Archive``
 
 from __future__ import annotations
 
+import os
 
 import treecask._core as _core
 
-from . import stores
+from . import _signing, stores
 from ._reader import Reader
 # The public types lived here before _types.py; pickles written then name
 # treecask._archive.LeafInfo (and ShardingInfo, TreeNode, SaveStats): keep them importable.
@@ -41,20 +42,25 @@ class Archive(Reader):
     :func:`treecask.open`): it is then read by range requests, with the same
     checks, and no leaf is a view (docs/remote.md).
 
+    ``signature`` and ``public_key`` (both or neither): a verified open of a
+    signed archive, every byte handed out covered by checked signed ranges
+    (:func:`treecask.open`, docs/signing.md).
+
     Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError,
-    UnsupportedError (a URL scheme treecask does not serve).
+    UnsupportedError (a URL scheme treecask does not serve), SignatureError.
     """
 
     def __init__(self, path: PathLike, *, verify_checksums: bool = True, validate_structure: bool = True,
-                 storage_options=None, store: "stores.Store | None" = None):
+                 storage_options=None, store: "stores.Store | None" = None, signature=None, public_key=None):
         self._core = None
         self._raw_infos = None
         self._treedef_raw = None
         loc = stores.resolve(path, store, storage_options)
         self._path = loc.shown
+        check = _signing.signature_check(signature, public_key, storage_options, file=str(loc.shown))
         # mapped from a file system, else read by range (treecask.open's docstring)
         self._core = loc.store.open_archive(loc.path, verify_checksums=verify_checksums,
-                                            validate_structure=validate_structure)
+                                            validate_structure=validate_structure, signature=check)
 
     def __enter__(self) -> "Archive":
         return self

@@ -1,22 +1,27 @@
 """The entry points above every reader: :func:`open` (an archive file or a
-sharded checkpoint directory, whichever `path` is) and :func:`load` (open,
-then restore)."""
+sharded checkpoint directory, whichever `path` is), :func:`load` (open,
+then restore) and :func:`verify` (open, then check everything)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import os
+from typing import Any, Mapping, Optional
 
-from . import stores
+import treecask._core as _core
+
+from . import _signing, stores
 from ._archive import Archive
 from ._reader import Reader
 from ._sharded import ShardedArchive
+from ._signing import KeySource
 from ._types import PathLike
-from .errors import NotFoundError
+from .errors import Error, NotFoundError, SignatureError, UnsupportedError
 
 
 def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
          validate_structure: bool = True, storage_options: Optional[dict] = None,
-         store: Optional[stores.Store] = None, single_read: bool = True) -> Reader:
+         store: Optional[stores.Store] = None, single_read: bool = True,
+         signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None) -> Reader:
     """Opens an archive for reading: ``with treecask.open(p) as a: a["w"]``.
 
     ``verify_checksums`` (default True) checks each chunk's XXH3 before its
@@ -53,29 +58,57 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     place the same leaves in the same order. False: each process reads every
     block its devices hold (docs/python.md "Multi-process save and restore").
 
+    ``signature`` and ``public_key`` (both or neither; docs/signing.md): a
+    verified open of an archive or checkpoint signed with OpenSSF model
+    signing (``model_signing sign key``, or :func:`treecask.sign`). The
+    signature is the bundle's path, its URL (read through the store layer,
+    ``storage_options`` as for ``path``) or its bytes; the public key a PEM
+    file's path or its bytes. The open checks the envelope once (ECDSA under
+    the key) and that the statement signs this file at its exact length;
+    from then on every byte the reader hands out or trusts is covered by
+    signed ranges whose SHA-256 it has checked, each range once per process:
+    with shard serialization a read of S bytes hashes at most S + 2 shards
+    (the open itself the shards of its own pages: meta pages, B-tree path,
+    manifest), over a store it fetches only those shards; with file
+    serialization the open hashes the whole file. ``copy=False`` views and
+    ``reader[key]`` views are handed out only after their shards verified.
+    ``verify_checksums`` stays as set (XXH3 is checked on top).
+
     Raises NotFoundError, NotAnArchiveError (an empty file or object
     included), VersionError, CorruptionError, IoError, UnsupportedError (a
     URL scheme treecask does not serve), InvalidArgumentError (credentials
-    inside a bucket URL; ``storage_options`` with a store object).
+    inside a bucket URL; ``storage_options`` with a store object; only one
+    of ``signature`` / ``public_key``), SignatureError (the signature does
+    not verify or is not for this archive, here or at a later read: the
+    message names the file and byte range).
     """
+    if signature is not None or public_key is not None:  # read once, here (a URL included)
+        check = _signing.signature_check(signature, public_key, storage_options, file=os.fspath(path))
+        signature, public_key = check[0].encode(), check[1].encode()
     reader = _open(path, verify_checksums=verify_checksums, validate_structure=validate_structure,
-                   storage_options=storage_options, store=store)
+                   storage_options=storage_options, store=store, signature=signature, public_key=public_key)
     reader._single_read = bool(single_read)
     return reader
 
 
 def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
-          storage_options: Optional[dict], store: Optional[stores.Store]) -> Reader:
+          storage_options: Optional[dict], store: Optional[stores.Store],
+          signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None) -> Reader:
     """open() without its reader options: the reader `path` names, resolved
     once (``stores.resolve``); the readers receive that Location."""
     loc = stores.resolve(path, store, storage_options)
     sharded = loc.is_sharded()
-    kw = dict(verify_checksums=verify_checksums, validate_structure=validate_structure)
+    kw = dict(verify_checksums=verify_checksums, validate_structure=validate_structure,
+              signature=signature, public_key=public_key)
     if sharded is not None:
         return (ShardedArchive if sharded else Archive)(loc, **kw)
     try:  # an object store: an archive, else a "directory" holding index.cask
         return Archive(loc, **kw)
-    except NotFoundError:
+    except (NotFoundError, SignatureError) as e:
+        # No such object; or, signed, a statement that is not for an object of this
+        # name (the core checks that before any request): a directory's.
+        if isinstance(e, SignatureError) and signature is None:
+            raise
         try:
             return ShardedArchive(loc, **kw)
         except NotFoundError:
@@ -86,7 +119,8 @@ def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
 def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
          missing: str = "error", extra: str = "ignore", copy: bool = True, cast: bool = False,
          storage_options: Optional[dict] = None, store: Optional[stores.Store] = None,
-         single_read: bool = True) -> Any:
+         single_read: bool = True, signature: Optional[KeySource] = None,
+         public_key: Optional[KeySource] = None) -> Any:
     """Restores a pytree from an archive.
 
     Args:
@@ -145,6 +179,10 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       single_read: True (default): each stored byte fetched once per
         ``jax.distributed`` job (see :func:`open`); False: every process reads
         every block its devices hold, as a single process does.
+      signature, public_key: a verified restore of a signed archive or
+        checkpoint (see :func:`open`; docs/signing.md): every byte restored
+        is covered by signed ranges whose SHA-256 was checked first, and
+        ``copy=False`` views are handed out only after.
     Returns:
       The restored tree.
 
@@ -157,8 +195,57 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         its dtype does without ``cast`` ("dtype mismatch"; the message names the
         key path and both dtypes/shapes);
       InvalidArgumentError: a bad option, or a ``subtree`` that is not a valid
-        key path (a "~" not followed by 0 or 1: SPEC.md "Key paths").
+        key path (a "~" not followed by 0 or 1: SPEC.md "Key paths");
+      SignatureError: with ``signature``, what :func:`open` says.
     """
-    with open(path, storage_options=storage_options, store=store, single_read=single_read) as a:  # a file, a sharded checkpoint, or a URL of either
+    with open(path, storage_options=storage_options, store=store, single_read=single_read,
+              signature=signature, public_key=public_key) as a:  # a file, a sharded checkpoint, or a URL of either
         return a.load(like, subtree=subtree, shardings=shardings, missing=missing, extra=extra, copy=copy,
                       cast=cast)
+
+
+def verify(path: PathLike, *, signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None,
+           storage_options: Optional[Mapping[str, Any]] = None) -> None:
+    """Checks an archive file or a sharded checkpoint directory completely, and
+    raises unless everything is intact: every chunk of every leaf against its
+    XXH3 checksum (LZ4 chunks decoded, padding zero: :meth:`Reader.verify`),
+    and with a signature every signed byte's SHA-256 on all cores
+    (treecask::verify_signature, as ``model_signing verify key`` does: the
+    envelope under the key, the statement naming this file or directory and
+    its exact length, a directory holding exactly the signed files).
+
+    Args:
+      path: the archive file or sharded checkpoint directory (a URL too,
+        without a signature: a signed object in a store is verified read by
+        read, ``treecask.open(url, signature=..., public_key=...)``).
+      signature: the model-signing bundle: a path, a URL, or its bytes.
+      public_key: the PEM public key (SubjectPublicKeyInfo) of the EC key that
+        signed it: a path or its bytes. Both or neither.
+      storage_options: for a URL (see :func:`treecask.open`).
+
+    Raises:
+      SignatureError (the signature does not verify, is for another file, or
+      a signed range's SHA-256 differs: the message names the file and byte
+      range; an unsupported key type or hash algorithm, named);
+      ChecksumError / CorruptionError for the first damaged leaf (the message
+      counts the others); NotFoundError, NotAnArchiveError, VersionError,
+      IoError, InvalidArgumentError (only one of signature / public_key),
+      UnsupportedError (a signature with a URL).
+    """
+    p = os.fspath(path)
+    check = _signing.signature_check(signature, public_key, storage_options, file=p)
+    if check is not None:
+        if stores.is_url(p):
+            raise UnsupportedError("a full signature check reads every byte: download the archive, or open "
+                                   "it with signature= (every read verified)", file=_core.redact_url(p))
+        _core.verify_signature(p, check[0], check[1])
+    with open(p, storage_options=storage_options,
+                     signature=None if check is None else check[0].encode(),
+                     public_key=None if check is None else check[1].encode()) as r:
+        errors = r.verify()
+    if errors:
+        first: Error = errors[0]
+        if len(errors) > 1:
+            first = type(first)(f"{first.message} (and {len(errors) - 1} more damaged leaves)", file=first.file,
+                                key_path=first.key_path)
+        raise first

@@ -7,13 +7,14 @@ saved boxes, none a view of a map). Writing one is ``_distributed.py``'s job."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 import treecask._core as _core
 
-from . import _dtypes, _replicas, stores
+from . import _dtypes, _replicas, _signing, stores
 from . import _jaxutil as J
 from ._reader import Reader, _index_bounds
 from .errors import Error
@@ -32,6 +33,10 @@ class ShardedArchive(Reader):
     replaced meanwhile (``save(..., overwrite=True)``) is read whole, old or
     new, never mixed (SPEC.md "Sharded checkpoints").
 
+    ``signature`` and ``public_key``: a verified open of a checkpoint signed
+    as a directory (model_signing's directory model: its files by relative
+    path; :func:`treecask.open`, docs/signing.md).
+
     Raises what :class:`treecask.Archive` raises, and CorruptionError when a
     shard file is not the one a format 3.1 index was committed with (another
     step, save or job: the message names the file, both manifest fingerprints
@@ -40,15 +45,16 @@ class ShardedArchive(Reader):
     """
 
     def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True,
-                 storage_options=None, store: "stores.Store | None" = None):
+                 storage_options=None, store: "stores.Store | None" = None, signature=None, public_key=None):
         self._raw_infos = None
         self._treedef_raw = None
         self._core = None
         loc = stores.resolve(path, store, storage_options)
         self._path = loc.shown
+        check = _signing.signature_check(signature, public_key, storage_options, file=str(loc.shown))
         # one handle of a local directory, else each object read by range
         self._core = loc.store.open_sharded(loc.path, verify_checksums=verify_checksums,
-                                            validate_structure=validate_structure)
+                                            validate_structure=validate_structure, signature=check)
 
     def __enter__(self) -> "ShardedArchive":
         return self

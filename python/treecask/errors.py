@@ -47,6 +47,7 @@ __all__ = [
     "IoError",
     "AlreadyExistsError",
     "UnsupportedError",
+    "SignatureError",
     "StructureError",
 ]
 
@@ -169,6 +170,19 @@ class UnsupportedError(Error):
     code_name = _NAMES[code]
 
 
+class SignatureError(Error, ValueError):
+    """A signature does not verify (``kSignature``): the bundle's envelope does
+    not verify under the public key, its statement is not for this archive
+    (another file, a length other than the file's, resources that do not tile
+    it), its key type or hash algorithm is not one treecask checks (named), or
+    a signed range's SHA-256 differs (the message names the file and the byte
+    range). Raised instead of handing out any byte the signature does not
+    cover (docs/signing.md)."""
+
+    code = 12
+    code_name = _NAMES[code]
+
+
 class StructureError(Error, ValueError):
     """The checkpoint's tree does not match the template (``like``): a missing
     or extra leaf, or a node of another kind. Python-only (no C++ code)."""
@@ -191,6 +205,7 @@ _BY_CODE = {
         IoError,
         AlreadyExistsError,
         UnsupportedError,
+        SignatureError,
     )
 }
 

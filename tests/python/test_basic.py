@@ -380,10 +380,10 @@ def test_every_core_error_code_has_its_class():
 
     stable = {"not found": 1, "not an archive": 2, "unsupported version": 3, "corruption": 4,
               "checksum mismatch": 5, "key not found": 6, "invalid argument": 7, "shape mismatch": 8,
-              "I/O error": 9, "already exists": 10, "unsupported": 11}
+              "I/O error": 9, "already exists": 10, "unsupported": 11, "signature": 12}
     assert _core.ERROR_CODES == stable
     assert {cls.code_name: cls.code for cls in errors._BY_CODE.values()} == stable
-    assert errors.NotFoundError.code == 1 and errors.UnsupportedError.code == 11
+    assert errors.NotFoundError.code == 1 and errors.SignatureError.code == 12
 
 
 # ---- templates (like) without jax ------------------------------------------------------

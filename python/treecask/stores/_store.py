@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import os
 import shutil
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import treecask._core as _core
 from ..errors import AlreadyExistsError, Error, NotFoundError, UnsupportedError
@@ -166,23 +166,27 @@ class Store(abc.ABC):
             return bool(_core.is_sharded(local))
         return False if self.single_object else None
 
-    def open_archive(self, path: str, *, verify_checksums: bool, validate_structure: bool) -> Any:
+    def open_archive(self, path: str, *, verify_checksums: bool, validate_structure: bool,
+                     signature: Optional[Tuple[str, str]] = None) -> Any:
         """The core's reader of the archive ``path``: the file mapped (a file
-        system), else read by range through :meth:`source`."""
+        system), else read by range through :meth:`source`. ``signature``:
+        (bundle JSON, PEM public key) for a signed open (OpenOptions::signature,
+        docs/signing.md), or None."""
         local = self.local_path(path)
         if local is not None:
-            return _core.Archive.open(local, verify_checksums, validate_structure)
-        return _core.Archive.open_source(self.source(path), verify_checksums)
+            return _core.Archive.open(local, verify_checksums, validate_structure, signature)
+        return _core.Archive.open_source(self.source(path), verify_checksums, signature)
 
-    def open_sharded(self, path: str, *, verify_checksums: bool, validate_structure: bool) -> Any:
+    def open_sharded(self, path: str, *, verify_checksums: bool, validate_structure: bool,
+                     signature: Optional[Tuple[str, str]] = None) -> Any:
         """The core's reader of the sharded checkpoint "directory" ``path``:
         one handle of the directory (a file system), else every file read by
-        range through :meth:`source`."""
+        range through :meth:`source`; ``signature`` as for :meth:`open_archive`."""
         local = self.local_path(path)
         if local is not None:
-            return _core.ShardedArchive.open(local, verify_checksums, validate_structure)
+            return _core.ShardedArchive.open(local, verify_checksums, validate_structure, signature)
         return _core.ShardedArchive.open_sources(lambda name: self.source(join(path, name)), self.display(path),
-                                                 verify_checksums)
+                                                 verify_checksums, signature)
 
     def delete_tree(self, path: str) -> None:
         """Deletes ``path`` so that it leaves every listing at once and a

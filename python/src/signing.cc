@@ -1,0 +1,56 @@
+// treecask._core's signing calls (include/treecask/signing.h; docs/signing.md):
+// sign and verify_signature, and the SignatureCheck the readers' open calls
+// take (signature_check). Conversions only: every rule (the bundle, the keys,
+// the hashing) is the core's.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "binding.h"
+
+namespace treecask_py {
+
+std::optional<treecask::SignatureCheck> signature_check(const std::optional<std::tuple<std::string, std::string>>& sig) {
+  if (!sig) return std::nullopt;
+  return treecask::SignatureCheck{std::get<0>(*sig), std::get<1>(*sig)};
+}
+
+void register_signing(nb::module_& m) {
+  using namespace nb::literals;
+  m.attr("DEFAULT_SIGN_SHARD_SIZE") = treecask::kDefaultSignShardSize;
+  m.def(
+      "sign",
+      [](const std::string& path, const std::string& private_key_pem, bool shards, uint64_t shard_size,
+         unsigned threads) {
+        treecask::SignOptions o;
+        o.shards = shards;
+        o.shard_size = shard_size;
+        o.threads = threads;
+        nb::gil_scoped_release release;
+        return treecask::sign(path, private_key_pem, o);
+      },
+      "path"_a, "private_key_pem"_a, "shards"_a = true, "shard_size"_a = 0, "threads"_a = 0,
+      "treecask::sign: the model-signing bundle JSON (str) of the archive file or sharded "
+      "checkpoint directory `path`, signed with the PEM EC private key; shards of `shard_size` "
+      "bytes (0: DEFAULT_SIGN_SHARD_SIZE) or, shards=False, one digest per file. Hashes on "
+      "`threads` threads (0: all cores), GIL released.");
+  m.def(
+      "verify_signature",
+      [](const std::string& path, const std::string& bundle_json, const std::string& public_key_pem,
+         unsigned threads) {
+        treecask::SignatureCheck check{bundle_json, public_key_pem};
+        nb::gil_scoped_release release;
+        treecask::verify_signature(path, check, threads);
+      },
+      "path"_a, "bundle_json"_a, "public_key_pem"_a, "threads"_a = 0,
+      "treecask::verify_signature: checks every signed byte of the archive file or sharded "
+      "checkpoint directory `path` against the bundle (SHA-256 on `threads` threads, 0: all "
+      "cores), GIL released; raises SignatureError naming the file and what failed.");
+}
+
+}  // namespace treecask_py
