@@ -77,6 +77,8 @@ from ._items import (
     _unsupported,
 )
 from ._utils import checkpoint_utils, test_utils, tree, utils
+from ._items import Transform
+from . import handlers
 from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
 from ..errors import InvalidArgumentError, NotFoundError
 
@@ -110,6 +112,8 @@ __all__ = [
     "tree",
     "test_utils",
     "PLACEHOLDER",
+    "Transform",
+    "handlers",
 ]
 
 
@@ -499,3 +503,32 @@ class CheckpointManager:
 
     def __repr__(self) -> str:
         return f"<treecask.orbax.CheckpointManager {_core.redact_url(str(self.directory))!r}>"
+
+
+# Orbax names treecask.orbax does not provide, and what to do instead (a module
+# __getattr__: UnsupportedError on use, never AttributeError).
+_NOT_PROVIDED = {
+    "AsyncCheckpointHandler": "custom handlers write files of their own; save the state as a pytree",
+    "ProtoCheckpointHandler": "save the message's bytes or JSON (args.JsonSave)",
+    "JaxRandomKeyCheckpointHandler": "a typed PRNG key array is a pytree leaf (args.StandardSave)",
+    "NumpyRandomKeyCheckpointHandler": "save the generator's state as JSON (args.JsonSave)",
+    "RestoreTransform": "use Transform(original_key=..., value_fn=...)",
+    "apply_transformations": "restore with PyTreeRestore(item=target, transforms={key: Transform(...)})",
+    "type_handlers": "every leaf type treecask.save takes is handled; no custom TypeHandlers",
+    "multihost": "treecask.save coordinates jax.distributed processes itself",
+    "path": "a manager's steps are named by treecask (no step name formats)",
+    "serialization": "checkpoints are treecask archives (treecask.load / treecask.open)",
+    "msgpack_utils": "checkpoints are treecask archives (treecask.load / treecask.open)",
+    "experimental": "Orbax's experimental APIs: treecask.orbax.v1 is its v1 API",
+    "pathways": "treecask places arrays with jax shardings (no Pathways)",
+    "aggregate_handlers": "an archive holds the whole tree (no aggregate files)",
+}
+
+
+def __getattr__(name: str) -> Any:
+    why = _NOT_PROVIDED.get(name)
+    if why is None:
+        raise AttributeError(f"module 'treecask.orbax' has no attribute {name!r}")
+    from ..errors import UnsupportedError
+
+    raise UnsupportedError(f"Orbax ocp.{name} is not supported by treecask.orbax: {why}")

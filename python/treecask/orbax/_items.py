@@ -124,6 +124,23 @@ class ArrayRestoreArgs(RestoreArgs):
     strict: bool = True
 
 
+@dataclasses.dataclass
+class Transform:
+    """How one leaf of a restore target is filled from the checkpoint (Orbax
+    ``Transform``, given as ``PyTreeRestore(item=target, transforms={key:
+    Transform(...)})``; a key is a regular expression that must fully match
+    the target leaf's key path, ``a/b/0``). ``original_key``: the key path in
+    the checkpoint to take it from (``\\1``... refer to the key's groups;
+    default: the same key path). ``value_fn``: applied to that value.
+    ``use_fallback``: keep the target's value where the checkpoint has none.
+    ``multi_value_fn`` raises UnsupportedError (restore raw and combine)."""
+
+    original_key: Optional[Any] = None
+    use_fallback: bool = False
+    value_fn: Optional[Any] = None
+    multi_value_fn: Optional[Any] = None
+
+
 def _is_restore_arg(x: Any) -> bool:
     """A RestoreArgs / ArrayRestoreArgs, treecask's or Orbax's."""
     return not isinstance(x, type) and hasattr(x, "restore_type") and hasattr(x, "dtype")
@@ -752,6 +769,6 @@ def _item_metadata(path: Any) -> Any:
 
 
 # The classes are treecask.orbax's, where users import them from (repr, pickles, help).
-for _cls in (SaveArgs, RestoreArgs, ArrayRestoreArgs):
+for _cls in (SaveArgs, RestoreArgs, ArrayRestoreArgs, Transform):
     _cls.__module__ = "treecask.orbax"
 del _cls
