@@ -464,7 +464,12 @@ def _apply_transforms(path: Where, sub: Optional[str], item: Any, transforms: Ma
     jax = J.import_jax()
     raw = path.load(subtree=sub)
     saved = {_key_path(kp): v for kp, v in jax.tree_util.tree_flatten_with_path(raw)[0]}
-    rules = [(re.compile(k), t) for k, t in transforms.items()]
+    rules = []
+    for k, t in transforms.items():
+        if not all(hasattr(t, f) for f in ("original_key", "use_fallback", "value_fn")):
+            raise InvalidArgumentError(f"transforms[{k!r}] is a {type(t).__name__}, not an ocp.Transform",
+                                       file=path, key_path=str(k))
+        rules.append((re.compile(k), t))
 
     def one(kp: Any, leaf: Any) -> Any:
         key = _key_path(kp)
