@@ -129,8 +129,19 @@ def shapes(tree) -> Dict[str, Any]:
             for p, v in leaves}
 
 
-#: (flow, record) -> what treecask shows where it differs from Orbax on purpose (docs/python.md).
-DIFFERS: Dict[tuple, Any] = {}
+def _steps(*ns):
+    return [f"step_{n:08d}.cask" for n in ns]
+
+
+#: (flow, record) -> what treecask shows where it differs from Orbax on purpose (docs/python.md,
+#: "What differs"): a manager's steps are step_<n>.cask archives (format/SPEC.md "Checkpoint
+#: directories") where Orbax writes <n>/ directories (and a root metadata/ directory).
+DIFFERS: Dict[tuple, Any] = {
+    ("v1_101", "experiment.listing"): _steps(*range(10)),
+    ("v1_training", "interval.listing"): _steps(0, 3, 6, 9),
+    ("v1_training", "custom_metadata.listing"): _steps(0, 3, 6, 9),
+    ("v0_api_refactor", "step listing"): _steps(0),
+}
 
 
 def run_both(flow, modules, tmp_path) -> None:
@@ -343,6 +354,7 @@ def v0_api_refactor(ocp, root):
         mngr.wait_until_finished()
         out["restore"] = mngr.restore(0)
         out["restore_abstract"] = mngr.restore(0, args=ocp.args.StandardRestore(abstract_pytree))
+    out["step listing"] = sorted(os.listdir(root / "ckpt2"))
     new_mngr = ocp.CheckpointManager(root / "ckpt2", options=options)
     out["restore_abstract_new"] = new_mngr.restore(0, args=ocp.args.StandardRestore(abstract_pytree))
     new_mngr.close()
@@ -441,6 +453,7 @@ def v1_101(ocp, root):
             return ckptr.load()
 
     out["train"] = train()
+    out["experiment.listing"] = sorted(os.listdir(directory / "experiment"))
     return out
 
 
@@ -640,6 +653,7 @@ def v1_training(ocp, root):
         for step in range(10):
             ckptr.save(step, pytree)
         out["interval.steps"] = [c.step for c in ckptr.checkpoints]
+    out["interval.listing"] = sorted(os.listdir(root_directory))
 
     root_directory = root / "my-checkpoints-3"
     with training.Checkpointer(root_directory,
@@ -649,6 +663,7 @@ def v1_training(ocp, root):
             is_final = step == 9
             ckptr.save(step, pytree, metrics={"accuracy": 0.85}, custom_metadata={"is_final": is_final},
                        force=is_final)
+    out["custom_metadata.listing"] = sorted(os.listdir(root_directory))
     ckptr = training.Checkpointer(root_directory)
     out["latest.step"] = ckptr.latest.step
     out["checkpoints"] = [c.step for c in ckptr.checkpoints]

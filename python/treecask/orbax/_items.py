@@ -39,6 +39,7 @@ DEFAULT_ITEM_NAME = "default"
 _LAYOUT_KEY = "treecask.orbax.items"  # JSON {"default": bool, "items": {name: "pytree"|"json"|"array"}}
 _JSON_PREFIX = "treecask.orbax.json/"  # + item name: a JSON item's text
 _CUSTOM_KEY = "treecask.orbax.custom_metadata"  # JSON of save(custom_metadata=...)
+_STATE_PREFIX = "treecask.orbax.state/"  # + item name: a stateful checkpointable's get_state() as JSON
 _JAX_PREFIX = "treecask.orbax.jax/"  # + item name: JSON list of the key paths (in the item) of jax.Array leaves
 
 
@@ -309,7 +310,15 @@ def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[
         if op != "save":
             raise InvalidArgumentError(f"item '{name}': Orbax save arguments expected, got {k}", file=file)
         kinds[name] = k
-        if k == "json":
+        if k == "pytree" and _is_stateful(a.item):
+            kinds[name] = "stateful"
+            try:
+                md[_STATE_PREFIX + name] = json.dumps(a.item.get_state())
+            except (TypeError, ValueError) as e:
+                raise UnsupportedError(f"item '{name}': get_state() of {type(a.item).__name__} is not JSON ({e}); "
+                                       "treecask.orbax stores a stateful checkpointable's state as JSON, as Orbax "
+                                       "stores Grain's", file=file) from None
+        elif k == "json":
             try:
                 md[_JSON_PREFIX + name] = json.dumps(a.item)
             except (TypeError, ValueError) as e:
@@ -324,10 +333,16 @@ def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[
                 custom = a.custom_metadata
     if custom is not None:
         md[_CUSTOM_KEY] = json.dumps(custom)
-    if default and kinds[DEFAULT_ITEM_NAME] != "json":
+    if default and kinds[DEFAULT_ITEM_NAME] not in ("json", "stateful"):
         return tree[DEFAULT_ITEM_NAME], md, True  # one PyTree at the root: what treecask.load reads
     md[_LAYOUT_KEY] = json.dumps({"default": default, "items": kinds}, sort_keys=True)
     return (tree or None), md, default
+
+
+def _is_stateful(c: Any) -> bool:
+    """Orbax's StatefulCheckpointable: an object with ``get_state()`` /
+    ``set_state(state)`` (a Grain dataset iterator), saved as its state."""
+    return callable(getattr(c, "get_state", None)) and callable(getattr(c, "set_state", None))
 
 
 def _jax_leaves(tree: Any) -> List[str]:
@@ -660,6 +675,17 @@ class Checkpoint:
         raw = self.item(name)[2].get(_JAX_PREFIX + name)
         return json.loads(raw) if raw else []
 
+    def set_state(self, name: str, obj: Any) -> Any:
+        """Stateful checkpointable `name`'s saved state set into `obj` (its
+        ``set_state``); returns `obj`. Raises InvalidArgumentError when `obj`
+        has no ``set_state`` (Orbax refuses too: it needs an instance)."""
+        if not _is_stateful(obj):
+            raise InvalidArgumentError(f"item '{name}' is a stateful checkpointable (e.g. a Grain iterator): to "
+                                       "restore it, pass an instance of the object to restore into",
+                                       file=self.item_where(name))
+        obj.set_state(json.loads(self.item(name)[2][_STATE_PREFIX + name]))
+        return obj
+
     def custom_metadata(self) -> Any:
         """The save's custom_metadata, or None."""
         return json.loads(self.md[_CUSTOM_KEY]) if _CUSTOM_KEY in self.md else None
@@ -674,9 +700,12 @@ def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict
     items: Dict[str, Tuple[Any, Dict[str, str]]] = {}
     for name, kind in kinds.items():
         imd = {_L.KIND_KEY: kind}
-        if _JAX_PREFIX + name in md:
-            imd[_JAX_PREFIX + name] = md[_JAX_PREFIX + name]
-        if kind == "json":
+        for key in (_JAX_PREFIX + name, _STATE_PREFIX + name):
+            if key in md:
+                imd[key] = md[key]
+        if kind == "stateful":
+            items[name] = (None, imd)
+        elif kind == "json":
             imd[_JSON_PREFIX + name] = md[_JSON_PREFIX + name]
             items[name] = (None, imd)
         else:
@@ -692,6 +721,8 @@ def _restore_item(ck: Checkpoint, name: str, ra: Any) -> Any:
     op, k = args.kind(ra) if ra is not None else ("restore", saved)
     if ra is not None and op != "restore":
         raise InvalidArgumentError(f"item '{name}': Orbax restore arguments expected, got {k}", file=at)
+    if saved == "stateful":
+        return ck.set_state(name, getattr(ra, "item", None))
     if saved == "json" or k == "json":
         if saved != k:
             raise InvalidArgumentError(f"item '{name}' was saved as {saved}, restored as {k}", file=at)

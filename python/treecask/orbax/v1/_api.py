@@ -34,7 +34,7 @@ from .. import args as _args
 from ... import stores
 from .. import _layout as _L
 from .._checkpointers import _write
-from .._items import DEFAULT_ITEM_NAME, PLACEHOLDER, Checkpoint, _encode, _encode_items, _item_metadata
+from .._items import DEFAULT_ITEM_NAME, PLACEHOLDER, Checkpoint, _encode, _encode_items, _is_stateful, _item_metadata
 from .._items import _key_path, Where, _restore_pytree
 from .._metadata import ArrayMetadata, ScalarMetadata, StringMetadata
 from ...errors import InvalidArgumentError, KeyNotFoundError, NotFoundError, UnsupportedError
@@ -160,12 +160,6 @@ def _to_datetime(ns: Optional[int]) -> Optional[datetime.datetime]:
 # ---------------------------------------------------------------- saving
 
 
-def _is_stateful(c: Any) -> bool:
-    """Orbax's StatefulCheckpointable: an object with ``get_state()`` /
-    ``set_state(state)`` (a Grain dataset iterator)."""
-    return callable(getattr(c, "get_state", None)) and callable(getattr(c, "set_state", None))
-
-
 def _validate_checkpointables(checkpointables: Any, file: str) -> Dict[str, Any]:
     if not isinstance(checkpointables, dict) or not checkpointables:
         raise InvalidArgumentError("checkpointables must be a non-empty dict {name: checkpointable}", file=file)
@@ -204,45 +198,23 @@ def _storage_cast(tree: Any) -> Any:
     return jax.tree_util.tree_map_with_path(one, tree)
 
 
-#: The metadata key of a stateful checkpointable's item: its get_state() as JSON.
-_STATE_KEY = "treecask.orbax.v1.state"
-
-
-def _state_json(name: str, c: Any, file: str) -> str:
-    try:
-        return json.dumps(c.get_state())
-    except (TypeError, ValueError) as e:
-        raise UnsupportedError(f"checkpointable '{name}': get_state() of {type(c).__name__} is not JSON ({e}); "
-                               "treecask.orbax.v1 stores a stateful checkpointable's state as JSON, as Orbax "
-                               "stores Grain's", file=file) from None
-
-
 def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, custom_metadata: Any,
                asynchronous: bool, store: Any = None) -> AsyncResponse[None]:
     ctx = get_context()
     p = Where(path, store)
     check_supported(ctx, p)
     items = _validate_checkpointables(checkpointables, p)
-    stateful = {n: _state_json(n, c, p) for n, c in items.items() if _is_stateful(c)}
-    trees = {n: _storage_cast(v) for n, v in items.items() if n not in stateful}
-    composite = _args.Composite(**{n: _args.PyTreeSave(v) for n, v in trees.items()})
+    composite = _args.Composite(**{n: _args.PyTreeSave(v if _is_stateful(v) else _storage_cast(v))
+                                   for n, v in items.items()})
     from ... import _distributed
 
     if _distributed.active():  # a multi-process job: one sharded archive, as treecask.save commits it
-        if stateful:
-            raise UnsupportedError("a stateful checkpointable in a multi-process job is not supported by "
-                                   "treecask.orbax.v1: save its get_state() as a pytree", file=p)
         tree, md, _ = _encode(composite, custom_metadata, p)
         md[_INIT_KEY] = str(time.time_ns())
         pending = _write(p, tree, md, overwrite=bool(overwrite), asynchronous=asynchronous, force_name="overwrite")
     else:
-        enc, own = _encode_items(composite, custom_metadata, p) if trees else ({}, {})
-        if not trees and custom_metadata is not None:
-            own = {"treecask.orbax.custom_metadata": json.dumps(custom_metadata)}
-        for n, st in stateful.items():
-            enc[n] = (None, {_L.KIND_KEY: "stateful", _STATE_KEY: st})
+        enc, own = _encode_items(composite, custom_metadata, p)
         own[_INIT_KEY] = str(time.time_ns())
-        enc = {n: enc[n] for n in items}  # the caller's order
         pending = _L.save_directory(p.store, p.key, enc, own, overwrite=bool(overwrite), asynchronous=asynchronous)
     callback = ctx.asynchronous.post_finalization_callback if asynchronous else None
     if pending is None and callback is None:
@@ -418,12 +390,7 @@ def _load_one(ck: Checkpoint, name: Optional[str], abstract: Any) -> Any:
         return ck.json(item)
     at, sub, md = ck.item(item)
     if kind == "stateful":
-        if abstract is None or not _is_stateful(abstract):
-            raise InvalidArgumentError(f"checkpointable '{item}' is a stateful checkpointable (e.g. a Grain "
-                                       "iterator): to restore a StatefulCheckpointable, pass an instance of the "
-                                       "object to restore into (load_checkpointables(path, {name: obj}))", file=at)
-        abstract.set_state(json.loads(md[_STATE_KEY]))
-        return abstract
+        return ck.set_state(item, abstract)
     partial = bool(get_context().pytree.loading.partial_load)
     resize = bool(get_context().array.loading.enable_padding_and_truncation)
     typed = _typed_leaves(abstract)
