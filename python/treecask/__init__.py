@@ -24,8 +24,8 @@ from ._reader import Reader
 from ._open import load, open
 from ._save import save
 from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
-# CheckpointManager (python/treecask/_manager.py)
-from ._manager import CheckpointManager
+# CheckpointManager (python/treecask/_manager.py; its parts _run.py, _retention.py, _async.py)
+from ._manager import CheckpointManager, StepInfo
 from .errors import (
     AlreadyExistsError,
     ChecksumError,
@@ -90,6 +90,7 @@ __all__ = [
     "open",
     "library_version",
     "CheckpointManager",
+    "StepInfo",
     "FORMAT_VERSION",
     "Error",
     "NotFoundError",

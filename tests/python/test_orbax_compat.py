@@ -708,3 +708,70 @@ def test_tree_and_utils_helpers_are_orbaxs():
     assert o.tree.to_shape_dtype_struct(x) == t.tree.to_shape_dtype_struct(x)
     assert t.utils.is_primary_host(0) and not t.utils.reached_preemption(3)
     t.utils.sync_global_processes("one process: returns at once")
+
+
+def test_a_failed_asynchronous_save_is_reported_by_check_for_errors(small_tmpfs):
+    """A full disk in the background: treecask.orbax's manager, its
+    AsyncCheckpointer and v1's training Checkpointer each report the error
+    once (Orbax's check_for_errors / wait_until_finished / the response's
+    result), keep the earlier step, and leave nothing half-written."""
+    import time
+
+    from treecask.orbax import v1
+
+    big = {"big": jnp.ones(2 << 20, jnp.float32)}  # 8 MiB onto a 12 MiB tmpfs
+    small = {"x": jnp.arange(8, dtype=jnp.int32)}
+    with tcp.CheckpointManager(small_tmpfs / "m") as m:
+        assert m.save(0, args=tcp.args.StandardSave(small))
+        assert m.save(1, args=tcp.args.StandardSave(big))  # snapshotted, listed while in flight (as Orbax)
+        assert 1 in m.all_steps()
+        while m.is_saving_in_progress():
+            time.sleep(0.01)
+        with pytest.raises(treecask.IoError) as e:
+            m.check_for_errors()
+        assert e.value.file.endswith("step_00000001.cask")
+        m.check_for_errors()  # once
+        assert m.all_steps() == [0]
+        np.testing.assert_array_equal(m.restore(0)["x"], np.arange(8))
+        m.delete(0)
+        assert m.all_steps() == [] and sorted(os.listdir(small_tmpfs / "m")) == []
+
+    ckptr = tcp.AsyncCheckpointer(tcp.StandardCheckpointHandler())
+    ckptr.save(small_tmpfs / "one.cask", args=tcp.args.StandardSave(big))
+    with pytest.raises(treecask.IoError):
+        ckptr.wait_until_finished()
+    ckptr.check_for_errors()  # once
+    assert [n for n in os.listdir(small_tmpfs) if n.startswith("one.cask")] == []
+
+    with v1.training.Checkpointer(small_tmpfs / "v1") as c:
+        assert c.save(0, small)
+        r = c.save_async(1, big)
+        with pytest.raises(treecask.IoError):
+            r.result()
+        assert [i.step for i in c.checkpoints] == [0]
+        assert c.delete(0) and c.checkpoints == [] and not c.delete(0, missing_ok=True)
+
+
+def test_treecask_orbax_uses_only_the_managers_public_calls():
+    """The Orbax layers are built on treecask.CheckpointManager's public calls
+    (and the stores'): no private attribute of the manager, no private
+    function of its module, no local-path fork of their own."""
+    import re
+
+    root = os.path.join(os.path.dirname(treecask.__file__), "orbax")
+    mine = ["__init__.py", "_checkpointers.py", "_steps.py", os.path.join("v1", "training", "_checkpointer.py")]
+    private = re.compile(r"_mgr\._|_M\._|\bmanager\._|_take_error|_remove_entry|_save_async|_PolicyManager|"
+                         r"from \.+_manager import _|from \.+ import _manager|local_path\(|\.local\(\)")
+    found = []
+    for name in mine:
+        with open(os.path.join(root, name)) as f:
+            for i, line in enumerate(f, 1):
+                if private.search(line):
+                    found.append(f"{name}:{i}: {line.strip()}")
+    assert found == []
+    # The manager's own storage goes through the store seam: no local-path fork, no upload of its own.
+    pkg = os.path.dirname(treecask.__file__)
+    for name in ("_manager.py", "_async.py", "_retention.py"):
+        with open(os.path.join(pkg, name)) as f:
+            text = f.read()
+        assert "local_path(" not in text and "_upload" not in text, name

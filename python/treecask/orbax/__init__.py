@@ -46,8 +46,6 @@ import pathlib
 from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequence
 
 from .. import _core
-from .. import _manager as _M
-from .. import stores
 from . import args as args
 from ._checkpointers import (
     ArrayCheckpointHandler,
@@ -76,6 +74,7 @@ from ._items import (
     _restore,
     _unsupported,
 )
+from ._steps import Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
 from ._items import Transform
 from . import handlers
@@ -286,47 +285,39 @@ class CheckpointManager:
                     self._handlers.setdefault(n, PyTreeCheckpointHandler)
         self._root_metadata = dict(metadata) if metadata is not None else None
         self._legacy = checkpointers is not None
-        self._mgr = _M.CheckpointManager(
-            d, max_to_keep=None if getattr(opts, "read_only", False) else getattr(opts, "max_to_keep", None),
-            keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
-            best_mode=getattr(opts, "best_mode", "max"), keep_newest=False, save_interval_steps=1,
-            async_save=async_save, store=store)
+        self._read_only = bool(getattr(opts, "read_only", False))
+        self._steps = Steps(d, store, async_save=async_save, read_only=self._read_only,
+                            max_to_keep=getattr(opts, "max_to_keep", None),
+                            keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
+                            best_mode=getattr(opts, "best_mode", "max"))
         self._store = store
 
     # ---- listing ----
     @property
     def directory(self) -> pathlib.Path:
         """The directory of the steps (a URL string for an object store)."""
-        return self._mgr.directory
-
-    def _in_flight(self) -> Optional[int]:
-        job = self._mgr._job
-        return job.step if job is not None and not job.done.is_set() else None
+        return self._steps.directory
 
     def all_steps(self, read: bool = False) -> List[int]:
         """The steps, ascending: the directory's, plus a step still being saved."""
-        steps = set(self._mgr.all_steps())
-        s = self._in_flight()
-        if s is not None:
-            steps.add(s)
-        return sorted(steps)
+        return self._steps.all_steps()
 
     def latest_step(self) -> Optional[int]:
         """The highest step (one being saved included), or None."""
-        steps = self.all_steps()
-        return steps[-1] if steps else None
+        return self._steps.latest_step()
 
     def best_step(self) -> Optional[int]:
         """With ``best_fn``: the best step among those saved with metrics; else the latest."""
-        self._mgr._join()
-        return self._mgr.best_step()
+        return self._steps.best_step()
 
     def reload(self) -> None:
         """Nothing to do: every listing reads the directory (Orbax API)."""
 
     def reached_preemption(self, step: int) -> bool:
-        """False: treecask does not watch for preemption notices (Orbax API)."""
-        return False
+        """Whether every process has reached the preemption sync point ``step``
+        (:meth:`treecask.CheckpointManager.reached_preemption`, jax's rule as
+        Orbax's): False without a ``jax.distributed`` job."""
+        return self._steps.manager.reached_preemption(step)
 
     def should_save(self, step: int) -> bool:
         """Whether ``save(step)`` writes (Orbax's rule): not read-only, ``step``
@@ -374,6 +365,8 @@ class CheckpointManager:
         asynchronous save."""
         if items is None and args is None:
             raise ValueError("Must provide `args` for `save`.")
+        if self._read_only:  # Orbax: skipped (with a warning in its log)
+            return False
         a = args if args is not None else self._legacy_save_args(items, save_kwargs)
         if not force and not self.should_save(step):
             return False
@@ -384,7 +377,8 @@ class CheckpointManager:
             md["treecask.orbax.root_metadata"] = json.dumps(self._root_metadata)
         if getattr(self._opts, "prevent_write_metrics", False):
             metrics = None
-        return self._mgr.save(step, tree, metrics=metrics, force=True, metadata=md)
+        self._steps.save(step, tree, metrics=metrics, metadata=md)
+        return True
 
     # ---- restore ----
     def _step_path(self, step: Optional[int], directory: Any) -> Where:
@@ -392,23 +386,20 @@ class CheckpointManager:
         directory, or in ``directory`` (in this manager's store, if it was
         given one)."""
         if directory is None:
-            self._mgr._join()
             if step is None:
-                step = self._mgr.latest_step()
+                step = self._steps.latest_step()
             if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
                 raise NotFoundError("no steps found", file=str(self.directory))
-            steps = self._mgr._steps()
-            if step not in steps:
-                raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
-            run = self._mgr._run
+            where = self._steps.where(step)
+            shown = str(self.directory)
         else:
-            run = _M._Run(*stores.resolve(directory, self._store))
-            steps = run.steps()
             if step is None:
-                step = max(steps) if steps else None
-            if step is None or step not in steps:
-                raise NotFoundError(f"no step {step} in the directory", file=run.store.display(run.path))
-        return Where(run.entry(steps[step]), run.store)
+                step = self._steps.latest_in(directory)
+            where = None if step is None else self._steps.where(step, directory)
+            shown = str(Where(directory, self._store))
+        if where is None:
+            raise NotFoundError(f"no step {step} in the directory", file=shown)
+        return where
 
     def _legacy_restore_args(self, items: Any, restore_kwargs: Any) -> Any:
         if items is None and not restore_kwargs:
@@ -445,8 +436,7 @@ class CheckpointManager:
 
     def metrics(self, step: int) -> Optional[Any]:
         """The metrics saved with ``step``, or None."""
-        self._mgr._join()
-        return self._mgr.metrics(step)
+        return self._steps.metrics(step)
 
     def metadata(self, step: Optional[int] = None) -> Any:
         """``step`` None: a :class:`RootMetadata`, the manager's ``metadata``
@@ -454,7 +444,7 @@ class CheckpointManager:
         its :class:`StepMetadata`."""
         if step is None:
             custom = self._root_metadata
-            latest = self._mgr.latest_step()
+            latest = self._steps.manager.latest_step()
             if custom is None and latest is not None:
                 with self._step_path(latest, None).open() as a:
                     raw = a.metadata.get("treecask.orbax.root_metadata")
@@ -467,33 +457,31 @@ class CheckpointManager:
                             json.loads(raw) if raw is not None else None)
 
     def delete(self, step: int) -> None:
-        """Deletes ``step``. Raises NotFoundError when it does not exist."""
-        self._mgr._join()
-        listing = self._mgr._steps()
-        if step not in listing:
+        """Deletes ``step`` (a save in flight is waited for first). Raises
+        NotFoundError when it does not exist; a ``read_only`` manager
+        deletes nothing (Orbax: skipped)."""
+        if self._read_only:
+            return
+        if not self._steps.delete(step):
             raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
-        self._mgr._remove(listing[step])
 
     # ---- lifetime ----
     def is_saving_in_progress(self) -> bool:
         """Whether an asynchronous save is still running."""
-        return self._in_flight() is not None
+        return self._steps.is_saving_in_progress()
 
     def check_for_errors(self) -> None:
         """Raises the error of a finished asynchronous save, once, without blocking."""
-        if self._in_flight() is None:
-            err = self._mgr._take_error()
-            if err is not None:
-                raise err
+        self._steps.check_for_errors()
 
     def wait_until_finished(self) -> None:
         """Blocks until the save in flight is durable and retention has run;
         raises its error, once."""
-        self._mgr.wait_until_finished()
+        self._steps.wait()
 
     def close(self) -> None:
         """Waits for the save in flight, then closes (later saves raise)."""
-        self._mgr.close()
+        self._steps.close()
 
     def __enter__(self) -> "CheckpointManager":
         return self

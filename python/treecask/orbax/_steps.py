@@ -1,0 +1,149 @@
+"""Orbax's view of a run, over :class:`treecask.CheckpointManager`'s public
+calls: the one adapter that ``treecask.orbax.CheckpointManager`` (Orbax's
+manager) and ``treecask.orbax.v1.training.Checkpointer`` share.
+
+What Orbax's managers show and treecask's manager does not: a step still
+being saved is listed (Orbax's bookkeeping adds a step when its save
+starts), a step is read through a :class:`~treecask.orbax._items.Where` (its
+store and path), and a step may be read from another directory of the same
+store. Everything else is the manager's own call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from .._manager import CheckpointManager as _Manager
+from .._manager import StepInfo
+from ._items import Where
+
+
+class Steps:
+    """A run's steps as Orbax's managers see them.
+
+    ``Steps(directory, store=None, *, async_save, read_only=False, max_to_keep=None,
+    keep_period=None, best_fn=None, best_mode="max", keep_fn=None)``: a
+    :class:`treecask.CheckpointManager` of ``directory`` with Orbax's
+    retention (``keep_newest=False``: exactly the ``max_to_keep`` best with
+    ``best_fn``) and no save interval (the Orbax layers decide which steps
+    are due). Raises what that constructor raises."""
+
+    def __init__(self, directory: Any, store: Any = None, *, async_save: bool, read_only: bool = False,
+                 max_to_keep: Optional[int] = None, keep_period: Optional[int] = None,
+                 best_fn: Optional[Callable[[Any], float]] = None, best_mode: str = "max",
+                 keep_fn: Optional[Callable[[List[StepInfo]], Sequence[bool]]] = None):
+        self.manager = _Manager(directory, max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
+                                best_mode=best_mode, keep_newest=False, save_interval_steps=1,
+                                async_save=async_save, read_only=read_only, keep_fn=keep_fn, store=store)
+        self._store = store
+        self._started: Dict[int, int] = {}  # step -> time.time_ns() when its save began
+
+    @property
+    def directory(self) -> Any:
+        """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
+        return self.manager.directory
+
+    # ---- listing ----
+    def all_steps(self) -> List[int]:
+        """The committed steps and the step being saved, ascending."""
+        steps = set(self.manager.all_steps())
+        s = self.manager.in_flight()
+        if s is not None:
+            steps.add(s.step)
+        return sorted(steps)
+
+    def latest_step(self) -> Optional[int]:
+        """The highest step (one being saved included), or None."""
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def infos(self) -> List[StepInfo]:
+        """A :class:`treecask.StepInfo` per step, ascending, the step being
+        saved included (its ``commit_time_ns``: when its save began)."""
+        infos = self.manager.step_infos()
+        s = self.manager.in_flight()
+        if s is not None and all(i.step != s.step for i in infos):
+            infos.append(StepInfo(s.step, s.path, s.metrics, self._started.get(s.step, time.time_ns())))
+            infos.sort(key=lambda i: i.step)
+        return infos
+
+    def where(self, step: int, directory: Any = None) -> Optional[Where]:
+        """Where committed step ``step`` is (its store and path), in this run
+        or in ``directory`` (a path or URL, or a path in the store this run
+        was given); None when there is no such step. A save in flight here is
+        waited for first."""
+        if directory is None:
+            self.wait_quietly()
+            if step not in self.manager.all_steps():
+                return None
+            return Where(*_swap(self.manager.location(step)))
+        with _Manager(directory, store=self._store, read_only=True) as other:
+            if step not in other.all_steps():
+                return None
+            return Where(*_swap(other.location(step)))
+
+    def latest_in(self, directory: Any) -> Optional[int]:
+        """The latest committed step of ``directory`` (as :meth:`where`), or None."""
+        with _Manager(directory, store=self._store, read_only=True) as other:
+            return other.latest_step()
+
+    def path(self, step: int) -> Any:
+        """What users are shown as step ``step``'s path (``CheckpointManager.path``)."""
+        return self.manager.path(step)
+
+    # ---- saving, deleting ----
+    def save(self, step: int, tree: Any, *, metrics: Any, metadata: Dict[str, str]) -> None:
+        """Saves ``tree`` as step ``step`` (due or not: the Orbax layers decide)."""
+        self._started[step] = time.time_ns()
+        self.manager.save(step, tree, metrics=metrics, force=True, metadata=metadata)
+
+    def delete(self, step: int) -> bool:
+        """Deletes committed step ``step`` (a save in flight is waited for
+        first); False when there is none."""
+        self.wait_quietly()
+        if step not in self.manager.all_steps():
+            return False
+        self.manager.delete(step)
+        return True
+
+    # ---- the save in flight ----
+    def wait_quietly(self) -> None:
+        """Waits for the save in flight without taking its error (it stays
+        for ``wait`` / ``check_for_errors`` / the next save)."""
+        self.manager.wait_until_finished(raise_error=False)
+
+    def is_saving_in_progress(self) -> bool:
+        """Whether a save is still running."""
+        return self.manager.is_saving_in_progress()
+
+    def wait(self) -> None:
+        """Blocks until the save in flight is committed and retention has run; raises its error, once."""
+        try:
+            self.manager.wait_until_finished()
+        finally:
+            self._started.clear()
+
+    def check_for_errors(self) -> None:
+        """Raises the error of a finished save, once; never blocks."""
+        self.manager.check_for_errors()
+
+    def metrics(self, step: int) -> Any:
+        """The metrics saved with committed step ``step`` (the save in flight waited for first)."""
+        self.wait_quietly()
+        return self.manager.metrics(step)
+
+    def best_step(self) -> Optional[int]:
+        """The manager's ``best_step`` once the save in flight is committed."""
+        self.wait_quietly()
+        return self.manager.best_step()
+
+    def close(self) -> None:
+        """Waits for the save in flight, then closes (later saves raise)."""
+        self.manager.close()
+
+
+def _swap(location: Any) -> Any:
+    """(store, path) -> (path, store): Where's argument order."""
+    store, path = location
+    return path, store
