@@ -437,7 +437,6 @@ def test_unsupported_orbax_features_are_named(tmp_path):
         (dict(options=tcp.CheckpointManagerOptions(keep_checkpoints_without_metrics=False)),
          "keep_checkpoints_without_metrics"),
         (dict(options=tcp.CheckpointManagerOptions(preservation_policy=object())), "preservation_policy"),
-        (dict(handler_registry=object()), "handler_registry"),
     ]
     for kwargs, name in cases:
         with pytest.raises(treecask.UnsupportedError, match=name) as e:

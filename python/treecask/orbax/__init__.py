@@ -241,7 +241,7 @@ class CheckpointManager:
     ``directory`` is a file path or the URL of a prefix in an object store.
 
     Raises (constructor): ``UnsupportedError`` for the options treecask does
-    not implement (named), ``handler_registry``; ``ValueError`` for
+    not implement (named); ``ValueError`` for
     ``checkpointers`` combined with ``item_names`` / ``item_handlers``.
     """
 
@@ -255,8 +255,14 @@ class CheckpointManager:
             v = getattr(opts, name, ok)
             if v != ok:
                 raise _unsupported(f"CheckpointManagerOptions({name}={v!r})", why, file=d)
-        if handler_registry is not None:
-            raise _unsupported("handler_registry", "name the items' handlers with item_handlers", file=d)
+        if handler_registry is not None:  # Orbax's handlers.DefaultCheckpointHandlerRegistry, or treecask's
+            if checkpointers is not None or item_handlers is not None:
+                raise ValueError("`handler_registry` cannot be combined with `checkpointers` or `item_handlers`")
+            by_item: Dict[str, Any] = {}
+            for key, h in handler_registry.get_all_entries().items():
+                if isinstance(key, tuple) and key and key[0] is not None:
+                    by_item.setdefault(key[0], h)
+            item_handlers = by_item[DEFAULT_ITEM_NAME] if set(by_item) == {DEFAULT_ITEM_NAME} else (by_item or None)
         if checkpointers is not None and (item_names is not None or item_handlers is not None):
             raise ValueError("`checkpointers` cannot be combined with `item_names` or `item_handlers`")
         self._opts = opts

@@ -16,7 +16,9 @@ from .._async import SaveJob, save_async
 from .._run import make_directory
 from . import args as args
 from . import args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
-from ._items import Where, _encode, _item_metadata, _restore, _unsupported
+from .. import _distributed
+from ._items import Where, _encode, _encode_items, _item_metadata, _restore, _unsupported
+from ._layout import save_directory
 from ._metadata import StepMetadata
 from .._save import save as _save
 from ..errors import AlreadyExistsError
@@ -139,7 +141,10 @@ class Checkpointer:
 
     ``Checkpointer(handler)``; the checkpoint at ``directory`` is one treecask
     archive *file* (Orbax writes a directory there), written atomically by
-    :func:`treecask.save` (parent directories are created). Options of Orbax's
+    :func:`treecask.save` (parent directories are created); a checkpoint of
+    several items (``args=ocp.args.Composite(...)``) is a directory as Orbax's,
+    one archive per item named after it and ``index.cask``, committed whole
+    (``_layout.py``). Options of Orbax's
     constructor (``multiprocessing_options``, ``file_options``,
     ``atomicity_options``...) are accepted and have no effect.
 
@@ -184,6 +189,15 @@ class Checkpointer:
         """Saves a checkpoint at ``directory`` (class docstring)."""
         path = Where(directory, store)
         a = _build_args(self._handler, "save", args_, kwargs)
+        if args.kind(a)[1] == "composite" and not _distributed.active():  # several items: Orbax's directory
+            items, own = _encode_items(a, custom_metadata, path)
+            self.wait_until_finished()
+            try:
+                self._job = save_directory(path.store, path.key, items, own, overwrite=bool(force),
+                                           asynchronous=self._async)
+            except AlreadyExistsError:
+                raise AlreadyExistsError("a checkpoint exists here (force=True replaces it)", file=path) from None
+            return
         tree, md, _ = _encode(a, custom_metadata, path)
         self.wait_until_finished()
         self._job = _write(path, tree, md, overwrite=bool(force), asynchronous=self._async, force_name="force")

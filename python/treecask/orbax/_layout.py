@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import _jaxutil as J
 from .. import stores
+from .._run import make_directory
 from .._save import save as _save
 
 #: The commit object of a checkpoint directory (``treecask.stores.COMMIT_OBJECT``).
@@ -90,10 +91,20 @@ class Pending:
         self._thread = threading.Thread(target=run, name="treecask-orbax-dir", daemon=False)
         self._thread.start()
 
+    def done(self) -> bool:
+        """Whether the save has finished (never blocks)."""
+        return not self._thread.is_alive()
+
+    def take_error(self) -> Optional[BaseException]:
+        """The save's error once finished, collected without raising (then None)."""
+        err, self._error = self._error, None
+        return err
+
     def wait(self) -> None:
+        """Blocks until the save is durable; raises its error, once."""
         self._thread.join()
-        if self._error is not None:
-            err, self._error = self._error, None
+        err = self.take_error()
+        if err is not None:
             raise err
 
 
@@ -114,11 +125,7 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
 
             raise InvalidArgumentError(f"an item name is a non-empty str without '/', not '{INDEX}', got {name!r}",
                                        file=store.display(key))
-    local = store.local_path(key)
-    if local is not None:  # a file system has directories to create; an object store has none
-        import os
-
-        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+    make_directory(store, key.rpartition("/")[0])  # a file system's parents; nothing in an object store
     staging = store.stage_directory(key, overwrite=bool(overwrite))
     if asynchronous:
         items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
