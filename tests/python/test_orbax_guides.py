@@ -753,3 +753,46 @@ def test_items_are_archives_treecask_opens(tmp_path):
         tc_v1.save(tmp_path / "c", {"w": np.zeros(1)})
     tc_v1.save(tmp_path / "c", {"w": np.zeros(1)}, overwrite=True)
     assert sorted(os.listdir(tmp_path / "c")) == ["index.cask", "state"]
+    assert tc_v1.delete(tmp_path / "c", checkpointable_name="state")
+    assert sorted(os.listdir(tmp_path / "c")) == ["index.cask"]
+
+
+def test_directory_layout_through_an_object_store():
+    """The same layout in an object store (the store seam): items are objects
+    under the checkpoint's prefix, committed by index.cask; overwrite replaces
+    the checkpoint and drops the items it no longer has."""
+    obstore_store = pytest.importorskip("obstore.store")
+    from treecask.stores import ObjectStore
+
+    store = ObjectStore(obstore_store.MemoryStore())
+    tc_v1.save_checkpointables("run/c", dict(state={"w": np.arange(3.0)}, extra={"n": 1}), store=store)
+    assert sorted(store.list_prefix("run/")) == ["run/c/extra", "run/c/index.cask", "run/c/state"]
+    assert tc_v1.load_checkpointables("run/c", store=store)["extra"] == {"n": 1}
+    with pytest.raises(FileExistsError):
+        tc_v1.save("run/c", {"w": np.zeros(2)}, store=store)
+    tc_v1.save("run/c", {"w": np.zeros(2)}, store=store, overwrite=True)
+    assert sorted(store.list_prefix("run/")) == ["run/c/index.cask", "run/c/state"]
+    assert tc_v1.load("run/c", store=store)["w"].tolist() == [0.0, 0.0]
+    ckptr = tc_ocp.Checkpointer(tc_ocp.CompositeCheckpointHandler())
+    ckptr.save("run/e", args=tc_ocp.args.Composite(a=tc_ocp.args.StandardSave({"x": np.ones(1)}),
+                                                   m=tc_ocp.args.JsonSave({"k": 1})), store=store)
+    restored = ckptr.restore("run/e", store=store)
+    assert restored.m == {"k": 1} and restored.a["x"].tolist() == [1.0]
+
+
+def test_orbax_names_treecask_lacks_raise_unsupported_naming_the_alternative():
+    for module, names in ((tc_ocp, ("AsyncCheckpointHandler", "type_handlers", "apply_transformations")),
+                          (tc_ocp.handlers, ("ProtoCheckpointHandler", "JaxRandomKeyCheckpointHandler"))):
+        for name in names:
+            with pytest.raises(treecask.UnsupportedError, match=f"{name} is not supported"):
+                getattr(module, name)
+    with pytest.raises(AttributeError):
+        tc_ocp.no_such_name  # noqa: B018
+    assert not hasattr(tc_ocp, "no_such_name")
+    registry = tc_ocp.handlers.DefaultCheckpointHandlerRegistry()
+    registry.add("state", tc_ocp.args.StandardRestore, tc_ocp.StandardCheckpointHandler)
+    with pytest.raises(FileExistsError):
+        registry.add("state", tc_ocp.args.StandardRestore, tc_ocp.StandardCheckpointHandler)
+    assert registry.get("state", tc_ocp.args.StandardRestore) is tc_ocp.StandardCheckpointHandler
+    with pytest.raises(KeyError):
+        registry.get("other", tc_ocp.args.StandardRestore)

@@ -134,7 +134,7 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
         written: List[str] = []
         try:
             for name, (tree, md) in items.items():
-                _save(stores.join(staging, name), tree, store=store, metadata=dict(md))
+                _save(stores.join(staging, name), tree, store=store, metadata=dict(md), overwrite=bool(overwrite))
                 written.append(name)
 
             def write_index(path: str, in_place: bool) -> None:
