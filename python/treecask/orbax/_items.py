@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -69,10 +68,6 @@ class Where(str):
     def load(self, *args: Any, **kwargs: Any) -> Any:
         """``treecask.load`` of the checkpoint."""
         return _load(self.key, *args, store=self.store, **kwargs)
-
-    def local(self) -> Optional[str]:
-        """Its file system path, in a store the core maps; else None."""
-        return self.store.local_path(self.key)
 
 
 def _unsupported(feature: str, why: str, file: str = "") -> UnsupportedError:

@@ -4,14 +4,16 @@
 ``checkpointables_metadata``, ``delete``, and the objects they return
 (:class:`AsyncResponse`, :class:`CheckpointMetadata`).
 
-A v1 checkpoint at ``path`` is one treecask archive file (Orbax writes a
-directory there), as a ``treecask.orbax`` checkpointer's: each checkpointable
-is the subtree named after it (``treecask.load(path, subtree="state")``),
-laid out as ``treecask.orbax``'s several items (``_items.py``), written by
-:func:`treecask.save` (``_checkpointers._write``) and read by
-:func:`treecask.load` (``_items._restore_pytree``, which applies Orbax's
-structure rule). Any treecask archive loads: one written by
-``treecask.save`` is one pytree at the root.
+A v1 checkpoint at ``path`` is a directory as Orbax's: one archive per
+checkpointable named after it (``treecask.load(path / "state")``) and
+``index.cask`` (``_layout.py``), each checkpointable encoded as
+``treecask.orbax``'s items (``_items.py``: a pytree, a JSON value, a stateful
+checkpointable's state) and read through ``_items.Checkpoint`` and
+``_items._restore_pytree`` (which applies Orbax's structure rule). In a
+multi-process jax job the checkpoint is one sharded archive instead
+(``treecask.save``'s collective commit), the checkpointables its subtrees.
+Any treecask archive loads: one written by ``treecask.save`` is one pytree
+at the root.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import contextvars
 import datetime
 import inspect
 import json
-import os
 import pprint
 import threading
 import time
@@ -231,15 +232,19 @@ def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, c
 
 def save_checkpointables(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool = False,
                          custom_metadata: Any = None, store: Any = None) -> None:
-    """Saves several named pytrees (checkpointables) as one checkpoint, the
-    archive file ``path`` (parents created), each under its name; blocks
-    until durable (Orbax ``save_checkpointables``). ``custom_metadata``: a
-    JSON value kept with it. Raises ``AlreadyExistsError`` (a
-    ``FileExistsError``; Orbax raises ValueError) for an existing checkpoint
-    unless ``overwrite=True``; ``UnsupportedError`` for a stateful
-    checkpointable (a Grain iterator...) and the options of
-    :mod:`~treecask.orbax.v1.options` treecask does not honour; what
-    :func:`treecask.save` raises for a leaf it cannot store.
+    """Saves several named checkpointables as one checkpoint, the directory
+    ``path`` (parents created), one archive per name; blocks until durable
+    (Orbax ``save_checkpointables``). A checkpointable is a pytree, or a
+    stateful object (``get_state()`` / ``set_state()``: a Grain iterator),
+    saved as its state's JSON. Array leaves are cast as the context's
+    ``array.saving.storage_options`` / ``scoped_storage_options_creator``
+    say. ``custom_metadata``: a JSON value kept with it. Raises
+    ``AlreadyExistsError`` (a ``FileExistsError``; Orbax raises ValueError)
+    for an existing checkpoint unless ``overwrite=True`` (then it is replaced
+    whole); ``UnsupportedError`` for a state that is not JSON, a custom
+    Checkpointable and the options of :mod:`~treecask.orbax.v1.options`
+    treecask does not honour; what :func:`treecask.save` raises for a leaf
+    it cannot store.
 
     ``store`` (every function of this module takes it; a treecask extension
     beyond Orbax's signatures): a :class:`treecask.stores.Store` that
@@ -419,13 +424,18 @@ def _load_one(ck: Checkpoint, name: Optional[str], abstract: Any) -> Any:
 def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY,
          store: Any = None) -> Any:
     """Loads a pytree (Orbax ``load``): the checkpointable ``checkpointable_name``
-    of the checkpoint ``path`` ("AUTO": "pytree" if there is one, else the first
-    pytree by name; the root of an archive holding one pytree, e.g. written
-    by :func:`treecask.save`).
+    of the checkpoint ``path`` ("AUTO": "state" if there is one, else the first
+    pytree by name, Orbax 0.12.8's rule; the root of an archive holding one
+    pytree, e.g. written by :func:`treecask.save`).
 
-    Without ``abstract_state``: the tree as saved (dicts, lists and tuples of
-    NumPy arrays and Python scalars; Orbax gives ``jax.Array`` for leaves saved
-    as jax arrays). With it (a tree of ``jax.ShapeDtypeStruct``, arrays,
+    Without ``abstract_state``: the tree as saved (dicts, lists and tuples;
+    a ``jax.Array`` for each leaf saved as one, on its saved sharding when
+    this process has those devices, else on the default device, as Orbax;
+    NumPy arrays and Python scalars as saved). A Python type as an abstract
+    leaf (``float``, ``int``, ``bool``, ``np.ndarray``) loads the saved
+    value as that type. The context's ``array.loading.enable_padding_and_truncation``
+    truncates or zero-pads an array to its abstract shape. With an abstract
+    tree (of ``jax.ShapeDtypeStruct``, arrays,
     scalars, the :func:`metadata` tree, a :class:`CheckpointMetadata`): its
     structure and leaf types, each ``ShapeDtypeStruct`` restored as a
     ``jax.Array`` on its sharding (each device reading only its box), dtypes
@@ -575,8 +585,10 @@ def delete(path: Any, *, checkpointable_name: Optional[str] = None, missing_ok: 
            store: Any = None) -> bool:
     """Deletes the checkpoint ``path`` (Orbax ``delete``); True when deleted,
     False when there was none and ``missing_ok``. Raises ``NotFoundError``
-    when there is none; ``UnsupportedError`` for ``checkpointable_name`` (an
-    archive is written whole: save the checkpointables to keep again)."""
+    when there is none. ``checkpointable_name``: deletes only that
+    checkpointable's entry of the directory (NotFoundError when it has none;
+    UnsupportedError for a checkpoint that is one archive file, written
+    whole)."""
     p = Where(path, store)
     if checkpointable_name is not None:
         names = _L.item_names(p.store, p.key)
