@@ -812,3 +812,10 @@ def test_orbax_names_treecask_lacks_raise_unsupported_naming_the_alternative():
     assert registry.get("state", tc_ocp.args.StandardRestore) is tc_ocp.StandardCheckpointHandler
     with pytest.raises(KeyError):
         registry.get("other", tc_ocp.args.StandardRestore)
+
+
+def test_is_orbax_checkpoint_knows_the_directory_layout(tmp_path):
+    tc_v1.save_checkpointables(tmp_path / "c", dict(state={"w": np.arange(3.0)}))
+    assert tc_v1.is_orbax_checkpoint(tmp_path / "c")
+    assert not tc_v1.is_orbax_checkpoint(tmp_path)          # a directory of checkpoints is not one
+    assert not tc_v1.is_orbax_checkpoint(tmp_path / "none")

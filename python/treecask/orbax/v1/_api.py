@@ -618,10 +618,12 @@ def delete_async(path: Any, *, checkpointable_name: Optional[str] = None,
 
 
 def is_orbax_checkpoint(path: Any, *, store: Any = None) -> bool:
-    """Whether ``path`` is a checkpoint these functions load: a treecask archive (or sharded checkpoint)."""
+    """Whether ``path`` is a checkpoint these functions load: a checkpoint
+    directory of treecask.orbax (``index.cask`` and its items), a treecask
+    archive or a sharded checkpoint."""
     try:
-        with Where(path, store).open():
-            return True
+        Checkpoint(Where(path, store))
+        return True
     except Exception:
         return False
 
