@@ -12,8 +12,10 @@ Orbax.
 A directory is written through the store seam (``treecask.stores``):
 :meth:`Store.stage_directory`, each item saved into the staging with
 :func:`treecask.save`, then :meth:`Store.publish_directory` (on a file system
-one atomic rename of the whole directory; in an object store the directory
-counts once ``index.cask`` exists). Which items a checkpoint holds is its
+one atomic rename of the whole directory, an overwrite included; in an
+object store the directory counts once ``index.cask`` exists, and an
+overwrite writes the new items over the old ones before the new index
+commits them, so a failed overwrite there leaves no checkpoint). Which items a checkpoint holds is its
 listing (an item whose entry was deleted is gone, as in Orbax); each item's
 kind (pytree, JSON, array, a stateful checkpointable's state) is in its own
 archive's metadata.
