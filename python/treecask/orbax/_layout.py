@@ -14,8 +14,9 @@ A directory is written through the store seam (``treecask.stores``):
 :func:`treecask.save`, then :meth:`Store.publish_directory` (on a file system
 one atomic rename of the whole directory, an overwrite included; in an
 object store the directory counts once ``index.cask`` exists, and an
-overwrite writes the new items over the old ones before the new index
-commits them, so a failed overwrite there leaves no checkpoint). Which items a checkpoint holds is its
+overwrite first deletes the old index, then writes the new items over the
+old ones and commits them with the new index, so a failed overwrite there
+leaves no checkpoint). Which items a checkpoint holds is its
 listing (an item whose entry was deleted is gone, as in Orbax); each item's
 kind (pytree, JSON, array, a stateful checkpointable's state) is in its own
 archive's metadata.
@@ -129,6 +130,8 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
                                        file=store.display(key))
     make_directory(store, key.rpartition("/")[0])  # a file system's parents; nothing in an object store
     staging = store.stage_directory(key, overwrite=bool(overwrite))
+    if overwrite and not store.supports_atomic_directories:
+        store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items are rewritten
     if asynchronous:
         items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
 
