@@ -819,3 +819,37 @@ def test_is_orbax_checkpoint_knows_the_directory_layout(tmp_path):
     assert tc_v1.is_orbax_checkpoint(tmp_path / "c")
     assert not tc_v1.is_orbax_checkpoint(tmp_path)          # a directory of checkpoints is not one
     assert not tc_v1.is_orbax_checkpoint(tmp_path / "none")
+
+
+def test_a_jax_array_saved_on_devices_this_process_lacks(tmp_path):
+    """Saved on a mesh of 8 devices, loaded without an abstract tree in a
+    process of 2: Orbax 0.12.8 refuses (ValueError: "pass new shardings");
+    treecask gives a jax.Array on the default device (docs/python.md, "What
+    differs"). Either way nothing lands on a sharding that cannot exist."""
+    import subprocess
+    import sys
+    import textwrap
+
+    s = NamedSharding(jax.sharding.Mesh(jax.devices(), ("x",)), P("x"))
+    tree = {"a": jax.device_put(np.arange(16, dtype=np.float32), s)}
+    orbax_v1.save(tmp_path / "orbax", tree)
+    tc_v1.save(tmp_path / "treecask", tree)
+    code = textwrap.dedent(f"""
+        import jax, numpy as np
+        from orbax.checkpoint import v1 as orbax_v1
+        from treecask.orbax import v1 as tc_v1
+        assert len(jax.devices()) == 2
+        try:
+            orbax_v1.load({str(tmp_path / "orbax")!r})
+            print("orbax loaded")
+        except ValueError:
+            print("orbax ValueError")
+        a = tc_v1.load({str(tmp_path / "treecask")!r})["a"]
+        assert isinstance(a, jax.Array) and a.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        assert np.array_equal(np.asarray(a), np.arange(16, dtype=np.float32))
+        print("treecask default device")
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["orbax ValueError", "treecask default device"]
