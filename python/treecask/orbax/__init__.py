@@ -9,11 +9,13 @@ restore_args=..., transforms={})``, ``AsyncCheckpointer``) and today's
 (``CheckpointManager(dir, options=CheckpointManagerOptions(...))``,
 ``save(step, args=ocp.args.StandardSave(state))``, ``restore(step,
 args=ocp.args.StandardRestore(abstract))``, ``ocp.args.Composite``,
-``item_metadata``). Underneath, every checkpoint is a treecask archive written
-by :func:`treecask.save` (a checkpointer's ``directory`` is one archive file)
-and a manager is a :class:`treecask.CheckpointManager` (one archive per step,
-``step_<n>.cask``), read back by :func:`treecask.load`: the archives are
-ordinary ones that ``treecask.load`` / ``treecask.open`` read.
+``item_metadata``). Underneath, every checkpoint is made of treecask archives
+written by :func:`treecask.save`: a checkpointer's checkpoint of one item is
+one archive file; of several items (``args.Composite``) a directory as
+Orbax's, one archive per item named after it and ``index.cask``
+(``_layout.py``); a manager is a :class:`treecask.CheckpointManager` (one
+archive per step, ``step_<n>.cask``). The archives are ordinary ones that
+``treecask.load`` / ``treecask.open`` read.
 
 Orbax's semantics are kept where users notice them: with ``best_fn`` and
 ``max_to_keep`` the manager keeps exactly the ``max_to_keep`` best steps
@@ -31,7 +33,8 @@ docs/python.md "Switching from Orbax in one line" lists what differs.
 Where the parts live: this module holds the manager and its options;
 ``_checkpointers.py`` the checkpointers and handlers; ``_items.py``
 the per-leaf arguments and a checkpoint's items in an archive;
-``_metadata.py`` the metadata classes; ``_utils.py`` the helper
+``_layout.py`` the directory of several items; ``handlers.py`` Orbax's
+``handlers`` namespace and registry; ``_metadata.py`` the metadata classes; ``_utils.py`` the helper
 namespaces of the guides (``tree``, ``utils``, ``checkpoint_utils``,
 ``test_utils``); ``args.py`` the ``args`` namespace. Every public name
 is importable from here; ``treecask.orbax.v1`` is Orbax's v1 API.
