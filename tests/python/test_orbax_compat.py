@@ -383,6 +383,14 @@ def test_checkpointers(tmp_path):
     assert md["a"].shape == (5,) and isinstance(md["s"], tcp.StringMetadata)
     with pytest.raises(FileNotFoundError):
         ck.restore(tmp_path / "missing")
+    # force=True over a checkpoint directory (a multi-process save's): deleted first, as Orbax does.
+    (tmp_path / "d").mkdir()
+    treecask.save(tmp_path / "d" / "process_0.cask", tree)  # (a directory checkpoint's stand-in)
+    with pytest.raises(treecask.AlreadyExistsError, match="force=True"):
+        ck.save(tmp_path / "d", tree)
+    ck.save(tmp_path / "d", {"a": np.arange(6), "s": "z"}, force=True)
+    ck.wait_until_finished()
+    assert (tmp_path / "d").is_file() and ck.restore(tmp_path / "d")["s"] == "z"
     js = tcp.Checkpointer(tcp.JsonCheckpointHandler())
     js.save(tmp_path / "j", {"a": [1, 2]})
     assert js.restore(tmp_path / "j") == {"a": [1, 2]}

@@ -119,12 +119,16 @@ def _write(path: Any, tree: Any, md: Dict[str, str], *, overwrite: bool, asynchr
     save, returned once the tree's bytes are safe from the caller, whose
     ``wait()`` returns once it is committed. An existing checkpoint raises
     AlreadyExistsError naming the argument ``force_name`` unless
-    ``overwrite`` (then it is replaced by the store's commit: the core's
-    rename over it, an overwriting upload). In a multi-process jax job every
+    ``overwrite``: then it is replaced by the store's commit (the core's
+    rename over it, an overwriting upload), or, a checkpoint directory of a
+    multi-process save, deleted first (``Store.delete_tree``), as Orbax
+    deletes the directory it replaces. In a multi-process jax job every
     process writes its shards and the commit is collective (treecask.save's
     rules)."""
     at = Where(path)
     make_directory(at.store, at.key.rpartition("/")[0])
+    if overwrite and any(n.startswith(at.key + "/") for n in at.store.list_prefix(at.key)):
+        at.store.delete_tree(at.key)  # a checkpoint directory (multi-process) is not replaced by a file's commit
     try:
         if asynchronous:
             return save_async(at.key, tree, store=at.store, overwrite=overwrite, metadata=md)
