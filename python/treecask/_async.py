@@ -19,11 +19,13 @@ barriers, which release the GIL).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import queue
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 from . import _core, _distributed
@@ -88,6 +90,7 @@ class SaveJob:
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._error: Optional[BaseException] = None
+        _JOBS.add(self)
 
     def done(self) -> bool:
         """True once the save has ended, successfully or not."""
@@ -120,6 +123,25 @@ class SaveJob:
                 self._error = e
         finally:
             self._done.set()
+
+
+_JOBS: "weakref.WeakSet[SaveJob]" = weakref.WeakSet()
+
+
+@atexit.register
+def _report_at_exit() -> None:
+    """Interpreter exit: the save threads are not daemons, so Python has
+    already joined them (every save in flight finished); an error nobody
+    collected is printed to stderr, so that it is never lost silently."""
+    for job in list(_JOBS):
+        try:
+            job.join()
+            err = job.take_error()
+        except Exception as e:  # pragma: no cover - defensive
+            err = e
+        if err is not None:
+            print(_core.redact_urls_in(f"treecask: the checkpoint save of {job.path} failed and was never "
+                                       f"reported: {err}"), file=sys.stderr)
 
 
 def _start_transfers(objs) -> None:
