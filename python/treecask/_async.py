@@ -28,7 +28,9 @@ import time
 import weakref
 from typing import Any, Callable, Mapping, Optional, Tuple
 
-from . import _core, _distributed
+import treecask._core as _core
+
+from . import _distributed
 from . import _jaxutil as J
 from . import stores
 from ._request import SaveRequest, compression_code

@@ -29,7 +29,8 @@ import operator
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import _core
+import treecask._core as _core
+
 from . import stores
 from ._async import SaveJob, is_primary, processes, save_async
 from ._async import reached_preemption as _reached_preemption
