@@ -34,8 +34,7 @@ from . import _distributed
 from . import _jaxutil as J
 from . import stores
 from ._request import SaveRequest, compression_code
-from ._run import committed
-from .errors import AlreadyExistsError, Error, InvalidArgumentError, _with_file
+from .errors import Error, InvalidArgumentError, _with_file
 
 
 def processes() -> Tuple[int, int]:
@@ -153,7 +152,7 @@ def _start_transfers(objs) -> None:
             x.copy_to_host_async()
 
 
-def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = False, precheck: bool = True,
+def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = False,
                metadata: Optional[Mapping[str, str]] = None, pool: Any = None,
                before: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
                step: Optional[int] = None, metrics: Any = None, compression: str = "auto",
@@ -176,12 +175,11 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
 
     Args:
       path, store: where, as for ``treecask.save(path, store=store)``.
-      overwrite: replace an existing checkpoint at ``path``.
-      precheck: default True: an existing checkpoint at ``path`` (unless
-        ``overwrite``) raises AlreadyExistsError here, before any snapshot,
-        and the commit runs ``Store.save_archive`` (its own pre-check, dead
-        writers' leftovers swept); False: the caller has checked, the commit
-        is ``Store.write_archive``.
+      overwrite: replace an existing checkpoint at ``path``. The commit is
+        ``Store.save_archive``'s, pre-check included (dead writers' leftovers
+        of ``path`` swept; where the store refuses before writing, an
+        existing ``path`` refused): that pre-check runs before the snapshot
+        and its error is raised here.
       metadata, pool, compression, chunk_size (bytes), threads, durable,
         max_part_bytes (bytes), shuffle: as ``treecask.save``; ``pool`` a
         ``_core.SnapshotPool`` the snapshot buffer comes from.
@@ -190,14 +188,13 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
         the save's.
       step, metrics: recorded on the job.
 
-    Raises (here): AlreadyExistsError (``precheck``), InvalidArgumentError
-    for a leaf treecask cannot store, the store's errors of the pre-check;
+    Raises (here): InvalidArgumentError for a leaf treecask cannot store,
+    the errors of the store's pre-check (AlreadyExistsError, IoError...);
     later, from ``SaveJob.wait``: IoError (a full disk...),
-    AlreadyExistsError (another writer committed ``path`` first).
+    AlreadyExistsError (``path`` committed meanwhile by another writer, or
+    refused by a store that checks at the commit: a file system's rename).
     """
     shown = store.display(path)
-    if precheck and not overwrite and committed(store, path, store.list_prefix(path)):
-        raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)", file=shown)
     job = SaveJob(shown, step=step, metrics=metrics)
     md = dict(metadata or {})
     options = dict(chunk_size=chunk_size, threads=int(threads), max_part_bytes=max_part_bytes,
@@ -248,8 +245,7 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
         try:
             if before is not None:
                 before()
-            commit = store.save_archive if precheck else store.write_archive
-            commit(path, write_here, overwrite=bool(overwrite))
+            store.save_archive(path, write_here, overwrite=bool(overwrite))
         except BaseException as e:
             if not posted.is_set():  # failed before the snapshot: the caller raises it
                 post("error", e)
@@ -257,7 +253,7 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
             raise
         if not posted.is_set():
             post("error", InvalidArgumentError(f"{type(store).__name__} committed nothing: its "
-                                               "write_archive never called write", file=shown))
+                                               "save_archive never called write", file=shown))
             raise _Told()
         if after is not None:
             after()

@@ -390,7 +390,7 @@ class CheckpointManager:
             save(entry, tree, metadata=md, store=self._run.store, **self._save_options)
             committed()
             return True
-        job = save_async(entry, tree, store=self._run.store, precheck=False, metadata=md, pool=self._pool,
+        job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool,
                          before=self._run.sweep if single else None, after=committed, step=step,
                          metrics=stored_metrics, **self._save_options)
         with self._lock:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 from .._async import SaveJob, save_async
-from .._run import make_directory
+from .._run import committed, make_directory
 from . import args as args
 from . import args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
 from ._items import Where, _encode, _item_metadata, _restore, _unsupported
@@ -127,7 +127,10 @@ def _write(path: Any, tree: Any, md: Dict[str, str], *, overwrite: bool, asynchr
     rules)."""
     at = Where(path)
     make_directory(at.store, at.key.rpartition("/")[0])
-    if overwrite and any(n.startswith(at.key + "/") for n in at.store.list_prefix(at.key)):
+    names = at.store.list_prefix(at.key)
+    if not overwrite and committed(at.store, at.key, names):  # refused now, whichever store (Orbax's rule)
+        raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=at)
+    if overwrite and any(n.startswith(at.key + "/") for n in names):
         at.store.delete_tree(at.key)  # a checkpoint directory (multi-process) is not replaced by a file's commit
     try:
         if asynchronous:
