@@ -259,19 +259,17 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
             after()
 
     _start(job, body)
-    kind, local, in_place = asked.get()
-    if kind == "error":
-        job.join()
-        job.take_error()  # (_Told) the caller raises it instead
-        raise local
-    request.overwrite = bool(overwrite) and in_place
-    request.durable = bool(durable) and in_place
     try:
+        kind, local, in_place = asked.get()
+        if kind == "error":
+            raise local
+        request.overwrite = bool(overwrite) and in_place
+        request.durable = bool(durable) and in_place
         pending = _core.save_async(local, request, borrowed, pool)
-    except BaseException as e:
-        given.put(e)
+    except BaseException as e:  # the snapshot failed, or the caller was interrupted (Ctrl-C)
+        given.put(e)  # the worker, if it waits for the snapshot, gives up: nothing is committed
         job.join()
-        job.take_error()
+        job.take_error()  # the caller raises it instead
         raise
     given.put(pending)
     return job

@@ -689,3 +689,17 @@ def test_keep_fn_is_a_retention_rule_of_the_callers(tmp_path):
             m.wait_until_finished()
     with pytest.raises(InvalidArgumentError, match="keep_fn"):
         CheckpointManager(tmp_path / "both", keep_fn=lambda infos: [], max_to_keep=2)
+
+
+def test_a_tree_that_cannot_be_saved_is_refused_by_save_itself(tmp_path):
+    """The snapshot's errors are save()'s own (nothing runs in the background,
+    nothing is left behind), and the manager saves the next step as usual."""
+    with CheckpointManager(tmp_path) as m:
+        with pytest.raises(InvalidArgumentError) as e:
+            m.save(1, {"w": jnp.ones(3), "bad": object()})
+        assert "step_00000001.cask" in e.value.file and "bad" in str(e.value)
+        assert not m.is_saving_in_progress() and m.in_flight() is None
+        m.check_for_errors()
+        assert m.save(1, _jax_tree(1))
+        m.wait_until_finished()
+        assert m.all_steps() == [1] and sorted(os.listdir(tmp_path)) == ["step_00000001.cask"]
