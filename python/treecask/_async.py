@@ -19,19 +19,22 @@ barriers, which release the GIL).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import queue
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Mapping, Optional, Tuple
 
-from . import _core, _distributed
+import treecask._core as _core
+
+from . import _distributed
 from . import _jaxutil as J
 from . import stores
 from ._request import SaveRequest, compression_code
-from ._run import committed
-from .errors import AlreadyExistsError, Error, InvalidArgumentError, _with_file
+from .errors import Error, InvalidArgumentError, _with_file
 
 
 def processes() -> Tuple[int, int]:
@@ -88,6 +91,7 @@ class SaveJob:
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._error: Optional[BaseException] = None
+        _JOBS.add(self)
 
     def done(self) -> bool:
         """True once the save has ended, successfully or not."""
@@ -122,6 +126,25 @@ class SaveJob:
             self._done.set()
 
 
+_JOBS: "weakref.WeakSet[SaveJob]" = weakref.WeakSet()
+
+
+@atexit.register
+def _report_at_exit() -> None:
+    """Interpreter exit: the save threads are not daemons, so Python has
+    already joined them (every save in flight finished); an error nobody
+    collected is printed to stderr, so that it is never lost silently."""
+    for job in list(_JOBS):
+        try:
+            job.join()
+            err = job.take_error()
+        except Exception as e:  # pragma: no cover - defensive
+            err = e
+        if err is not None:
+            print(_core.redact_urls_in(f"treecask: the checkpoint save of {job.path} failed and was never "
+                                       f"reported: {err}"), file=sys.stderr)
+
+
 def _start_transfers(objs) -> None:
     """Every device-to-host transfer starts before the first is waited on."""
     for x in objs:
@@ -129,7 +152,7 @@ def _start_transfers(objs) -> None:
             x.copy_to_host_async()
 
 
-def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = False, precheck: bool = True,
+def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = False,
                metadata: Optional[Mapping[str, str]] = None, pool: Any = None,
                before: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
                step: Optional[int] = None, metrics: Any = None, compression: str = "auto",
@@ -152,12 +175,11 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
 
     Args:
       path, store: where, as for ``treecask.save(path, store=store)``.
-      overwrite: replace an existing checkpoint at ``path``.
-      precheck: default True: an existing checkpoint at ``path`` (unless
-        ``overwrite``) raises AlreadyExistsError here, before any snapshot,
-        and the commit runs ``Store.save_archive`` (its own pre-check, dead
-        writers' leftovers swept); False: the caller has checked, the commit
-        is ``Store.write_archive``.
+      overwrite: replace an existing checkpoint at ``path``. The commit is
+        ``Store.save_archive``'s, pre-check included (dead writers' leftovers
+        of ``path`` swept; where the store refuses before writing, an
+        existing ``path`` refused): that pre-check runs before the snapshot
+        and its error is raised here.
       metadata, pool, compression, chunk_size (bytes), threads, durable,
         max_part_bytes (bytes), shuffle: as ``treecask.save``; ``pool`` a
         ``_core.SnapshotPool`` the snapshot buffer comes from.
@@ -166,14 +188,13 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
         the save's.
       step, metrics: recorded on the job.
 
-    Raises (here): AlreadyExistsError (``precheck``), InvalidArgumentError
-    for a leaf treecask cannot store, the store's errors of the pre-check;
+    Raises (here): InvalidArgumentError for a leaf treecask cannot store,
+    the errors of the store's pre-check (AlreadyExistsError, IoError...);
     later, from ``SaveJob.wait``: IoError (a full disk...),
-    AlreadyExistsError (another writer committed ``path`` first).
+    AlreadyExistsError (``path`` committed meanwhile by another writer, or
+    refused by a store that checks at the commit: a file system's rename).
     """
     shown = store.display(path)
-    if precheck and not overwrite and committed(store, path, store.list_prefix(path)):
-        raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)", file=shown)
     job = SaveJob(shown, step=step, metrics=metrics)
     md = dict(metadata or {})
     options = dict(chunk_size=chunk_size, threads=int(threads), max_part_bytes=max_part_bytes,
@@ -224,8 +245,7 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
         try:
             if before is not None:
                 before()
-            commit = store.save_archive if precheck else store.write_archive
-            commit(path, write_here, overwrite=bool(overwrite))
+            store.save_archive(path, write_here, overwrite=bool(overwrite))
         except BaseException as e:
             if not posted.is_set():  # failed before the snapshot: the caller raises it
                 post("error", e)
@@ -233,25 +253,23 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
             raise
         if not posted.is_set():
             post("error", InvalidArgumentError(f"{type(store).__name__} committed nothing: its "
-                                               "write_archive never called write", file=shown))
+                                               "save_archive never called write", file=shown))
             raise _Told()
         if after is not None:
             after()
 
     _start(job, body)
-    kind, local, in_place = asked.get()
-    if kind == "error":
-        job.join()
-        job.take_error()  # (_Told) the caller raises it instead
-        raise local
-    request.overwrite = bool(overwrite) and in_place
-    request.durable = bool(durable) and in_place
     try:
+        kind, local, in_place = asked.get()
+        if kind == "error":
+            raise local
+        request.overwrite = bool(overwrite) and in_place
+        request.durable = bool(durable) and in_place
         pending = _core.save_async(local, request, borrowed, pool)
-    except BaseException as e:
-        given.put(e)
+    except BaseException as e:  # the snapshot failed, or the caller was interrupted (Ctrl-C)
+        given.put(e)  # the worker, if it waits for the snapshot, gives up: nothing is committed
         job.join()
-        job.take_error()
+        job.take_error()  # the caller raises it instead
         raise
     given.put(pending)
     return job

@@ -21,18 +21,16 @@ these).
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import functools
 import json
 import numbers
 import operator
-import sys
 import threading
-import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import _core
+import treecask._core as _core
+
 from . import stores
 from ._async import SaveJob, is_primary, processes, save_async
 from ._async import reached_preemption as _reached_preemption
@@ -88,28 +86,6 @@ def _metrics_json(metrics: Any, file: str) -> str:
         return json.dumps(metrics, default=_json_default, sort_keys=True)
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"metrics must be JSON-serialisable: {e}", file=file) from None
-
-
-_LIVE: "weakref.WeakSet[CheckpointManager]" = weakref.WeakSet()
-
-
-@atexit.register
-def _finish_at_exit() -> None:
-    """Interpreter exit: the worker threads are not daemons, so Python has
-    already joined them (every save in flight finished); report any background
-    error nobody collected, so that it is never lost silently."""
-    for m in list(_LIVE):
-        job = m._job
-        if job is None:
-            continue
-        try:
-            job.join()
-            err = job.take_error()
-        except Exception as e:  # pragma: no cover - defensive
-            err = e
-        if err is not None:
-            print(_core.redact_urls_in(f"treecask: a checkpoint save in {m.directory} failed and was never "
-                                       f"reported: {err}"), file=sys.stderr)
 
 
 class CheckpointManager:
@@ -231,7 +207,6 @@ class CheckpointManager:
         refuse_orbax_run(d, self._run.orbax_steps())
         if not self.read_only:
             make_directory(st, self._run.path)
-        _LIVE.add(self)
 
     # the retention options, as given (read by code built on the manager)
     max_to_keep = property(lambda self: self._retention.max_to_keep, doc="``max_to_keep`` as given.")
@@ -415,7 +390,7 @@ class CheckpointManager:
             save(entry, tree, metadata=md, store=self._run.store, **self._save_options)
             committed()
             return True
-        job = save_async(entry, tree, store=self._run.store, precheck=False, metadata=md, pool=self._pool,
+        job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool,
                          before=self._run.sweep if single else None, after=committed, step=step,
                          metrics=stored_metrics, **self._save_options)
         with self._lock:

@@ -388,13 +388,19 @@ def test_a_save_failing_at_interpreter_exit_is_reported_on_stderr(small_tmpfs):
         m.save(0, tree(0))
         m.wait_until_finished()
         m.save(1, {"big": np.ones(2 << 20, np.float32)})  # too big for the tmpfs
-        # the script ends: nobody waits for step 1 or asks for its error
+        m.wait_until_finished(raise_error=False)
+        import treecask.orbax as ocp  # an Orbax AsyncCheckpointer's save: the same rule
+        ocp.AsyncCheckpointer(ocp.StandardCheckpointHandler()).save(
+            sys.argv[1] + "/one.cask", args=ocp.args.StandardSave({"big": np.ones(2 << 20, np.float32)}))
+        # the script ends: nobody waits for these saves or asks for their errors
     """)
     d = small_tmpfs / "ckpt"
     r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0
-    assert "failed and was never reported" in r.stderr and "step_00000001.cask" in r.stderr, r.stderr
+    reports = [line for line in r.stderr.splitlines() if "failed and was never reported" in line]
+    assert len(reports) == 2 and "step_00000001.cask" in r.stderr and "one.cask" in r.stderr, r.stderr
     assert CheckpointManager(d).all_steps() == [0] and _tmp_entries(d) == []
+    assert not (d / "one.cask").exists()
 
 
 def test_sigkill_at_random_moments_never_lists_a_partial_step(tmp_path):
@@ -683,3 +689,17 @@ def test_keep_fn_is_a_retention_rule_of_the_callers(tmp_path):
             m.wait_until_finished()
     with pytest.raises(InvalidArgumentError, match="keep_fn"):
         CheckpointManager(tmp_path / "both", keep_fn=lambda infos: [], max_to_keep=2)
+
+
+def test_a_tree_that_cannot_be_saved_is_refused_by_save_itself(tmp_path):
+    """The snapshot's errors are save()'s own (nothing runs in the background,
+    nothing is left behind), and the manager saves the next step as usual."""
+    with CheckpointManager(tmp_path) as m:
+        with pytest.raises(InvalidArgumentError) as e:
+            m.save(1, {"w": jnp.ones(3), "bad": object()})
+        assert "step_00000001.cask" in e.value.file and "bad" in str(e.value)
+        assert not m.is_saving_in_progress() and m.in_flight() is None
+        m.check_for_errors()
+        assert m.save(1, _jax_tree(1))
+        m.wait_until_finished()
+        assert m.all_steps() == [1] and sorted(os.listdir(tmp_path)) == ["step_00000001.cask"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 from .._async import SaveJob, save_async
-from .._run import make_directory
+from .._run import committed, make_directory
 from . import args as args
 from . import args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
 from .. import _distributed
@@ -121,12 +121,19 @@ def _write(path: Any, tree: Any, md: Dict[str, str], *, overwrite: bool, asynchr
     save, returned once the tree's bytes are safe from the caller, whose
     ``wait()`` returns once it is committed. An existing checkpoint raises
     AlreadyExistsError naming the argument ``force_name`` unless
-    ``overwrite`` (then it is replaced by the store's commit: the core's
-    rename over it, an overwriting upload). In a multi-process jax job every
+    ``overwrite``: then it is replaced by the store's commit (the core's
+    rename over it, an overwriting upload), or, a checkpoint directory of a
+    multi-process save, deleted first (``Store.delete_tree``), as Orbax
+    deletes the directory it replaces. In a multi-process jax job every
     process writes its shards and the commit is collective (treecask.save's
     rules)."""
     at = Where(path)
     make_directory(at.store, at.key.rpartition("/")[0])
+    names = at.store.list_prefix(at.key)
+    if not overwrite and committed(at.store, at.key, names):  # refused now, whichever store (Orbax's rule)
+        raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=at)
+    if overwrite and any(n.startswith(at.key + "/") for n in names):
+        at.store.delete_tree(at.key)  # a checkpoint directory (multi-process) is not replaced by a file's commit
     try:
         if asynchronous:
             return save_async(at.key, tree, store=at.store, overwrite=overwrite, metadata=md)

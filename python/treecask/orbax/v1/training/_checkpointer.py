@@ -179,13 +179,16 @@ class Checkpointer:
 
     def should_save(self, step: int) -> bool:
         """Whether :meth:`save` writes ``step``: above the latest step, and the
-        save decision policy says so (asked with the steps saved so far)."""
+        save decision policy says so (asked with the steps saved so far, and
+        whether a save is in progress and the preemption sync point is
+        reached: ``treecask.CheckpointManager.reached_preemption``, as Orbax)."""
         step = int(_step_of(step))
         previous = self.checkpoints
         if previous and previous[-1].step >= step:
             return False
         now = CheckpointMetadata(step, self._steps.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
-        ctx = _sd.DecisionContext(is_saving_in_progress=self.is_saving_in_progress(), reached_preemption=False,
+        ctx = _sd.DecisionContext(is_saving_in_progress=self.is_saving_in_progress(),
+                                  reached_preemption=self._steps.manager.reached_preemption(step),
                                   multiprocessing_options=self._context.multiprocessing)
         return bool(self._save_policy.should_save(now, previous, context=ctx))
 
