@@ -866,3 +866,22 @@ def test_a_jax_array_saved_on_devices_this_process_lacks(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:2] == ["orbax ValueError", "treecask default device"]
+
+
+def test_force_replaces_a_checkpoint_of_the_other_layout(tmp_path):
+    """A Checkpointer's force=True replaces one item's archive file by a
+    directory of items and back, as Orbax replaces its directory."""
+    path = tmp_path / "ckpt"
+    ckptr = tc_ocp.Checkpointer(tc_ocp.CompositeCheckpointHandler())
+    tc_ocp.StandardCheckpointer().save(path, {"w": np.zeros(2)})
+    composite = tc_ocp.args.Composite(state=tc_ocp.args.StandardSave({"w": np.ones(2)}),
+                                      meta=tc_ocp.args.JsonSave({"v": 1}))
+    with pytest.raises(FileExistsError, match="force=True"):
+        ckptr.save(path, args=composite)
+    ckptr.save(path, args=composite, force=True)
+    assert entries(path) == ["meta", "state"] and ckptr.restore(path).meta == {"v": 1}
+    std = tc_ocp.StandardCheckpointer()
+    std.save(path, {"w": np.full(2, 7.0)}, force=True)
+    std.wait_until_finished()
+    assert os.path.isfile(path) and std.restore(path)["w"].tolist() == [7.0, 7.0]
+    assert os.listdir(tmp_path) == ["ckpt"]
