@@ -777,6 +777,8 @@ def test_items_are_archives_treecask_opens(tmp_path):
     assert treecask.load(tmp_path / "c" / "state")["w"].tolist() == [0.0, 1.0, 2.0]
     with treecask.open(tmp_path / "c" / "extra") as a:
         assert a.metadata["treecask.orbax.kind"] == "pytree"
+    with pytest.raises(treecask.InvalidArgumentError, match="one archive per item.*open or load one of its items"):
+        treecask.load(tmp_path / "c")                         # never an empty tree
     assert os.listdir(tmp_path) == ["c"]
     with pytest.raises(FileExistsError):
         tc_v1.save(tmp_path / "c", {"w": np.zeros(1)})
