@@ -33,6 +33,7 @@ from .. import _jaxutil as J
 from .. import stores
 from .._run import make_directory
 from .._save import save as _save
+from ..errors import UnsupportedError
 
 #: The commit object of a checkpoint directory (``treecask.stores.COMMIT_OBJECT``).
 INDEX = stores.COMMIT_OBJECT
@@ -50,7 +51,10 @@ def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
     index, temporaries ``*.tmp.*``) are left out."""
     head = stores.join(key, "")
     head = head + "/" if head and not head.endswith("/") else head
-    names = store.list_prefix(head)
+    try:
+        names = store.list_prefix(head)
+    except UnsupportedError:  # a store that lists nothing (http(s)): one object, never a directory
+        return None
     if stores.join(key, INDEX) not in names:
         return None
     from .._open import open as _open
