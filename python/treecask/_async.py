@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import treecask._core as _core
 
@@ -154,7 +154,7 @@ def _start_transfers(objs) -> None:
 
 def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = False,
                metadata: Optional[Mapping[str, str]] = None, pool: Any = None,
-               before: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
+               meanwhile: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
                step: Optional[int] = None, metrics: Any = None, compression: str = "auto",
                chunk_size: Optional[int] = None, threads: int = 0, durable: bool = True,
                max_part_bytes: Optional[int] = None, shuffle: bool = False) -> SaveJob:
@@ -183,9 +183,11 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
       metadata, pool, compression, chunk_size (bytes), threads, durable,
         max_part_bytes (bytes), shuffle: as ``treecask.save``; ``pool`` a
         ``_core.SnapshotPool`` the snapshot buffer comes from.
-      before / after: called on the background thread before the write (e.g.
-        a sweep) and after the commit (e.g. retention); an error of theirs is
-        the save's.
+      meanwhile / after: called on the background thread while the archive
+        is written, once the caller has its snapshot (e.g. the sweep of a
+        run's dead temporaries), and after the commit (e.g. retention); an
+        error of theirs is the save's (the archive is still written and
+        committed when ``meanwhile`` fails).
       step, metrics: recorded on the job.
 
     Raises (here): InvalidArgumentError for a leaf treecask cannot store,
@@ -210,8 +212,8 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
         del plan
 
         def run_all() -> None:
-            if before is not None:
-                before()
+            if meanwhile is not None:
+                meanwhile()
             held.pop()()  # the snapshot goes once written, not after retention
             if after is not None:
                 after()
@@ -229,6 +231,7 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
     asked: "queue.Queue[Tuple[str, Any, bool]]" = queue.Queue(1)
     given: "queue.Queue[Any]" = queue.Queue(1)
     posted = threading.Event()
+    late: List[BaseException] = []  # an error of `meanwhile`
 
     def post(kind: str, what: Any, in_place: bool = False) -> None:
         posted.set()
@@ -239,12 +242,15 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
         pending = given.get()
         if isinstance(pending, BaseException):
             raise pending
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except BaseException as e:  # raised once the archive is committed
+                late.append(e)
         return pending.wait()
 
     def body() -> None:
         try:
-            if before is not None:
-                before()
             store.save_archive(path, write_here, overwrite=bool(overwrite))
         except BaseException as e:
             if not posted.is_set():  # failed before the snapshot: the caller raises it
@@ -257,6 +263,8 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
             raise _Told()
         if after is not None:
             after()
+        if late:
+            raise late[0]
 
     _start(job, body)
     try:

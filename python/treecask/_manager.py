@@ -391,7 +391,7 @@ class CheckpointManager:
             committed()
             return True
         job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool,
-                         before=self._run.sweep if single else None, after=committed, step=step,
+                         meanwhile=self._run.sweep if single else None, after=committed, step=step,
                          metrics=stored_metrics, **self._save_options)
         with self._lock:
             self._job = job

@@ -781,3 +781,24 @@ def test_treecask_orbax_uses_only_the_managers_public_calls():
         with open(os.path.join(pkg, name)) as f:
             text = f.read()
         assert "local_path(" not in text and "_upload" not in text, name
+
+
+@pytest.mark.parametrize("options", [dict(save_interval_steps=3), dict(save_interval_steps=5, save_on_steps=[2, 7]),
+                                     dict(should_save_fn=lambda s, last: s % 4 == 1)],
+                         ids=["interval", "interval+on_steps", "should_save_fn"])
+def test_which_steps_are_saved_is_orbaxs(tmp_path, options):
+    """Orbax's default save decision, against Orbax itself: the interval,
+    save_on_steps or should_save_fn, a step above the latest, and the first
+    step of a run that has none (Orbax's InitialSavePolicy); a restarted
+    manager decides from the steps on disk."""
+    got = {}
+    for name, mod in MODULES.items():
+        d = tmp_path / name
+        with mod.CheckpointManager(d, options=mod.CheckpointManagerOptions(**options)) as m:
+            saved = [s for s in (1, 2, 3, 4, 5, 6, 7, 9, 10) if m.save(s, args=mod.args.StandardSave({"x": np.arange(3)}))]
+            m.wait_until_finished()
+            listed = m.all_steps()
+        with mod.CheckpointManager(d, options=mod.CheckpointManagerOptions(**options)) as again:
+            due = [s for s in (8, 11, 12, 13) if again.should_save(s)]
+        got[name] = (saved, listed, due)
+    assert got["treecask"] == got["orbax"], got

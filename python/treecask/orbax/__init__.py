@@ -230,8 +230,9 @@ class CheckpointManager:
     Retention, listing and saving follow Orbax (:class:`CheckpointManagerOptions`):
     with ``best_fn``, exactly the ``max_to_keep`` best steps (a new step worse
     than those is deleted at once). ``save`` returns False for a step that is
-    not due (``should_save``: a step above the latest, on the interval or in
-    ``save_on_steps``, or ``should_save_fn``) unless ``force=True``; a step that
+    not due (``should_save``: a step above the latest, on the interval, in
+    ``save_on_steps`` or the first of the run, or ``should_save_fn``; Orbax's
+    default decision) unless ``force=True``; a step that
     exists raises ``AlreadyExistsError``. Saves are asynchronous by default
     (``enable_async_checkpointing``): ``save`` returns once the bytes are safe
     (NumPy leaves copied, jax.Array leaves held), ``wait_until_finished()``
@@ -300,6 +301,7 @@ class CheckpointManager:
                             keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
                             best_mode=getattr(opts, "best_mode", "max"))
         self._store = store
+        self._has_steps = False  # known to hold a step (then a step off the schedule lists nothing)
 
     # ---- listing ----
     @property
@@ -320,7 +322,8 @@ class CheckpointManager:
         return self._steps.best_step()
 
     def reload(self) -> None:
-        """Nothing to do: every listing reads the directory (Orbax API)."""
+        """Forgets what :meth:`should_save` knew: every listing reads the directory (Orbax API)."""
+        self._has_steps = False
 
     def reached_preemption(self, step: int) -> bool:
         """Whether every process has reached the preemption sync point ``step``
@@ -329,22 +332,33 @@ class CheckpointManager:
         return self._steps.manager.reached_preemption(step)
 
     def should_save(self, step: int) -> bool:
-        """Whether ``save(step)`` writes (Orbax's rule): not read-only, ``step``
-        above the latest step, and ``should_save_fn(step, latest)`` if given,
-        else ``step % save_interval_steps == 0`` or ``step in save_on_steps``."""
+        """Whether ``save(step)`` writes: Orbax's default save decision
+        (``_get_default_save_decision_policy`` of orbax-checkpoint 0.12.8).
+        Never when read-only or ``step`` is not above the latest step (one
+        being saved included); else when ``should_save_fn(step, latest)``
+        says so if given, otherwise when ``step % save_interval_steps == 0``,
+        ``step in save_on_steps`` or the run has no step yet (Orbax's
+        ``InitialSavePolicy``); and, either way, when every process reached
+        the preemption sync point ``step`` (:meth:`reached_preemption`).
+        A step that is not due lists nothing once the run is known to hold a
+        step (a bucket: no request per training step)."""
         o = self._opts
         if getattr(o, "read_only", False):
             return False
         fn = getattr(o, "should_save_fn", None)
-        if fn is None:  # the step's schedule first: a step that is not due lists nothing (a bucket: no request)
+        if fn is None:
             interval = getattr(o, "save_interval_steps", 1)
             on_steps = getattr(o, "save_on_steps", None)
-            if not ((interval and step % interval == 0) or (on_steps and step in on_steps)):
+            due = bool(interval and step % interval == 0) or bool(on_steps and step in on_steps)
+            if not due and self._has_steps and not self.reached_preemption(step):
                 return False
         last = self.latest_step()
+        self._has_steps = last is not None
         if last is not None and last >= step:
             return False
-        return fn is None or bool(fn(step, last))
+        if fn is not None:
+            return bool(fn(step, last)) or self.reached_preemption(step)
+        return due or last is None or self.reached_preemption(step)
 
     # ---- save ----
     def _legacy_save_args(self, items: Any, save_kwargs: Any) -> Any:
@@ -473,6 +487,7 @@ class CheckpointManager:
             return
         if not self._steps.delete(step):
             raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
+        self._has_steps = False  # listed again by the next should_save
 
     # ---- lifetime ----
     def is_saving_in_progress(self) -> bool:
