@@ -37,7 +37,7 @@ from ._async import reached_preemption as _reached_preemption
 from ._open import load
 from ._open import open as open_archive
 from ._retention import Retention
-from ._run import Run, make_directory, refuse_orbax_run, shown, step_name
+from ._run import ARCHIVES, Run, StepLayout, make_directory, refuse_orbax_run, refuse_other_layout, shown, step_name
 from ._save import save
 from ._types import PathLike
 from .errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
@@ -141,6 +141,13 @@ class CheckpointManager:
         of flags is the save's InvalidArgumentError).
       storage_options: for a URL, the store's configuration (obstore config
         keys) overriding the environment's, as :func:`treecask.open`.
+      step_layout: how steps are named and held (``treecask._run.StepLayout``):
+        ``ARCHIVES`` (default), one archive ``step_<n:08d>.cask`` per step;
+        ``ITEM_DIRECTORIES``, Orbax's layout that ``treecask.orbax``'s
+        managers pass: one directory ``<n>/`` per step, one archive per item
+        and ``index.cask`` (format/SPEC.md "Checkpoint directories"); then
+        :meth:`save` takes ``{item name: (pytree, archive metadata)}`` and
+        :meth:`restore` returns ``{item name: pytree}``.
       **save_options: passed to :func:`treecask.save` for every step:
         ``compression``, ``shuffle``, ``durable``, ``chunk_size``, ``threads``,
         ``max_part_bytes``, ``metadata`` (the keys ``treecask.step`` and
@@ -153,7 +160,9 @@ class CheckpointManager:
       InvalidArgumentError: a bad option (the message names it).
       UnsupportedError: ``directory`` holds an Orbax run (step directories
         ``<N>/`` of orbax-checkpoint's manager, or Flax's ``checkpoint_<N>``):
-        never ignored, convert it with :func:`treecask.import_orbax`; a
+        never ignored, convert it with :func:`treecask.import_orbax`; steps
+        of the other ``step_layout`` (the message names the manager that
+        reads them); a
         read-only store (``http(s)://``) or a URL scheme treecask does not serve.
     """
 
@@ -163,11 +172,11 @@ class CheckpointManager:
                  async_save: bool = True, keep_snapshot_memory: bool = False, read_only: bool = False,
                  keep_fn: Optional[Callable[[List[StepInfo]], Sequence[bool]]] = None,
                  storage_options: Optional[Mapping[str, Any]] = None,
-                 store: Optional[stores.Store] = None, **save_options: Any):
+                 store: Optional[stores.Store] = None, step_layout: StepLayout = ARCHIVES, **save_options: Any):
         # (a URL names an object store, never a local directory "s3:/bucket/run"; a read-only
         # store, http(s)://, refuses the listing below)
         st, path = stores.resolve(directory, store, storage_options)
-        self._run = Run(st, path)
+        self._run = Run(st, path, step_layout)
         self.directory: Any = shown(st, self._run.path)
         d = str(self.directory)
         for name, v in (("max_to_keep", max_to_keep), ("keep_period", keep_period)):
@@ -204,7 +213,9 @@ class CheckpointManager:
         # entry name -> (Store.stamp, metrics): step archives are immutable,
         # a local step deleted and written again gets a new inode.
         self._metrics_cache: Dict[str, Tuple[Any, Any]] = {}
-        refuse_orbax_run(d, self._run.orbax_steps())
+        names = self._run.names()
+        refuse_orbax_run(d, self._run.orbax_steps(names))
+        refuse_other_layout(d, step_layout, self._run.other_layout_steps(names))
         if not self.read_only:
             make_directory(st, self._run.path)
 
@@ -234,7 +245,7 @@ class CheckpointManager:
     def _name(self, step: int, listing: Optional[Dict[int, str]] = None) -> str:
         """The entry name of ``step``: its existing entry (whatever its digit
         count), else the canonical ``step_<step:08d>.cask``."""
-        return (self._run.steps() if listing is None else listing).get(step, step_name(step))
+        return (self._run.steps() if listing is None else listing).get(step, self._run.step_name(step))
 
     def path(self, step: int) -> Any:
         """The path of ``step``: its existing entry if the directory has one
@@ -324,7 +335,8 @@ class CheckpointManager:
         job = self._job
         if job is None or job.done():
             return None
-        return StepInfo(job.step, shown(self._run.store, self._run.entry(step_name(job.step))), job.metrics, None)
+        return StepInfo(job.step, shown(self._run.store, self._run.entry(self._run.step_name(job.step))),
+                        job.metrics, None)
 
     def is_saving_in_progress(self) -> bool:
         """Whether an asynchronous save is still running (Orbax's name). Never blocks."""
@@ -372,7 +384,7 @@ class CheckpointManager:
         if step in listing:
             raise AlreadyExistsError(f"step {step} already exists (a step is never overwritten)",
                                      file=str(self.path(step)))
-        name = step_name(step)
+        name = self._run.step_name(step)
         entry = self._run.entry(name)
         md = dict(self._metadata)
         _check_metadata(metadata or {}, d)
@@ -384,6 +396,8 @@ class CheckpointManager:
             stored_metrics = json.loads(md[METRICS_KEY])
         committed = functools.partial(self._committed, step, name, stored_metrics)
         single = processes()[1] == 1  # (a multi-process job sweeps nothing: another process may be saving)
+        if self._run.layout.index:  # a directory of item archives (Orbax's layout)
+            return self._save_items(step, entry, tree, md, stored_metrics, committed, single)
         if not self.async_save:
             if single:
                 self._run.sweep()
@@ -393,6 +407,35 @@ class CheckpointManager:
         job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool,
                          meanwhile=self._run.sweep if single else None, after=committed, step=step,
                          metrics=stored_metrics, **self._save_options)
+        with self._lock:
+            self._job = job
+        return True
+
+    def _save_items(self, step: int, entry: str, items: Any, md: Dict[str, str], metrics: Any,
+                    committed: Callable[[], None], single: bool) -> bool:
+        """:meth:`save` of step ``step`` in the ``ITEM_DIRECTORIES`` layout:
+        ``items`` ``{item name: (pytree, archive metadata)}`` written as the
+        directory ``entry`` of one archive per item, committed by its
+        ``index.cask`` holding ``md`` (``treecask/orbax/_layout.py``, through
+        the store seam). One process only: a multi-process job's step is one
+        sharded archive (the ``ARCHIVES`` layout)."""
+        from .orbax import _layout  # the writer of a directory of items (no import cycle at load time)
+
+        d = str(self.directory)
+        if not single:
+            from .errors import UnsupportedError
+
+            raise UnsupportedError("a step of item directories is written by one process; in a multi-process "
+                                   "jax job use treecask.CheckpointManager (one sharded archive per step)", file=d)
+        if not isinstance(items, Mapping) or not all(isinstance(v, tuple) and len(v) == 2 for v in items.values()):
+            raise InvalidArgumentError("a step of item directories is {item name: (pytree, archive metadata)}",
+                                       file=str(self.path(step)))
+        if not self.async_save:
+            _layout.save_directory(self._run.store, entry, items, md, overwrite=False, asynchronous=False,
+                                   meanwhile=self._run.sweep, after=committed)
+            return True
+        job = _layout.save_directory(self._run.store, entry, items, md, overwrite=False, asynchronous=True,
+                                     meanwhile=self._run.sweep, after=committed, step=step, metrics=metrics)
         with self._lock:
             self._job = job
         return True
@@ -417,7 +460,7 @@ class CheckpointManager:
         and ``keep_fn`` are None."""
         listing = self._run.steps()
         if steps is not None:
-            listing = {s: listing.get(s, step_name(s)) for s in steps}
+            listing = {s: listing.get(s, self._run.step_name(s)) for s in steps}
         return self._retention.to_delete(sorted(listing), lambda s: self._metrics_of(listing[s]),
                                          lambda: self._infos(listing))
 
@@ -465,14 +508,14 @@ class CheckpointManager:
         gets a new inode; None in an object store, where a manager never
         rewrites a step). Raises NotFoundError when a local step no longer
         exists."""
-        return self._run.store.stamp(self._run.entry(name))
+        return self._run.store.stamp(self._run.index(name))
 
     def _metrics_of(self, name: str) -> Optional[Any]:
         key = self._stamp(name)
         hit = self._metrics_cache.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
-        with open_archive(self._run.entry(name), store=self._run.store) as a:
+        with open_archive(self._run.index(name), store=self._run.store) as a:
             raw = a.metadata.get(METRICS_KEY)
         m = json.loads(raw) if raw is not None else None
         self._metrics_cache[name] = (key, m)
@@ -496,16 +539,31 @@ class CheckpointManager:
         self.wait_until_finished(raise_error=False)
         load_options.setdefault("store", self._run.store)
         if step is not None:
-            return load(self.location(step)[1], like, **load_options)
+            return self._load(self.location(step)[1], like, load_options)
         for _ in range(8):
             steps = self._run.steps()
             if not steps:
                 break
             try:
-                return load(self._run.entry(steps[max(steps)]), like, **load_options)
+                return self._load(self._run.entry(steps[max(steps)]), like, load_options)
             except NotFoundError:
                 continue  # removed meanwhile by retention in another process
         raise NotFoundError("the directory holds no checkpoint step", file=str(self.directory))
+
+    def _load(self, entry: str, like: Any, load_options: Dict[str, Any]) -> Any:
+        """``treecask.load`` of the step at ``entry``; in the
+        ``ITEM_DIRECTORIES`` layout ``{item name: treecask.load(item)}``
+        (``like`` then ``{item name: like}``; an item absent from it loads as
+        saved), the items as the step's directory lists them."""
+        if not self._run.layout.index:
+            return load(entry, like, **load_options)
+        from .orbax import _layout
+
+        names = _layout.item_names(self._run.store, entry)
+        if names is None:
+            raise NotFoundError("no longer exists", file=self._run.store.display(entry))
+        likes = like if isinstance(like, Mapping) else {}
+        return {n: load(stores.join(entry, n), likes.get(n), **load_options) for n in names}
 
     # ---- the save in flight and its errors ----
     def check_for_errors(self) -> None:

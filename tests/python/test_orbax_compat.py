@@ -208,7 +208,8 @@ def test_the_legacy_guide_gives_the_same_results(tmp_path):
     # Every treecask.orbax checkpoint is an ordinary archive.
     tree = treecask.load(tmp_path / "treecask" / "single_save")
     assert tree["config"]["name"] == "dense"
-    assert sorted(os.listdir(tmp_path / "treecask" / "managed")) == ["step_00000003.cask", "step_00000004.cask"]
+    assert sorted(os.listdir(tmp_path / "treecask" / "managed")) == sorted(os.listdir(tmp_path / "orbax" / "managed"))
+    assert sorted(os.listdir(tmp_path / "treecask" / "managed" / "4")) == ["default", "index.cask"]
 
 
 # ---- today's API: options=, args=, Composite ----------------------------------------------
@@ -426,16 +427,18 @@ def test_manager_api(tmp_path):
             m.save(10)
         assert m.restore(None)["x"][0] == 8
         assert m.restore(0, directory=tmp_path)["x"][0] == 0
-    assert treecask.load(tmp_path / "step_00000008.cask")["x"][0] == 8  # an ordinary step archive
+    assert treecask.load(tmp_path / "8" / "default")["x"][0] == 8  # a step's item: an ordinary archive
     ro = tcp.CheckpointManager(tmp_path, options=tcp.CheckpointManagerOptions(read_only=True))
     assert not ro.save(20, args=tcp.args.StandardSave(tree(20))) and ro.all_steps() == [0, 8]
-    # A treecask.CheckpointManager directory reads through treecask.orbax, and the reverse.
+    # A treecask.CheckpointManager run (step_<n>.cask) and a treecask.orbax one (Orbax's <n>/) are
+    # never mixed: each manager refuses the other's run, naming the manager that reads it.
     with treecask.CheckpointManager(tmp_path / "own") as own:
         own.save(1, tree(1), metrics={"loss": 1.0})
-    with tcp.CheckpointManager(tmp_path / "own") as m:
-        assert m.restore(1)["x"][0] == 1 and m.metrics(1) == {"loss": 1.0}
-        m.save(2, args=tcp.args.StandardSave(tree(2)))
-    assert treecask.CheckpointManager(tmp_path / "own").restore(2)["x"][0] == 2
+    with pytest.raises(treecask.UnsupportedError, match=r"step_00000001\.cask.*treecask.CheckpointManager"):
+        tcp.CheckpointManager(tmp_path / "own")
+    with pytest.raises(treecask.UnsupportedError, match=r"\(0, 8\).*treecask.orbax.CheckpointManager"):
+        treecask.CheckpointManager(tmp_path)
+    assert tcp.Checkpointer(tcp.PyTreeCheckpointHandler()).restore(tmp_path / "own" / "step_00000001.cask")["x"][0] == 1
 
 
 def test_unsupported_orbax_features_are_named(tmp_path):
@@ -652,9 +655,10 @@ def test_no_field_is_dropped_or_invented_silently(tmp_path):
     with pytest.raises(treecask.StructureError, match=r"the checkpoint lacks 2 fields the target has: 'x', 'y'"):
         tcp.PyTreeCheckpointer().restore(p, item={"a": np.arange(3), "b": np.ones(2), "new": np.zeros(4),
                                                   "x": 1, "y": np.ones(1)})
-    with pytest.raises(treecask.StructureError, match=r"'state/new'"):  # a Composite item: its key path
+    with pytest.raises(treecask.StructureError, match=r"'new'") as e:  # a Composite item: its archive, key path
         tcp.CheckpointManager(tmp_path / "treecask" / "mgr").restore(
             0, args=tcp.args.Composite(state=tcp.args.StandardRestore({"a": np.arange(3), "b": np.ones(2)})))
+    assert e.value.file == str(tmp_path / "treecask" / "mgr" / "0" / "state") and e.value.key_path == "new"
     # treecask.load keeps its documented partial restore: the template asks, the rest is not read.
     assert sorted(treecask.load(p, {"a": np.arange(3)})) == ["a"]
 
@@ -735,7 +739,7 @@ def test_a_failed_asynchronous_save_is_reported_by_check_for_errors(small_tmpfs)
             time.sleep(0.01)
         with pytest.raises(treecask.IoError) as e:
             m.check_for_errors()
-        assert e.value.file.endswith("step_00000001.cask")
+        assert e.value.file == str(small_tmpfs / "m" / "1" / "default")  # the item it was writing
         m.check_for_errors()  # once
         assert m.all_steps() == [0]
         np.testing.assert_array_equal(m.restore(0)["x"], np.arange(8))

@@ -131,19 +131,11 @@ def shapes(tree) -> Dict[str, Any]:
             for p, v in leaves}
 
 
-def _steps(*ns):
-    return [f"step_{n:08d}.cask" for n in ns]
-
-
 #: (flow, record) -> what treecask shows where it differs from Orbax on purpose (docs/python.md,
-#: "What differs"): a manager's steps are step_<n>.cask archives (format/SPEC.md "Checkpoint
-#: directories") where Orbax writes <n>/ directories (and a root metadata/ directory).
+#: "What differs"). A manager's steps are Orbax's <n>/ directories of items (format/SPEC.md
+#: "Checkpoint directories", the item-directories layout), so every listing of a run or a step
+#: is compared with Orbax's.
 DIFFERS: Dict[tuple, Any] = {
-    ("v1_101", "experiment.listing"): _steps(*range(10)),
-    ("v1_training", "interval.listing"): _steps(0, 3, 6, 9),
-    ("v1_training", "custom_metadata.listing"): _steps(0, 3, 6, 9),
-    ("v0_api_refactor", "step listing"): _steps(0),
-    ("v0_api_refactor", "step 0 listing"): ("raises", FileNotFoundError),  # Orbax: ['_CHECKPOINT_METADATA', 'default']
     # The use_ocdbt cells list an item's own files (Orbax's OCDBT / zarr files); a treecask item is one archive.
     ("v1_pytrees", "advanced.4.state listing"): ("raises", NotADirectoryError),
     ("v1_pytrees", "advanced.5.state listing"): ("raises", NotADirectoryError),

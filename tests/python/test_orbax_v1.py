@@ -298,12 +298,15 @@ def test_training_checkpointer_gives_the_same_results(tmp_path):
     assert [s for s, _ in t["best_kept"][0]] == [1, 3]
     assert t["exists"][0] == "raises FileExistsError" and t["no_step"][0] == "raises FileNotFoundError"
     assert_same_results(results)
-    steps = sorted(os.listdir(tmp_path / "treecask" / "policies"))
-    assert steps == ["step_00000006.cask", "step_00000009.cask", "step_00000012.cask"]
-    # The steps are treecask.CheckpointManager's: it reads them, metrics included.
-    mgr = treecask.CheckpointManager(tmp_path / "treecask" / "policies")
-    assert mgr.all_steps() == [6, 9, 12] and mgr.metrics(12) == {"loss": 2.0}
-    assert mgr.restore(9)["state"]["s"] == 9
+    # Orbax's layout: a directory per step, one archive per checkpointable (and the run's metadata).
+    run = tmp_path / "treecask" / "policies"
+    assert sorted(os.listdir(run)) == sorted(os.listdir(tmp_path / "orbax" / "policies"))
+    assert sorted(os.listdir(run)) == ["12", "6", "9", "metadata"]
+    assert sorted(os.listdir(run / "9")) == ["index.cask", "state"]
+    assert treecask.load(run / "9" / "state")["s"] == 9  # an item is an ordinary archive
+    # treecask.CheckpointManager's steps are step_<n>.cask archives: it refuses this run, naming who reads it.
+    with pytest.raises(treecask.UnsupportedError, match="treecask.orbax.v1.training.Checkpointer"):
+        treecask.CheckpointManager(run)
 
 
 # ---- treecask.orbax.v1 on its own ---------------------------------------------------------
@@ -342,8 +345,9 @@ def test_context_and_callbacks(tmp_path):
         ckptr.save(0, {"a": np.ones(2), "b": np.zeros(1)})
         assert list(ckptr.load(0, {"a": np.zeros(2)})) == ["a"]  # partial_load from its context
     with tcp_v1.training.Checkpointer(tmp_path / "run") as ckptr:
-        with pytest.raises(treecask.StructureError, match="state/b"):
+        with pytest.raises(treecask.StructureError, match="'b'") as e:  # in the step's item "state"
             ckptr.load(0, {"a": np.zeros(2)})
+        assert e.value.file == str(tmp_path / "run" / "0" / "state")
 
 
 def test_unsupported_v1_features_are_named(tmp_path):

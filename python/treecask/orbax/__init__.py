@@ -65,14 +65,15 @@ from ._checkpointers import (
     _is_async,
 )
 from ._items import (
-    _CUSTOM_KEY,
+    _LAYOUT_KEY,
     DEFAULT_ITEM_NAME,
     Where,
     PLACEHOLDER,
     ArrayRestoreArgs,
     RestoreArgs,
     SaveArgs,
-    _encode,
+    Checkpoint,
+    _encode_items,
     _item_metadata,
     _restore,
     _unsupported,
@@ -302,6 +303,8 @@ class CheckpointManager:
                             best_mode=getattr(opts, "best_mode", "max"))
         self._store = store
         self._has_steps = False  # known to hold a step (then a step off the schedule lists nothing)
+        if self._root_metadata is not None:  # the run's entry "metadata", written once (Orbax's metadata/)
+            self._steps.save_root_metadata(self._root_metadata)
 
     # ---- listing ----
     @property
@@ -393,14 +396,12 @@ class CheckpointManager:
         a = args if args is not None else self._legacy_save_args(items, save_kwargs)
         if not force and not self.should_save(step):
             return False
-        tree, md, default = _encode(a, custom_metadata, str(self.directory))
+        items, md = _encode_items(a, custom_metadata, str(self.directory))
         if self._default is None:
-            self._default = default
-        if self._root_metadata is not None:
-            md["treecask.orbax.root_metadata"] = json.dumps(self._root_metadata)
+            self._default = _LAYOUT_KEY in md  # one item saved without a name
         if getattr(self._opts, "prevent_write_metrics", False):
             metrics = None
-        self._steps.save(step, tree, metrics=metrics, metadata=md)
+        self._steps.save(step, items, metrics=metrics, metadata=md)
         return True
 
     # ---- restore ----
@@ -463,21 +464,13 @@ class CheckpointManager:
 
     def metadata(self, step: Optional[int] = None) -> Any:
         """``step`` None: a :class:`RootMetadata`, the manager's ``metadata``
-        (or the latest step's record of it) as ``.custom_metadata``; a step:
-        its :class:`StepMetadata`."""
+        (or the run's record of it, its entry ``metadata``) as
+        ``.custom_metadata``; a step: its :class:`StepMetadata`."""
         if step is None:
             custom = self._root_metadata
-            latest = self._steps.manager.latest_step()
-            if custom is None and latest is not None:
-                with self._step_path(latest, None).open() as a:
-                    raw = a.metadata.get("treecask.orbax.root_metadata")
-                custom = json.loads(raw) if raw is not None else None
-            return RootMetadata(custom)
+            return RootMetadata(custom if custom is not None else self._steps.root_metadata())
         path = self._step_path(step, None)
-        with path.open() as a:
-            raw = a.metadata.get(_CUSTOM_KEY)
-        return StepMetadata(_item_metadata(path), self.metrics(step),
-                            json.loads(raw) if raw is not None else None)
+        return StepMetadata(_item_metadata(path), self.metrics(step), Checkpoint(path).custom_metadata())
 
     def delete(self, step: int) -> None:
         """Deletes ``step`` (a save in flight is waited for first). Raises

@@ -643,9 +643,10 @@ class Checkpoint:
             self.directory = False
             self.default, self.kinds = _layout(self.md)
             return
-        self.directory, self.default = True, False
+        self.directory = True
         with Where(stores.join(w.key, _L.INDEX), w.store).open() as a:
             self.md = dict(a.metadata)
+        self.default = names == [DEFAULT_ITEM_NAME] and _layout(self.md)[0] and _LAYOUT_KEY in self.md
         self.kinds = {}
         for n in names:
             with self.item_where(n).open() as a:
@@ -692,8 +693,11 @@ class Checkpoint:
 
 def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict[str, Tuple[Any, Dict[str, str]]],
                                                                                Dict[str, str]]:
-    """The items of a Composite save as the directory layout writes them:
-    ({name: (tree, archive metadata)}, the checkpoint's own metadata)."""
+    """The items of a save as the directory layout writes them: ({name:
+    (tree, archive metadata)}, the checkpoint's own metadata: custom
+    metadata, and for one item saved without a name, e.g.
+    ``args.StandardSave`` to a manager, the mark that it is restored as the
+    item itself, as Orbax restores its ``default`` item)."""
     tree, md, default = _encode(save_args, custom_metadata, file)
     kinds = _layout(md)[1]
     items: Dict[str, Tuple[Any, Dict[str, str]]] = {}
@@ -710,6 +714,8 @@ def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict
         else:
             items[name] = ((tree if default else tree[name]), imd)
     own = {_CUSTOM_KEY: md[_CUSTOM_KEY]} if _CUSTOM_KEY in md else {}
+    if default:  # one item saved without a name (a manager's "default"): restored as the item itself
+        own[_LAYOUT_KEY] = json.dumps({"default": True, "items": kinds}, sort_keys=True)
     return items, own
 
 

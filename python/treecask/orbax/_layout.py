@@ -24,16 +24,17 @@ archive's metadata.
 
 from __future__ import annotations
 
-import threading
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from .. import _jaxutil as J
 from .. import stores
+from .._async import SaveJob, _start
 from .._run import make_directory
 from .._save import save as _save
-from ..errors import UnsupportedError
+from .. import _upload
+from ..errors import Error, UnsupportedError
 
 #: The commit object of a checkpoint directory (``treecask.stores.COMMIT_OBJECT``).
 INDEX = stores.COMMIT_OBJECT
@@ -82,50 +83,24 @@ def _snapshot(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, tree)
 
 
-class Pending:
-    """A directory save running in the background: ``wait()`` blocks until it
-    is durable and raises its error."""
-
-    def __init__(self, work: Any):
-        self._error: Optional[BaseException] = None
-
-        def run() -> None:
-            try:
-                work()
-            except BaseException as e:  # raised by wait()
-                self._error = e
-
-        self._thread = threading.Thread(target=run, name="treecask-orbax-dir", daemon=False)
-        self._thread.start()
-
-    def done(self) -> bool:
-        """Whether the save has finished (never blocks)."""
-        return not self._thread.is_alive()
-
-    def take_error(self) -> Optional[BaseException]:
-        """The save's error once finished, collected without raising (then None)."""
-        err, self._error = self._error, None
-        return err
-
-    def wait(self) -> None:
-        """Blocks until the save is durable; raises its error, once."""
-        self._thread.join()
-        err = self.take_error()
-        if err is not None:
-            raise err
-
-
 def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, Mapping[str, str]]],
-                   index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool) -> Optional[Pending]:
+                   index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
+                   meanwhile: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
+                   step: Optional[int] = None, metrics: Any = None) -> Optional[SaveJob]:
     """Writes the checkpoint directory ``key`` of ``store``: each item
     ``name -> (tree, archive metadata)`` as the archive ``key/name``, then
     ``key/index.cask`` with ``index_md``, committed whole (module docstring).
     An existing checkpoint raises AlreadyExistsError unless ``overwrite``
     (then it is replaced by the same commit). Parent directories of a local
     path are created, as Orbax does. Returns None once durable, or
-    (``asynchronous``) a :class:`Pending` once the trees' NumPy bytes are
-    copied: the writing runs in the background and ``wait()`` raises its
-    error. Argument errors (an existing checkpoint, a bad name) raise here."""
+    (``asynchronous``) a :class:`treecask._async.SaveJob` once the trees'
+    NumPy bytes are copied: the writing runs in the background and
+    ``wait()`` raises its error. ``meanwhile`` runs before the items are
+    written and ``after`` once the checkpoint is committed (on the
+    background thread when asynchronous; a manager's sweep and retention,
+    as ``treecask._async.save_async``'s); ``step`` and ``metrics`` are
+    recorded on the job. Argument errors (an existing checkpoint, a bad
+    name) raise here."""
     for name in items:
         if not isinstance(name, str) or not name or "/" in name or name == INDEX or name.startswith("."):
             from ..errors import InvalidArgumentError
@@ -140,10 +115,21 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
         items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
 
     def write_all() -> None:
+        swept: Optional[BaseException] = None
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception as e:  # the save's error, once the checkpoint is written anyway
+                swept = e
         written: List[str] = []
         try:
             for name, (tree, md) in items.items():
-                _save(stores.join(staging, name), tree, store=store, metadata=dict(md), overwrite=bool(overwrite))
+                try:
+                    _save(stores.join(staging, name), tree, store=store, metadata=dict(md),
+                          overwrite=bool(overwrite))
+                except Error as e:  # named as the item it was to be, not its staging
+                    raise _upload.named(e, store.display(stores.join(staging, name)),
+                                        store.display(stores.join(key, name))) from None
                 written.append(name)
 
             def write_index(path: str, in_place: bool) -> None:
@@ -154,11 +140,17 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
         except BaseException:
             store.discard_directory(staging, written)
             raise
+        if after is not None:
+            after()
+        if swept is not None:
+            raise swept
 
     if not asynchronous:
         write_all()
         return None
-    return Pending(write_all)
+    job = SaveJob(store.display(key), step=step, metrics=metrics)
+    _start(job, write_all)
+    return job
 
 
-__all__ = ["INDEX", "KIND_KEY", "MARK_KEY", "Pending", "item_names", "save_directory"]
+__all__ = ["INDEX", "KIND_KEY", "MARK_KEY", "item_names", "save_directory"]

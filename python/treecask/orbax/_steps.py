@@ -2,6 +2,12 @@
 calls: the one adapter that ``treecask.orbax.CheckpointManager`` (Orbax's
 manager) and ``treecask.orbax.v1.training.Checkpointer`` share.
 
+A step is Orbax's layout, a directory ``<step>/`` of one treecask archive
+per item named as Orbax names them (``default``, ``state``...) and
+``index.cask``, the step's commit object (the manager's ``step_layout=
+ITEM_DIRECTORIES``, written by ``_layout.py``), so listing the run or a step
+shows what Orbax's shows.
+
 What Orbax's managers show and treecask's manager does not: a step still
 being saved is listed (Orbax's bookkeeping adds a step when its save
 starts), a step is read through a :class:`~treecask.orbax._items.Where` (its
@@ -11,12 +17,24 @@ store. Everything else is the manager's own call.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from .. import stores
+from .._open import open as _open
+from .._save import save as _save
+
 from .._manager import CheckpointManager as _Manager
 from .._manager import StepInfo
+from .._run import ITEM_DIRECTORIES
 from ._items import Where
+
+
+#: The entry of a run holding its custom metadata (Orbax's ``metadata/``) and
+#: that archive's metadata key for it.
+ROOT_METADATA = "metadata"
+ROOT_KEY = "treecask.orbax.root_metadata"
 
 
 class Steps:
@@ -35,9 +53,32 @@ class Steps:
                  keep_fn: Optional[Callable[[List[StepInfo]], Sequence[bool]]] = None):
         self.manager = _Manager(directory, max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
                                 best_mode=best_mode, keep_newest=False, save_interval_steps=1,
-                                async_save=async_save, read_only=read_only, keep_fn=keep_fn, store=store)
+                                async_save=async_save, read_only=read_only, keep_fn=keep_fn, store=store,
+                                step_layout=ITEM_DIRECTORIES)
         self._store = store
         self._started: Dict[int, int] = {}  # step -> time.time_ns() when its save began
+        self._root = stores.join(stores.resolve(directory, store)[1].rstrip("/"), ROOT_METADATA)
+
+    # ---- the run's own metadata ----
+    def root_metadata(self) -> Any:
+        """The run's custom metadata (JSON-decoded) from its entry
+        ``metadata`` (:meth:`save_root_metadata`), or None when it has none."""
+        st = self.manager.store
+        if self._root not in st.list_prefix(self._root):
+            return None
+        with _open(self._root, store=st) as a:
+            raw = a.metadata.get(ROOT_KEY)
+        return json.loads(raw) if raw is not None else None
+
+    def save_root_metadata(self, custom: Any) -> None:
+        """Writes the run's custom metadata (a JSON value) once, as Orbax's
+        managers do: the entry ``metadata`` beside the steps (Orbax's
+        ``metadata/`` directory), a leafless treecask archive whose archive
+        metadata holds it. A run that has it keeps it; nothing when read-only."""
+        st = self.manager.store
+        if self.manager.read_only or self._root in st.list_prefix(self._root):
+            return
+        _save(self._root, None, metadata={ROOT_KEY: json.dumps(custom)}, store=st)
 
     @property
     def directory(self) -> Any:
@@ -78,14 +119,14 @@ class Steps:
             if step not in self.manager.all_steps():
                 return None
             return Where(*_swap(self.manager.location(step)))
-        with _Manager(directory, store=self._store, read_only=True) as other:
+        with _Manager(directory, store=self._store, read_only=True, step_layout=ITEM_DIRECTORIES) as other:
             if step not in other.all_steps():
                 return None
             return Where(*_swap(other.location(step)))
 
     def latest_in(self, directory: Any) -> Optional[int]:
         """The latest committed step of ``directory`` (as :meth:`where`), or None."""
-        with _Manager(directory, store=self._store, read_only=True) as other:
+        with _Manager(directory, store=self._store, read_only=True, step_layout=ITEM_DIRECTORIES) as other:
             return other.latest_step()
 
     def path(self, step: int) -> Any:
@@ -93,10 +134,12 @@ class Steps:
         return self.manager.path(step)
 
     # ---- saving, deleting ----
-    def save(self, step: int, tree: Any, *, metrics: Any, metadata: Dict[str, str]) -> None:
-        """Saves ``tree`` as step ``step`` (due or not: the Orbax layers decide)."""
+    def save(self, step: int, items: Any, *, metrics: Any, metadata: Dict[str, str]) -> None:
+        """Saves ``items`` (``{item name: (pytree, archive metadata)}``,
+        ``_items._encode_items``) as step ``step``, with ``metadata`` in its
+        ``index.cask`` (due or not: the Orbax layers decide)."""
         self._started[step] = time.time_ns()
-        self.manager.save(step, tree, metrics=metrics, force=True, metadata=metadata)
+        self.manager.save(step, items, metrics=metrics, force=True, metadata=metadata)
 
     def delete(self, step: int) -> bool:
         """Deletes committed step ``step`` (a save in flight is waited for

@@ -1,8 +1,10 @@
 """Orbax v1's ``training.Checkpointer`` over a :class:`treecask.CheckpointManager`:
-one treecask archive per step, ``<directory>/step_<n>.cask`` (the manager's
-layout, so ``treecask.CheckpointManager`` and ``treecask.orbax.CheckpointManager``
-read the same directory), each step holding its checkpointables as the v1
-free functions lay them out (``_api.py``); the save decision and
+one directory per step, ``<directory>/<n>/``, as Orbax's (the manager's
+``ITEM_DIRECTORIES`` layout, so ``treecask.orbax.CheckpointManager`` reads the
+same directory), each step holding its checkpointables as the v1 free
+functions lay them out (``_api.py``: one archive per checkpointable and
+``index.cask``), the Checkpointer's ``custom_metadata`` the run's entry
+``metadata`` (Orbax's ``metadata/``); the save decision and
 preservation policies of ``save_decision_policies.py`` /
 ``preservation_policies.py`` (or any objects with their methods) decide which
 steps are written and kept. The run is ``treecask.orbax``'s one adapter over
@@ -13,13 +15,12 @@ manager's ``keep_fn``, run in its background thread once a step is durable.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from ... import args as _args
-from ..._items import _encode
+from ..._items import _encode_items
 from ..._steps import Steps
 from .._api import (
     _INIT_KEY,
@@ -37,7 +38,6 @@ from . import preservation_policies as _pp
 from . import save_decision_policies as _sd
 from .errors import StepAlreadyExistsError, StepNotFoundError
 
-_ROOT_KEY = "treecask.orbax.root_metadata"  # the Checkpointer's custom_metadata, kept in each step (as treecask.orbax)
 
 
 class CheckpointMetadata(_BaseMetadata):
@@ -132,13 +132,15 @@ class Checkpointer:
         d = os.fspath(directory)
         if step_name_format is not None:
             raise UnsupportedError("Orbax v1 Checkpointer(step_name_format=...) is not supported by "
-                                   "treecask.orbax.v1: steps are named step_<8+ digits>.cask", file=d)
+                                   "treecask.orbax.v1: steps are named <step>, as Orbax's default", file=d)
         self._context = Context(context if context is not None else get_context())
         self._save_policy = save_decision_policy if save_decision_policy is not None else _sd.AnySavePolicy([
             _sd.InitialSavePolicy(), _sd.ContinuousCheckpointingPolicy(), _sd.PreemptionCheckpointingPolicy()])
         policy = preservation_policy if preservation_policy is not None else _pp.PreserveAll()
         self._steps = Steps(d, store, async_save=True, keep_fn=_keep_fn(policy))
         self._custom = custom_metadata
+        if custom_metadata is not None:  # the run's entry "metadata", written once (Orbax's metadata/)
+            self._steps.save_root_metadata(custom_metadata)
 
     # ---- listing ----
     @property
@@ -217,12 +219,10 @@ class Checkpointer:
             if not force and not self.should_save(step):  # asked before waiting, as Orbax
                 return None
             self._steps.wait_quietly()
-            tree, md, _ = _encode(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
-                                  custom_metadata, d)
+            enc, md = _encode_items(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
+                                    custom_metadata, d)
             md[_INIT_KEY] = str(time.time_ns())
-            if self._custom is not None:
-                md[_ROOT_KEY] = json.dumps(self._custom)
-            self._steps.save(step, tree, metrics=metrics, metadata=md)
+            self._steps.save(step, enc, metrics=metrics, metadata=md)
             callback = self._context.asynchronous.post_finalization_callback
 
         def finish() -> bool:
@@ -294,15 +294,12 @@ class Checkpointer:
         return self._step_metadata(step, _checkpointables_metadata)
 
     def root_metadata(self) -> RootMetadata:
-        """The ``custom_metadata`` given to this Checkpointer, or else the one
-        the latest step recorded, or ``{}``."""
+        """The ``custom_metadata`` given to this Checkpointer, or else the
+        run's (its entry ``metadata``, written by the first Checkpointer given
+        one), or ``{}``."""
         custom = self._custom
         if custom is None:
-            latest = self._steps.manager.latest_step()
-            if latest is not None:
-                with self._where(latest).open() as a:
-                    raw = a.metadata.get(_ROOT_KEY)
-                custom = json.loads(raw) if raw is not None else None
+            custom = self._steps.root_metadata()
         return RootMetadata(directory=self.directory, custom_metadata=custom if custom is not None else {})
 
     # ---- deleting ----
