@@ -703,3 +703,52 @@ def test_a_tree_that_cannot_be_saved_is_refused_by_save_itself(tmp_path):
         assert m.save(1, _jax_tree(1))
         m.wait_until_finished()
         assert m.all_steps() == [1] and sorted(os.listdir(tmp_path)) == ["step_00000001.cask"]
+
+
+# ---- Orbax's step layout (treecask.orbax's managers) --------------------------------------
+
+
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_the_item_directories_layout(tmp_path, async_save):
+    """step_layout=ITEM_DIRECTORIES, what treecask.orbax's managers pass (format/SPEC.md
+    "Checkpoint directories"): a step is the directory <n>/ holding one archive per item and
+    index.cask, listed, retained (best_fn), deleted and restored through the manager's public
+    calls; a dead save's staging directory is swept; each layout refuses a run of the other."""
+    from treecask._run import ITEM_DIRECTORIES
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"7.tmp.{dead.pid}.0badc0de"  # a crashed save's staging directory
+    stale.mkdir()
+    (stale / "state").write_bytes(b"half-written")
+
+    def items(step):
+        return {"state": (_tree(step), {}), "extra": (None, {"k": str(step)})}
+
+    with CheckpointManager(tmp_path, max_to_keep=2, best_fn=lambda m: -m["loss"], keep_newest=False,
+                           async_save=async_save, step_layout=ITEM_DIRECTORIES) as m:
+        for step, loss in ((1, 3.0), (2, 1.0), (3, 2.0), (4, 5.0)):
+            assert m.save(step, items(step), metrics={"loss": loss})
+        m.wait_until_finished()
+        assert m.all_steps() == [2, 3] and m.best_step() == 2 and m.metrics(3) == {"loss": 2.0}
+        assert sorted(os.listdir(tmp_path)) == ["2", "3"]  # step 1 and 4 retired, the stale staging swept
+        assert sorted(os.listdir(tmp_path / "3")) == ["extra", "index.cask", "state"]
+        assert m.path(3) == tmp_path / "3" and [i.step for i in m.step_infos()] == [2, 3]
+        got = m.restore(3)
+        assert sorted(got) == ["extra", "state"] and got["extra"] is None
+        np.testing.assert_array_equal(got["state"]["b"], _tree(3)["b"])
+        np.testing.assert_array_equal(m.restore()["state"]["b"], _tree(3)["b"])
+        assert treecask.open(tmp_path / "3" / "extra").metadata["k"] == "3"  # each item an ordinary archive
+        assert treecask.open(tmp_path / "3" / "index.cask").metadata["treecask.step"] == "3"
+        with pytest.raises(AlreadyExistsError):
+            m.save(3, items(3), force=True)
+        with pytest.raises(InvalidArgumentError, match="item name"):
+            m.save(5, _tree(5))  # not {item name: (pytree, archive metadata)}
+        m.delete(2)
+        assert m.all_steps() == [3] and sorted(os.listdir(tmp_path)) == ["3"]
+    with pytest.raises(treecask.UnsupportedError, match=r"\(3\).*treecask\.orbax\.CheckpointManager"):
+        CheckpointManager(tmp_path)
+    with CheckpointManager(tmp_path / "plain") as plain:
+        plain.save(1, _tree(1))
+    with pytest.raises(treecask.UnsupportedError, match=r"step_00000001\.cask.*treecask\.CheckpointManager"):
+        CheckpointManager(tmp_path / "plain", step_layout=ITEM_DIRECTORIES)
