@@ -13,9 +13,10 @@ args=ocp.args.StandardRestore(abstract))``, ``ocp.args.Composite``,
 written by :func:`treecask.save`: a checkpointer's checkpoint of one item is
 one archive file; of several items (``args.Composite``) a directory as
 Orbax's, one archive per item named after it and ``index.cask``
-(``_layout.py``); a manager is a :class:`treecask.CheckpointManager` (one
-archive per step, ``step_<n>.cask``). The archives are ordinary ones that
-``treecask.load`` / ``treecask.open`` read.
+(``_layout.py``); a manager is a :class:`treecask.CheckpointManager` whose
+steps are Orbax's directories ``<n>/`` of such item archives (its
+``ITEM_DIRECTORIES`` layout, ``_steps.py``). The archives are ordinary ones
+that ``treecask.load`` / ``treecask.open`` read.
 
 Orbax's semantics are kept where users notice them: with ``best_fn`` and
 ``max_to_keep`` the manager keeps exactly the ``max_to_keep`` best steps
@@ -150,7 +151,7 @@ class CheckpointManagerOptions:
     ``enable_per_process_directory_creation``. ``UnsupportedError`` from the
     manager when set: ``keep_time_interval``, ``keep_checkpoints_without_metrics=False``,
     ``step_prefix``, ``step_format_fixed_length``, ``step_name_format`` (steps
-    are ``step_<8+ digits>.cask``), ``single_host_load_and_broadcast``,
+    are named ``<n>``, Orbax's default), ``single_host_load_and_broadcast``,
     ``todelete_subdir``, ``todelete_full_path``, ``save_decision_policy``,
     ``preservation_policy``, ``temporary_path_class``.
     """
@@ -198,9 +199,9 @@ class CheckpointManagerOptions:
 _UNSUPPORTED_OPTIONS = (
     ("keep_time_interval", None, "retention is by count (max_to_keep), keep_period and best_fn"),
     ("keep_checkpoints_without_metrics", True, "treecask always keeps steps saved without metrics"),
-    ("step_prefix", None, "steps are named step_<8+ digits>.cask"),
-    ("step_format_fixed_length", None, "steps are named step_<8+ digits>.cask"),
-    ("step_name_format", None, "steps are named step_<8+ digits>.cask"),
+    ("step_prefix", None, "steps are named <step>, Orbax's default"),
+    ("step_format_fixed_length", None, "steps are named <step>, Orbax's default"),
+    ("step_name_format", None, "steps are named <step>, Orbax's default"),
     ("single_host_load_and_broadcast", False, "every process reads what it needs"),
     ("todelete_subdir", None, "retention deletes steps"),
     ("todelete_full_path", None, "retention deletes steps"),
@@ -212,9 +213,17 @@ _UNSUPPORTED_OPTIONS = (
 
 class CheckpointManager:
     """A directory of checkpoint steps (Orbax ``CheckpointManager``) over a
-    :class:`treecask.CheckpointManager`: one treecask archive per step,
-    ``<directory>/step_<n>.cask``, holding the step's items, metrics and
-    custom metadata; ``treecask.load`` reads a step directly.
+    :class:`treecask.CheckpointManager`: one directory per step,
+    ``<directory>/<n>/``, as Orbax's, holding one treecask archive per item
+    (``default`` for one unnamed item, else the ``Composite``'s names) and
+    ``index.cask`` with the step's metrics and custom metadata
+    (format/SPEC.md "Item-directory steps"); ``treecask.load`` reads an item
+    directly. The manager's ``metadata`` is the run's entry ``metadata``
+    (Orbax's ``metadata/``). A directory of ``treecask.CheckpointManager``
+    steps (``step_<n>.cask``) is refused (``UnsupportedError``); in a
+    multi-process jax job a save raises ``UnsupportedError`` (a step of item
+    directories is written by one process; ``treecask.CheckpointManager``
+    saves sharded steps).
 
     Both of Orbax's constructors:
 

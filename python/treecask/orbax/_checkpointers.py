@@ -257,7 +257,8 @@ class AsyncCheckpointer(Checkpointer):
     waits first. ``timeout_secs`` and ``async_options`` are accepted and have
     no effect (the wait is until done). A save to an object store, or in
     a multi-process jax job, runs synchronously (``treecask.save``'s upload
-    and cross-process commit); a manager's steps are asynchronous there too."""
+    and cross-process commit); a manager's steps are asynchronous in an
+    object store too."""
 
     _async = True
 

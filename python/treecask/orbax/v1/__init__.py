@@ -17,8 +17,9 @@ treecask archive (``treecask.load(path / "state")`` reads it), committed
 whole with ``index.cask`` (``treecask/orbax/_layout.py``). A stateful
 checkpointable (an object with ``get_state()`` / ``set_state()``, e.g. a
 Grain iterator: :class:`StatefulCheckpointable`) is stored as its state's
-JSON and loaded into an instance given. A ``training.Checkpointer``'s steps are ``<directory>/step_<n>.cask``, the
-layout of :class:`treecask.CheckpointManager`. A load into an abstract tree
+JSON and loaded into an instance given. A ``training.Checkpointer``'s steps are Orbax's ``<directory>/<n>/``, one
+archive per checkpointable and ``index.cask`` (the ``ITEM_DIRECTORIES``
+layout of :class:`treecask.CheckpointManager`). A load into an abstract tree
 follows Orbax's structure rule: the structures must agree, unless the
 context's ``pytree.loading.partial_load`` says otherwise (``StructureError``
 naming the key paths). What treecask does not
@@ -100,7 +101,7 @@ _UNSUPPORTED = {
     "Checkpointable": "custom checkpointables write their own files; every checkpointable is a pytree",
     "AbstractCheckpointable": "custom checkpointables write their own files; every checkpointable is a pytree",
     "CheckpointableHandler": "custom CheckpointableHandlers write their own files; every checkpointable is a pytree",
-    "path": "steps are named step_<8+ digits>.cask (no step name formats)",
+    "path": "steps are named <step>, Orbax's default (no step name formats)",
     "multihost": "treecask.save coordinates jax.distributed processes itself",
     "errors": "the errors are treecask's (treecask.errors; training.errors for steps)",
 }

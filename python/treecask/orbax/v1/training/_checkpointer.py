@@ -106,15 +106,16 @@ class Checkpointer:
     ``Checkpointer(directory, *, context=None, save_decision_policy=None,
     preservation_policy=None, step_name_format=None, custom_metadata=None,
     cleanup_tmp_directories=False, lightweight_initialize=False, logger=None)``:
-    steps are ``<directory>/step_<n>.cask`` (a directory, or an object-store
-    URL), each a treecask archive holding the step's checkpointables
-    (``save``: the pytree as "state"), its metrics and custom metadata.
+    steps are ``<directory>/<n>/`` (a directory, or an object-store URL), as
+    Orbax's, each holding one treecask archive per checkpointable (``save``:
+    the pytree as "state") and ``index.cask`` with the step's metrics and
+    custom metadata; ``custom_metadata`` is the run's entry ``metadata``.
     ``save_decision_policy`` (default: the first step, then whenever no save is
     in progress, as Orbax's) says which steps :meth:`save` writes;
     ``preservation_policy`` (default: keep all) which steps are kept, applied
     after each save is durable. Calls run under ``context`` (default: the
     current one). ``step_name_format`` raises ``UnsupportedError`` (steps are
-    ``step_<8+ digits>.cask``); ``cleanup_tmp_directories`` (temporaries are
+    named ``<n>``, Orbax's default); ``cleanup_tmp_directories`` (temporaries are
     always swept), ``lightweight_initialize`` and ``logger`` have no effect.
     ``store`` (a treecask extension beyond Orbax's signature): a
     :class:`treecask.stores.Store` that ``directory`` is a path inside
