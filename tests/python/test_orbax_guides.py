@@ -359,7 +359,7 @@ def v0_api_refactor(ocp, root):
         out["restore"] = mngr.restore(0)
         out["restore_abstract"] = mngr.restore(0, args=ocp.args.StandardRestore(abstract_pytree))
     out["step listing"] = sorted(os.listdir(root / "ckpt2"))
-    out["step 0 listing"] = outcome(lambda: entries(root / "ckpt2" / "0"))
+    out["step 0 listing"] = entries(root / "ckpt2" / "0")
     new_mngr = ocp.CheckpointManager(root / "ckpt2", options=options)
     out["unmapped.restore"] = outcome(lambda: new_mngr.restore(0))
     out["restore_abstract_new"] = new_mngr.restore(0, args=ocp.args.StandardRestore(abstract_pytree))
@@ -685,6 +685,7 @@ def v1_training(ocp, root):
             ckptr.save(step, pytree, metrics={"accuracy": 0.85}, custom_metadata={"is_final": is_final},
                        force=is_final)
     out["custom_metadata.listing"] = sorted(os.listdir(root_directory))
+    out["custom_metadata.step 9 listing"] = entries(root_directory / "9")  # the step's items, its metrics one
     ckptr = training.Checkpointer(root_directory)
     out["latest.step"] = ckptr.latest.step
     out["checkpoints"] = [c.step for c in ckptr.checkpoints]

@@ -646,13 +646,15 @@ class Checkpoint:
         self.directory = True
         with Where(stores.join(w.key, _L.INDEX), w.store).open() as a:
             self.md = dict(a.metadata)
-        self.default = names == [DEFAULT_ITEM_NAME] and _layout(self.md)[0] and _LAYOUT_KEY in self.md
         self.kinds = {}
         for n in names:
             with self.item_where(n).open() as a:
                 imd = dict(a.metadata)
+            if imd.get(_L.KIND_KEY) == "metrics":  # a manager's step's metrics: not an item (Orbax's)
+                continue
             self._item_md[n] = imd
             self.kinds[n] = imd.get(_L.KIND_KEY, "pytree")
+        self.default = list(self.kinds) == [DEFAULT_ITEM_NAME] and _LAYOUT_KEY in self.md and _layout(self.md)[0]
 
     def item_where(self, name: str) -> Where:
         """Where item `name`'s archive is (the checkpoint's own for one archive)."""

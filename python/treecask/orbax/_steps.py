@@ -27,9 +27,17 @@ from .._save import save as _save
 
 from .._manager import CheckpointManager as _Manager
 from .._manager import StepInfo
+from ..errors import InvalidArgumentError
+from . import _layout as _L
 from .._run import ITEM_DIRECTORIES
 from ._items import Where
 
+
+#: A step's entry holding its metrics, as Orbax's managers write them (an
+#: archive without leaves, of kind "metrics", the JSON under METRICS_JSON_KEY).
+METRICS_ITEM = "metrics"
+METRICS_KIND = "metrics"
+METRICS_JSON_KEY = "treecask.orbax.metrics"
 
 #: The entry of a run holding its custom metadata (Orbax's ``metadata/``) and
 #: that archive's metadata key for it.
@@ -137,7 +145,20 @@ class Steps:
     def save(self, step: int, items: Any, *, metrics: Any, metadata: Dict[str, str]) -> None:
         """Saves ``items`` (``{item name: (pytree, archive metadata)}``,
         ``_items._encode_items``) as step ``step``, with ``metadata`` in its
-        ``index.cask`` (due or not: the Orbax layers decide)."""
+        ``index.cask`` (due or not: the Orbax layers decide). ``metrics``
+        (a JSON value, or None) are also the step's entry ``metrics``, as
+        Orbax's managers write them; an item of that name is then refused
+        (InvalidArgumentError), as Orbax reserves it."""
+        if metrics is not None:
+            if METRICS_ITEM in items:
+                raise InvalidArgumentError(f"the item name '{METRICS_ITEM}' is the step's metrics' (Orbax reserves it)",
+                                           file=str(self.path(step)))
+            imd = {_L.KIND_KEY: METRICS_KIND}
+            try:
+                imd[METRICS_JSON_KEY] = json.dumps(metrics, sort_keys=True, default=_plain)
+            except (TypeError, ValueError):
+                pass  # not JSON: the manager's save refuses the metrics, naming the step
+            items = {**items, METRICS_ITEM: (None, imd)}
         self._started[step] = time.time_ns()
         self.manager.save(step, items, metrics=metrics, force=True, metadata=metadata)
 
@@ -184,6 +205,13 @@ class Steps:
     def close(self) -> None:
         """Waits for the save in flight, then closes (later saves raise)."""
         self.manager.close()
+
+
+def _plain(x: Any) -> Any:
+    """A NumPy / jax scalar or array as Python values (``json.dumps``'s ``default``)."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON-serialisable")
 
 
 def _swap(location: Any) -> Any:
