@@ -880,3 +880,25 @@ def test_force_replaces_a_checkpoint_of_the_other_layout(tmp_path):
     std.wait_until_finished()
     assert os.path.isfile(path) and std.restore(path)["w"].tolist() == [7.0, 7.0]
     assert os.listdir(tmp_path) == ["ckpt"]
+
+
+def test_a_managers_run_and_steps_list_as_orbaxs(tmp_path):
+    """Beyond the guides' cells: a manager's run lists its <n> steps and the run's metadata entry,
+    a step its items and the metrics entry where Orbax writes one (v0: with best_fn only), as
+    Orbax's do (bookkeeping files aside); the same listings are read back."""
+    got = {}
+    for name, ocp in V0.items():
+        for best in (False, True):
+            d = tmp_path / name / str(best)
+            opts = ocp.CheckpointManagerOptions(best_fn=(lambda m: m["l"]) if best else None)
+            with ocp.CheckpointManager(d, options=opts, metadata={"v": 2}) as m:
+                for step in (0, 1):
+                    m.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"a": np.ones(2) * step}),
+                                                         extra=ocp.args.JsonSave({"k": step})), metrics={"l": 1.0})
+                m.wait_until_finished()
+            with ocp.CheckpointManager(d, options=opts) as m:
+                got[name, best] = (entries(d), entries(d / "1"), m.metadata().custom_metadata,
+                                   m.restore(1).extra, m.all_steps())
+    for best in (False, True):
+        assert got["treecask", best] == got["orbax", best]
+    assert got["treecask", True][:2] == (["0", "1", "metadata"], ["extra", "metrics", "state"])

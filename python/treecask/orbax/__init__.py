@@ -410,7 +410,8 @@ class CheckpointManager:
             self._default = _LAYOUT_KEY in md  # one item saved without a name
         if getattr(self._opts, "prevent_write_metrics", False):
             metrics = None
-        self._steps.save(step, items, metrics=metrics, metadata=md)
+        self._steps.save(step, items, metrics=metrics, metadata=md,
+                         metrics_entry=getattr(self._opts, "best_fn", None) is not None)  # Orbax's rule
         return True
 
     # ---- restore ----

@@ -142,14 +142,16 @@ class Steps:
         return self.manager.path(step)
 
     # ---- saving, deleting ----
-    def save(self, step: int, items: Any, *, metrics: Any, metadata: Dict[str, str]) -> None:
+    def save(self, step: int, items: Any, *, metrics: Any, metadata: Dict[str, str],
+             metrics_entry: bool = True) -> None:
         """Saves ``items`` (``{item name: (pytree, archive metadata)}``,
         ``_items._encode_items``) as step ``step``, with ``metadata`` in its
         ``index.cask`` (due or not: the Orbax layers decide). ``metrics``
-        (a JSON value, or None) are also the step's entry ``metrics``, as
-        Orbax's managers write them; an item of that name is then refused
+        (a JSON value, or None) are also the step's entry ``metrics`` when
+        ``metrics_entry``, where Orbax's managers write one (v1's always,
+        v0's with ``best_fn``); an item of that name is then refused
         (InvalidArgumentError), as Orbax reserves it."""
-        if metrics is not None:
+        if metrics is not None and metrics_entry:
             if METRICS_ITEM in items:
                 raise InvalidArgumentError(f"the item name '{METRICS_ITEM}' is the step's metrics' (Orbax reserves it)",
                                            file=str(self.path(step)))
