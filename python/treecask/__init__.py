@@ -27,8 +27,8 @@ from ._open import load, open, verify
 from ._save import save
 from ._signing import sign
 from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
-# CheckpointManager (python/treecask/_manager.py)
-from ._manager import CheckpointManager
+# CheckpointManager (python/treecask/_manager.py; its parts _run.py, _retention.py, _async.py)
+from ._manager import CheckpointManager, StepInfo
 from .errors import (
     AlreadyExistsError,
     ChecksumError,
@@ -96,6 +96,7 @@ __all__ = [
     "verify",
     "library_version",
     "CheckpointManager",
+    "StepInfo",
     "FORMAT_VERSION",
     "Error",
     "NotFoundError",

@@ -15,7 +15,7 @@ from ._reader import Reader
 from ._sharded import ShardedArchive
 from ._signing import KeySource
 from ._types import PathLike
-from .errors import Error, NotFoundError, SignatureError, UnsupportedError
+from .errors import Error, InvalidArgumentError, NotFoundError, SignatureError, UnsupportedError
 
 
 def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
@@ -91,11 +91,39 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     return reader
 
 
+#: The index metadata key of a treecask.orbax checkpoint directory of items
+#: (treecask/orbax/_layout.py), which is not one archive.
+_ITEMS_DIRECTORY_KEY = "treecask.orbax.items_directory"
+
+
+def _not_items_directory(reader: Reader) -> Reader:
+    """`reader`, unless it opened the index of a treecask.orbax checkpoint
+    directory of items (one archive per item): then InvalidArgumentError
+    saying to open an item, instead of an empty tree."""
+    if isinstance(reader, ShardedArchive) and _ITEMS_DIRECTORY_KEY in reader.metadata:
+        shown = reader.path
+        reader.close()
+        raise InvalidArgumentError("a treecask.orbax checkpoint directory (one archive per item), not one archive: "
+                                   "open or load one of its items (each entry but index.cask is an archive, "
+                                   "e.g. <path>/state), or restore it with treecask.orbax", file=shown)
+    return reader
+
+
 def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
           storage_options: Optional[dict], store: Optional[stores.Store],
           signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None) -> Reader:
-    """open() without its reader options: the reader `path` names, resolved
-    once (``stores.resolve``); the readers receive that Location."""
+    """open() without its reader options: the reader `path` names."""
+    return _not_items_directory(_open_any(path, verify_checksums=verify_checksums,
+                                          validate_structure=validate_structure,
+                                          storage_options=storage_options, store=store,
+                                          signature=signature, public_key=public_key))
+
+
+def _open_any(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
+              storage_options: Optional[dict], store: Optional[stores.Store],
+              signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None) -> Reader:
+    """The reader `path` names, resolved once (``stores.resolve``); the readers
+    receive that Location."""
     loc = stores.resolve(path, store, storage_options)
     sharded = loc.is_sharded()
     kw = dict(verify_checksums=verify_checksums, validate_structure=validate_structure,

@@ -102,3 +102,20 @@ def http_server(tmp_path_factory):
     import stores
     with stores.nginx(tmp_path_factory.mktemp("www"), tmp_path_factory.mktemp("nginx")) as server:
         yield server
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 12 MiB tmpfs (a disk that fills up: a real ENOSPC in the middle of a
+    save); skipped where mounting is not allowed."""
+    import subprocess
+
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)

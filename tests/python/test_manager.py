@@ -306,28 +306,14 @@ def test_save_does_not_hold_the_gil_while_writing(tmp_path):
     tree = {f"l{i}": np.random.default_rng(i).standard_normal(1 << 20).astype(np.float64) for i in range(8)}
     with CheckpointManager(tmp_path) as m:
         m.save(0, tree)
-        job = m._job
         spins = 0
-        while not job.done.is_set():
+        while m.is_saving_in_progress():
             spins += 1
         m.wait_until_finished()
     assert spins > 1000, spins
 
 
 # ---- errors ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_full_disk_in_the_background_is_raised_and_earlier_steps_survive(small_tmpfs):
@@ -402,13 +388,19 @@ def test_a_save_failing_at_interpreter_exit_is_reported_on_stderr(small_tmpfs):
         m.save(0, tree(0))
         m.wait_until_finished()
         m.save(1, {"big": np.ones(2 << 20, np.float32)})  # too big for the tmpfs
-        # the script ends: nobody waits for step 1 or asks for its error
+        m.wait_until_finished(raise_error=False)
+        import treecask.orbax as ocp  # an Orbax AsyncCheckpointer's save: the same rule
+        ocp.AsyncCheckpointer(ocp.StandardCheckpointHandler()).save(
+            sys.argv[1] + "/one.cask", args=ocp.args.StandardSave({"big": np.ones(2 << 20, np.float32)}))
+        # the script ends: nobody waits for these saves or asks for their errors
     """)
     d = small_tmpfs / "ckpt"
     r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0
-    assert "failed and was never reported" in r.stderr and "step_00000001.cask" in r.stderr, r.stderr
+    reports = [line for line in r.stderr.splitlines() if "failed and was never reported" in line]
+    assert len(reports) == 2 and "step_00000001.cask" in r.stderr and "one.cask" in r.stderr, r.stderr
     assert CheckpointManager(d).all_steps() == [0] and _tmp_entries(d) == []
+    assert not (d / "one.cask").exists()
 
 
 def test_sigkill_at_random_moments_never_lists_a_partial_step(tmp_path):
@@ -506,3 +498,257 @@ def test_a_reader_process_always_restores_a_complete_step(tmp_path):
     summary = json.loads(out)
     assert summary["last"] == 119
     assert summary["distinct"] >= 5 and summary["restores"] >= 10, summary
+
+
+# ---- the public calls code built on the manager uses (treecask.orbax uses only these) ----
+
+
+def _jax_tree(step, n=4096):
+    """Real jax.Array leaves (held by the asynchronous save as read-only views, not copied)."""
+    return {"w": jnp.full((n,), step, jnp.float32), "b": jnp.arange(8, dtype=jnp.int32) + step, "step": step}
+
+
+def _same(restored, step, n=4096):
+    np.testing.assert_array_equal(restored["w"], np.full((n,), step, np.float32))
+    np.testing.assert_array_equal(restored["b"], np.arange(8, dtype=np.int32) + step)
+    assert restored["step"] == step
+
+
+class _GatedStore(treecask.stores.ObjectStore):
+    """An obstore MemoryStore whose commits (``put_file``) from a background
+    save thread wait until ``gate`` is set: a save stays in flight,
+    deterministically, for as long as a test needs to look at it, while
+    commits from the test's own thread go through."""
+
+    def __init__(self):
+        import threading
+
+        from obstore.store import MemoryStore
+
+        super().__init__(MemoryStore(), name="mem://gated")
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def put_file(self, path, local_file, *, overwrite):
+        import threading
+
+        if threading.current_thread().name.startswith("treecask-save"):
+            assert self.gate.wait(60), "the test never opened the gate"
+        return super().put_file(path, local_file, overwrite=overwrite)
+
+
+def _bounded(fn, seconds=30):
+    """fn() on a thread, asserting that it returns: a call documented never to
+    block must not hang the test run if it does."""
+    import threading
+
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{fn} blocked"
+    return out.get("r")
+
+
+def test_delete_a_step_and_a_read_only_manager(tmp_path):
+    d = tmp_path / "run"
+    with CheckpointManager(d) as m:  # asynchronous saves of jax arrays
+        for s in range(4):
+            assert m.save(s, _jax_tree(s), metrics={"loss": 4.0 - s})
+        m.delete(3)  # the save of step 3 still in flight is waited for first
+        assert m.all_steps() == [0, 1, 2] and not m.is_saving_in_progress()
+        assert sorted(os.listdir(d)) == ["step_00000000.cask", "step_00000001.cask", "step_00000002.cask"]
+        m.delete(1)
+        assert m.all_steps() == [0, 2] and m.latest_step() == 2 and m.best_step() == 2
+        with pytest.raises(NotFoundError) as e:
+            m.delete(1)
+        assert e.value.file == str(d / "step_00000001.cask")
+        with pytest.raises(InvalidArgumentError):
+            m.delete(-1)
+        _same(m.restore(2), 2)
+        assert m.save(1, _jax_tree(10))  # a deleted step may be saved again
+        m.wait_until_finished()
+        _same(m.restore(1), 10)
+        assert m.metrics(1) is None and m.metrics(2) == {"loss": 2.0}
+
+    ro = CheckpointManager(d, read_only=True)  # Orbax's read_only: lists and restores only
+    assert ro.all_steps() == [0, 1, 2]
+    _same(ro.restore(2), 2)
+    with pytest.raises(InvalidArgumentError, match="read-only"):
+        ro.delete(0)
+    with pytest.raises(InvalidArgumentError, match="read-only"):
+        ro.save(5, _jax_tree(5))
+    assert ro.all_steps() == [0, 1, 2]
+    missing = tmp_path / "never"
+    assert CheckpointManager(missing, read_only=True).all_steps() == [] and not missing.exists()
+
+
+def test_path_location_and_step_infos(tmp_path):
+    with CheckpointManager(tmp_path / "run") as m:
+        m.save(7, _jax_tree(7), metrics={"acc": 0.5})
+        m.save(9, _jax_tree(9))
+        m.wait_until_finished()
+        store, key = m.location(7)
+        assert key == str(tmp_path / "run" / "step_00000007.cask") and m.store is store
+        _same(treecask.load(key, store=store), 7)
+        assert m.path(7) == tmp_path / "run" / "step_00000007.cask"
+        assert m.location(8)[1].endswith("step_00000008.cask")  # not saved: the name it would have
+        infos = m.step_infos()
+        assert [(i.step, i.metrics) for i in infos] == [(7, {"acc": 0.5}), (9, None)]
+        assert infos[0].path == m.path(7) and isinstance(infos[0], treecask.StepInfo)
+        assert infos[0].commit_time_ns == os.stat(m.path(7)).st_mtime_ns
+        assert m.in_flight() is None
+        assert m.reached_preemption(9) is False  # no jax.distributed job, as Orbax's answer
+
+    store = treecask.stores.ObjectStore(__import__("obstore").store.MemoryStore(), name="mem://b")
+    with CheckpointManager("run", store=store) as m:
+        m.save(3, _jax_tree(3))
+        m.wait_until_finished()
+        st, key = m.location(3)
+        assert st is store and key == "run/step_00000003.cask"
+        _same(treecask.load(key, store=st), 3)
+        (info,) = m.step_infos()
+        assert info.step == 3 and info.path == "mem://b/run/step_00000003.cask" and info.commit_time_ns is None
+
+
+def test_a_save_in_flight_is_shown_and_check_for_errors_never_blocks():
+    pytest.importorskip("obstore")
+    store = _GatedStore()
+    with CheckpointManager("run", store=store) as m:
+        m.save(1, _jax_tree(1))
+        m.wait_until_finished()
+        store.gate.clear()
+        assert m.save(2, _jax_tree(2), metrics={"loss": 0.25})  # snapshotted; its upload waits at the gate
+        flight = m.in_flight()
+        assert (flight.step, flight.metrics, flight.commit_time_ns) == (2, {"loss": 0.25}, None)
+        assert flight.path == "mem://gated/run/step_00000002.cask"
+        assert m.is_saving_in_progress() and m.all_steps() == [1]  # listed once committed
+        _bounded(m.check_for_errors)  # nothing to report, and no wait for the save
+        store.gate.set()
+        m.wait_until_finished()
+        assert m.in_flight() is None and m.all_steps() == [1, 2] and m.metrics(2) == {"loss": 0.25}
+        _same(m.restore(2), 2)
+
+
+def test_check_for_errors_reports_a_save_that_lost_a_race_once():
+    """Two managers on one bucket prefix: the first one's save of step 5 is in
+    flight when the second one commits step 5; the first one's conditional
+    commit then fails in the background, and check_for_errors raises its
+    AlreadyExistsError, once. The step holds the winner's values."""
+    pytest.importorskip("obstore")
+    store = _GatedStore()
+    with CheckpointManager("run", store=store) as slow, \
+            CheckpointManager("run", store=store, async_save=False) as fast:
+        store.gate.clear()
+        assert slow.save(5, _jax_tree(5))  # in flight, held at the gate
+        assert fast.save(5, _jax_tree(50))  # committed first
+        store.gate.set()
+        slow.wait_until_finished(raise_error=False)
+        assert not slow.is_saving_in_progress()
+        with pytest.raises(AlreadyExistsError) as e:
+            slow.check_for_errors()
+        assert e.value.file == "mem://gated/run/step_00000005.cask"
+        slow.check_for_errors()  # once
+        slow.wait_until_finished()
+        assert slow.all_steps() == [5]
+        _same(slow.restore(5), 50)
+
+
+def test_check_for_errors_reports_a_full_disk_once(small_tmpfs):
+    d = small_tmpfs / "ckpt"
+    with CheckpointManager(d) as m:
+        m.save(0, _jax_tree(0))
+        assert m.save(1, {"big": jnp.ones(2 << 20, jnp.float32)})  # 8 MiB onto a 12 MiB tmpfs: accepted...
+        m.wait_until_finished(raise_error=False)
+        with pytest.raises(IoError) as e:
+            m.check_for_errors()  # ...its failure reported here
+        assert e.value.file.endswith("step_00000001.cask")
+        m.check_for_errors()  # once
+        m.wait_until_finished()
+        assert m.all_steps() == [0] and _tmp_entries(d) == []
+        _same(m.restore(0), 0)
+
+
+def test_keep_fn_is_a_retention_rule_of_the_callers(tmp_path):
+    seen = []
+
+    def keep_even_and_newest(infos):
+        seen.append([i.step for i in infos])
+        return [i.step % 2 == 0 or i is infos[-1] for i in infos]
+
+    with CheckpointManager(tmp_path / "k", keep_fn=keep_even_and_newest) as m:
+        for s in range(6):
+            m.save(s, _jax_tree(s, 64))
+        m.wait_until_finished()
+        assert m.all_steps() == [0, 2, 4, 5] and m.steps_to_delete() == []
+        assert seen[-1] == [0, 2, 4, 5] and seen[1] == [0, 1]
+    with CheckpointManager(tmp_path / "bad", keep_fn=lambda infos: [True]) as m:
+        m.save(0, _jax_tree(0, 64))
+        m.save(1, _jax_tree(1, 64))
+        with pytest.raises(InvalidArgumentError, match="2 steps"):
+            m.wait_until_finished()
+    with pytest.raises(InvalidArgumentError, match="keep_fn"):
+        CheckpointManager(tmp_path / "both", keep_fn=lambda infos: [], max_to_keep=2)
+
+
+def test_a_tree_that_cannot_be_saved_is_refused_by_save_itself(tmp_path):
+    """The snapshot's errors are save()'s own (nothing runs in the background,
+    nothing is left behind), and the manager saves the next step as usual."""
+    with CheckpointManager(tmp_path) as m:
+        with pytest.raises(InvalidArgumentError) as e:
+            m.save(1, {"w": jnp.ones(3), "bad": object()})
+        assert "step_00000001.cask" in e.value.file and "bad" in str(e.value)
+        assert not m.is_saving_in_progress() and m.in_flight() is None
+        m.check_for_errors()
+        assert m.save(1, _jax_tree(1))
+        m.wait_until_finished()
+        assert m.all_steps() == [1] and sorted(os.listdir(tmp_path)) == ["step_00000001.cask"]
+
+
+# ---- Orbax's step layout (treecask.orbax's managers) --------------------------------------
+
+
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_the_item_directories_layout(tmp_path, async_save):
+    """step_layout=ITEM_DIRECTORIES, what treecask.orbax's managers pass (format/SPEC.md
+    "Checkpoint directories"): a step is the directory <n>/ holding one archive per item and
+    index.cask, listed, retained (best_fn), deleted and restored through the manager's public
+    calls; a dead save's staging directory is swept; each layout refuses a run of the other."""
+    from treecask._run import ITEM_DIRECTORIES
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"7.tmp.{dead.pid}.0badc0de"  # a crashed save's staging directory
+    stale.mkdir()
+    (stale / "state").write_bytes(b"half-written")
+
+    def items(step):
+        return {"state": (_tree(step), {}), "extra": (None, {"k": str(step)})}
+
+    with CheckpointManager(tmp_path, max_to_keep=2, best_fn=lambda m: -m["loss"], keep_newest=False,
+                           async_save=async_save, step_layout=ITEM_DIRECTORIES) as m:
+        for step, loss in ((1, 3.0), (2, 1.0), (3, 2.0), (4, 5.0)):
+            assert m.save(step, items(step), metrics={"loss": loss})
+        m.wait_until_finished()
+        assert m.all_steps() == [2, 3] and m.best_step() == 2 and m.metrics(3) == {"loss": 2.0}
+        assert sorted(os.listdir(tmp_path)) == ["2", "3"]  # step 1 and 4 retired, the stale staging swept
+        assert sorted(os.listdir(tmp_path / "3")) == ["extra", "index.cask", "state"]
+        assert m.path(3) == tmp_path / "3" and [i.step for i in m.step_infos()] == [2, 3]
+        got = m.restore(3)
+        assert sorted(got) == ["extra", "state"] and got["extra"] is None
+        np.testing.assert_array_equal(got["state"]["b"], _tree(3)["b"])
+        np.testing.assert_array_equal(m.restore()["state"]["b"], _tree(3)["b"])
+        assert treecask.open(tmp_path / "3" / "extra").metadata["k"] == "3"  # each item an ordinary archive
+        assert treecask.open(tmp_path / "3" / "index.cask").metadata["treecask.step"] == "3"
+        with pytest.raises(AlreadyExistsError):
+            m.save(3, items(3), force=True)
+        with pytest.raises(InvalidArgumentError, match="item name"):
+            m.save(5, _tree(5))  # not {item name: (pytree, archive metadata)}
+        m.delete(2)
+        assert m.all_steps() == [3] and sorted(os.listdir(tmp_path)) == ["3"]
+    with pytest.raises(treecask.UnsupportedError, match=r"\(3\).*treecask\.orbax\.CheckpointManager"):
+        CheckpointManager(tmp_path)
+    with CheckpointManager(tmp_path / "plain") as plain:
+        plain.save(1, _tree(1))
+    with pytest.raises(treecask.UnsupportedError, match=r"step_00000001\.cask.*treecask\.CheckpointManager"):
+        CheckpointManager(tmp_path / "plain", step_layout=ITEM_DIRECTORIES)

@@ -133,8 +133,8 @@ def test_free_functions_give_the_same_results(tmp_path):
         del results["orbax"][name], results["treecask"][name]
     assert results["treecask"]["resharded"][0]["a"].sharding.spec == P(None, "x")
     assert_same_results(results)
-    # A v1 checkpoint is one ordinary archive: the pytree is the checkpointable "state".
-    assert treecask.load(tmp_path / "treecask" / "mixed")["state"]["s"] == "text"
+    # A v1 checkpoint is a directory as Orbax's: the pytree is the archive of the checkpointable "state".
+    assert treecask.load(tmp_path / "treecask" / "mixed" / "state")["s"] == "text"
 
 
 # ---- checkpointables ----------------------------------------------------------------------
@@ -219,10 +219,10 @@ def test_structure_rule_is_orbaxs(tmp_path):
     assert results["treecask"].pop("partial_extra_abstract")[0] == "raises ValueError"
     assert_same_results(results)
     path = tmp_path / "treecask" / "c"
-    with pytest.raises(treecask.StructureError, match=r"'state/new'.*partial_load") as e:
+    with pytest.raises(treecask.StructureError, match=r"'new'.*partial_load") as e:
         tcp_v1.load(path, {"a": np.zeros(3, np.int32), "b": np.zeros(2, np.float32)})
-    assert e.value.key_path == "state/new"
-    with pytest.raises(treecask.StructureError, match=r"lacks 2 fields the target has: 'state/more', 'state/x'"):
+    assert e.value.key_path == "new" and e.value.file.endswith("state")
+    with pytest.raises(treecask.StructureError, match=r"lacks 2 fields the target has: 'more', 'x'"):
         tcp_v1.load(path, {"a": np.zeros(3, np.int32), "b": np.zeros(2, np.float32), "new": np.zeros(4, np.float32),
                            "more": np.zeros(2), "x": 1})
 
@@ -298,12 +298,16 @@ def test_training_checkpointer_gives_the_same_results(tmp_path):
     assert [s for s, _ in t["best_kept"][0]] == [1, 3]
     assert t["exists"][0] == "raises FileExistsError" and t["no_step"][0] == "raises FileNotFoundError"
     assert_same_results(results)
-    steps = sorted(os.listdir(tmp_path / "treecask" / "policies"))
-    assert steps == ["step_00000006.cask", "step_00000009.cask", "step_00000012.cask"]
-    # The steps are treecask.CheckpointManager's: it reads them, metrics included.
-    mgr = treecask.CheckpointManager(tmp_path / "treecask" / "policies")
-    assert mgr.all_steps() == [6, 9, 12] and mgr.metrics(12) == {"loss": 2.0}
-    assert mgr.restore(9)["state"]["s"] == 9
+    # Orbax's layout: a directory per step, one archive per checkpointable (and the run's metadata).
+    run = tmp_path / "treecask" / "policies"
+    assert sorted(os.listdir(run)) == sorted(os.listdir(tmp_path / "orbax" / "policies"))
+    assert sorted(os.listdir(run)) == ["12", "6", "9", "metadata"]
+    assert sorted(os.listdir(run / "9")) == ["index.cask", "metrics", "state"]  # Orbax: + its own files
+    assert {"metrics", "state"} <= set(os.listdir(tmp_path / "orbax" / "policies" / "9"))
+    assert treecask.load(run / "9" / "state")["s"] == 9  # an item is an ordinary archive
+    # treecask.CheckpointManager's steps are step_<n>.cask archives: it refuses this run, naming who reads it.
+    with pytest.raises(treecask.UnsupportedError, match="treecask.orbax.v1.training.Checkpointer"):
+        treecask.CheckpointManager(run)
 
 
 # ---- treecask.orbax.v1 on its own ---------------------------------------------------------
@@ -342,40 +346,39 @@ def test_context_and_callbacks(tmp_path):
         ckptr.save(0, {"a": np.ones(2), "b": np.zeros(1)})
         assert list(ckptr.load(0, {"a": np.zeros(2)})) == ["a"]  # partial_load from its context
     with tcp_v1.training.Checkpointer(tmp_path / "run") as ckptr:
-        with pytest.raises(treecask.StructureError, match="state/b"):
+        with pytest.raises(treecask.StructureError, match="'b'") as e:  # in the step's item "state"
             ckptr.load(0, {"a": np.zeros(2)})
+        assert e.value.file == str(tmp_path / "run" / "0" / "state")
 
 
 def test_unsupported_v1_features_are_named(tmp_path):
     tree = {"w": np.ones(2)}
     cases = []
     ctx = tcp_v1.Context()
-    ctx.array.saving.storage_options.dtype = np.float16
-    cases.append((ctx, lambda: tcp_v1.save(tmp_path / "a", tree), "storage_options.dtype"))
+    ctx.array.saving.storage_options.chunk_byte_size = 1 << 20
+    cases.append((ctx, lambda: tcp_v1.save(tmp_path / "a", tree), "storage_options.chunk_byte_size"))
     ctx = tcp_v1.Context(checkpoint_layout="safetensors")
     cases.append((ctx, lambda: tcp_v1.load(tmp_path / "a"), "SAFETENSORS"))
     ctx = tcp_v1.Context()
-    ctx.array.loading.enable_padding_and_truncation = True
-    cases.append((ctx, lambda: tcp_v1.load(tmp_path / "a"), "enable_padding_and_truncation"))
+    ctx.array.loading.use_load_and_broadcast = True
+    cases.append((ctx, lambda: tcp_v1.load(tmp_path / "a"), "use_load_and_broadcast"))
     for ctx, call, name in cases:
         with ctx, pytest.raises(treecask.UnsupportedError, match=name):
             call()
     with pytest.raises(treecask.UnsupportedError, match="step_name_format"):
         tcp_v1.training.Checkpointer(tmp_path / "r", step_name_format=object())
 
-    class Iterator:  # a Grain-style stateful checkpointable
+    class Opaque:  # get_state() that is not JSON
         def get_state(self):
-            return {}
+            return object()
 
         def set_state(self, s):
             pass
 
-    with pytest.raises(treecask.UnsupportedError, match="stateful checkpointable"):
-        tcp_v1.save_checkpointables(tmp_path / "b", {"data": Iterator()})
-    tcp_v1.save(tmp_path / "c", tree)
-    with pytest.raises(treecask.UnsupportedError, match="checkpointable_name"):
-        tcp_v1.delete(tmp_path / "c", checkpointable_name="state")
-    for name in ("partial", "handlers", "Checkpointable", "StatefulCheckpointable", "multihost"):
+    with pytest.raises(treecask.UnsupportedError, match="not JSON"):
+        tcp_v1.save_checkpointables(tmp_path / "b", {"data": Opaque()})
+    assert not os.path.exists(tmp_path / "b")
+    for name in ("partial", "handlers", "Checkpointable", "multihost"):
         assert hasattr(orbax_v1, name)
         with pytest.raises(treecask.UnsupportedError, match=f"ocp.{name} is not supported"):
             getattr(tcp_v1, name)

@@ -9,11 +9,14 @@ restore_args=..., transforms={})``, ``AsyncCheckpointer``) and today's
 (``CheckpointManager(dir, options=CheckpointManagerOptions(...))``,
 ``save(step, args=ocp.args.StandardSave(state))``, ``restore(step,
 args=ocp.args.StandardRestore(abstract))``, ``ocp.args.Composite``,
-``item_metadata``). Underneath, every checkpoint is a treecask archive written
-by :func:`treecask.save` (a checkpointer's ``directory`` is one archive file)
-and a manager is a :class:`treecask.CheckpointManager` (one archive per step,
-``step_<n>.cask``), read back by :func:`treecask.load`: the archives are
-ordinary ones that ``treecask.load`` / ``treecask.open`` read.
+``item_metadata``). Underneath, every checkpoint is made of treecask archives
+written by :func:`treecask.save`: a checkpointer's checkpoint of one item is
+one archive file; of several items (``args.Composite``) a directory as
+Orbax's, one archive per item named after it and ``index.cask``
+(``_layout.py``); a manager is a :class:`treecask.CheckpointManager` whose
+steps are Orbax's directories ``<n>/`` of such item archives (its
+``ITEM_DIRECTORIES`` layout, ``_steps.py``). The archives are ordinary ones
+that ``treecask.load`` / ``treecask.open`` read.
 
 Orbax's semantics are kept where users notice them: with ``best_fn`` and
 ``max_to_keep`` the manager keeps exactly the ``max_to_keep`` best steps
@@ -31,7 +34,8 @@ docs/python.md "Switching from Orbax in one line" lists what differs.
 Where the parts live: this module holds the manager and its options;
 ``_checkpointers.py`` the checkpointers and handlers; ``_items.py``
 the per-leaf arguments and a checkpoint's items in an archive;
-``_metadata.py`` the metadata classes; ``_utils.py`` the helper
+``_layout.py`` the directory of several items; ``handlers.py`` Orbax's
+``handlers`` namespace and registry; ``_metadata.py`` the metadata classes; ``_utils.py`` the helper
 namespaces of the guides (``tree``, ``utils``, ``checkpoint_utils``,
 ``test_utils``); ``args.py`` the ``args`` namespace. Every public name
 is importable from here; ``treecask.orbax.v1`` is Orbax's v1 API.
@@ -46,8 +50,6 @@ import pathlib
 from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequence
 
 from .. import _core
-from .. import _manager as _M
-from .. import stores
 from . import args as args
 from ._checkpointers import (
     ArrayCheckpointHandler,
@@ -64,19 +66,23 @@ from ._checkpointers import (
     _is_async,
 )
 from ._items import (
-    _CUSTOM_KEY,
+    _LAYOUT_KEY,
     DEFAULT_ITEM_NAME,
     Where,
     PLACEHOLDER,
     ArrayRestoreArgs,
     RestoreArgs,
     SaveArgs,
-    _encode,
+    Checkpoint,
+    _encode_items,
     _item_metadata,
     _restore,
     _unsupported,
 )
+from ._steps import Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
+from ._items import Transform
+from . import handlers
 from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
 from ..errors import InvalidArgumentError, NotFoundError
 
@@ -110,6 +116,8 @@ __all__ = [
     "tree",
     "test_utils",
     "PLACEHOLDER",
+    "Transform",
+    "handlers",
 ]
 
 
@@ -143,7 +151,7 @@ class CheckpointManagerOptions:
     ``enable_per_process_directory_creation``. ``UnsupportedError`` from the
     manager when set: ``keep_time_interval``, ``keep_checkpoints_without_metrics=False``,
     ``step_prefix``, ``step_format_fixed_length``, ``step_name_format`` (steps
-    are ``step_<8+ digits>.cask``), ``single_host_load_and_broadcast``,
+    are named ``<n>``, Orbax's default), ``single_host_load_and_broadcast``,
     ``todelete_subdir``, ``todelete_full_path``, ``save_decision_policy``,
     ``preservation_policy``, ``temporary_path_class``.
     """
@@ -191,9 +199,9 @@ class CheckpointManagerOptions:
 _UNSUPPORTED_OPTIONS = (
     ("keep_time_interval", None, "retention is by count (max_to_keep), keep_period and best_fn"),
     ("keep_checkpoints_without_metrics", True, "treecask always keeps steps saved without metrics"),
-    ("step_prefix", None, "steps are named step_<8+ digits>.cask"),
-    ("step_format_fixed_length", None, "steps are named step_<8+ digits>.cask"),
-    ("step_name_format", None, "steps are named step_<8+ digits>.cask"),
+    ("step_prefix", None, "steps are named <step>, Orbax's default"),
+    ("step_format_fixed_length", None, "steps are named <step>, Orbax's default"),
+    ("step_name_format", None, "steps are named <step>, Orbax's default"),
     ("single_host_load_and_broadcast", False, "every process reads what it needs"),
     ("todelete_subdir", None, "retention deletes steps"),
     ("todelete_full_path", None, "retention deletes steps"),
@@ -205,9 +213,17 @@ _UNSUPPORTED_OPTIONS = (
 
 class CheckpointManager:
     """A directory of checkpoint steps (Orbax ``CheckpointManager``) over a
-    :class:`treecask.CheckpointManager`: one treecask archive per step,
-    ``<directory>/step_<n>.cask``, holding the step's items, metrics and
-    custom metadata; ``treecask.load`` reads a step directly.
+    :class:`treecask.CheckpointManager`: one directory per step,
+    ``<directory>/<n>/``, as Orbax's, holding one treecask archive per item
+    (``default`` for one unnamed item, else the ``Composite``'s names) and
+    ``index.cask`` with the step's metrics and custom metadata
+    (format/SPEC.md "Item-directory steps"); ``treecask.load`` reads an item
+    directly. The manager's ``metadata`` is the run's entry ``metadata``
+    (Orbax's ``metadata/``). A directory of ``treecask.CheckpointManager``
+    steps (``step_<n>.cask``) is refused (``UnsupportedError``); in a
+    multi-process jax job a save raises ``UnsupportedError`` (a step of item
+    directories is written by one process; ``treecask.CheckpointManager``
+    saves sharded steps).
 
     Both of Orbax's constructors:
 
@@ -224,8 +240,9 @@ class CheckpointManager:
     Retention, listing and saving follow Orbax (:class:`CheckpointManagerOptions`):
     with ``best_fn``, exactly the ``max_to_keep`` best steps (a new step worse
     than those is deleted at once). ``save`` returns False for a step that is
-    not due (``should_save``: a step above the latest, on the interval or in
-    ``save_on_steps``, or ``should_save_fn``) unless ``force=True``; a step that
+    not due (``should_save``: a step above the latest, on the interval, in
+    ``save_on_steps`` or the first of the run, or ``should_save_fn``; Orbax's
+    default decision) unless ``force=True``; a step that
     exists raises ``AlreadyExistsError``. Saves are asynchronous by default
     (``enable_async_checkpointing``): ``save`` returns once the bytes are safe
     (NumPy leaves copied, jax.Array leaves held), ``wait_until_finished()``
@@ -238,7 +255,7 @@ class CheckpointManager:
     ``directory`` is a file path or the URL of a prefix in an object store.
 
     Raises (constructor): ``UnsupportedError`` for the options treecask does
-    not implement (named), ``handler_registry``; ``ValueError`` for
+    not implement (named); ``ValueError`` for
     ``checkpointers`` combined with ``item_names`` / ``item_handlers``.
     """
 
@@ -252,8 +269,14 @@ class CheckpointManager:
             v = getattr(opts, name, ok)
             if v != ok:
                 raise _unsupported(f"CheckpointManagerOptions({name}={v!r})", why, file=d)
-        if handler_registry is not None:
-            raise _unsupported("handler_registry", "name the items' handlers with item_handlers", file=d)
+        if handler_registry is not None:  # Orbax's handlers.DefaultCheckpointHandlerRegistry, or treecask's
+            if checkpointers is not None or item_handlers is not None:
+                raise ValueError("`handler_registry` cannot be combined with `checkpointers` or `item_handlers`")
+            by_item: Dict[str, Any] = {}
+            for key, h in handler_registry.get_all_entries().items():
+                if isinstance(key, tuple) and key and key[0] is not None:
+                    by_item.setdefault(key[0], h)
+            item_handlers = by_item[DEFAULT_ITEM_NAME] if set(by_item) == {DEFAULT_ITEM_NAME} else (by_item or None)
         if checkpointers is not None and (item_names is not None or item_handlers is not None):
             raise ValueError("`checkpointers` cannot be combined with `item_names` or `item_handlers`")
         self._opts = opts
@@ -282,65 +305,72 @@ class CheckpointManager:
                     self._handlers.setdefault(n, PyTreeCheckpointHandler)
         self._root_metadata = dict(metadata) if metadata is not None else None
         self._legacy = checkpointers is not None
-        self._mgr = _M.CheckpointManager(
-            d, max_to_keep=None if getattr(opts, "read_only", False) else getattr(opts, "max_to_keep", None),
-            keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
-            best_mode=getattr(opts, "best_mode", "max"), keep_newest=False, save_interval_steps=1,
-            async_save=async_save, store=store)
+        self._read_only = bool(getattr(opts, "read_only", False))
+        self._steps = Steps(d, store, async_save=async_save, read_only=self._read_only,
+                            max_to_keep=getattr(opts, "max_to_keep", None),
+                            keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
+                            best_mode=getattr(opts, "best_mode", "max"))
         self._store = store
+        self._has_steps = False  # known to hold a step (then a step off the schedule lists nothing)
+        if self._root_metadata is not None:  # the run's entry "metadata", written once (Orbax's metadata/)
+            self._steps.save_root_metadata(self._root_metadata)
 
     # ---- listing ----
     @property
     def directory(self) -> pathlib.Path:
         """The directory of the steps (a URL string for an object store)."""
-        return self._mgr.directory
-
-    def _in_flight(self) -> Optional[int]:
-        job = self._mgr._job
-        return job.step if job is not None and not job.done.is_set() else None
+        return self._steps.directory
 
     def all_steps(self, read: bool = False) -> List[int]:
         """The steps, ascending: the directory's, plus a step still being saved."""
-        steps = set(self._mgr.all_steps())
-        s = self._in_flight()
-        if s is not None:
-            steps.add(s)
-        return sorted(steps)
+        return self._steps.all_steps()
 
     def latest_step(self) -> Optional[int]:
         """The highest step (one being saved included), or None."""
-        steps = self.all_steps()
-        return steps[-1] if steps else None
+        return self._steps.latest_step()
 
     def best_step(self) -> Optional[int]:
         """With ``best_fn``: the best step among those saved with metrics; else the latest."""
-        self._mgr._join()
-        return self._mgr.best_step()
+        return self._steps.best_step()
 
     def reload(self) -> None:
-        """Nothing to do: every listing reads the directory (Orbax API)."""
+        """Forgets what :meth:`should_save` knew: every listing reads the directory (Orbax API)."""
+        self._has_steps = False
 
     def reached_preemption(self, step: int) -> bool:
-        """False: treecask does not watch for preemption notices (Orbax API)."""
-        return False
+        """Whether every process has reached the preemption sync point ``step``
+        (:meth:`treecask.CheckpointManager.reached_preemption`, jax's rule as
+        Orbax's): False without a ``jax.distributed`` job."""
+        return self._steps.manager.reached_preemption(step)
 
     def should_save(self, step: int) -> bool:
-        """Whether ``save(step)`` writes (Orbax's rule): not read-only, ``step``
-        above the latest step, and ``should_save_fn(step, latest)`` if given,
-        else ``step % save_interval_steps == 0`` or ``step in save_on_steps``."""
+        """Whether ``save(step)`` writes: Orbax's default save decision
+        (``_get_default_save_decision_policy`` of orbax-checkpoint 0.12.8).
+        Never when read-only or ``step`` is not above the latest step (one
+        being saved included); else when ``should_save_fn(step, latest)``
+        says so if given, otherwise when ``step % save_interval_steps == 0``,
+        ``step in save_on_steps`` or the run has no step yet (Orbax's
+        ``InitialSavePolicy``); and, either way, when every process reached
+        the preemption sync point ``step`` (:meth:`reached_preemption`).
+        A step that is not due lists nothing once the run is known to hold a
+        step (a bucket: no request per training step)."""
         o = self._opts
         if getattr(o, "read_only", False):
             return False
         fn = getattr(o, "should_save_fn", None)
-        if fn is None:  # the step's schedule first: a step that is not due lists nothing (a bucket: no request)
+        if fn is None:
             interval = getattr(o, "save_interval_steps", 1)
             on_steps = getattr(o, "save_on_steps", None)
-            if not ((interval and step % interval == 0) or (on_steps and step in on_steps)):
+            due = bool(interval and step % interval == 0) or bool(on_steps and step in on_steps)
+            if not due and self._has_steps and not self.reached_preemption(step):
                 return False
         last = self.latest_step()
+        self._has_steps = last is not None
         if last is not None and last >= step:
             return False
-        return fn is None or bool(fn(step, last))
+        if fn is not None:
+            return bool(fn(step, last)) or self.reached_preemption(step)
+        return due or last is None or self.reached_preemption(step)
 
     # ---- save ----
     def _legacy_save_args(self, items: Any, save_kwargs: Any) -> Any:
@@ -370,17 +400,19 @@ class CheckpointManager:
         asynchronous save."""
         if items is None and args is None:
             raise ValueError("Must provide `args` for `save`.")
+        if self._read_only:  # Orbax: skipped (with a warning in its log)
+            return False
         a = args if args is not None else self._legacy_save_args(items, save_kwargs)
         if not force and not self.should_save(step):
             return False
-        tree, md, default = _encode(a, custom_metadata, str(self.directory))
+        items, md = _encode_items(a, custom_metadata, str(self.directory))
         if self._default is None:
-            self._default = default
-        if self._root_metadata is not None:
-            md["treecask.orbax.root_metadata"] = json.dumps(self._root_metadata)
+            self._default = _LAYOUT_KEY in md  # one item saved without a name
         if getattr(self._opts, "prevent_write_metrics", False):
             metrics = None
-        return self._mgr.save(step, tree, metrics=metrics, force=True, metadata=md)
+        self._steps.save(step, items, metrics=metrics, metadata=md,
+                         metrics_entry=getattr(self._opts, "best_fn", None) is not None)  # Orbax's rule
+        return True
 
     # ---- restore ----
     def _step_path(self, step: Optional[int], directory: Any) -> Where:
@@ -388,23 +420,20 @@ class CheckpointManager:
         directory, or in ``directory`` (in this manager's store, if it was
         given one)."""
         if directory is None:
-            self._mgr._join()
             if step is None:
-                step = self._mgr.latest_step()
+                step = self._steps.latest_step()
             if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
                 raise NotFoundError("no steps found", file=str(self.directory))
-            steps = self._mgr._steps()
-            if step not in steps:
-                raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
-            run = self._mgr._run
+            where = self._steps.where(step)
+            shown = str(self.directory)
         else:
-            run = _M._Run(*stores.resolve(directory, self._store))
-            steps = run.steps()
             if step is None:
-                step = max(steps) if steps else None
-            if step is None or step not in steps:
-                raise NotFoundError(f"no step {step} in the directory", file=run.store.display(run.path))
-        return Where(run.entry(steps[step]), run.store)
+                step = self._steps.latest_in(directory)
+            where = None if step is None else self._steps.where(step, directory)
+            shown = str(Where(directory, self._store))
+        if where is None:
+            raise NotFoundError(f"no step {step} in the directory", file=shown)
+        return where
 
     def _legacy_restore_args(self, items: Any, restore_kwargs: Any) -> Any:
         if items is None and not restore_kwargs:
@@ -441,55 +470,45 @@ class CheckpointManager:
 
     def metrics(self, step: int) -> Optional[Any]:
         """The metrics saved with ``step``, or None."""
-        self._mgr._join()
-        return self._mgr.metrics(step)
+        return self._steps.metrics(step)
 
     def metadata(self, step: Optional[int] = None) -> Any:
         """``step`` None: a :class:`RootMetadata`, the manager's ``metadata``
-        (or the latest step's record of it) as ``.custom_metadata``; a step:
-        its :class:`StepMetadata`."""
+        (or the run's record of it, its entry ``metadata``) as
+        ``.custom_metadata``; a step: its :class:`StepMetadata`."""
         if step is None:
             custom = self._root_metadata
-            latest = self._mgr.latest_step()
-            if custom is None and latest is not None:
-                with self._step_path(latest, None).open() as a:
-                    raw = a.metadata.get("treecask.orbax.root_metadata")
-                custom = json.loads(raw) if raw is not None else None
-            return RootMetadata(custom)
+            return RootMetadata(custom if custom is not None else self._steps.root_metadata())
         path = self._step_path(step, None)
-        with path.open() as a:
-            raw = a.metadata.get(_CUSTOM_KEY)
-        return StepMetadata(_item_metadata(path), self.metrics(step),
-                            json.loads(raw) if raw is not None else None)
+        return StepMetadata(_item_metadata(path), self.metrics(step), Checkpoint(path).custom_metadata())
 
     def delete(self, step: int) -> None:
-        """Deletes ``step``. Raises NotFoundError when it does not exist."""
-        self._mgr._join()
-        listing = self._mgr._steps()
-        if step not in listing:
+        """Deletes ``step`` (a save in flight is waited for first). Raises
+        NotFoundError when it does not exist; a ``read_only`` manager
+        deletes nothing (Orbax: skipped)."""
+        if self._read_only:
+            return
+        if not self._steps.delete(step):
             raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
-        self._mgr._remove(listing[step])
+        self._has_steps = False  # listed again by the next should_save
 
     # ---- lifetime ----
     def is_saving_in_progress(self) -> bool:
         """Whether an asynchronous save is still running."""
-        return self._in_flight() is not None
+        return self._steps.is_saving_in_progress()
 
     def check_for_errors(self) -> None:
         """Raises the error of a finished asynchronous save, once, without blocking."""
-        if self._in_flight() is None:
-            err = self._mgr._take_error()
-            if err is not None:
-                raise err
+        self._steps.check_for_errors()
 
     def wait_until_finished(self) -> None:
         """Blocks until the save in flight is durable and retention has run;
         raises its error, once."""
-        self._mgr.wait_until_finished()
+        self._steps.wait()
 
     def close(self) -> None:
         """Waits for the save in flight, then closes (later saves raise)."""
-        self._mgr.close()
+        self._steps.close()
 
     def __enter__(self) -> "CheckpointManager":
         return self
@@ -499,3 +518,32 @@ class CheckpointManager:
 
     def __repr__(self) -> str:
         return f"<treecask.orbax.CheckpointManager {_core.redact_url(str(self.directory))!r}>"
+
+
+# Orbax names treecask.orbax does not provide, and what to do instead (a module
+# __getattr__: UnsupportedError on use, never AttributeError).
+_NOT_PROVIDED = {
+    "AsyncCheckpointHandler": "custom handlers write files of their own; save the state as a pytree",
+    "ProtoCheckpointHandler": "save the message's bytes or JSON (args.JsonSave)",
+    "JaxRandomKeyCheckpointHandler": "a typed PRNG key array is a pytree leaf (args.StandardSave)",
+    "NumpyRandomKeyCheckpointHandler": "save the generator's state as JSON (args.JsonSave)",
+    "RestoreTransform": "use Transform(original_key=..., value_fn=...)",
+    "apply_transformations": "restore with PyTreeRestore(item=target, transforms={key: Transform(...)})",
+    "type_handlers": "every leaf type treecask.save takes is handled; no custom TypeHandlers",
+    "multihost": "treecask.save coordinates jax.distributed processes itself",
+    "path": "a manager's steps are named by treecask (no step name formats)",
+    "serialization": "checkpoints are treecask archives (treecask.load / treecask.open)",
+    "msgpack_utils": "checkpoints are treecask archives (treecask.load / treecask.open)",
+    "experimental": "Orbax's experimental APIs: treecask.orbax.v1 is its v1 API",
+    "pathways": "treecask places arrays with jax shardings (no Pathways)",
+    "aggregate_handlers": "an archive holds the whole tree (no aggregate files)",
+}
+
+
+def __getattr__(name: str) -> Any:
+    why = _NOT_PROVIDED.get(name)
+    if why is None:
+        raise AttributeError(f"module 'treecask.orbax' has no attribute {name!r}")
+    from ..errors import UnsupportedError
+
+    raise UnsupportedError(f"Orbax ocp.{name} is not supported by treecask.orbax: {why}")

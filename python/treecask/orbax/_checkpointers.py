@@ -10,14 +10,15 @@ with :func:`treecask.load`.
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import Any, Dict, Optional, Tuple
 
-from .. import _manager as _M
+from .._async import SaveJob, save_async
+from .._run import committed
 from . import args as args
 from . import args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
-from ._items import Where, _encode, _item_metadata, _restore, _unsupported
+from .. import _distributed
+from ._items import Where, _encode, _encode_items, _item_metadata, _restore, _unsupported
+from ._layout import save_directory
 from ._metadata import StepMetadata
 from .._save import save as _save
 from ..errors import AlreadyExistsError
@@ -112,31 +113,34 @@ def _build_args(handler: type, op: str, pos: Tuple[Any, ...], kw: Dict[str, Any]
 
 
 def _write(path: Any, tree: Any, md: Dict[str, str], *, overwrite: bool, asynchronous: bool,
-           force_name: str) -> Any:
+           force_name: str) -> Optional[SaveJob]:
     """Writes one checkpoint, the archive ``path`` (a :class:`Where`, or a
-    path or URL; parent directories created), with :func:`treecask.save`;
-    None once it is durable, or (`asynchronous`) the pending save, whose
-    ``wait()`` makes it durable (it returns once the tree's bytes are safe
-    from the caller). An existing checkpoint raises AlreadyExistsError
-    naming the argument `force_name` unless `overwrite` (then it is
-    replaced). A store the core cannot write in place (an object store), or
-    a multi-process jax job, is written synchronously by treecask.save's own
-    rules (an object committed whole; a sharded checkpoint directory
-    committed atomically)."""
+    path or URL; a local parent directory is created), through its store's
+    commit (``treecask.stores``); None once it is committed, or
+    (``asynchronous``) the :class:`SaveJob` of ``treecask``'s asynchronous
+    save, returned once the tree's bytes are safe from the caller, whose
+    ``wait()`` returns once it is committed. An existing checkpoint raises
+    AlreadyExistsError naming the argument ``force_name`` unless
+    ``overwrite``: then it is replaced by the store's commit (the core's
+    rename over it, an overwriting upload), or, a checkpoint directory of a
+    multi-process save, deleted first (``Store.delete_tree``), as Orbax
+    deletes the directory it replaces. In a multi-process jax job every
+    process writes its shards and the commit is collective (treecask.save's
+    rules)."""
     at = Where(path)
-    local = at.local()
-    if local is None or _M._jax_processes()[1] > 1:
+    at.store.make_directory(at.key.rpartition("/")[0])
+    names = at.store.list_prefix(at.key)
+    if not overwrite and committed(at.store, at.key, names):  # refused now, whichever store (Orbax's rule)
+        raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=at)
+    if overwrite and any(n.startswith(at.key + "/") for n in names):
+        at.store.delete_tree(at.key)  # a checkpoint directory (multi-process) is not replaced by a file's commit
+    try:
+        if asynchronous:
+            return save_async(at.key, tree, store=at.store, overwrite=overwrite, metadata=md)
         _save(at.key, tree, store=at.store, metadata=md, overwrite=overwrite)
-        return None
-    if os.path.lexists(local):
-        if not overwrite:
-            raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=at)
-        _M._remove_entry(local)
-    os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
-    if not asynchronous:
-        _save(local, tree, metadata=md)
-        return None
-    return _M._save_async(local, tree, metadata=md)
+    except AlreadyExistsError:
+        raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=at) from None
+    return None
 
 
 class Checkpointer:
@@ -144,7 +148,10 @@ class Checkpointer:
 
     ``Checkpointer(handler)``; the checkpoint at ``directory`` is one treecask
     archive *file* (Orbax writes a directory there), written atomically by
-    :func:`treecask.save` (parent directories are created). Options of Orbax's
+    :func:`treecask.save` (parent directories are created); a checkpoint of
+    several items (``args=ocp.args.Composite(...)``) is a directory as Orbax's,
+    one archive per item named after it and ``index.cask``, committed whole
+    (``_layout.py``). Options of Orbax's
     constructor (``multiprocessing_options``, ``file_options``,
     ``atomicity_options``...) are accepted and have no effect.
 
@@ -177,9 +184,7 @@ class Checkpointer:
                  atomicity_options: Any = None, checkpoint_metadata_store: Any = None,
                  temporary_path_class: Any = None, **orbax_options: Any):
         self._handler = _handler_class(handler if handler is not None else PyTreeCheckpointHandler)
-        self._thread: Optional[threading.Thread] = None
-        self._error: Optional[BaseException] = None
-        self._lock = threading.Lock()
+        self._job: Optional[SaveJob] = None  # the asynchronous save in flight or last finished
 
     @property
     def handler(self) -> Any:
@@ -191,21 +196,18 @@ class Checkpointer:
         """Saves a checkpoint at ``directory`` (class docstring)."""
         path = Where(directory, store)
         a = _build_args(self._handler, "save", args_, kwargs)
+        if args.kind(a)[1] == "composite" and not _distributed.active():  # several items: Orbax's directory
+            items, own = _encode_items(a, custom_metadata, path)
+            self.wait_until_finished()
+            try:
+                self._job = save_directory(path.store, path.key, items, own, overwrite=bool(force),
+                                           asynchronous=self._async)
+            except AlreadyExistsError:
+                raise AlreadyExistsError("a checkpoint exists here (force=True replaces it)", file=path) from None
+            return
         tree, md, _ = _encode(a, custom_metadata, path)
         self.wait_until_finished()
-        pending = _write(path, tree, md, overwrite=bool(force), asynchronous=self._async, force_name="force")
-        if pending is None:
-            return
-
-        def finish() -> None:
-            try:
-                pending.wait()
-            except BaseException as e:  # raised by the next call
-                with self._lock:
-                    self._error = e
-
-        self._thread = threading.Thread(target=finish, name="treecask-orbax-save", daemon=False)
-        self._thread.start()
+        self._job = _write(path, tree, md, overwrite=bool(force), asynchronous=self._async, force_name="force")
 
     def restore(self, directory: Any, *args_: Any, store: Any = None, **kwargs: Any) -> Any:
         """Restores the checkpoint at ``directory`` (class docstring)."""
@@ -222,18 +224,17 @@ class Checkpointer:
     def wait_until_finished(self) -> None:
         """Blocks until the save in flight (asynchronous checkpointers) is
         durable; raises its error, once."""
-        t = self._thread
-        if t is not None:
-            t.join()
-            self._thread = None
-        self.check_for_errors()
+        job = self._job
+        if job is not None:
+            job.wait()
 
     def check_for_errors(self) -> None:
         """Raises the error of a finished asynchronous save, once (never blocks)."""
-        with self._lock:
-            err, self._error = self._error, None
-        if err is not None:
-            raise err
+        job = self._job
+        if job is not None and job.done():
+            err = job.take_error()
+            if err is not None:
+                raise err
 
     def close(self) -> None:
         """Waits for the save in flight."""
@@ -256,7 +257,8 @@ class AsyncCheckpointer(Checkpointer):
     waits first. ``timeout_secs`` and ``async_options`` are accepted and have
     no effect (the wait is until done). A save to an object store, or in
     a multi-process jax job, runs synchronously (``treecask.save``'s upload
-    and cross-process commit); a manager's steps are asynchronous there too."""
+    and cross-process commit); a manager's steps are asynchronous in an
+    object store too."""
 
     _async = True
 

@@ -1,20 +1,23 @@
 """How ``treecask.orbax`` keeps Orbax's checkpoints in treecask archives:
 Orbax's per-leaf arguments (``SaveArgs``, ``RestoreArgs``,
-``ArrayRestoreArgs``) and the functions behind ``utils.to_shape_dtype_struct``
-and ``checkpoint_utils.construct_restore_args``; Orbax's structure rule for a
-restore into a target (``_check_structure``); the items of a checkpoint (one PyTree at the archive
-root, or several named PyTree, JSON and array items under their names, with
-the layout in the archive metadata) encoded for :func:`treecask.save` and
-restored by :func:`treecask.load`; and a checkpoint's item metadata, read from
-the manifest alone. The checkpointers (``_checkpointers.py``) and the
-manager (``__init__.py``) save and restore through these.
+``ArrayRestoreArgs``, ``Transform``) and the functions behind
+``utils.to_shape_dtype_struct`` and ``checkpoint_utils.construct_restore_args``;
+Orbax's structure rule for a restore into a target (``_check_structure``);
+the items of a checkpoint (PyTree, JSON and array items, and stateful
+checkpointables saved as their state's JSON) encoded for :func:`treecask.save`
+(``_encode``: one archive, one PyTree at its root or several items under
+their names with the layout in its metadata, as a manager's step;
+``_encode_items``: one archive per item, for the directory layout of
+``_layout.py``), read back through :class:`Checkpoint` (either layout) and
+restored by :func:`treecask.load` (``_restore_pytree``: Orbax's types,
+transforms, padding); and a checkpoint's item metadata, read from the
+manifests alone. The checkpointers (``_checkpointers.py``), the manager
+(``__init__.py``, ``_steps.py``) and ``v1`` save and restore through these.
 """
-
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -24,6 +27,7 @@ from . import args as args
 from .. import _restore as _R
 from .. import _tree as T
 from .. import stores
+from . import _layout as _L
 from ._metadata import StringMetadata, TreeMetadata, _leaf_metadata
 from .._open import load as _load
 from .._open import open as _open
@@ -38,6 +42,8 @@ DEFAULT_ITEM_NAME = "default"
 _LAYOUT_KEY = "treecask.orbax.items"  # JSON {"default": bool, "items": {name: "pytree"|"json"|"array"}}
 _JSON_PREFIX = "treecask.orbax.json/"  # + item name: a JSON item's text
 _CUSTOM_KEY = "treecask.orbax.custom_metadata"  # JSON of save(custom_metadata=...)
+_STATE_PREFIX = "treecask.orbax.state/"  # + item name: a stateful checkpointable's get_state() as JSON
+_JAX_PREFIX = "treecask.orbax.jax/"  # + item name: JSON list of the key paths (in the item) of jax.Array leaves
 
 
 class Where(str):
@@ -66,10 +72,6 @@ class Where(str):
     def load(self, *args: Any, **kwargs: Any) -> Any:
         """``treecask.load`` of the checkpoint."""
         return _load(self.key, *args, store=self.store, **kwargs)
-
-    def local(self) -> Optional[str]:
-        """Its file system path, in a store the core maps; else None."""
-        return self.store.local_path(self.key)
 
 
 def _unsupported(feature: str, why: str, file: str = "") -> UnsupportedError:
@@ -120,6 +122,23 @@ class ArrayRestoreArgs(RestoreArgs):
     global_shape: Optional[Tuple[int, ...]] = None
     shape: Optional[Tuple[int, ...]] = None
     strict: bool = True
+
+
+@dataclasses.dataclass
+class Transform:
+    """How one leaf of a restore target is filled from the checkpoint (Orbax
+    ``Transform``, given as ``PyTreeRestore(item=target, transforms={key:
+    Transform(...)})``; a key is a regular expression that must fully match
+    the target leaf's key path, ``a/b/0``). ``original_key``: the key path in
+    the checkpoint to take it from (``\\1``... refer to the key's groups;
+    default: the same key path). ``value_fn``: applied to that value.
+    ``use_fallback``: keep the target's value where the checkpoint has none.
+    ``multi_value_fn`` raises UnsupportedError (restore raw and combine)."""
+
+    original_key: Optional[Any] = None
+    use_fallback: bool = False
+    value_fn: Optional[Any] = None
+    multi_value_fn: Optional[Any] = None
 
 
 def _is_restore_arg(x: Any) -> bool:
@@ -290,7 +309,15 @@ def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[
         if op != "save":
             raise InvalidArgumentError(f"item '{name}': Orbax save arguments expected, got {k}", file=file)
         kinds[name] = k
-        if k == "json":
+        if k == "pytree" and _is_stateful(a.item):
+            kinds[name] = "stateful"
+            try:
+                md[_STATE_PREFIX + name] = json.dumps(a.item.get_state())
+            except (TypeError, ValueError) as e:
+                raise UnsupportedError(f"item '{name}': get_state() of {type(a.item).__name__} is not JSON ({e}); "
+                                       "treecask.orbax stores a stateful checkpointable's state as JSON, as Orbax "
+                                       "stores Grain's", file=file) from None
+        elif k == "json":
             try:
                 md[_JSON_PREFIX + name] = json.dumps(a.item)
             except (TypeError, ValueError) as e:
@@ -298,14 +325,32 @@ def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[
                                            file=file) from None
         else:
             tree[name] = _apply_save_args(a.item, getattr(a, "save_args", None))
+            jl = _jax_leaves(tree[name])
+            if jl:
+                md[_JAX_PREFIX + name] = json.dumps(jl)
             if getattr(a, "custom_metadata", None) is not None and custom is None:
                 custom = a.custom_metadata
     if custom is not None:
         md[_CUSTOM_KEY] = json.dumps(custom)
-    if default and kinds[DEFAULT_ITEM_NAME] != "json":
+    if default and kinds[DEFAULT_ITEM_NAME] not in ("json", "stateful"):
         return tree[DEFAULT_ITEM_NAME], md, True  # one PyTree at the root: what treecask.load reads
     md[_LAYOUT_KEY] = json.dumps({"default": default, "items": kinds}, sort_keys=True)
     return (tree or None), md, default
+
+
+def _is_stateful(c: Any) -> bool:
+    """Orbax's StatefulCheckpointable: an object with ``get_state()`` /
+    ``set_state(state)`` (a Grain dataset iterator), saved as its state."""
+    return callable(getattr(c, "get_state", None)) and callable(getattr(c, "set_state", None))
+
+
+def _jax_leaves(tree: Any) -> List[str]:
+    """The key paths of `tree`'s jax.Array leaves: Orbax restores those as
+    jax arrays when no target says otherwise, so a save records them."""
+    jax = J.jax_loaded()
+    if jax is None:
+        return []
+    return [_key_path(kp) for kp, x in jax.tree_util.tree_flatten_with_path(tree)[0] if J.is_jax_array(x)]
 
 
 #: Orbax's placeholder leaf (``...``): a target leaf that is not restored and comes back as ``...``.
@@ -373,31 +418,170 @@ _ALLOW_V0 = ("PyTreeRestore(partial_restore=True) restores only the target's fie
              "value there")
 
 
+def _saved_sharding(info: Any) -> Any:
+    """Where Orbax puts a leaf that was saved as a jax.Array when no target
+    says: on the sharding it was saved with when this process has its devices
+    (``ShardingInfo.to_jax``), else on the default device; None (NumPy) for a
+    64-bit dtype while jax's x64 mode is off (no jax.Array holds it)."""
+    jax = J.import_jax()
+    dt = np.dtype(getattr(info, "dtype", None) or "float32")
+    if dt.itemsize == 8 and dt.kind in "iuf" and not jax.config.jax_enable_x64:
+        return None
+    si = getattr(info, "sharding", None)
+    if si is not None:
+        try:
+            return si.to_jax()
+        except Exception:  # another device count: the default device, as Orbax falls back
+            pass
+    return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+
+def _pad_or_truncate(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
+    """`x` cut to `shape` along each axis, zero-padded at the end where
+    `shape` is longer (Orbax's ``strict=False`` / ``enable_padding_and_truncation``)."""
+    x = x[tuple(slice(0, n) for n in shape)]
+    if x.shape == tuple(shape):
+        return x
+    return np.pad(x, [(0, n - m) for n, m in zip(shape, x.shape)])
+
+
+def _resized_leaves(path: Where, sub: Optional[str], item: Any) -> Dict[str, Tuple[Any, Tuple[int, ...]]]:
+    """{key path (in the item): (target leaf, target shape)} of the target's
+    array leaves whose shape differs from the saved one."""
+    jax = J.import_jax()
+    out: Dict[str, Tuple[Any, Tuple[int, ...]]] = {}
+    with path.open() as a:
+        for kp, leaf in jax.tree_util.tree_flatten_with_path(item)[0]:
+            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+                continue
+            key = _key_path(kp)
+            full = T.join_path([sub, key]) if sub and key else (sub or key)
+            try:
+                saved = tuple(a.info(full).shape)
+            except Exception:  # not in the checkpoint: the structure rule says so
+                continue
+            if saved != tuple(leaf.shape):
+                out[key] = (leaf, tuple(leaf.shape))
+    return out
+
+
+def _apply_transforms(path: Where, sub: Optional[str], item: Any, transforms: Mapping[str, Any]) -> Any:
+    """The target `item` filled as Orbax's ``transforms`` say: each target
+    leaf whose key path (``a/b/0``) fully matches a transforms key (a regular
+    expression) takes the checkpoint's leaf ``original_key`` (``\\1``... refer
+    to the key's groups; default: its own key path) through ``value_fn``, or
+    keeps the target's value (``use_fallback``); any other leaf takes the
+    checkpoint's leaf at its own key path, or keeps the target's value where
+    the checkpoint has none (Orbax's default-to-original rule)."""
+    import re
+
+    jax = J.import_jax()
+    raw = path.load(subtree=sub)
+    saved = {_key_path(kp): v for kp, v in jax.tree_util.tree_flatten_with_path(raw)[0]}
+    rules = []
+    for k, t in transforms.items():
+        if not all(hasattr(t, f) for f in ("original_key", "use_fallback", "value_fn")):
+            raise InvalidArgumentError(f"transforms[{k!r}] is a {type(t).__name__}, not an ocp.Transform",
+                                       file=path, key_path=str(k))
+        rules.append((re.compile(k), t))
+
+    def one(kp: Any, leaf: Any) -> Any:
+        key = _key_path(kp)
+        for rx, t in rules:
+            m = rx.fullmatch(key)
+            if m is None:
+                continue
+            if getattr(t, "multi_value_fn", None) is not None:
+                raise _unsupported("Transform(multi_value_fn=...)", "restore raw and combine the leaves", file=path)
+            if getattr(t, "use_fallback", False) and key not in saved:
+                return leaf
+            src = m.expand(t.original_key) if getattr(t, "original_key", None) else key
+            if src not in saved:
+                raise NotFoundError(f"Transform: no leaf '{src}' in the checkpoint (for the target's '{key}')",
+                                    file=path, key_path=src)
+            v = saved[src]
+            fn = getattr(t, "value_fn", None)
+            return fn(v) if fn is not None else v
+        return saved.get(key, leaf)
+
+    return jax.tree_util.tree_map_with_path(one, item)
+
+
 def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any, transforms: Any,
                     partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0,
-                    fill_missing: Optional[bool] = None) -> Any:
+                    fill_missing: Optional[bool] = None, jax_leaves: Sequence[str] = (),
+                    resize: bool = False) -> Any:
     """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler
-    restores it. With a target, the structures must agree (Orbax's rule,
+    restores it. Without a target, the leaves saved as jax arrays
+    (`jax_leaves`, key paths in the item) come back as jax arrays where Orbax
+    puts them (:func:`_saved_sharding`), the others as saved (NumPy, Python
+    scalars). With a target, the structures must agree (Orbax's rule,
     _check_structure) unless `partial_restore` (the checkpoint's other fields
     are not read; a target field it lacks keeps the target's value) or
-    `transforms` (``{}``: the same, as Orbax's default-to-original rule) say
-    otherwise; `fill_missing` False refuses a target field the checkpoint
-    lacks even then. A target leaf ``...`` is not read and comes back as ``...``."""
-    if transforms:
-        raise _unsupported("transforms with rules", "only transforms={} (fill the target's new leaves "
-                           "from the target) is; restore raw and rearrange", file=path)
+    `transforms` (``{}``: the same, as Orbax's default-to-original rule;
+    with rules: :func:`_apply_transforms`) say otherwise; `fill_missing`
+    False refuses a target field the checkpoint lacks even then. `resize`:
+    an array whose target shape differs is truncated or zero-padded to it
+    (Orbax's ``strict=False``). A target leaf ``...`` is not read and comes
+    back as ``...``."""
+    path = Where(path)
     flat = _flat_restore_args(restore_args) if restore_args is not None else {}
     placed = {k: s for k, s in ((k, _sharding_of(ra)) for k, ra in flat.items()) if s is not None}
-    shardings = (lambda kp, info: placed.get(kp)) if placed else None
+    if transforms and item is not None:
+        tree = _apply_transforms(path, sub, item, transforms)
+        return _apply_leaf_args(tree, flat) if flat else tree
+    if transforms:
+        raise _unsupported("transforms without a target (item=)", "give the target tree the rules fill", file=path)
+    jax_set = set(jax_leaves) if item is None else set()
+    head = (sub + "/") if sub else ""
+
+    def rel(kp: str) -> str:
+        return kp[len(head):] if head and kp.startswith(head) else kp
+
+    def shardings(kp: str, info: Any) -> Any:
+        k = rel(kp)
+        if k in placed:
+            return placed[k]
+        if k in jax_set:
+            return _saved_sharding(info)
+        return None
+
+    use = shardings if (placed or jax_set) else None
     if item is None:
-        tree = Where(path).load(subtree=sub, shardings=shardings)
+        tree = path.load(subtree=sub, shardings=use)
     else:
         lenient = bool(partial_restore) or transforms is not None
         fill = lenient if fill_missing is None else bool(fill_missing)
+        resized = _resized_leaves(path, sub, item) if resize else {}
+        if resized:
+            jax = J.import_jax()
+            item = jax.tree_util.tree_map_with_path(
+                lambda kp, x: PLACEHOLDER if _key_path(kp) in resized else x, item)
         _check_structure(path, sub, item, extra_ok=lenient, missing_ok=fill, allow=allow)
-        tree = Where(path).load(item, subtree=sub, shardings=shardings, cast=True,
-                     missing="from_like" if fill else "error")
+        tree = path.load(item, subtree=sub, shardings=use, cast=True, missing="from_like" if fill else "error")
+        if resized:
+            tree = _fill_resized(path, sub, tree, resized)
     return _apply_leaf_args(tree, flat) if flat else tree
+
+
+def _fill_resized(path: Where, sub: Optional[str], tree: Any, resized: Mapping[str, Tuple[Any, Tuple[int, ...]]]) -> Any:
+    """`tree` with each leaf of `resized` read whole, cast to the target
+    leaf's dtype, truncated or zero-padded to its shape and placed as it
+    (a jax array on its sharding, else NumPy)."""
+    jax = J.import_jax()
+    with path.open() as a:
+        def one(kp: Any, x: Any) -> Any:
+            key = _key_path(kp)
+            if key not in resized:
+                return x
+            target, shape = resized[key]
+            full = T.join_path([sub, key]) if sub and key else (sub or key)
+            v = _pad_or_truncate(np.asarray(a.read(full)).astype(target.dtype, copy=False), shape)
+            s = getattr(target, "sharding", None)
+            if J.is_jax_array(target) or J.is_shape_dtype_struct(target):
+                return jax.device_put(v, s) if s is not None else J.to_jax(v)
+            return v
+        return jax.tree_util.tree_map_with_path(one, tree)
 
 
 def _tree_of(item: Any) -> Any:
@@ -408,112 +592,226 @@ def _tree_of(item: Any) -> Any:
     return item
 
 
-def _restore_item(path: str, md: Mapping[str, str], name: str, saved: str, default: bool, ra: Any) -> Any:
-    """Item `name` (saved as kind `saved`) restored with its restore argument `ra` (or None: raw)."""
-    op, k = args.kind(ra) if ra is not None else ("restore", saved)
-    if ra is not None and op != "restore":
-        raise InvalidArgumentError(f"item '{name}': Orbax restore arguments expected, got {k}", file=path)
-    if saved == "json" or k == "json":
-        if saved != k:
-            raise InvalidArgumentError(f"item '{name}' was saved as {saved}, restored as {k}", file=path)
-        return json.loads(md[_JSON_PREFIX + name])
-    sub = None if default else T.escape_key(name)
-    if ra is None:
-        return _restore_pytree(path, sub, None, None, None)
-    names = {c.__name__ for c in type(ra).__mro__}
-    if "StandardRestoreArgs" in names:
-        if not getattr(ra, "strict", True):
-            raise _unsupported("StandardRestore(strict=False)", "shapes must equal the saved ones", file=path)
-        if getattr(ra, "support_layout", False) or getattr(ra, "fallback_sharding", None) is not None:
-            raise _unsupported("StandardRestore(support_layout / fallback_sharding)",
-                               "a target without a sharding restores onto the current mesh or NumPy", file=path)
-        return _restore_pytree(path, sub, _tree_of(ra.item), None, None)
-    if getattr(ra, "legacy_transform_fn", None) is not None:
-        raise _unsupported("PyTreeRestore(legacy_transform_fn=...)", "restore raw and transform", file=path)
-    # (ArrayRestore's restore_args is one RestoreArgs: the leaf at the item's root, key path "")
-    return _restore_pytree(path, sub, _tree_of(ra.item), getattr(ra, "restore_args", None),
-                           getattr(ra, "transforms", None), bool(getattr(ra, "partial_restore", False)))
-
-
 def _orbax_hint(path: str) -> None:
     """Raises InvalidArgumentError saying how to convert it when `path` is a
     checkpoint directory written by Orbax itself: treecask.import_orbax for
     Orbax's v0 API; for its v1 API (an ``orbax.checkpoint`` marker file in the
-    checkpoint directory), which import_orbax does not read, a load with
-    Orbax's v1 and a save with treecask.orbax.v1. (Orbax writes such
-    directories on a file system; only a store the core maps is looked at.)"""
-    local = Where(path).local()
-    if local is None:
+    checkpoint directory or its parent), which import_orbax does not read, a
+    load with Orbax's v1 and a save with treecask.orbax.v1. Looked at through
+    the store's listing (any store)."""
+    w = Where(path)
+    st, key = w.store, w.key
+    head = stores.join(key, "") + "/" if key else ""
+    try:
+        names = set(st.list_prefix(head))
+    except Exception:  # an unreachable store: the open that follows says so
         return
-    if os.path.isdir(local) and any(os.path.exists(os.path.join(local, n))
-                                    for n in ("_METADATA", "_CHECKPOINT_METADATA", "_sharding")):
-        if any(os.path.isfile(os.path.join(d, "orbax.checkpoint")) for d in (local, os.path.dirname(local))):
-            how = ("load it once with orbax.checkpoint.v1 and save the tree with treecask.orbax.v1 "
-                   "(treecask.import_orbax reads checkpoints of Orbax's v0 API)")
+    if not any(stores.join(key, n) in names for n in ("_METADATA", "_CHECKPOINT_METADATA", "_sharding")):
+        return
+    parent = key.rpartition("/")[0]
+    marks = [stores.join(key, "orbax.checkpoint"), stores.join(parent, "orbax.checkpoint")]
+    v1 = marks[0] in names or marks[1] in st.list_prefix(marks[1])
+    if v1:
+        how = ("load it once with orbax.checkpoint.v1 and save the tree with treecask.orbax.v1 "
+               "(treecask.import_orbax reads checkpoints of Orbax's v0 API)")
+    else:
+        how = "convert it once with treecask.import_orbax(src, dst)"
+    raise InvalidArgumentError("this is a checkpoint written by Orbax itself (a directory), not a treecask "
+                               f"archive: {how}", file=path)
+
+
+class Checkpoint:
+    """A checkpoint as it is stored, read from its listing and metadata
+    alone: one archive (``directory`` False: one PyTree at the root, or
+    several items under their names with the layout in the archive
+    metadata, as treecask.orbax wrote before the directory layout and as a
+    manager's step is), or a directory of one archive per item
+    (``_layout.py``). ``md``: the checkpoint's own metadata (custom metadata,
+    timestamps); ``default``: one item named "default" at the root;
+    ``kinds``: {item name: "pytree" | "json" | "array" | "stateful"}.
+    Raises NotFoundError when there is none, InvalidArgumentError for a
+    checkpoint written by Orbax itself."""
+
+    def __init__(self, path: Any):
+        self.where = w = Where(path)
+        names = _L.item_names(w.store, w.key)
+        self._item_md: Dict[str, Dict[str, str]] = {}
+        if names is None:
+            _orbax_hint(w)
+            with w.open() as a:
+                self.md = dict(a.metadata)
+            self.directory = False
+            self.default, self.kinds = _layout(self.md)
+            return
+        self.directory = True
+        with Where(stores.join(w.key, _L.INDEX), w.store).open() as a:
+            self.md = dict(a.metadata)
+        self.kinds = {}
+        for n in names:
+            with self.item_where(n).open() as a:
+                imd = dict(a.metadata)
+            if imd.get(_L.KIND_KEY) == "metrics":  # a manager's step's metrics: not an item (Orbax's)
+                continue
+            self._item_md[n] = imd
+            self.kinds[n] = imd.get(_L.KIND_KEY, "pytree")
+        self.default = list(self.kinds) == [DEFAULT_ITEM_NAME] and _LAYOUT_KEY in self.md and _layout(self.md)[0]
+
+    def item_where(self, name: str) -> Where:
+        """Where item `name`'s archive is (the checkpoint's own for one archive)."""
+        if not self.directory:
+            return self.where
+        return Where(stores.join(self.where.key, name), self.where.store)
+
+    def item(self, name: str) -> Tuple[Where, Optional[str], Dict[str, str]]:
+        """(archive, subtree key path or None for its root, archive metadata) of item `name`."""
+        if self.directory:
+            return self.item_where(name), None, self._item_md[name]
+        return self.where, (None if self.default else T.escape_key(name)), self.md
+
+    def json(self, name: str) -> Any:
+        """The value of JSON item `name`."""
+        return json.loads(self.item(name)[2][_JSON_PREFIX + name])
+
+    def jax_leaves(self, name: str) -> List[str]:
+        """The key paths (in item `name`) of the leaves saved as jax arrays."""
+        raw = self.item(name)[2].get(_JAX_PREFIX + name)
+        return json.loads(raw) if raw else []
+
+    def set_state(self, name: str, obj: Any) -> Any:
+        """Stateful checkpointable `name`'s saved state set into `obj` (its
+        ``set_state``); returns `obj`. Raises InvalidArgumentError when `obj`
+        has no ``set_state`` (Orbax refuses too: it needs an instance)."""
+        if not _is_stateful(obj):
+            raise InvalidArgumentError(f"item '{name}' is a stateful checkpointable (e.g. a Grain iterator): to "
+                                       "restore it, pass an instance of the object to restore into",
+                                       file=self.item_where(name))
+        obj.set_state(json.loads(self.item(name)[2][_STATE_PREFIX + name]))
+        return obj
+
+    def custom_metadata(self) -> Any:
+        """The save's custom_metadata, or None."""
+        return json.loads(self.md[_CUSTOM_KEY]) if _CUSTOM_KEY in self.md else None
+
+
+def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict[str, Tuple[Any, Dict[str, str]]],
+                                                                               Dict[str, str]]:
+    """The items of a save as the directory layout writes them: ({name:
+    (tree, archive metadata)}, the checkpoint's own metadata: custom
+    metadata, and for one item saved without a name, e.g.
+    ``args.StandardSave`` to a manager, the mark that it is restored as the
+    item itself, as Orbax restores its ``default`` item)."""
+    tree, md, default = _encode(save_args, custom_metadata, file)
+    kinds = _layout(md)[1]
+    items: Dict[str, Tuple[Any, Dict[str, str]]] = {}
+    for name, kind in kinds.items():
+        imd = {_L.KIND_KEY: kind}
+        for key in (_JAX_PREFIX + name, _STATE_PREFIX + name):
+            if key in md:
+                imd[key] = md[key]
+        if kind == "stateful":
+            items[name] = (None, imd)
+        elif kind == "json":
+            imd[_JSON_PREFIX + name] = md[_JSON_PREFIX + name]
+            items[name] = (None, imd)
         else:
-            how = "convert it once with treecask.import_orbax(src, dst)"
-        raise InvalidArgumentError("this is a checkpoint written by Orbax itself (a directory), not a treecask "
-                                   f"archive: {how}", file=path)
+            items[name] = ((tree if default else tree[name]), imd)
+    own = {_CUSTOM_KEY: md[_CUSTOM_KEY]} if _CUSTOM_KEY in md else {}
+    if default:  # one item saved without a name (a manager's "default"): restored as the item itself
+        own[_LAYOUT_KEY] = json.dumps({"default": True, "items": kinds}, sort_keys=True)
+    return items, own
+
+
+def _restore_item(ck: Checkpoint, name: str, ra: Any) -> Any:
+    """Item `name` of checkpoint `ck` restored with its restore argument `ra` (or None: as saved)."""
+    saved = ck.kinds[name]
+    at, sub, md = ck.item(name)
+    op, k = args.kind(ra) if ra is not None else ("restore", saved)
+    if ra is not None and op != "restore":
+        raise InvalidArgumentError(f"item '{name}': Orbax restore arguments expected, got {k}", file=at)
+    if saved == "stateful":
+        return ck.set_state(name, getattr(ra, "item", None))
+    if saved == "json" or k == "json":
+        if saved != k:
+            raise InvalidArgumentError(f"item '{name}' was saved as {saved}, restored as {k}", file=at)
+        return ck.json(name)
+    if ra is None:
+        return _restore_pytree(at, sub, None, None, None, jax_leaves=ck.jax_leaves(name))
+    names = {c.__name__ for c in type(ra).__mro__}
+    if "StandardRestoreArgs" in names:
+        if getattr(ra, "support_layout", False) or getattr(ra, "fallback_sharding", None) is not None:
+            raise _unsupported("StandardRestore(support_layout / fallback_sharding)",
+                               "a target without a sharding restores onto the current mesh or NumPy", file=at)
+        return _restore_pytree(at, sub, _tree_of(ra.item), None, None,
+                               resize=not getattr(ra, "strict", True))
+    if getattr(ra, "legacy_transform_fn", None) is not None:
+        raise _unsupported("PyTreeRestore(legacy_transform_fn=...)", "restore raw and transform", file=at)
+    # (ArrayRestore's restore_args is one RestoreArgs: the leaf at the item's root, key path "")
+    item = _tree_of(ra.item)
+    return _restore_pytree(at, sub, item, getattr(ra, "restore_args", None),
+                           getattr(ra, "transforms", None), bool(getattr(ra, "partial_restore", False)),
+                           jax_leaves=ck.jax_leaves(name))
 
 
 def _restore(path: Any, ra: Any) -> Any:
-    """A checkpoint (one archive; a :class:`Where`, or a path or URL) restored
-    with a restore argument (None: every item raw)."""
-    path = Where(path)
-    _orbax_hint(path)
-    with path.open() as a:
-        md = dict(a.metadata)
-    default, kinds = _layout(md)
+    """A checkpoint (one archive or a directory of item archives; a
+    :class:`Where`, or a path or URL) restored with a restore argument
+    (None: every item as saved)."""
+    ck = Checkpoint(path)
     want: Dict[str, Any]
     if ra is not None and args.kind(ra)[1] == "composite":
         want = args.composite_items(ra)
-        if default and set(want) != {DEFAULT_ITEM_NAME}:
+        if ck.default and set(want) != {DEFAULT_ITEM_NAME}:
             raise NotFoundError(f"the checkpoint holds one item ('{DEFAULT_ITEM_NAME}'), not {sorted(want)}",
-                                file=path)
-    elif default:
-        return _restore_item(path, md, DEFAULT_ITEM_NAME, kinds[DEFAULT_ITEM_NAME], True, ra)
+                                file=ck.where)
+    elif ck.default:
+        return _restore_item(ck, DEFAULT_ITEM_NAME, ra)
     elif ra is None:
-        want = {n: None for n in kinds}
+        want = {n: None for n in ck.kinds}
+    elif len(ck.kinds) == 1:  # a directory of one item: Orbax restores it with the item's own arguments
+        want = {next(iter(ck.kinds)): ra}
+        return _restore_item(ck, next(iter(want)), ra)
     else:
-        raise InvalidArgumentError(f"the checkpoint holds items {sorted(kinds)}: restore with "
-                                   "args=Composite(name=...)", file=path)
+        raise InvalidArgumentError(f"the checkpoint holds items {sorted(ck.kinds)}: restore with "
+                                   "args=Composite(name=...)", file=ck.where)
     out = {}
     for name, item_ra in want.items():
-        if name not in kinds:
-            raise NotFoundError(f"no item '{name}' in the checkpoint (it holds {sorted(kinds)})", file=path)
-        out[name] = _restore_item(path, md, name, kinds[name], default, item_ra)
+        if name not in ck.kinds:
+            raise NotFoundError(f"no item '{name}' in the checkpoint (it holds {sorted(ck.kinds)})", file=ck.where)
+        out[name] = _restore_item(ck, name, item_ra)
     return args.Composite(**out)
 
 
 # ---------------------------------------------------------------- item metadata
 
 
+def _tree_metadata(at: Where, sub: Optional[str], custom: Any) -> TreeMetadata:
+    """The TreeMetadata of the PyTree at `sub` (None: the root) of archive `at`, from its manifest."""
+    with at.open() as a:
+        prefix = tuple(T.split_path(sub)) if sub else ()
+        found = a.subtree(prefix)
+        if found is None:
+            return TreeMetadata(None, custom)
+        first, count, nodes = found
+        values = [_leaf_metadata(a.info(i)) for i in range(first, first + count)]
+        return TreeMetadata(_R._assemble(a, nodes, first, values, prefix), custom)
+
+
 def _item_metadata(path: Any) -> Any:
     """A checkpoint's item metadata (``path``: a :class:`Where`, or a path or
     URL): a TreeMetadata (one item) or a Composite of them (None for JSON items)."""
-    path = Where(path)
-    _orbax_hint(path)
-    with path.open() as a:
-        md = dict(a.metadata)
-        default, kinds = _layout(md)
-        custom = json.loads(md[_CUSTOM_KEY]) if _CUSTOM_KEY in md else None
-        out = {}
-        for name, kind in kinds.items():
-            if kind == "json":
-                out[name] = None
-                continue
-            prefix = () if default else (name,)
-            sub = a.subtree(prefix)
-            if sub is None:
-                out[name] = TreeMetadata(None, custom)
-                continue
-            first, count, nodes = sub
-            values = [_leaf_metadata(a.info(i)) for i in range(first, first + count)]
-            out[name] = TreeMetadata(_R._assemble(a, nodes, first, values, prefix), custom)
-    return out[DEFAULT_ITEM_NAME] if default else args.Composite(**out)
+    ck = Checkpoint(path)
+    custom = ck.custom_metadata()
+    out = {}
+    for name, kind in ck.kinds.items():
+        if kind in ("json", "stateful"):
+            out[name] = None
+            continue
+        at, sub, _ = ck.item(name)
+        out[name] = _tree_metadata(at, sub, custom)
+    return out[DEFAULT_ITEM_NAME] if ck.default else args.Composite(**out)
 
 
 # The classes are treecask.orbax's, where users import them from (repr, pickles, help).
-for _cls in (SaveArgs, RestoreArgs, ArrayRestoreArgs):
+for _cls in (SaveArgs, RestoreArgs, ArrayRestoreArgs, Transform):
     _cls.__module__ = "treecask.orbax"
 del _cls

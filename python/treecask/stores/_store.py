@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import os
+import pathlib
 import shutil
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
@@ -97,6 +98,23 @@ class Store(abc.ABC):
         commit by rename there (a local store), else None. The capability
         that chooses the file-system protocols below."""
         return None
+
+    def shown(self, path: str) -> Any:
+        """What users are shown of ``path`` and may pass back to
+        ``treecask.open``: a ``pathlib.Path`` in a store of local files, else
+        :meth:`display` (a URL with its secrets redacted). What
+        ``CheckpointManager.directory`` / ``path(step)`` return."""
+        local = self.local_path(path)
+        return pathlib.Path(local) if local is not None else self.display(path)
+
+    def make_directory(self, path: str) -> None:
+        """Creates the directory ``path`` and its parents in a store of local
+        files (the core's commit renames into an existing directory); nothing
+        in an object store, where a prefix needs no creation. Raises
+        IoError-like OSError as ``os.makedirs`` does."""
+        local = self.local_path(path)
+        if local:
+            os.makedirs(local, exist_ok=True)
 
     @abc.abstractmethod
     def source(self, path: str) -> Any:

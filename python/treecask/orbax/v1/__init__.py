@@ -11,12 +11,15 @@ with :mod:`options`, ``training.Checkpointer`` with
 ``training.save_decision_policies`` and ``training.preservation_policies``,
 ``arrays.to_shape_dtype_struct``, ``tree.merge``.
 
-A checkpoint is one treecask archive *file* at ``path`` (Orbax writes a
-directory there), as for ``treecask.orbax``'s checkpointers: each
-checkpointable is the subtree named after it (``save`` names the pytree
-"state"), so ``treecask.load(path)`` reads it as ``{"state": tree}``. A
-``training.Checkpointer``'s steps are ``<directory>/step_<n>.cask``, the
-layout of :class:`treecask.CheckpointManager`. A load into an abstract tree
+A checkpoint is a directory at ``path``, as Orbax's: one entry per
+checkpointable, named after it (``save`` names the pytree "state"), each one
+treecask archive (``treecask.load(path / "state")`` reads it), committed
+whole with ``index.cask`` (``treecask/orbax/_layout.py``). A stateful
+checkpointable (an object with ``get_state()`` / ``set_state()``, e.g. a
+Grain iterator: :class:`StatefulCheckpointable`) is stored as its state's
+JSON and loaded into an instance given. A ``training.Checkpointer``'s steps are Orbax's ``<directory>/<n>/``, one
+archive per checkpointable and ``index.cask`` (the ``ITEM_DIRECTORIES``
+layout of :class:`treecask.CheckpointManager`). A load into an abstract tree
 follows Orbax's structure rule: the structures must agree, unless the
 context's ``pytree.loading.partial_load`` says otherwise (``StructureError``
 naming the key paths). What treecask does not
@@ -61,6 +64,22 @@ from .._utils import merge_trees as _merge_trees
 PyTreeMetadata = object
 
 
+from typing import Any, Protocol, runtime_checkable  # noqa: E402
+
+
+@runtime_checkable
+class StatefulCheckpointable(Protocol):
+    """An object saved through its state (Orbax ``StatefulCheckpointable``,
+    e.g. a Grain dataset iterator): ``get_state()`` returns a JSON value,
+    ``set_state(state)`` restores it. ``save_checkpointables`` stores the
+    state; ``load_checkpointables(path, {name: obj})`` calls
+    ``obj.set_state`` and returns ``obj``."""
+
+    def get_state(self) -> Any: ...
+
+    def set_state(self, state: Any) -> None: ...
+
+
 class arrays:  # noqa: N801 - Orbax's module name
     """``ocp.arrays``: ``to_shape_dtype_struct`` (Orbax's)."""
 
@@ -82,8 +101,7 @@ _UNSUPPORTED = {
     "Checkpointable": "custom checkpointables write their own files; every checkpointable is a pytree",
     "AbstractCheckpointable": "custom checkpointables write their own files; every checkpointable is a pytree",
     "CheckpointableHandler": "custom CheckpointableHandlers write their own files; every checkpointable is a pytree",
-    "StatefulCheckpointable": "save the object's state as a pytree",
-    "path": "steps are named step_<8+ digits>.cask (no step name formats)",
+    "path": "steps are named <step>, Orbax's default (no step name formats)",
     "multihost": "treecask.save coordinates jax.distributed processes itself",
     "errors": "the errors are treecask's (treecask.errors; training.errors for steps)",
 }
@@ -101,6 +119,6 @@ __all__ = [
     "save", "save_async", "save_pytree", "save_pytree_async", "save_checkpointables", "save_checkpointables_async",
     "load", "load_async", "load_pytree", "load_pytree_async", "load_checkpointables", "load_checkpointables_async",
     "metadata", "pytree_metadata", "checkpointables_metadata", "delete", "delete_async", "is_orbax_checkpoint",
-    "AsyncResponse", "CheckpointMetadata", "PyTreeMetadata", "Context", "get_context", "PLACEHOLDER",
+    "AsyncResponse", "CheckpointMetadata", "StatefulCheckpointable", "PyTreeMetadata", "Context", "get_context", "PLACEHOLDER",
     "STATE_CHECKPOINTABLE_KEY", "AUTO_CHECKPOINTABLE_KEY", "options", "training", "arrays", "tree",
 ]

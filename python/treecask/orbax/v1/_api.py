@@ -4,14 +4,16 @@
 ``checkpointables_metadata``, ``delete``, and the objects they return
 (:class:`AsyncResponse`, :class:`CheckpointMetadata`).
 
-A v1 checkpoint at ``path`` is one treecask archive file (Orbax writes a
-directory there), as a ``treecask.orbax`` checkpointer's: each checkpointable
-is the subtree named after it (``treecask.load(path, subtree="state")``),
-laid out as ``treecask.orbax``'s several items (``_items.py``), written by
-:func:`treecask.save` (``_checkpointers._write``) and read by
-:func:`treecask.load` (``_items._restore_pytree``, which applies Orbax's
-structure rule). Any treecask archive loads: one written by
-``treecask.save`` is one pytree at the root.
+A v1 checkpoint at ``path`` is a directory as Orbax's: one archive per
+checkpointable named after it (``treecask.load(path / "state")``) and
+``index.cask`` (``_layout.py``), each checkpointable encoded as
+``treecask.orbax``'s items (``_items.py``: a pytree, a JSON value, a stateful
+checkpointable's state) and read through ``_items.Checkpoint`` and
+``_items._restore_pytree`` (which applies Orbax's structure rule). In a
+multi-process jax job the checkpoint is one sharded archive instead
+(``treecask.save``'s collective commit), the checkpointables its subtrees.
+Any treecask archive loads: one written by ``treecask.save`` is one pytree
+at the root.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import contextvars
 import datetime
 import inspect
 import json
-import os
 import pprint
 import threading
 import time
@@ -31,9 +32,11 @@ import numpy as np
 from ... import _jaxutil as J
 from ... import _tree as T
 from .. import args as _args
+from ... import stores
+from .. import _layout as _L
 from .._checkpointers import _write
-from .._items import _JSON_PREFIX, DEFAULT_ITEM_NAME, PLACEHOLDER, _encode, _item_metadata, _layout, _orbax_hint
-from .._items import _CUSTOM_KEY, Where, _restore_pytree
+from .._items import DEFAULT_ITEM_NAME, PLACEHOLDER, Checkpoint, _encode, _encode_items, _is_stateful, _item_metadata
+from .._items import _key_path, Where, _restore_pytree
 from .._metadata import ArrayMetadata, ScalarMetadata, StringMetadata
 from ...errors import InvalidArgumentError, KeyNotFoundError, NotFoundError, UnsupportedError
 from ._context import check_supported, get_context
@@ -164,12 +167,36 @@ def _validate_checkpointables(checkpointables: Any, file: str) -> Dict[str, Any]
     for name, c in checkpointables.items():
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"a checkpointable's name is a non-empty str, got {name!r}", file=file)
-        if (hasattr(c, "get_state") and hasattr(c, "set_state")) or \
-                inspect.iscoroutinefunction(getattr(c, "save", None)):  # Orbax's StatefulCheckpointable
-            raise UnsupportedError(f"Orbax v1 checkpointable '{name}' of type {type(c).__name__} (a stateful "
-                                   "checkpointable, e.g. a Grain iterator) is not supported by treecask.orbax.v1: "
-                                   "save its state (get_state()) as a pytree", file=file)
+        if not _is_stateful(c) and inspect.iscoroutinefunction(getattr(c, "save", None)):
+            raise UnsupportedError(f"Orbax v1 checkpointable '{name}' of type {type(c).__name__} (a custom "
+                                   "Checkpointable with async save/load) is not supported by treecask.orbax.v1: "
+                                   "save its state as a pytree, or give it get_state() / set_state()", file=file)
     return checkpointables
+
+
+def _storage_cast(tree: Any) -> Any:
+    """`tree` with each array leaf cast to the dtype the context's
+    ``array.saving.storage_options`` / ``scoped_storage_options_creator``
+    give it (Orbax's rule: the creator's non-None dtype for that leaf, else
+    the global one)."""
+    saving = get_context().array.saving
+    base = getattr(saving.storage_options, "dtype", None)
+    creator = getattr(saving, "scoped_storage_options_creator", None)
+    if base is None and creator is None:
+        return tree
+    jax = J.import_jax()
+
+    def one(kp: Any, x: Any) -> Any:
+        if not (hasattr(x, "astype") and hasattr(x, "dtype")):
+            return x
+        dt = base
+        if creator is not None:
+            so = creator(kp, x)
+            if so is not None and getattr(so, "dtype", None) is not None:
+                dt = so.dtype
+        return x if dt is None or x.dtype == np.dtype(dt) else x.astype(dt)
+
+    return jax.tree_util.tree_map_with_path(one, tree)
 
 
 def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, custom_metadata: Any,
@@ -178,10 +205,18 @@ def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, c
     p = Where(path, store)
     check_supported(ctx, p)
     items = _validate_checkpointables(checkpointables, p)
-    tree, md, _ = _encode(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
-                          custom_metadata, p)
-    md[_INIT_KEY] = str(time.time_ns())
-    pending = _write(p, tree, md, overwrite=bool(overwrite), asynchronous=asynchronous, force_name="overwrite")
+    composite = _args.Composite(**{n: _args.PyTreeSave(v if _is_stateful(v) else _storage_cast(v))
+                                   for n, v in items.items()})
+    from ... import _distributed
+
+    if _distributed.active():  # a multi-process job: one sharded archive, as treecask.save commits it
+        tree, md, _ = _encode(composite, custom_metadata, p)
+        md[_INIT_KEY] = str(time.time_ns())
+        pending = _write(p, tree, md, overwrite=bool(overwrite), asynchronous=asynchronous, force_name="overwrite")
+    else:
+        enc, own = _encode_items(composite, custom_metadata, p)
+        own[_INIT_KEY] = str(time.time_ns())
+        pending = _L.save_directory(p.store, p.key, enc, own, overwrite=bool(overwrite), asynchronous=asynchronous)
     callback = ctx.asynchronous.post_finalization_callback if asynchronous else None
     if pending is None and callback is None:
         return AsyncResponse._completed(None)
@@ -197,15 +232,19 @@ def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, c
 
 def save_checkpointables(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool = False,
                          custom_metadata: Any = None, store: Any = None) -> None:
-    """Saves several named pytrees (checkpointables) as one checkpoint, the
-    archive file ``path`` (parents created), each under its name; blocks
-    until durable (Orbax ``save_checkpointables``). ``custom_metadata``: a
-    JSON value kept with it. Raises ``AlreadyExistsError`` (a
-    ``FileExistsError``; Orbax raises ValueError) for an existing checkpoint
-    unless ``overwrite=True``; ``UnsupportedError`` for a stateful
-    checkpointable (a Grain iterator...) and the options of
-    :mod:`~treecask.orbax.v1.options` treecask does not honour; what
-    :func:`treecask.save` raises for a leaf it cannot store.
+    """Saves several named checkpointables as one checkpoint, the directory
+    ``path`` (parents created), one archive per name; blocks until durable
+    (Orbax ``save_checkpointables``). A checkpointable is a pytree, or a
+    stateful object (``get_state()`` / ``set_state()``: a Grain iterator),
+    saved as its state's JSON. Array leaves are cast as the context's
+    ``array.saving.storage_options`` / ``scoped_storage_options_creator``
+    say. ``custom_metadata``: a JSON value kept with it. Raises
+    ``AlreadyExistsError`` (a ``FileExistsError``; Orbax raises ValueError)
+    for an existing checkpoint unless ``overwrite=True`` (then it is replaced
+    whole); ``UnsupportedError`` for a state that is not JSON, a custom
+    Checkpointable and the options of :mod:`~treecask.orbax.v1.options`
+    treecask does not honour; what :func:`treecask.save` raises for a leaf
+    it cannot store.
 
     ``store`` (every function of this module takes it; a treecask extension
     beyond Orbax's signatures): a :class:`treecask.stores.Store` that
@@ -255,33 +294,26 @@ def save_pytree_async(*args: Any, **kwargs: Any) -> AsyncResponse[None]:
 # ---------------------------------------------------------------- loading
 
 
-def _read_layout(path: Where):
-    """(archive metadata, default-item mode, {name: kind}) of the checkpoint at `path`."""
-    _orbax_hint(path)
-    with path.open() as a:
-        md = dict(a.metadata)
-    default, kinds = _layout(md)
-    return md, default, kinds
-
-
-def _pytree_name(path: str, default: bool, kinds: Dict[str, str], name: Optional[str]) -> Optional[str]:
+def _pytree_name(ck: Checkpoint, name: Optional[str]) -> Optional[str]:
     """The checkpointable `load` reads: None for the archive root (one pytree saved by treecask.save or
-    a single-item treecask.orbax checkpoint), else its name."""
-    if default:
+    a single-item treecask.orbax checkpoint), else its name. "AUTO" is Orbax 0.12.8's rule
+    (``OrbaxLayout.get_checkpointable_names``): "state" if present, else the first pytree by name."""
+    path = ck.where
+    if ck.default:
         if name in (None, AUTO_CHECKPOINTABLE_KEY, DEFAULT_ITEM_NAME):
             return None
         raise KeyNotFoundError(f"no checkpointable '{name}': the archive holds one pytree at its root "
                                "(load it with checkpointable_name=None)", file=path, key_path=name)
-    trees = sorted(n for n, k in kinds.items() if k != "json")
+    trees = sorted(n for n, k in ck.kinds.items() if k in ("pytree", "array"))
     if name is None:
         raise InvalidArgumentError(f"checkpointable_name=None reads the root, but the checkpoint holds "
-                                   f"checkpointables {sorted(kinds)}: name one", file=path)
+                                   f"checkpointables {sorted(ck.kinds)}: name one", file=path)
     if name == AUTO_CHECKPOINTABLE_KEY:
         if not trees:
-            raise NotFoundError(f"the checkpoint holds no pytree (it holds {sorted(kinds)})", file=path)
-        return "pytree" if "pytree" in trees else trees[0]
-    if name not in kinds:
-        raise KeyNotFoundError(f"no checkpointable '{name}' in the checkpoint (it holds {sorted(kinds)})",
+            raise NotFoundError(f"the checkpoint holds no pytree (it holds {sorted(ck.kinds)})", file=path)
+        return STATE_CHECKPOINTABLE_KEY if STATE_CHECKPOINTABLE_KEY in trees else trees[0]
+    if name not in ck.kinds:
+        raise KeyNotFoundError(f"no checkpointable '{name}' in the checkpoint (it holds {sorted(ck.kinds)})",
                                file=path, key_path=name)
     return name
 
@@ -325,26 +357,85 @@ def _scalar_zero(dtype: Any) -> Any:
     return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}.get(kind, 0)
 
 
-def _load_one(path: str, md: Dict[str, str], default: bool, kinds: Dict[str, str], name: Optional[str],
-              abstract: Any) -> Any:
+#: The Python and array types Orbax accepts as an abstract leaf ("load as saved, as this type").
+_TYPE_LEAVES = (bool, int, float, complex, np.ndarray)
+
+
+def _typed_leaves(abstract: Any) -> Dict[str, Any]:
+    """{key path: type} of the abstract leaves that are types (``{'a': float}``)."""
+    jax = J.import_jax()
+    if jax is None or abstract is None:
+        return {}
+    flat = jax.tree_util.tree_flatten_with_path(abstract, is_leaf=lambda x: isinstance(x, type))[0]
+    return {_key_path(kp): x for kp, x in flat if isinstance(x, type)}
+
+
+def _as_type(v: Any, typ: type, file: str, key: str) -> Any:
+    """A saved leaf as the abstract type `typ` (Orbax: the checkpoint's value, converted)."""
+    jax = J.import_jax()
+    if typ is np.ndarray:
+        return np.asarray(v)
+    if jax is not None and isinstance(typ, type) and issubclass(typ, jax.Array):
+        return v if J.is_jax_array(v) else J.to_jax(np.asarray(v))
+    if typ in (bool, int, float, complex):
+        if np.ndim(v) != 0:
+            raise InvalidArgumentError(f"the abstract leaf is {typ.__name__}, the checkpoint's is an array of "
+                                       f"shape {np.shape(v)}", file=file, key_path=key)
+        return typ(np.asarray(v).item())
+    raise UnsupportedError(f"an abstract leaf of type {typ.__name__} is not supported by treecask.orbax.v1: "
+                           "give a jax.ShapeDtypeStruct, an array, a scalar, None or one of "
+                           f"{[t.__name__ for t in _TYPE_LEAVES]} / jax.Array", file=file, key_path=key)
+
+
+def _load_one(ck: Checkpoint, name: Optional[str], abstract: Any) -> Any:
     """Checkpointable `name` (None: the root pytree), into `abstract` when given."""
-    if name is not None and kinds.get(name) == "json":
-        return json.loads(md[_JSON_PREFIX + name])
-    sub = None if name is None else T.escape_key(name)
+    item = DEFAULT_ITEM_NAME if name is None else name
+    kind = ck.kinds.get(item)
+    if kind == "json":
+        return ck.json(item)
+    at, sub, md = ck.item(item)
+    if kind == "stateful":
+        return ck.set_state(item, abstract)
     partial = bool(get_context().pytree.loading.partial_load)
-    return _restore_pytree(path, sub, _abstract(abstract), None, None, partial_restore=partial, allow=_ALLOW_V1)
+    resize = bool(get_context().array.loading.enable_padding_and_truncation)
+    typed = _typed_leaves(abstract)
+    target = _abstract(abstract)
+    if typed:  # a type leaf: loaded as saved, then converted (not a template)
+        jax = J.import_jax()
+        target = jax.tree_util.tree_map_with_path(lambda kp, x: PLACEHOLDER if _key_path(kp) in typed else x,
+                                                  abstract, is_leaf=lambda x: isinstance(x, type))
+        target = _abstract(target)
+    out = _restore_pytree(at, sub, target, None, None, partial_restore=partial, allow=_ALLOW_V1,
+                          jax_leaves=ck.jax_leaves(item), resize=resize)
+    if typed:
+        jax = J.import_jax()
+        with at.open() as a:
+            def conv(kp: Any, x: Any) -> Any:
+                key = _key_path(kp)
+                if key not in typed:
+                    return x
+                full = T.join_path([sub, key]) if sub and key else (sub or key)
+                first, count, _ = a.subtree(tuple(T.split_path(full)))
+                return _as_type(a.values(first, 1)[0], typed[key], at, key)
+            out = jax.tree_util.tree_map_with_path(conv, out)
+    return out
 
 
 def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY,
          store: Any = None) -> Any:
     """Loads a pytree (Orbax ``load``): the checkpointable ``checkpointable_name``
-    of the checkpoint ``path`` ("AUTO": "pytree" if there is one, else the first
-    pytree by name; the root of an archive holding one pytree, e.g. written
-    by :func:`treecask.save`).
+    of the checkpoint ``path`` ("AUTO": "state" if there is one, else the first
+    pytree by name, Orbax 0.12.8's rule; the root of an archive holding one
+    pytree, e.g. written by :func:`treecask.save`).
 
-    Without ``abstract_state``: the tree as saved (dicts, lists and tuples of
-    NumPy arrays and Python scalars; Orbax gives ``jax.Array`` for leaves saved
-    as jax arrays). With it (a tree of ``jax.ShapeDtypeStruct``, arrays,
+    Without ``abstract_state``: the tree as saved (dicts, lists and tuples;
+    a ``jax.Array`` for each leaf saved as one, on its saved sharding when
+    this process has those devices, else on the default device, as Orbax;
+    NumPy arrays and Python scalars as saved). A Python type as an abstract
+    leaf (``float``, ``int``, ``bool``, ``np.ndarray``) loads the saved
+    value as that type. The context's ``array.loading.enable_padding_and_truncation``
+    truncates or zero-pads an array to its abstract shape. With an abstract
+    tree (of ``jax.ShapeDtypeStruct``, arrays,
     scalars, the :func:`metadata` tree, a :class:`CheckpointMetadata`): its
     structure and leaf types, each ``ShapeDtypeStruct`` restored as a
     ``jax.Array`` on its sharding (each device reading only its box), dtypes
@@ -364,9 +455,8 @@ def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional
     :mod:`~treecask.orbax.v1.options` treecask does not honour."""
     p = Where(path, store)
     check_supported(get_context(), p)
-    md, default, kinds = _read_layout(p)
-    name = _pytree_name(p, default, kinds, checkpointable_name)
-    return _load_one(p, md, default, kinds, name, abstract_state)
+    ck = Checkpoint(p)
+    return _load_one(ck, _pytree_name(ck, checkpointable_name), abstract_state)
 
 
 def load_checkpointables(path: Any, abstract_checkpointables: Any = None, *, store: Any = None) -> Dict[str, Any]:
@@ -379,18 +469,16 @@ def load_checkpointables(path: Any, abstract_checkpointables: Any = None, *, sto
     check_supported(get_context(), p)
     if isinstance(abstract_checkpointables, CheckpointMetadata):
         abstract_checkpointables = abstract_checkpointables.metadata
-    md, default, kinds = _read_layout(p)
-    names = {DEFAULT_ITEM_NAME: None} if default else {n: n for n in kinds}
+    ck = Checkpoint(p)
+    names = {DEFAULT_ITEM_NAME: None} if ck.default else {n: n for n in ck.kinds}
     wanted = abstract_checkpointables if abstract_checkpointables is not None else {n: None for n in names}
     if not isinstance(wanted, dict):
         raise InvalidArgumentError("abstract_checkpointables must be a dict {name: abstract checkpointable}", file=p)
-    out = {}
-    for n, abstract in wanted.items():
-        if n not in names:
-            raise KeyNotFoundError(f"no checkpointable '{n}' in the checkpoint (it holds {sorted(names)})",
-                                   file=p, key_path=str(n))
-        out[n] = _load_one(p, md, default, kinds, names[n], abstract)
-    return out
+    lacking = [n for n in wanted if n not in names]
+    if lacking:
+        raise KeyNotFoundError(f"checkpointables {lacking} are not in the checkpoint (it holds {sorted(names)})",
+                               file=p, key_path=str(lacking[0]))
+    return {n: _load_one(ck, names[n], abstract) for n, abstract in wanted.items()}
 
 
 def load_async(path: Any, abstract_state: Any = None, *,
@@ -435,26 +523,28 @@ def _v1_tree(tree: Any) -> Any:
     return tree
 
 
-def _stamps(path: Where, md: Dict[str, str]):
-    """(init time, commit time: a file's mtime, None in an object store, custom metadata), ns."""
-    init = md.get(_INIT_KEY)
+def _stamps(ck: Checkpoint):
+    """(init time, commit time: the modification time of the checkpoint's
+    commit object where the store has one (a file system's), custom metadata), ns."""
+    init = ck.md.get(_INIT_KEY)
     commit = None
-    local = path.local()
-    if local is not None:
-        try:
-            commit = os.stat(local).st_mtime_ns
-        except OSError:
-            commit = None
-    custom = json.loads(md[_CUSTOM_KEY]) if _CUSTOM_KEY in md else {}
-    return (int(init) if init is not None else None), commit, custom
+    key = stores.join(ck.where.key, _L.INDEX) if ck.directory else ck.where.key
+    try:
+        stamp = ck.where.store.stamp(key)
+    except Exception:
+        stamp = None
+    if isinstance(stamp, tuple) and len(stamp) == 2:
+        commit = int(stamp[1])
+    custom = ck.custom_metadata()
+    return (int(init) if init is not None else None), commit, ({} if custom is None else custom)
 
 
 def _all_metadata(path: Where):
-    md, default, kinds = _read_layout(path)
+    ck = Checkpoint(path)
     im = _item_metadata(path)
-    items = {DEFAULT_ITEM_NAME: im} if default else dict(im.items())
+    items = {DEFAULT_ITEM_NAME: im} if ck.default else dict(im.items())
     trees = {n: (None if m is None else _v1_tree(m.tree)) for n, m in items.items()}
-    return md, default, kinds, trees
+    return ck, trees
 
 
 def metadata(path: Any, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY, *,
@@ -465,9 +555,9 @@ def metadata(path: Any, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE
     array, ``0`` / ``0.0`` / ``False`` per scalar and ``""`` per string;
     ``load(path, metadata(path))`` loads it. Raises as :func:`load`."""
     p = Where(path, store)
-    md, default, kinds, trees = _all_metadata(p)
-    name = _pytree_name(p, default, kinds, checkpointable_name)
-    init, commit, custom = _stamps(p, md)
+    ck, trees = _all_metadata(p)
+    name = _pytree_name(ck, checkpointable_name)
+    init, commit, custom = _stamps(ck)
     return CheckpointMetadata(str(p), metadata=trees[DEFAULT_ITEM_NAME if name is None else name],
                               init_timestamp_nsecs=init, commit_timestamp_nsecs=commit, custom_metadata=custom)
 
@@ -477,8 +567,8 @@ def checkpointables_metadata(path: Any, *, store: Any = None) -> CheckpointMetad
     ``.metadata`` is ``{name: tree}`` (trees as :func:`metadata`'s; None for a
     JSON item of ``treecask.orbax``)."""
     p = Where(path, store)
-    md, _, _, trees = _all_metadata(p)
-    init, commit, custom = _stamps(p, md)
+    ck, trees = _all_metadata(p)
+    init, commit, custom = _stamps(ck)
     return CheckpointMetadata(str(p), metadata=trees, init_timestamp_nsecs=init, commit_timestamp_nsecs=commit,
                               custom_metadata=custom)
 
@@ -495,13 +585,23 @@ def delete(path: Any, *, checkpointable_name: Optional[str] = None, missing_ok: 
            store: Any = None) -> bool:
     """Deletes the checkpoint ``path`` (Orbax ``delete``); True when deleted,
     False when there was none and ``missing_ok``. Raises ``NotFoundError``
-    when there is none; ``UnsupportedError`` for ``checkpointable_name`` (an
-    archive is written whole: save the checkpointables to keep again)."""
+    when there is none. ``checkpointable_name``: deletes only that
+    checkpointable's entry of the directory (NotFoundError when it has none;
+    UnsupportedError for a checkpoint that is one archive file, written
+    whole)."""
     p = Where(path, store)
     if checkpointable_name is not None:
-        raise UnsupportedError(f"Orbax v1 delete(checkpointable_name={checkpointable_name!r}) is not supported by "
-                               "treecask.orbax.v1: an archive is written whole; save the checkpointables to keep "
-                               "to a new checkpoint", file=p)
+        names = _L.item_names(p.store, p.key)
+        if names is None:
+            raise UnsupportedError(f"Orbax v1 delete(checkpointable_name={checkpointable_name!r}) of a checkpoint "
+                                   "that is one archive file is not supported by treecask.orbax.v1: it is "
+                                   "written whole; save the checkpointables to keep to a new checkpoint", file=p)
+        if checkpointable_name not in names:
+            if missing_ok:
+                return False
+            raise NotFoundError(f"no checkpointable '{checkpointable_name}' (the checkpoint holds {names})", file=p)
+        p.store.delete_tree(stores.join(p.key, checkpointable_name))
+        return True
     if not any(n == p.key or n.startswith(p.key + "/") for n in p.store.list_prefix(p.key)):
         if missing_ok:
             return False
@@ -518,10 +618,12 @@ def delete_async(path: Any, *, checkpointable_name: Optional[str] = None,
 
 
 def is_orbax_checkpoint(path: Any, *, store: Any = None) -> bool:
-    """Whether ``path`` is a checkpoint these functions load: a treecask archive (or sharded checkpoint)."""
+    """Whether ``path`` is a checkpoint these functions load: a checkpoint
+    directory of treecask.orbax (``index.cask`` and its items), a treecask
+    archive or a sharded checkpoint."""
     try:
-        with Where(path, store).open():
-            return True
+        Checkpoint(Where(path, store))
+        return True
     except Exception:
         return False
 

@@ -119,15 +119,11 @@ def check_supported(ctx: Context, file: str = "") -> None:
         raise refuse("checkpoint_layout=SAFETENSORS", "convert the file once with treecask.import_safetensors")
     saving = ctx.array.saving
     so = saving.storage_options
-    for name in ("dtype", "chunk_byte_size", "shard_axes"):
+    for name in ("chunk_byte_size", "shard_axes"):
         if getattr(so, name, None) is not None:
             raise refuse(f"array.saving.storage_options.{name}",
-                         "cast the tree before saving; an archive's chunking is treecask.save's chunk_size")
-    if getattr(saving, "scoped_storage_options_creator", None) is not None:
-        raise refuse("array.saving.scoped_storage_options_creator", "cast the leaves before saving")
+                         "an archive's chunking is treecask.save's chunk_size")
     loading = ctx.array.loading
-    if getattr(loading, "enable_padding_and_truncation", False):
-        raise refuse("array.loading.enable_padding_and_truncation", "shapes must equal the saved ones")
     if getattr(loading, "use_load_and_broadcast", False):
         raise refuse("array.loading.use_load_and_broadcast", "every process reads the boxes it needs")
 

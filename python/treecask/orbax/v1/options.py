@@ -13,12 +13,16 @@ compression; one save is in flight at a time): the other ``AsyncOptions``,
 format switches (``use_ocdbt``, ``use_zarr3``, ``use_compression``...),
 ``PyTreeOptions.Saving``, ``MemoryOptions``, ``PathwaysOptions``,
 ``DeletionOptions``, ``AtomicityOptions`` (a checkpoint is committed by an
-atomic rename), ``CheckpointablesOptions``. Raise ``UnsupportedError`` when a
-save or load runs with them set: ``ArrayOptions.Saving.storage_options.dtype``
-/ ``chunk_byte_size`` / ``shard_axes`` and ``scoped_storage_options_creator``
-(cast before saving instead), ``ArrayOptions.Loading.enable_padding_and_truncation``
-and ``use_load_and_broadcast``, ``CheckpointLayout.SAFETENSORS``
-(``treecask.import_safetensors`` converts a safetensors file).
+atomic rename), ``CheckpointablesOptions``. Followed as Orbax's:
+``ArrayOptions.Saving.storage_options.dtype`` and
+``scoped_storage_options_creator`` (each array leaf cast to the dtype before
+it is saved), ``ArrayOptions.Loading.enable_padding_and_truncation`` (an
+array whose abstract shape differs is truncated or zero-padded to it). Raise
+``UnsupportedError`` when a save or load runs with them set:
+``storage_options.chunk_byte_size`` / ``shard_axes`` (an archive's chunking is
+``treecask.save``'s ``chunk_size``), ``ArrayOptions.Loading.use_load_and_broadcast``,
+``CheckpointLayout.SAFETENSORS`` (``treecask.import_safetensors`` converts a
+safetensors file).
 """
 
 from __future__ import annotations
@@ -114,9 +118,14 @@ class PyTreeOptions:
 @dataclasses.dataclass(kw_only=True)
 class ArrayOptions:
     """Array saving and loading (Orbax ``ArrayOptions``). The storage format
-    switches of ``saving`` have no effect; ``saving.storage_options`` (a cast
-    or chunking per leaf), ``saving.scoped_storage_options_creator``,
-    ``loading.enable_padding_and_truncation`` and
+    switches of ``saving`` have no effect. ``saving.storage_options.dtype``:
+    every array leaf is cast to it before saving;
+    ``saving.scoped_storage_options_creator(key_path, value)`` (a jax key
+    path, the leaf) returns a ``StorageOptions`` whose ``dtype`` overrides it
+    for that leaf, or None. ``loading.enable_padding_and_truncation``: an
+    array whose abstract leaf's shape differs from the saved one is
+    truncated or zero-padded (at the end of each axis) to it.
+    ``storage_options.chunk_byte_size`` / ``shard_axes`` and
     ``loading.use_load_and_broadcast`` raise ``UnsupportedError`` when set."""
 
     @dataclasses.dataclass(kw_only=True)

@@ -1,25 +1,27 @@
 """Orbax v1's ``training.Checkpointer`` over a :class:`treecask.CheckpointManager`:
-one treecask archive per step, ``<directory>/step_<n>.cask`` (the manager's
-layout, so ``treecask.CheckpointManager`` and ``treecask.orbax.CheckpointManager``
-read the same directory), each step holding its checkpointables as the v1
-free functions lay them out (``_api.py``); the save decision and
+one directory per step, ``<directory>/<n>/``, as Orbax's (the manager's
+``ITEM_DIRECTORIES`` layout, so ``treecask.orbax.CheckpointManager`` reads the
+same directory), each step holding its checkpointables as the v1 free
+functions lay them out (``_api.py``: one archive per checkpointable and
+``index.cask``), the Checkpointer's ``custom_metadata`` the run's entry
+``metadata`` (Orbax's ``metadata/``); the save decision and
 preservation policies of ``save_decision_policies.py`` /
 ``preservation_policies.py`` (or any objects with their methods) decide which
-steps are written and kept. Retention runs in the manager's background
-thread once a step is durable (``_PolicyManager._retain``).
+steps are written and kept. The run is ``treecask.orbax``'s one adapter over
+the manager's public calls (``_steps.Steps``); the preservation policy is the
+manager's ``keep_fn``, run in its background thread once a step is durable.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from .... import _manager as _M
 from ... import args as _args
-from ..._items import Where, _encode
+from ..._items import _encode_items
+from ..._steps import Steps
 from .._api import (
     _INIT_KEY,
     STATE_CHECKPOINTABLE_KEY,
@@ -31,12 +33,11 @@ from .._api import checkpointables_metadata as _checkpointables_metadata
 from .._api import load_checkpointables as _load_checkpointables
 from .._api import metadata as _metadata
 from .._context import Context, check_supported, get_context
-from ....errors import NotFoundError, UnsupportedError
+from ....errors import UnsupportedError
 from . import preservation_policies as _pp
 from . import save_decision_policies as _sd
 from .errors import StepAlreadyExistsError, StepNotFoundError
 
-_ROOT_KEY = "treecask.orbax.root_metadata"  # the Checkpointer's custom_metadata, kept in each step (as treecask.orbax)
 
 
 class CheckpointMetadata(_BaseMetadata):
@@ -81,45 +82,18 @@ class RootMetadata:
         return f"RootMetadata(directory={str(self.directory)!r}, custom_metadata={self.custom_metadata!r})"
 
 
-class _PolicyManager(_M.CheckpointManager):
-    """A treecask.CheckpointManager whose retention is a preservation policy."""
+def _metadata_of(info: Any) -> CheckpointMetadata:
+    """A :class:`treecask.StepInfo` as v1's :class:`CheckpointMetadata` (``metadata`` None)."""
+    return CheckpointMetadata(info.step, info.path, metadata=None, commit_timestamp_nsecs=info.commit_time_ns,
+                              metrics=info.metrics)
 
-    def __init__(self, directory: Any, policy: Any, store: Any = None):
-        super().__init__(directory, async_save=True, store=store)
-        self.policy = policy
 
-    def where(self, step: int) -> Where:
-        """Where step ``step`` is (its store and path), to read it."""
-        return Where(self._run.entry(self._steps().get(step, _M.step_name(step))), self._run.store)
-
-    def info(self, step: int, name: str) -> CheckpointMetadata:
-        path = self._entry(name)
-        stamp = self._stamp(name)  # (inode, mtime in ns) of a local step; None in an object store
-        commit = stamp[1] if stamp is not None else None
-        return CheckpointMetadata(step, path, metadata=None, commit_timestamp_nsecs=commit,
-                                  metrics=self._metrics_of(name))
-
-    def infos(self) -> List[CheckpointMetadata]:
-        out = []
-        for step, name in sorted(self._steps().items()):
-            try:
-                out.append(self.info(step, name))
-            except (OSError, NotFoundError):  # deleted meanwhile
-                continue
-        return out
-
-    def _retain(self, new_step: int) -> None:
-        if not _M._may_delete():
-            return
-        infos = self.infos()
-        keep = list(self.policy.should_preserve(infos, context=_pp.PreservationContext()))
-        if len(keep) != len(infos):
-            raise ValueError(f"{type(self.policy).__name__}.should_preserve returned {len(keep)} flags for "
-                             f"{len(infos)} checkpoints")
-        listing = self._steps()
-        for info, k in zip(infos, keep, strict=True):
-            if not k and info.step in listing:
-                self._remove(listing[info.step])
+def _keep_fn(policy: Any):
+    """A preservation policy (``should_preserve(checkpoints, context=...)``)
+    as the ``keep_fn`` of :class:`treecask.CheckpointManager`."""
+    def keep(infos: List[Any]) -> List[bool]:
+        return list(policy.should_preserve([_metadata_of(i) for i in infos], context=_pp.PreservationContext()))
+    return keep
 
 
 def _step_of(step: Any) -> Optional[int]:
@@ -132,15 +106,16 @@ class Checkpointer:
     ``Checkpointer(directory, *, context=None, save_decision_policy=None,
     preservation_policy=None, step_name_format=None, custom_metadata=None,
     cleanup_tmp_directories=False, lightweight_initialize=False, logger=None)``:
-    steps are ``<directory>/step_<n>.cask`` (a directory, or an object-store
-    URL), each a treecask archive holding the step's checkpointables
-    (``save``: the pytree as "state"), its metrics and custom metadata.
+    steps are ``<directory>/<n>/`` (a directory, or an object-store URL), as
+    Orbax's, each holding one treecask archive per checkpointable (``save``:
+    the pytree as "state") and ``index.cask`` with the step's metrics and
+    custom metadata; ``custom_metadata`` is the run's entry ``metadata``.
     ``save_decision_policy`` (default: the first step, then whenever no save is
     in progress, as Orbax's) says which steps :meth:`save` writes;
     ``preservation_policy`` (default: keep all) which steps are kept, applied
     after each save is durable. Calls run under ``context`` (default: the
     current one). ``step_name_format`` raises ``UnsupportedError`` (steps are
-    ``step_<8+ digits>.cask``); ``cleanup_tmp_directories`` (temporaries are
+    named ``<n>``, Orbax's default); ``cleanup_tmp_directories`` (temporaries are
     always swept), ``lightweight_initialize`` and ``logger`` have no effect.
     ``store`` (a treecask extension beyond Orbax's signature): a
     :class:`treecask.stores.Store` that ``directory`` is a path inside
@@ -158,38 +133,28 @@ class Checkpointer:
         d = os.fspath(directory)
         if step_name_format is not None:
             raise UnsupportedError("Orbax v1 Checkpointer(step_name_format=...) is not supported by "
-                                   "treecask.orbax.v1: steps are named step_<8+ digits>.cask", file=d)
+                                   "treecask.orbax.v1: steps are named <step>, as Orbax's default", file=d)
         self._context = Context(context if context is not None else get_context())
         self._save_policy = save_decision_policy if save_decision_policy is not None else _sd.AnySavePolicy([
             _sd.InitialSavePolicy(), _sd.ContinuousCheckpointingPolicy(), _sd.PreemptionCheckpointingPolicy()])
-        self._mgr = _PolicyManager(d, preservation_policy if preservation_policy is not None else _pp.PreserveAll(),
-                                   store)
+        policy = preservation_policy if preservation_policy is not None else _pp.PreserveAll()
+        self._steps = Steps(d, store, async_save=True, keep_fn=_keep_fn(policy))
         self._custom = custom_metadata
-        self._pending_time: Dict[int, int] = {}
+        if custom_metadata is not None:  # the run's entry "metadata", written once (Orbax's metadata/)
+            self._steps.save_root_metadata(custom_metadata)
 
     # ---- listing ----
     @property
     def directory(self) -> Any:
         """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
-        return self._mgr.directory
-
-    def _in_flight(self) -> Optional[Any]:
-        job = self._mgr._job
-        return job if job is not None and not job.done.is_set() else None
+        return self._steps.directory
 
     @property
     def checkpoints(self) -> Sequence[CheckpointMetadata]:
         """The steps, ascending by step, as :class:`CheckpointMetadata` with
         ``metadata`` None (step, path, metrics, commit time), a step still
         being saved included (its time: when its save began)."""
-        infos = self._mgr.infos()
-        job = self._in_flight()
-        if job is not None and all(i.step != job.step for i in infos):
-            infos.append(CheckpointMetadata(job.step, job.path, metadata=None,
-                                            commit_timestamp_nsecs=self._pending_time.get(job.step, time.time_ns()),
-                                            metrics=job.metrics))
-            infos.sort(key=lambda i: i.step)
-        return infos
+        return [_metadata_of(i) for i in self._steps.infos()]
 
     @property
     def latest(self) -> Optional[CheckpointMetadata]:
@@ -209,15 +174,24 @@ class Checkpointer:
                 return c
         raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
 
+    def _where(self, step: int) -> Any:
+        where = self._steps.where(step)
+        if where is None:
+            raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
+        return where
+
     def should_save(self, step: int) -> bool:
         """Whether :meth:`save` writes ``step``: above the latest step, and the
-        save decision policy says so (asked with the steps saved so far)."""
+        save decision policy says so (asked with the steps saved so far, and
+        whether a save is in progress and the preemption sync point is
+        reached: ``treecask.CheckpointManager.reached_preemption``, as Orbax)."""
         step = int(_step_of(step))
         previous = self.checkpoints
         if previous and previous[-1].step >= step:
             return False
-        now = CheckpointMetadata(step, self._mgr.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
-        ctx = _sd.DecisionContext(is_saving_in_progress=self.is_saving_in_progress(), reached_preemption=False,
+        now = CheckpointMetadata(step, self._steps.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
+        ctx = _sd.DecisionContext(is_saving_in_progress=self.is_saving_in_progress(),
+                                  reached_preemption=self._steps.manager.reached_preemption(step),
                                   multiprocessing_options=self._context.multiprocessing)
         return bool(self._save_policy.should_save(now, previous, context=ctx))
 
@@ -241,23 +215,19 @@ class Checkpointer:
             if any(c.step == step for c in self.checkpoints):  # a step in flight included
                 if not overwrite:
                     raise StepAlreadyExistsError(f"step {step} already exists (overwrite=True replaces it)",
-                                                 file=str(self._mgr.path(step)))
+                                                 file=str(self._steps.path(step)))
                 self.delete(step)
             if not force and not self.should_save(step):  # asked before waiting, as Orbax
                 return None
-            self._mgr._join()
-            tree, md, _ = _encode(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
-                                  custom_metadata, d)
+            self._steps.wait_quietly()
+            enc, md = _encode_items(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
+                                    custom_metadata, d)
             md[_INIT_KEY] = str(time.time_ns())
-            if self._custom is not None:
-                md[_ROOT_KEY] = json.dumps(self._custom)
-            self._pending_time[step] = time.time_ns()
-            self._mgr.save(step, tree, metrics=metrics, force=True, metadata=md)
+            self._steps.save(step, enc, metrics=metrics, metadata=md)
             callback = self._context.asynchronous.post_finalization_callback
 
         def finish() -> bool:
-            self._mgr.wait_until_finished()
-            self._pending_time.pop(step, None)
+            self._steps.wait()
             if callback is not None:
                 callback()
             return True
@@ -286,10 +256,10 @@ class Checkpointer:
         """Step ``step``'s checkpointables (None: the latest), as
         :func:`treecask.orbax.v1.load_checkpointables`. A save in flight is
         waited for first. Raises :class:`StepNotFoundError` for no such step."""
-        self._mgr._join()
+        self._steps.wait_quietly()
         with self._context:
             c = self._resolve(step)
-            return _load_checkpointables(self._mgr.where(c.step), abstract_checkpointables)
+            return _load_checkpointables(self._where(c.step), abstract_checkpointables)
 
     def load(self, step: Any = None, abstract_state: Any = None, *,
              checkpointable_name: str = STATE_CHECKPOINTABLE_KEY) -> Any:
@@ -308,10 +278,10 @@ class Checkpointer:
 
     # ---- metadata ----
     def _step_metadata(self, step: Any, fn: Any) -> CheckpointMetadata:
-        self._mgr._join()
+        self._steps.wait_quietly()
         with self._context:
             c = self._resolve(step)
-            m = fn(self._mgr.where(c.step))
+            m = fn(self._where(c.step))
         return CheckpointMetadata(c.step, m.path, metadata=m.metadata, init_timestamp_nsecs=m.init_timestamp_nsecs,
                                   commit_timestamp_nsecs=m.commit_timestamp_nsecs, custom_metadata=m.custom_metadata,
                                   metrics=c.metrics)
@@ -325,15 +295,12 @@ class Checkpointer:
         return self._step_metadata(step, _checkpointables_metadata)
 
     def root_metadata(self) -> RootMetadata:
-        """The ``custom_metadata`` given to this Checkpointer, or else the one
-        the latest step recorded, or ``{}``."""
+        """The ``custom_metadata`` given to this Checkpointer, or else the
+        run's (its entry ``metadata``, written by the first Checkpointer given
+        one), or ``{}``."""
         custom = self._custom
         if custom is None:
-            latest = self._mgr.latest_step()
-            if latest is not None:
-                with self._mgr.where(latest).open() as a:
-                    raw = a.metadata.get(_ROOT_KEY)
-                custom = json.loads(raw) if raw is not None else None
+            custom = self._steps.root_metadata()
         return RootMetadata(directory=self.directory, custom_metadata=custom if custom is not None else {})
 
     # ---- deleting ----
@@ -346,15 +313,12 @@ class Checkpointer:
             raise UnsupportedError(f"Orbax v1 Checkpointer.delete(checkpointable_name={checkpointable_name!r}) is "
                                    "not supported by treecask.orbax.v1: a step's archive is written whole",
                                    file=str(self.directory))
-        self._mgr._join()
         step = int(_step_of(step))
-        listing = self._mgr._steps()
-        if step not in listing:
-            if missing_ok:
-                return False
-            raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
-        self._mgr._remove(listing[step])
-        return True
+        if self._steps.delete(step):
+            return True
+        if missing_ok:
+            return False
+        raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
 
     def delete_async(self, step: Any, **kwargs: Any) -> AsyncResponse[bool]:
         """:meth:`delete` on a background thread."""
@@ -365,7 +329,7 @@ class Checkpointer:
         cannot stop a write midway, so it waits for it, then deletes ``step``
         (if it exists): the same end state."""
         try:
-            self._mgr.wait_until_finished()
+            self._steps.wait()
         finally:
             if step is not None:
                 self.delete(step, missing_ok=True)
@@ -376,16 +340,16 @@ class Checkpointer:
 
     def is_saving_in_progress(self) -> bool:
         """Whether an asynchronous save is still running."""
-        return self._in_flight() is not None
+        return self._steps.is_saving_in_progress()
 
     def wait(self) -> None:
         """Blocks until the save in flight is durable and the preservation policy
         has run; raises its error, once."""
-        self._mgr.wait_until_finished()
+        self._steps.wait()
 
     def close(self) -> None:
         """Waits for the save in flight, then closes (later saves raise)."""
-        self._mgr.close()
+        self._steps.close()
 
     def __enter__(self) -> "Checkpointer":
         return self

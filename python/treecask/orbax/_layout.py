@@ -1,0 +1,155 @@
+"""Orbax's layout of a checkpoint of several items, kept where code can see it:
+the checkpoint is a directory with one entry per item, named as Orbax names
+it (``state``, ``metadata``, ``dataset``...), each entry one treecask archive
+that :func:`treecask.open` reads on its own, plus ``index.cask``, the
+checkpoint's commit object (an archive without leaves whose metadata holds
+the checkpoint's own: custom metadata, when the save began). Orbax writes a
+directory per item in the same places (and its own bookkeeping files,
+``_CHECKPOINT_METADATA``, ``commit_success.txt``...), so listing the
+checkpoint, testing an item's path or deleting an item's entry behave as with
+Orbax.
+
+A directory is written through the store seam (``treecask.stores``):
+:meth:`Store.stage_directory`, each item saved into the staging with
+:func:`treecask.save`, then :meth:`Store.publish_directory` (on a file system
+one atomic rename of the whole directory, an overwrite included; in an
+object store the directory counts once ``index.cask`` exists, and an
+overwrite first deletes the old index, then writes the new items over the
+old ones and commits them with the new index, so a failed overwrite there
+leaves no checkpoint). Which items a checkpoint holds is its
+listing (an item whose entry was deleted is gone, as in Orbax); each item's
+kind (pytree, JSON, array, a stateful checkpointable's state) is in its own
+archive's metadata.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .. import _jaxutil as J
+from .. import stores
+from .._async import SaveJob, _start
+from .._save import save as _save
+from .. import _upload
+from ..errors import Error, UnsupportedError
+
+#: The commit object of a checkpoint directory (``treecask.stores.COMMIT_OBJECT``).
+INDEX = stores.COMMIT_OBJECT
+#: An item archive's metadata key holding its kind ("pytree", "json", "array", "stateful").
+KIND_KEY = "treecask.orbax.kind"
+#: The index's metadata key that marks a checkpoint directory of items (a
+#: multi-process save's sharded checkpoint also has an ``index.cask``).
+MARK_KEY = "treecask.orbax.items_directory"
+
+
+def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
+    """The item entries of the checkpoint directory ``key`` (sorted), or None
+    when ``key`` is not a committed checkpoint directory (no ``index.cask``:
+    a single archive file, or nothing). Entries that are not items (the
+    index, temporaries ``*.tmp.*``) are left out."""
+    head = stores.join(key, "")
+    head = head + "/" if head and not head.endswith("/") else head
+    try:
+        names = store.list_prefix(head)
+    except UnsupportedError:  # a store that lists nothing (http(s)): one object, never a directory
+        return None
+    if stores.join(key, INDEX) not in names:
+        return None
+    from .._open import open as _open
+
+    with _open(stores.join(key, INDEX), store=store) as a:
+        if MARK_KEY not in a.metadata:
+            return None  # a sharded checkpoint: one archive
+    out = set()
+    for n in names:
+        rest = n[len(head):]
+        first = rest.split("/", 1)[0]
+        if first and first != INDEX and ".tmp." not in first:
+            out.add(first)
+    return sorted(out)
+
+
+def _snapshot(tree: Any) -> Any:
+    """``tree`` with every NumPy array copied (the caller may write it in place
+    once an asynchronous save returns); jax arrays are immutable and kept."""
+    jax = J.import_jax()
+    if jax is None:
+        import copy
+
+        return copy.deepcopy(tree)
+    return jax.tree_util.tree_map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, tree)
+
+
+def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, Mapping[str, str]]],
+                   index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
+                   meanwhile: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
+                   step: Optional[int] = None, metrics: Any = None) -> Optional[SaveJob]:
+    """Writes the checkpoint directory ``key`` of ``store``: each item
+    ``name -> (tree, archive metadata)`` as the archive ``key/name``, then
+    ``key/index.cask`` with ``index_md``, committed whole (module docstring).
+    An existing checkpoint raises AlreadyExistsError unless ``overwrite``
+    (then it is replaced by the same commit). Parent directories of a local
+    path are created, as Orbax does. Returns None once durable, or
+    (``asynchronous``) a :class:`treecask._async.SaveJob` once the trees'
+    NumPy bytes are copied: the writing runs in the background and
+    ``wait()`` raises its error. ``meanwhile`` runs before the items are
+    written and ``after`` once the checkpoint is committed (on the
+    background thread when asynchronous; a manager's sweep and retention,
+    as ``treecask._async.save_async``'s); ``step`` and ``metrics`` are
+    recorded on the job. Argument errors (an existing checkpoint, a bad
+    name) raise here."""
+    for name in items:
+        if not isinstance(name, str) or not name or "/" in name or name == INDEX or name.startswith("."):
+            from ..errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"an item name is a non-empty str without '/', not '{INDEX}', got {name!r}",
+                                       file=store.display(key))
+    store.make_directory(key.rpartition("/")[0])  # a file system's parents; nothing in an object store
+    staging = store.stage_directory(key, overwrite=bool(overwrite))
+    if overwrite and not store.supports_atomic_directories:
+        store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items are rewritten
+    if asynchronous:
+        items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
+
+    def write_all() -> None:
+        swept: Optional[BaseException] = None
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception as e:  # the save's error, once the checkpoint is written anyway
+                swept = e
+        written: List[str] = []
+        try:
+            for name, (tree, md) in items.items():
+                try:
+                    _save(stores.join(staging, name), tree, store=store, metadata=dict(md),
+                          overwrite=bool(overwrite))
+                except Error as e:  # named as the item it was to be, not its staging
+                    raise _upload.named(e, store.display(stores.join(staging, name)),
+                                        store.display(stores.join(key, name))) from None
+                written.append(name)
+
+            def write_index(path: str, in_place: bool) -> None:
+                _save(path, None, metadata={**index_md, MARK_KEY: "1"}, overwrite=not in_place)
+
+            store.publish_directory(staging, key, write_index, overwrite=bool(overwrite), durable=True,
+                                    keep=list(items))
+        except BaseException:
+            store.discard_directory(staging, written)
+            raise
+        if after is not None:
+            after()
+        if swept is not None:
+            raise swept
+
+    if not asynchronous:
+        write_all()
+        return None
+    job = SaveJob(store.display(key), step=step, metrics=metrics)
+    _start(job, write_all)
+    return job
+
+
+__all__ = ["INDEX", "KIND_KEY", "MARK_KEY", "item_names", "save_directory"]

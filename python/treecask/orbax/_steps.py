@@ -1,0 +1,222 @@
+"""Orbax's view of a run, over :class:`treecask.CheckpointManager`'s public
+calls: the one adapter that ``treecask.orbax.CheckpointManager`` (Orbax's
+manager) and ``treecask.orbax.v1.training.Checkpointer`` share.
+
+A step is Orbax's layout, a directory ``<step>/`` of one treecask archive
+per item named as Orbax names them (``default``, ``state``...) and
+``index.cask``, the step's commit object (the manager's ``step_layout=
+ITEM_DIRECTORIES``, written by ``_layout.py``), so listing the run or a step
+shows what Orbax's shows.
+
+What Orbax's managers show and treecask's manager does not: a step still
+being saved is listed (Orbax's bookkeeping adds a step when its save
+starts), a step is read through a :class:`~treecask.orbax._items.Where` (its
+store and path), and a step may be read from another directory of the same
+store. Everything else is the manager's own call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from .. import stores
+from .._open import open as _open
+from .._save import save as _save
+
+from .._manager import CheckpointManager as _Manager
+from .._manager import StepInfo
+from ..errors import InvalidArgumentError
+from . import _layout as _L
+from .._run import ITEM_DIRECTORIES
+from ._items import Where
+
+
+#: A step's entry holding its metrics, as Orbax's managers write them (an
+#: archive without leaves, of kind "metrics", the JSON under METRICS_JSON_KEY).
+METRICS_ITEM = "metrics"
+METRICS_KIND = "metrics"
+METRICS_JSON_KEY = "treecask.orbax.metrics"
+
+#: The entry of a run holding its custom metadata (Orbax's ``metadata/``) and
+#: that archive's metadata key for it.
+ROOT_METADATA = "metadata"
+ROOT_KEY = "treecask.orbax.root_metadata"
+
+
+class Steps:
+    """A run's steps as Orbax's managers see them.
+
+    ``Steps(directory, store=None, *, async_save, read_only=False, max_to_keep=None,
+    keep_period=None, best_fn=None, best_mode="max", keep_fn=None)``: a
+    :class:`treecask.CheckpointManager` of ``directory`` with Orbax's
+    retention (``keep_newest=False``: exactly the ``max_to_keep`` best with
+    ``best_fn``) and no save interval (the Orbax layers decide which steps
+    are due). Raises what that constructor raises."""
+
+    def __init__(self, directory: Any, store: Any = None, *, async_save: bool, read_only: bool = False,
+                 max_to_keep: Optional[int] = None, keep_period: Optional[int] = None,
+                 best_fn: Optional[Callable[[Any], float]] = None, best_mode: str = "max",
+                 keep_fn: Optional[Callable[[List[StepInfo]], Sequence[bool]]] = None):
+        self.manager = _Manager(directory, max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
+                                best_mode=best_mode, keep_newest=False, save_interval_steps=1,
+                                async_save=async_save, read_only=read_only, keep_fn=keep_fn, store=store,
+                                step_layout=ITEM_DIRECTORIES)
+        self._store = store
+        self._started: Dict[int, int] = {}  # step -> time.time_ns() when its save began
+        self._root = stores.join(stores.resolve(directory, store)[1].rstrip("/"), ROOT_METADATA)
+
+    # ---- the run's own metadata ----
+    def root_metadata(self) -> Any:
+        """The run's custom metadata (JSON-decoded) from its entry
+        ``metadata`` (:meth:`save_root_metadata`), or None when it has none."""
+        st = self.manager.store
+        if self._root not in st.list_prefix(self._root):
+            return None
+        with _open(self._root, store=st) as a:
+            raw = a.metadata.get(ROOT_KEY)
+        return json.loads(raw) if raw is not None else None
+
+    def save_root_metadata(self, custom: Any) -> None:
+        """Writes the run's custom metadata (a JSON value) once, as Orbax's
+        managers do: the entry ``metadata`` beside the steps (Orbax's
+        ``metadata/`` directory), a leafless treecask archive whose archive
+        metadata holds it. A run that has it keeps it; nothing when read-only."""
+        st = self.manager.store
+        if self.manager.read_only or self._root in st.list_prefix(self._root):
+            return
+        _save(self._root, None, metadata={ROOT_KEY: json.dumps(custom)}, store=st)
+
+    @property
+    def directory(self) -> Any:
+        """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
+        return self.manager.directory
+
+    # ---- listing ----
+    def all_steps(self) -> List[int]:
+        """The committed steps and the step being saved, ascending."""
+        steps = set(self.manager.all_steps())
+        s = self.manager.in_flight()
+        if s is not None:
+            steps.add(s.step)
+        return sorted(steps)
+
+    def latest_step(self) -> Optional[int]:
+        """The highest step (one being saved included), or None."""
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def infos(self) -> List[StepInfo]:
+        """A :class:`treecask.StepInfo` per step, ascending, the step being
+        saved included (its ``commit_time_ns``: when its save began)."""
+        infos = self.manager.step_infos()
+        s = self.manager.in_flight()
+        if s is not None and all(i.step != s.step for i in infos):
+            infos.append(StepInfo(s.step, s.path, s.metrics, self._started.get(s.step, time.time_ns())))
+            infos.sort(key=lambda i: i.step)
+        return infos
+
+    def where(self, step: int, directory: Any = None) -> Optional[Where]:
+        """Where committed step ``step`` is (its store and path), in this run
+        or in ``directory`` (a path or URL, or a path in the store this run
+        was given); None when there is no such step. A save in flight here is
+        waited for first."""
+        if directory is None:
+            self.wait_quietly()
+            if step not in self.manager.all_steps():
+                return None
+            return Where(*_swap(self.manager.location(step)))
+        with _Manager(directory, store=self._store, read_only=True, step_layout=ITEM_DIRECTORIES) as other:
+            if step not in other.all_steps():
+                return None
+            return Where(*_swap(other.location(step)))
+
+    def latest_in(self, directory: Any) -> Optional[int]:
+        """The latest committed step of ``directory`` (as :meth:`where`), or None."""
+        with _Manager(directory, store=self._store, read_only=True, step_layout=ITEM_DIRECTORIES) as other:
+            return other.latest_step()
+
+    def path(self, step: int) -> Any:
+        """What users are shown as step ``step``'s path (``CheckpointManager.path``)."""
+        return self.manager.path(step)
+
+    # ---- saving, deleting ----
+    def save(self, step: int, items: Any, *, metrics: Any, metadata: Dict[str, str],
+             metrics_entry: bool = True) -> None:
+        """Saves ``items`` (``{item name: (pytree, archive metadata)}``,
+        ``_items._encode_items``) as step ``step``, with ``metadata`` in its
+        ``index.cask`` (due or not: the Orbax layers decide). ``metrics``
+        (a JSON value, or None) are also the step's entry ``metrics`` when
+        ``metrics_entry``, where Orbax's managers write one (v1's always,
+        v0's with ``best_fn``); an item of that name is then refused
+        (InvalidArgumentError), as Orbax reserves it."""
+        if metrics is not None and metrics_entry:
+            if METRICS_ITEM in items:
+                raise InvalidArgumentError(f"the item name '{METRICS_ITEM}' is the step's metrics' (Orbax reserves it)",
+                                           file=str(self.path(step)))
+            imd = {_L.KIND_KEY: METRICS_KIND}
+            try:
+                imd[METRICS_JSON_KEY] = json.dumps(metrics, sort_keys=True, default=_plain)
+            except (TypeError, ValueError):
+                pass  # not JSON: the manager's save refuses the metrics, naming the step
+            items = {**items, METRICS_ITEM: (None, imd)}
+        self._started[step] = time.time_ns()
+        self.manager.save(step, items, metrics=metrics, force=True, metadata=metadata)
+
+    def delete(self, step: int) -> bool:
+        """Deletes committed step ``step`` (a save in flight is waited for
+        first); False when there is none."""
+        self.wait_quietly()
+        if step not in self.manager.all_steps():
+            return False
+        self.manager.delete(step)
+        return True
+
+    # ---- the save in flight ----
+    def wait_quietly(self) -> None:
+        """Waits for the save in flight without taking its error (it stays
+        for ``wait`` / ``check_for_errors`` / the next save)."""
+        self.manager.wait_until_finished(raise_error=False)
+
+    def is_saving_in_progress(self) -> bool:
+        """Whether a save is still running."""
+        return self.manager.is_saving_in_progress()
+
+    def wait(self) -> None:
+        """Blocks until the save in flight is committed and retention has run; raises its error, once."""
+        try:
+            self.manager.wait_until_finished()
+        finally:
+            self._started.clear()
+
+    def check_for_errors(self) -> None:
+        """Raises the error of a finished save, once; never blocks."""
+        self.manager.check_for_errors()
+
+    def metrics(self, step: int) -> Any:
+        """The metrics saved with committed step ``step`` (the save in flight waited for first)."""
+        self.wait_quietly()
+        return self.manager.metrics(step)
+
+    def best_step(self) -> Optional[int]:
+        """The manager's ``best_step`` once the save in flight is committed."""
+        self.wait_quietly()
+        return self.manager.best_step()
+
+    def close(self) -> None:
+        """Waits for the save in flight, then closes (later saves raise)."""
+        self.manager.close()
+
+
+def _plain(x: Any) -> Any:
+    """A NumPy / jax scalar or array as Python values (``json.dumps``'s ``default``)."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON-serialisable")
+
+
+def _swap(location: Any) -> Any:
+    """(store, path) -> (path, store): Where's argument order."""
+    store, path = location
+    return path, store
