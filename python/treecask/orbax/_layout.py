@@ -32,7 +32,7 @@ from .. import _jaxutil as J
 from .. import stores
 from .._async import SaveJob, _start
 from .._save import save as _save
-from .. import _upload
+from ..stores import _upload
 from ..errors import Error, UnsupportedError
 
 #: The commit object of a checkpoint directory (``treecask.stores.COMMIT_OBJECT``).
