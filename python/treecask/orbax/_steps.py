@@ -65,7 +65,7 @@ class Steps:
                                 step_layout=ITEM_DIRECTORIES)
         self._store = store
         self._started: Dict[int, int] = {}  # step -> time.time_ns() when its save began
-        self._root = stores.join(stores.resolve(directory, store)[1].rstrip("/"), ROOT_METADATA)
+        self._root = stores.join(stores.resolve(directory, store).path, ROOT_METADATA)
 
     # ---- the run's own metadata ----
     def root_metadata(self) -> Any:
