@@ -94,4 +94,11 @@ TREECASK_API std::string sign(const std::filesystem::path& archive_or_directory,
 TREECASK_API void verify_signature(const std::filesystem::path& archive_or_directory,
                                    const SignatureCheck& check, unsigned threads = 0);
 
+// The PEM public key (SubjectPublicKeyInfo, -----BEGIN PUBLIC KEY-----) of
+// the unencrypted PEM EC private key `private_key_pem`: what a verified open
+// of an archive that key signed takes (SignatureCheck::public_key_pem).
+// Throws Error: kInvalidArgument (not a PEM private key), kUnsupported (a key
+// that is not EC, or a curve model_signing does not take, named), as sign().
+TREECASK_API std::string public_key_of(std::string_view private_key_pem);
+
 }  // namespace treecask

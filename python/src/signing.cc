@@ -51,6 +51,9 @@ void register_signing(nb::module_& m) {
       "treecask::verify_signature: checks every signed byte of the archive file or sharded "
       "checkpoint directory `path` against the bundle (SHA-256 on `threads` threads, 0: all "
       "cores), GIL released; raises SignatureError naming the file and what failed.");
+  m.def("public_key_of", [](const std::string& pem) { return treecask::public_key_of(pem); }, "private_key_pem"_a,
+        "treecask::public_key_of: the PEM public key of the PEM EC private key (what a verified "
+        "open takes); InvalidArgumentError / UnsupportedError as sign.");
 }
 
 }  // namespace treecask_py

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import treecask._core as _core
 
-from . import stores
+from . import _signing, stores
 from ._async import SaveJob, is_primary, processes, save_async
 from ._async import reached_preemption as _reached_preemption
 from ._open import load
@@ -40,9 +40,13 @@ from ._retention import Retention
 from ._run import ARCHIVES, Run, StepLayout, refuse_orbax_run, refuse_other_layout, step_name
 from ._save import save
 from ._types import PathLike
-from .errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError, UnsupportedError, _with_file
 
 __all__ = ["CheckpointManager", "StepInfo", "STEP_KEY", "METRICS_KEY", "step_name", "refuse_orbax_run"]
+
+#: The name of a step's signature beside it (``sign_with``): ``step_<n:08d>.cask.sig``,
+#: what ``treecask sign`` and :func:`treecask.sign` write by default.
+_SIGNATURE_SUFFIX = ".sig"
 
 #: Archive metadata keys the manager writes into every step (SPEC.md "Checkpoint directories").
 STEP_KEY = "treecask.step"
@@ -148,6 +152,16 @@ class CheckpointManager:
         and ``index.cask`` (format/SPEC.md "Checkpoint directories"); then
         :meth:`save` takes ``{item name: (pytree, archive metadata)}`` and
         :meth:`restore` returns ``{item name: pytree}``.
+      sign_with: an unencrypted PEM EC private key (P-256, P-384 or P-521;
+        its file's path or its bytes) with which each step is signed right
+        after its commit, before retention: an OpenSSF model-signing bundle
+        ``step_<n:08d>.cask.sig`` beside the step (:func:`treecask.sign`,
+        shard serialization, docs/signing.md); :meth:`restore` then verifies
+        every byte it reads against it under the key's public half (unless
+        ``signature=`` / ``public_key=`` are passed to it), and
+        :meth:`delete` / retention remove it with the step. A local directory,
+        one process, the ``ARCHIVES`` layout (the bundle hashes the step's
+        file: sign before uploading elsewhere).
       **save_options: passed to :func:`treecask.save` for every step:
         ``compression``, ``shuffle``, ``durable``, ``chunk_size``, ``threads``,
         ``max_part_bytes``, ``metadata`` (the keys ``treecask.step`` and
@@ -163,7 +177,9 @@ class CheckpointManager:
         never ignored, convert it with :func:`treecask.import_orbax`; steps
         of the other ``step_layout`` (the message names the manager that
         reads them); a
-        read-only store (``http(s)://``) or a URL scheme treecask does not serve.
+        read-only store (``http(s)://``) or a URL scheme treecask does not serve;
+        ``sign_with`` with an object store or the ``ITEM_DIRECTORIES`` layout,
+        or a key that is not EC on a curve model_signing takes.
     """
 
     def __init__(self, directory: PathLike = "", *, max_to_keep: Optional[int] = None,
@@ -172,7 +188,8 @@ class CheckpointManager:
                  async_save: bool = True, keep_snapshot_memory: bool = False, read_only: bool = False,
                  keep_fn: Optional[Callable[[List[StepInfo]], Sequence[bool]]] = None,
                  storage_options: Optional[Mapping[str, Any]] = None,
-                 store: Optional[stores.Store] = None, step_layout: StepLayout = ARCHIVES, **save_options: Any):
+                 store: Optional[stores.Store] = None, step_layout: StepLayout = ARCHIVES,
+                 sign_with: Optional[_signing.KeySource] = None, **save_options: Any):
         # (a URL names an object store, never a local directory "s3:/bucket/run"; a read-only
         # store, http(s)://, refuses the listing below)
         st, path = stores.resolve(directory, store, storage_options)
@@ -197,6 +214,18 @@ class CheckpointManager:
             why = ("a step is never overwritten" if unknown == ["overwrite"]
                    else f"the save options are {sorted(_SAVE_OPTIONS)}")
             raise InvalidArgumentError(f"unknown save option(s) {unknown}: {why}", file=d)
+        # (the private key PEM, its public key PEM) of sign_with, checked now
+        self._signer: Optional[Tuple[str, str]] = None
+        if sign_with is not None:
+            if st.local_path(path) is None or step_layout is not ARCHIVES:
+                raise UnsupportedError("sign_with signs step archives in a local directory (the bundle hashes "
+                                       "the file): sign before uploading, or verify a store's steps with "
+                                       "restore(signature=, public_key=)", file=d)
+            pem = _signing.read_pem(sign_with, "sign_with")
+            try:
+                self._signer = (pem, _core.public_key_of(pem))
+            except Error as e:  # a key it cannot sign with, named, for this run
+                raise _with_file(e, d) from None
         md = dict(save_options.pop("metadata", None) or {})
         _check_metadata(md, d)
         self._retention = Retention(max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
@@ -396,6 +425,9 @@ class CheckpointManager:
             stored_metrics = json.loads(md[METRICS_KEY])
         committed = functools.partial(self._committed, step, name, stored_metrics)
         single = processes()[1] == 1  # (a multi-process job sweeps nothing: another process may be saving)
+        if self._signer is not None and not single:
+            raise UnsupportedError("sign_with signs in one process: in a jax.distributed job sign each step's "
+                                   "directory after the save with treecask.sign", file=str(self.path(step)))
         if self._run.layout.index:  # a directory of item archives (Orbax's layout)
             return self._save_items(step, entry, tree, md, stored_metrics, committed, single)
         if not self.async_save:
@@ -423,8 +455,6 @@ class CheckpointManager:
 
         d = str(self.directory)
         if not single:
-            from .errors import UnsupportedError
-
             raise UnsupportedError("a step of item directories is written by one process; in a multi-process "
                                    "jax job use treecask.CheckpointManager (one sharded archive per step)", file=d)
         if not isinstance(items, Mapping) or not all(isinstance(v, tuple) and len(v) == 2 for v in items.values()):
@@ -442,7 +472,10 @@ class CheckpointManager:
 
     def _committed(self, step: int, name: str, metrics: Any) -> None:
         """After step ``step`` (entry ``name``) is committed: its metrics
-        cached (no need to reopen it), then retention."""
+        cached (no need to reopen it), signed (``sign_with``), then retention."""
+        if self._signer is not None:
+            local = self._run.store.local_path(self._run.entry(name))
+            _signing.sign(local, private_key=self._signer[0].encode(), signature=local + _SIGNATURE_SUFFIX)
         try:
             self._metrics_cache[name] = (self._stamp(name), metrics)
         except NotFoundError:  # deleted meanwhile
@@ -479,6 +512,8 @@ class CheckpointManager:
         objects: its commit object first) and forgets its cached metrics."""
         self._run.remove(name)
         self._metrics_cache.pop(name, None)
+        if self._signer is not None:  # its bundle after it: a listed step always has its own
+            self._run.store.delete([self._run.entry(name) + _SIGNATURE_SUFFIX])
 
     def delete(self, step: int) -> None:
         """Deletes step ``step`` now, whatever the retention rule (Orbax's
@@ -556,6 +591,10 @@ class CheckpointManager:
         (``like`` then ``{item name: like}``; an item absent from it loads as
         saved), the items as the step's directory lists them."""
         if not self._run.layout.index:
+            if self._signer is not None and "signature" not in load_options and "public_key" not in load_options:
+                local = self._run.store.local_path(entry)
+                load_options = dict(load_options, signature=local + _SIGNATURE_SUFFIX,
+                                    public_key=self._signer[1].encode())
             return load(entry, like, **load_options)
         from .orbax import _layout
 

@@ -383,7 +383,10 @@ std::string make_statement(const std::string& subject, bool shards, uint64_t sha
   return s.dump(2);
 }
 
-std::string make_bundle(const std::string& statement_json, std::string_view private_key_pem) {
+namespace {
+// The PEM EC private key `private_key_pem` and the hash model_signing signs
+// with on its curve; the errors of make_bundle.
+Pkey read_private_key(std::string_view private_key_pem, const EVP_MD** md) {
   Bio in(BIO_new_mem_buf(private_key_pem.data(), static_cast<int>(private_key_pem.size())));
   if (!in) throw std::bad_alloc();
   Pkey key(PEM_read_bio_PrivateKey(in.get(), nullptr, nullptr, nullptr));
@@ -392,8 +395,21 @@ std::string make_bundle(const std::string& statement_json, std::string_view priv
                 "the private key is not an unencrypted PEM private key (-----BEGIN EC PRIVATE KEY----- "
                 "or -----BEGIN PRIVATE KEY-----)");
   std::string why;
-  const EVP_MD* md = ec_hash_of(key.get(), &why);
-  if (!md) throw Error(ErrorCode::kUnsupported, "", "", why);
+  *md = ec_hash_of(key.get(), &why);
+  if (!*md) throw Error(ErrorCode::kUnsupported, "", "", why);
+  return key;
+}
+}  // namespace
+
+std::string public_key_pem_of(std::string_view private_key_pem) {
+  const EVP_MD* md = nullptr;
+  const Pkey key = read_private_key(private_key_pem, &md);
+  return public_pem_of(key.get());
+}
+
+std::string make_bundle(const std::string& statement_json, std::string_view private_key_pem) {
+  const EVP_MD* md = nullptr;
+  const Pkey key = read_private_key(private_key_pem, &md);
   MdCtx ctx(EVP_MD_CTX_new());
   if (!ctx) throw std::bad_alloc();
   const std::string tbs = pae(statement_json);

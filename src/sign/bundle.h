@@ -99,6 +99,10 @@ std::shared_ptr<const Statement> checked_statement(std::string_view json, std::s
 // does not sign with (named).
 std::string make_bundle(const std::string& statement_json, std::string_view private_key_pem);
 
+// The PEM public key (SubjectPublicKeyInfo) of the PEM EC private key
+// `private_key_pem`; the errors of make_bundle for a key it cannot sign with.
+std::string public_key_pem_of(std::string_view private_key_pem);
+
 // The statement JSON for `resources` (in the order given) of the model named
 // `subject`, with model_signing's serialization record (shards: shard_size;
 // ignore_paths: model_signing's defaults).

@@ -165,6 +165,8 @@ std::string sign(const std::filesystem::path& target, std::string_view private_k
   }
 }
 
+std::string public_key_of(std::string_view private_key_pem) { return sig::public_key_pem_of(private_key_pem); }
+
 void verify_signature(const std::filesystem::path& target, const SignatureCheck& check, unsigned threads) {
   const std::string shown = target.string();
   if (is_url(shown)) {  // every signed byte fetched through the verifying source, hashed as it arrives

@@ -742,3 +742,43 @@ def test_a_signed_sharded_directory_reads_verified_from_s3(s3_env, keys, directo
         treecask.open(url, signature=sig)
     assert "public_key" in str(e.value)
 
+
+
+# ---- CheckpointManager(sign_with=): each step signed after its commit, restores verified ----
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_manager_signs_each_step_and_its_restores_verify(tmp_path, keys, async_save):
+    run = tmp_path / "run"
+    tree = model_tree()
+    with treecask.CheckpointManager(run, max_to_keep=2, async_save=async_save,
+                                    sign_with=keys["p256"].private) as mngr:
+        for step in (1, 2, 3):
+            mngr.save(step, tree)
+        mngr.wait_until_finished()
+        assert mngr.all_steps() == [2, 3]
+        # retention took step 1's bundle with it; each kept step has its own, accepted by model_signing
+        assert sorted(p.name for p in run.glob("*.sig")) == ["step_00000002.cask.sig", "step_00000003.cask.sig"]
+        ms_verify(run / "step_00000003.cask", run / "step_00000003.cask.sig", keys["p256"].public,
+                  shard_size=treecask._core.DEFAULT_SIGN_SHARD_SIZE)
+        restored = mngr.restore()
+        np.testing.assert_array_equal(restored["params"]["dense"]["kernel"], tree["params"]["dense"]["kernel"])
+        # a step whose bytes changed after signing is refused by restore, never returned
+        latest = run / "step_00000003.cask"
+        bad = flipped_copy(latest, tmp_path / "flipped")
+        latest.write_bytes(bad.read_bytes())
+        with pytest.raises(treecask.SignatureError):
+            mngr.restore(3)
+        # delete takes the bundle with the step
+        mngr.delete(2)
+        assert not (run / "step_00000002.cask.sig").exists()
+
+
+def test_a_manager_refuses_a_key_it_cannot_sign_with_or_an_object_store_at_once(tmp_path, keys):
+    with pytest.raises(treecask.UnsupportedError, match="RSA") as e:
+        treecask.CheckpointManager(tmp_path / "rsa", sign_with=keys["rsa"].private)
+    assert e.value.file == str(tmp_path / "rsa")
+    import obstore.store
+
+    with pytest.raises(treecask.UnsupportedError, match="local directory"):
+        treecask.CheckpointManager("run", store=treecask.stores.ObjectStore(obstore.store.MemoryStore()),
+                                   sign_with=keys["p256"].private)
