@@ -21,7 +21,7 @@ APT_TOOL=(
   build-essential cmake ninja-build pkg-config
   liblmdb-dev libflatbuffers-dev flatbuffers-compiler libxxhash-dev liblz4-dev
   libcli11-dev nlohmann-json3-dev libzip-dev libcurl4-openssl-dev libssl-dev
-  python3-pip
+  python3-pip ccache
 )
 # The tests: doctest, the venv they run in, nginx they serve objects with.
 APT_TEST=(
@@ -46,6 +46,12 @@ fi
 BUILD_DIR=${BUILD_DIR:-build}
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
+# Every compile (this tree's, the Python package's build-py/, the wheel's) goes
+# through ccache: a re-run, another checkout of the same sources or CI's fresh
+# clone on a machine that built them before compiles only what changed. Paths
+# are hashed relative to the checkout, so two checkouts share the cache.
+export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 CACHE="$BUILD_DIR/CMakeCache.txt"
 if [ "$SETUP_FOR" = tool ]; then
   # A fresh build tree without the tests (doctest is not installed); an
