@@ -217,7 +217,7 @@ class CheckpointManager:
         # (the private key PEM, its public key PEM) of sign_with, checked now
         self._signer: Optional[Tuple[str, str]] = None
         if sign_with is not None:
-            if st.local_path(path) is None or step_layout is not ARCHIVES:
+            if not st.signs_in_place() or step_layout is not ARCHIVES:
                 raise UnsupportedError("sign_with signs step archives in a local directory (the bundle hashes "
                                        "the file): sign before uploading, or verify a store's steps with "
                                        "restore(signature=, public_key=)", file=d)
@@ -470,12 +470,21 @@ class CheckpointManager:
             self._job = job
         return True
 
+    def _signature_of(self, entry: str) -> bytes:
+        """The bundle of the step at ``entry`` (``sign_with``), read through the
+        store; NotFoundError naming it when the step was never signed."""
+        data = self._run.store.read_object(entry + _SIGNATURE_SUFFIX)
+        if not data:
+            raise NotFoundError("the step's signature bundle is empty",
+                                file=self._run.store.display(entry + _SIGNATURE_SUFFIX))
+        return data
+
     def _committed(self, step: int, name: str, metrics: Any) -> None:
         """After step ``step`` (entry ``name``) is committed: its metrics
         cached (no need to reopen it), signed (``sign_with``), then retention."""
         if self._signer is not None:
-            local = self._run.store.local_path(self._run.entry(name))
-            _signing.sign(local, private_key=self._signer[0].encode(), signature=local + _SIGNATURE_SUFFIX)
+            entry = self._run.entry(name)
+            self._run.store.sign_archive(entry, self._signer[0], entry + _SIGNATURE_SUFFIX)
         try:
             self._metrics_cache[name] = (self._stamp(name), metrics)
         except NotFoundError:  # deleted meanwhile
@@ -592,9 +601,8 @@ class CheckpointManager:
         saved), the items as the step's directory lists them."""
         if not self._run.layout.index:
             if self._signer is not None and "signature" not in load_options and "public_key" not in load_options:
-                local = self._run.store.local_path(entry)
-                load_options = dict(load_options, signature=local + _SIGNATURE_SUFFIX,
-                                    public_key=self._signer[1].encode())
+                load_options = dict(load_options, public_key=self._signer[1].encode(),
+                                    signature=self._signature_of(entry))
             return load(entry, like, **load_options)
         from .orbax import _layout
 

@@ -16,7 +16,7 @@ import treecask._core as _core
 
 from . import stores
 from ._types import PathLike
-from .errors import (InvalidArgumentError, NotAnArchiveError, NotFoundError, SignatureError,
+from .errors import (InvalidArgumentError, NotFoundError, SignatureError,
                      UnsupportedError)
 
 #: What ``signature=`` and ``public_key=`` take: a path (a URL too, for the
@@ -48,19 +48,10 @@ def _read_local(path: str, what: str) -> bytes:
 
 def _read_object(url: str, storage_options: Optional[Mapping[str, Any]]) -> bytes:
     """The whole object `url` names, read through the store layer (treecask.stores)."""
-    st, p = stores.resolve(url, None, storage_options)
-    src = st.source(p)
-    try:
-        if src.size is None:  # learns its size from its first read (source.h)
-            data = bytes(src.read([-_FIRST_READ], [_FIRST_READ])[0])
-            if src.size > len(data):
-                data = bytes(src.read([0], [src.size - len(data)])[0]) + data
-        else:
-            data = bytes(src.read([0], [src.size])[0]) if src.size else b""
-    except NotAnArchiveError:  # the store layer's word for an empty object
-        data = b""
+    loc = stores.resolve(url, None, storage_options)
+    data = loc.store.read_object(loc.path, _FIRST_READ)
     if not data:
-        raise SignatureError("the signature object is empty", file=st.display(p))
+        raise SignatureError("the signature object is empty", file=loc.shown)
     return data
 
 
