@@ -81,7 +81,7 @@ from ._items import (
 )
 from ._steps import Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
-from ._items import Transform
+from ._items import Transform, _unsupported_names
 from . import handlers
 from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
 from ..errors import InvalidArgumentError, NotFoundError
@@ -540,10 +540,4 @@ _NOT_PROVIDED = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    why = _NOT_PROVIDED.get(name)
-    if why is None:
-        raise AttributeError(f"module 'treecask.orbax' has no attribute {name!r}")
-    from ..errors import UnsupportedError
-
-    raise UnsupportedError(f"Orbax ocp.{name} is not supported by treecask.orbax: {why}")
+__getattr__ = _unsupported_names("treecask.orbax", "ocp.", _NOT_PROVIDED)

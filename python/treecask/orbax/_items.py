@@ -78,6 +78,18 @@ def _unsupported(feature: str, why: str, file: str = "") -> UnsupportedError:
     return UnsupportedError(f"Orbax {feature} is not supported by treecask.orbax: {why}", file=file)
 
 
+def _unsupported_names(module: str, prefix: str, table: Mapping[str, str]) -> Any:
+    """A module ``__getattr__`` for Orbax's names that ``module`` does not
+    provide: UnsupportedError saying why and what to use instead (``table``:
+    name -> reason), AttributeError for any other name, as Python's own."""
+    def __getattr__(name: str) -> Any:
+        why = table.get(name)
+        if why is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        raise _unsupported(f"{prefix}{name}", why)
+    return __getattr__
+
+
 # ---------------------------------------------------------------- per-leaf arguments
 
 

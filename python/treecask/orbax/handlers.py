@@ -29,6 +29,7 @@ from ._checkpointers import (
     _handler_class,
 )
 from ..errors import AlreadyExistsError, KeyNotFoundError, UnsupportedError
+from ._items import _unsupported_names
 
 StandardSaveArgs = _args.StandardSaveArgs
 StandardRestoreArgs = _args.StandardRestoreArgs
@@ -143,11 +144,7 @@ _UNSUPPORTED = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    why = _UNSUPPORTED.get(name)
-    if why is None:
-        raise AttributeError(f"module 'treecask.orbax.handlers' has no attribute {name!r}")
-    raise UnsupportedError(f"Orbax handlers.{name} is not supported by treecask.orbax: {why}")
+__getattr__ = _unsupported_names("treecask.orbax.handlers", "handlers.", _UNSUPPORTED)
 
 
 for _cls in (CheckpointHandlerRegistry, DefaultCheckpointHandlerRegistry):
