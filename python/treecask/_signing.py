@@ -9,7 +9,6 @@ converts."""
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Mapping, Optional, Tuple, Union
 
 import treecask._core as _core
@@ -162,10 +161,11 @@ def sign(path: PathLike, *, private_key: KeySource, signature: Optional[PathLike
             raise InvalidArgumentError("the signature would be written inside the signed directory, which it "
                                        "would then not match: write it next to the directory", file=out)
     bundle = _core.sign(p, pem, shards=not files, shard_size=int(shard_size or 0))
-    directory = os.path.dirname(os.path.abspath(out))
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(out) + ".", suffix=".tmp", dir=directory)
+    # the core's temporary name (<out>.tmp.<host>.<pid>.<hex16>, SPEC.md "Atomic commit"): a
+    # killed signer's leftover is swept as every other writer's
+    tmp = _core.temporary_path(os.path.abspath(out))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with open(tmp, "x", encoding="utf-8") as f:
             f.write(bundle)
         os.replace(tmp, out)
     except BaseException:
