@@ -196,6 +196,22 @@ TEST_CASE("sign + verify_signature + a signed open, shard and file serialization
   }
 }
 
+TEST_CASE("the default shard size follows the model's bytes: / 1024, a power of two in [256 KiB, 2 MiB]") {
+  constexpr uint64_t KiB = 1024, MiB = KiB * KiB, GiB = MiB * KiB;
+  CHECK(default_sign_shard_size(0) == 256 * KiB);
+  CHECK(default_sign_shard_size(22 * MiB) == 256 * KiB);
+  CHECK(default_sign_shard_size(256 * MiB) == 256 * KiB);
+  CHECK(default_sign_shard_size(256 * MiB + 1) == 512 * KiB);
+  CHECK(default_sign_shard_size(GiB) == MiB);
+  CHECK(default_sign_shard_size(3 * GiB) == 2 * MiB);
+  CHECK(default_sign_shard_size(100 * GiB) == 2 * MiB);
+  SignOptions o;
+  o.shard_size = 4096;
+  TempDir tmp;
+  CHECK(sign_shard_size(tmp.path, o) == 4096);  // given: used as is, the path not even listed
+  CHECK_THROWS_AS(sign_shard_size(tmp / "missing.cask"), Error);
+}
+
 TEST_CASE("the bundle is model_signing's: media type, key hint, DSSE envelope, statement") {
   TempDir tmp;
   FlatTree t = tree();
@@ -207,13 +223,14 @@ TEST_CASE("the bundle is model_signing's: media type, key hint, DSSE envelope, s
   sig::Statement st = sig::parse_statement(e.payload, "b");
   CHECK(st.subject == "model.cask");
   CHECK(st.shards);
-  CHECK(st.shard_size == kDefaultSignShardSize);
   const uint64_t size = fs::file_size(tmp / "model.cask");
+  CHECK(st.shard_size == default_sign_shard_size(size));
+  CHECK(st.shard_size == sign_shard_size(tmp / "model.cask"));
   CHECK(st.resources.size() == (size + st.shard_size - 1) / st.shard_size);
   CHECK(st.resources.front().name == ".:0:" + std::to_string(std::min(size, st.shard_size)));
   CHECK(st.file_model());
   CHECK(has(e.payload, "\"predicateType\": \"https://model_signing/signature/v1.0\""));
-  CHECK(has(e.payload, "\"algorithm\": \"sha256-sharded-1048576\""));
+  CHECK(has(e.payload, "\"algorithm\": \"sha256-sharded-" + std::to_string(st.shard_size) + "\""));
 }
 
 TEST_CASE("a read hashes only the shards under its bytes, each once") {

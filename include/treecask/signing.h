@@ -39,19 +39,26 @@ struct SignatureCheck {
   std::string public_key_pem;
 };
 
-// The default shard size of sign(): 1 MiB (1048576 bytes). A verified read
-// hashes the shards that cover its bytes, so a read of S bytes hashes at
-// most S + 2 shards: a 4 MiB leaf costs at most 6 MiB of SHA-256 (1.5x;
-// docs/signing.md "Cost"), while a 100 GB checkpoint's statement lists
-// ~95,000 shards (~15 MB of JSON, parsed once per open).
-inline constexpr uint64_t kDefaultSignShardSize = uint64_t{1} << 20;
+// The default shard size of sign() for a model of `model_bytes` bytes (a
+// file's size, or a directory's files together): model_bytes / 1024 rounded
+// up to a power of two, kept in [256 KiB, 2 MiB]. A verified read hashes the
+// shards that cover its bytes, so a read of S bytes hashes at most S + 2
+// shards: a 4 MiB leaf costs at most 8 MiB of SHA-256 (2x; the bound
+// is 3x); a verified open hashes the shards under the pages it trusts (the
+// manifest, the B-tree) and parses the statement, ~250 bytes of JSON per
+// shard: up to 256 MiB the shards are 256 KiB (a small archive's open
+// hashes little beyond its manifest), from 2 GiB they are 2 MiB (a 100 GB
+// checkpoint's statement lists ~48,000 shards, ~12 MB of JSON). Measured in
+// docs/signing.md "Performance".
+TREECASK_API uint64_t default_sign_shard_size(uint64_t model_bytes);
 
 struct SignOptions {
   // Shard serialization ("method": "shards"), which lets a read verify only
   // the shards it touches; false: file serialization ("method": "files"),
   // one digest per file, so a verified open hashes the whole file.
   bool shards = true;
-  // Bytes per shard; 0 = kDefaultSignShardSize. Ignored without `shards`.
+  // Bytes per shard; 0 = default_sign_shard_size(the model's bytes).
+  // Ignored without `shards`.
   uint64_t shard_size = 0;
   // Threads that hash (0 = all cores).
   unsigned threads = 0;
@@ -76,6 +83,14 @@ struct SignOptions {
 // them without --allow_symlinks).
 TREECASK_API std::string sign(const std::filesystem::path& archive_or_directory,
                               std::string_view private_key_pem, const SignOptions& options = {});
+
+// The shard size sign() uses for `archive_or_directory` with `options`:
+// options.shard_size, else default_sign_shard_size of the bytes of the files
+// sign() hashes (the file; a directory's files, the ignored ones aside).
+// Throws what sign() throws for a path it cannot list (kNotFound, kIo,
+// kUnsupported).
+TREECASK_API uint64_t sign_shard_size(const std::filesystem::path& archive_or_directory,
+                                      const SignOptions& options = {});
 
 // Checks `archive_or_directory` against `check` as `model_signing verify
 // key` does, hashing every signed byte on `threads` threads (0 = all

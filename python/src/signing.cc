@@ -22,7 +22,19 @@ std::optional<treecask::SignatureCheck> signature_check(const std::optional<std:
 
 void register_signing(nb::module_& m) {
   using namespace nb::literals;
-  m.attr("DEFAULT_SIGN_SHARD_SIZE") = treecask::kDefaultSignShardSize;
+  m.def("default_sign_shard_size", &treecask::default_sign_shard_size, "model_bytes"_a,
+        "treecask::default_sign_shard_size: sign()'s shard size in bytes for a model of `model_bytes` "
+        "bytes (model_bytes / 1024 as a power of two in [256 KiB, 2 MiB]; include/treecask/signing.h).");
+  m.def(
+      "sign_shard_size",
+      [](const std::string& path, uint64_t shard_size) {
+        treecask::SignOptions o;
+        o.shard_size = shard_size;
+        return treecask::sign_shard_size(path, o);
+      },
+      "path"_a, "shard_size"_a = 0,
+      "treecask::sign_shard_size: the shard size in bytes sign() uses for the archive or directory "
+      "`path` (`shard_size`, else the default for its bytes). Raises what sign() raises for a path.");
   m.def(
       "sign",
       [](const std::string& path, const std::string& private_key_pem, bool shards, uint64_t shard_size,
@@ -37,7 +49,7 @@ void register_signing(nb::module_& m) {
       "path"_a, "private_key_pem"_a, "shards"_a = true, "shard_size"_a = 0, "threads"_a = 0,
       "treecask::sign: the model-signing bundle JSON (str) of the archive file or sharded "
       "checkpoint directory `path`, signed with the PEM EC private key; shards of `shard_size` "
-      "bytes (0: DEFAULT_SIGN_SHARD_SIZE) or, shards=False, one digest per file. Hashes on "
+      "bytes (0: default_sign_shard_size of the model's bytes) or, shards=False, one digest per file. Hashes on "
       "`threads` threads (0: all cores), GIL released.");
   m.def(
       "verify_signature",

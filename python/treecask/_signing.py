@@ -23,7 +23,7 @@ from .errors import (InvalidArgumentError, NotFoundError, SignatureError,
 KeySource = Union[PathLike, bytes, bytearray, memoryview]
 
 # The first read of a signature object in a store: its last 64 MiB (a bundle
-# is ~150 bytes per shard: 64 MiB holds a 400 GB checkpoint's at 1 MiB shards).
+# is ~250 bytes per shard: 64 MiB holds a 500 GB checkpoint's at 2 MiB shards).
 _FIRST_READ = 64 << 20
 
 
@@ -115,9 +115,10 @@ def sign(path: PathLike, *, private_key: KeySource, signature: Optional[PathLike
     The bundle (Sigstore bundle JSON holding a DSSE envelope, whose in-toto
     statement lists SHA-256 digests; docs/signing.md) is what ``model_signing
     sign key`` writes: with the default shard serialization each resource is a
-    range ``name:start:end`` of ``shard_size`` bytes (default
-    ``_core.DEFAULT_SIGN_SHARD_SIZE``, 1 MiB: a verified read of a 4 MiB leaf
-    hashes at most 6 MiB), so a verified read hashes only the shards it
+    range ``name:start:end`` of ``shard_size`` bytes (default: the model's
+    bytes / 1024 as a power of two in [256 KiB, 2 MiB], the core's
+    ``default_sign_shard_size``: a verified read of a 4 MiB leaf hashes at most
+    8 MiB), so a verified read hashes only the shards it
     touches; ``files=True`` writes one digest per file (a verified open then
     hashes the whole file). Every byte is hashed with SHA-256 on all cores
     (treecask::sign, include/treecask/signing.h).

@@ -389,8 +389,7 @@ int run_sign(const SignCliOptions& options) {
   out.commit();
   std::cout << "wrote " << output << ": signed " << target << " ("
             << (options.files ? std::string("file serialization")
-                              : "shards of " + std::to_string(options.shard_size ? options.shard_size
-                                                                                  : kDefaultSignShardSize) +
+                              : "shards of " + std::to_string(sign_shard_size(target, so)) +
                                     " bytes")
             << ", " << bundle.size() << " bytes)\n";
   return kExitOk;

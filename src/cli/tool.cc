@@ -220,7 +220,8 @@ int run(int argc, char** argv) {
       ->required();
   sign_cmd->add_option("--signature", sign_options.output, "bundle to write; default ARCHIVE.sig");
   sign_cmd->add_option("--shard-size", sign_options.shard_size,
-                       "bytes per signed shard; default 1048576 (a read hashes the shards it touches)");
+                       "bytes per signed shard; default: the model's bytes / 1024 as a power of two in "
+                       "[262144, 2097152] (a read hashes the shards it touches)");
   sign_cmd->add_flag("--files", sign_options.files,
                      "file serialization: one digest per file (a signed open then hashes the whole file)");
   sign_cmd->add_flag("--overwrite", sign_options.overwrite, "replace the signature file if it exists");

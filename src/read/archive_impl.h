@@ -87,9 +87,14 @@ struct Archive::Impl {
   // verified (no-op unsigned), on up to `threads` threads; a mismatch names
   // leaf `li` when it is not SIZE_MAX.
   void ensure_signed(uint64_t off, uint64_t n, size_t li = SIZE_MAX, unsigned threads = 1) const {
+    const std::pair<uint64_t, uint64_t> one{off, n};
+    ensure_signed(std::span(&one, 1), li, threads);
+  }
+  // The same for several ranges ({offset, length}), hashed in one pass.
+  void ensure_signed(std::span<const std::pair<uint64_t, uint64_t>> ranges, size_t li, unsigned threads) const {
     if (!guard) return;
     try {
-      guard->ensure(off, n, threads);
+      guard->ensure_ranges(ranges, threads);
     } catch (const Error& e) {
       if (li == SIZE_MAX || e.code() != ErrorCode::kSignature) throw;
       throw Error(e.code(), file, key(li), e.message());
@@ -151,9 +156,14 @@ struct Archive::Impl {
   // checked (check_blob; throws what it throws).
   std::span<const std::byte> stored(size_t li, const fb::Chunk* c) const {
     const uint32_t b = c->blob();
-    if (blob_checked[b].load(std::memory_order_acquire) == 0) check_blob(b, li);
     const std::byte* at = blob_data[b] + c->offset();
-    if (guard) ensure_signed(static_cast<uint64_t>(at - map_base), c->stored_size(), li);
+    const bool unchecked = blob_checked[b].load(std::memory_order_acquire) == 0;
+    if (guard) {  // the chunk's shards and, on the blob's first use, its headers' (check_blob), in one pass
+      const std::pair<uint64_t, uint64_t> ranges[2] = {
+          {static_cast<uint64_t>(at - map_base), c->stored_size()}, blob_head_range(b)};
+      ensure_signed(std::span(ranges, unchecked ? 2 : 1), li, 0);
+    }
+    if (unchecked) check_blob(b, li);
     return {at, c->stored_size()};
   }
   // The checks of blob `id` that open leaves to its first use: its LMDB
@@ -165,6 +175,8 @@ struct Archive::Impl {
   // when there is no map base). Throws Error(kCorruption) naming the file and
   // leaf `li`, whose read needed the blob.
   void check_blob(uint32_t id, size_t li) const;
+  // The file bytes check_blob reads for blob `id`: {offset, length}.
+  std::pair<uint64_t, uint64_t> blob_head_range(uint32_t id) const;
   // Throws kChecksumMismatch unless `digest` is chunk `ci`'s stored checksum.
   void expect_checksum(size_t li, uint64_t ci, const fb::Chunk* c, uint64_t digest) const {
     if (digest != c->checksum())

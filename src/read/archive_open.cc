@@ -121,28 +121,32 @@ std::optional<uint64_t> overflow_run_of(const std::byte* base, std::span<const s
   return pg;
 }
 
-// The structure checks' view of a signed local file: each range hashed
-// (its covering shards) before it is read; ranges past the signed length
-// are left to the inner reader, which reports the end of the file.
-class GuardedReader final : public lmdb::FileReader {
+// The structure checks' view of a signed local file: every range they read,
+// recorded for the one hashing pass that follows them (Archive::open_at).
+class RecordingReader final : public lmdb::FileReader {
  public:
-  GuardedReader(const lmdb::FileReader& inner, const sig::ShardGuard* guard) : inner_(inner), guard_(guard) {}
+  explicit RecordingReader(const lmdb::FileReader& inner) : inner_(inner) {}
   std::string read(uint64_t offset, std::byte* buf, size_t n) const override {
-    if (guard_ && offset < guard_->table().size())
-      guard_->ensure(offset, std::min<uint64_t>(n, guard_->table().size() - offset));
+    ranges.emplace_back(offset, n);
     return inner_.read(offset, buf, n);
   }
   void will_read(std::span<const uint64_t> offsets, size_t n) const override { inner_.will_read(offsets, n); }
+  mutable std::vector<std::pair<uint64_t, uint64_t>> ranges;  // {offset, length}
 
  private:
   const lmdb::FileReader& inner_;
-  const sig::ShardGuard* guard_;
 };
 
 [[noreturn]] void open_fail(ErrorCode code, const std::string& file, const std::string& what) {
   throw Error(code, file, "", what);
 }
 }  // namespace
+
+std::pair<uint64_t, uint64_t> Archive::Impl::blob_head_range(uint32_t id) const {
+  const bool run = blob_site[id].overflow_page != UINT64_MAX;
+  const std::byte* from = blob_data[id] - format::kBlobHeaderSize - (run ? kOverflowPageHeader : 0);
+  return {static_cast<uint64_t>(from - map_base), format::kBlobHeaderSize + (run ? kOverflowPageHeader : 0)};
+}
 
 void Archive::Impl::check_blob(uint32_t id, size_t li) const {
   const BlobSite& site = blob_site[id];
@@ -157,7 +161,10 @@ void Archive::Impl::check_blob(uint32_t id, size_t li) const {
   const size_t skip = run ? 0 : kOverflowPageHeader;  // bytes of `head` not read
   const std::byte* from = value - (run ? kOverflowPageHeader : 0);
   const size_t n = sizeof head - skip;
-  if (guard) ensure_signed(static_cast<uint64_t>(from - map_base), n, li);
+  if (guard) {
+    const auto r = blob_head_range(id);
+    ensure_signed(r.first, r.second, li);
+  }
   bool got = false;
   if (source) {  // from the fetched group holding it (for_chunks), else one range read
     try {
@@ -214,8 +221,13 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
 
   // A signed open: the envelope checked, this file found in the statement,
   // its signed ranges tiling it exactly (sign/shards.h). The structure walk
-  // is forced on: it is how the pages the open trusts are found, and each
-  // is hashed before it is read (GuardedReader).
+  // is forced on: it finds the pages the open trusts. It runs on the file's
+  // bytes as they are (it is the check every unsigned open relies on, safe
+  // on any input), recording what it read; then the shards under those
+  // pages and under the meta database's values (the header record, the
+  // manifest with its overflow page header) are hashed in one pass on all
+  // cores, before LMDB or any parser sees a byte (docs/signing.md "What is
+  // verified when").
   if (options.signature) {
     const auto st = sig::checked_statement(options.signature->bundle_json, options.signature->public_key_pem, file);
     impl->guard = std::make_shared<const sig::ShardGuard>(
@@ -228,8 +240,21 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   lmdb::MetaInfo meta;
   lmdb::StructureStats structure;  // with the first page of every overflow run (its header: check_blob)
   const lmdb::FdReader fd_reader(fd);
-  const GuardedReader guarded(fd_reader, impl->guard.get());
-  impl->check_container(guarded, &meta, impl->options.validate_structure ? &structure : nullptr);
+  if (impl->guard) {
+    const RecordingReader recording(fd_reader);
+    structure.record_values = true;
+    impl->check_container(recording, &meta, &structure);
+    auto& ranges = recording.ranges;
+    for (const lmdb::ValueSite& v : structure.values)
+      if (v.db == format::kMetaDb) {
+        const uint64_t head = v.overflow_page != UINT64_MAX ? kOverflowPageHeader : 0;
+        ranges.emplace_back(v.offset - head, v.size + head);
+      }
+    structure.values.clear();
+    impl->guard->ensure_ranges(ranges, 0);
+  } else {
+    impl->check_container(fd_reader, &meta, impl->options.validate_structure ? &structure : nullptr);
+  }
 
   // 2. Map the very inode we checked (the path may be replaced meanwhile).
   impl->env.create(file);

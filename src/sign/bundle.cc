@@ -4,6 +4,7 @@
 
 #include <openssl/bio.h>
 #include <openssl/core_names.h>
+#include <openssl/decoder.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -312,26 +314,67 @@ Statement parse_statement(std::string_view payload, const std::string& shown) {
   return st;
 }
 
+namespace {
+
+// A public key as check_envelope uses it: the key and the hash its curve
+// signs with (or why it cannot verify). Decoding a PEM key costs OpenSSL 3 about a
+// millisecond (it builds a decoder chain each time), so each process keeps
+// the last few keys it decoded, by their PEM text.
+struct PublicKey {
+  std::shared_ptr<EVP_PKEY> key;
+  const EVP_MD* md = nullptr;
+  std::string why;  // set when md is null
+};
+
+std::shared_ptr<const PublicKey> public_key_of_pem(std::string_view pem, const std::string& shown) {
+  static std::mutex mu;
+  static std::vector<std::pair<std::string, std::shared_ptr<const PublicKey>>> recent;  // newest last
+  constexpr size_t kKeep = 8;
+  {
+    std::lock_guard lock(mu);
+    for (auto& [text, k] : recent)
+      if (text == pem) return k;
+  }
+  // A SubjectPublicKeyInfo in PEM ("-----BEGIN PUBLIC KEY-----"), any key
+  // type (ec_hash_of names the ones it refuses).
+  EVP_PKEY* raw = nullptr;
+  std::unique_ptr<OSSL_DECODER_CTX, decltype(&OSSL_DECODER_CTX_free)> dec(
+      OSSL_DECODER_CTX_new_for_pkey(&raw, "PEM", "SubjectPublicKeyInfo", nullptr, EVP_PKEY_PUBLIC_KEY, nullptr,
+                                    nullptr),
+      &OSSL_DECODER_CTX_free);
+  if (!dec) throw std::bad_alloc();
+  const auto* data = reinterpret_cast<const unsigned char*>(pem.data());
+  size_t left = pem.size();
+  if (OSSL_DECODER_from_data(dec.get(), &data, &left) != 1 || !raw)
+    bad(shown, "the public key is not a PEM public key (-----BEGIN PUBLIC KEY-----)");
+  auto k = std::make_shared<PublicKey>();
+  k->key.reset(raw, &EVP_PKEY_free);
+  k->md = ec_hash_of(raw, &k->why);
+  std::lock_guard lock(mu);
+  if (recent.size() == kKeep) recent.erase(recent.begin());
+  recent.emplace_back(std::string(pem), k);
+  return k;
+}
+
+}  // namespace
+
 void check_envelope(const Envelope& e, std::string_view public_key_pem, const std::string& shown) {
-  Bio in(BIO_new_mem_buf(public_key_pem.data(), static_cast<int>(public_key_pem.size())));
-  if (!in) throw std::bad_alloc();
-  Pkey key(PEM_read_bio_PUBKEY(in.get(), nullptr, nullptr, nullptr));
-  if (!key) bad(shown, "the public key is not a PEM public key (-----BEGIN PUBLIC KEY-----)");
-  std::string why;
-  const EVP_MD* md = ec_hash_of(key.get(), &why);
-  if (!md) bad(shown, why);
-  if (!e.key_hint.empty() && e.key_hint != hex(sha256(bytes_of(public_pem_of(key.get())))))
-    bad(shown, "the signature was not made with this public key (the bundle's key hint names another key)");
+  const auto pk = public_key_of_pem(public_key_pem, shown);
+  if (!pk->md) bad(shown, pk->why);
   MdCtx ctx(EVP_MD_CTX_new());
   if (!ctx) throw std::bad_alloc();
   const std::string tbs = pae(e.payload);
-  if (EVP_DigestVerifyInit(ctx.get(), nullptr, md, nullptr, key.get()) != 1)
+  if (EVP_DigestVerifyInit(ctx.get(), nullptr, pk->md, nullptr, pk->key.get()) != 1)
     bad(shown, "OpenSSL cannot verify with this public key");
   const int ok = EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(e.signature.data()),
                                   e.signature.size(), reinterpret_cast<const unsigned char*>(tbs.data()), tbs.size());
-  if (ok != 1)
+  if (ok != 1) {
+    // The key hint only words the error: it is computed when the signature fails.
+    if (!e.key_hint.empty() && e.key_hint != hex(sha256(bytes_of(public_pem_of(pk->key.get())))))
+      bad(shown, "the signature was not made with this public key (the bundle's key hint names another key)");
     bad(shown, "the signature does not verify with this public key (a wrong key, or a bundle "
                "whose statement was changed after signing)");
+  }
 }
 
 Statement check_bundle(std::string_view json_text, std::string_view public_key_pem, const std::string& shown) {

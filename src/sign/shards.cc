@@ -195,15 +195,32 @@ void ShardGuard::verify_shard(size_t k) const {
 }
 
 void ShardGuard::ensure(uint64_t off, uint64_t n, unsigned threads) const {
-  if (n == 0) return;
-  if (off > table_.size() || n > table_.size() - off)
-    bad(table_.file, "bytes [" + std::to_string(off) + ", " + std::to_string(off + n) +
-                         ") lie past the signed length " + std::to_string(table_.size()));
-  const size_t k0 = table_.shard_of(off), k1 = table_.shard_of(off + n - 1);
+  const std::pair<uint64_t, uint64_t> one{off, n};
+  ensure_ranges(std::span(&one, 1), threads);
+}
+
+void ShardGuard::ensure_ranges(std::span<const std::pair<uint64_t, uint64_t>> ranges, unsigned threads) const {
   std::vector<size_t> todo;
-  for (size_t k = k0; k <= k1; ++k)
-    if (state_[k].load(std::memory_order_acquire) != 2) todo.push_back(k);
-  if (todo.size() <= 2 || threads == 1) {
+  uint64_t bytes = 0;
+  for (auto [off, n] : ranges) {
+    if (n == 0) continue;
+    if (off > table_.size() || n > table_.size() - off)
+      bad(table_.file, "bytes [" + std::to_string(off) + ", " + std::to_string(off + n) +
+                           ") lie past the signed length " + std::to_string(table_.size()));
+    const size_t k0 = table_.shard_of(off), k1 = table_.shard_of(off + n - 1);
+    for (size_t k = k0; k <= k1; ++k)
+      if (state_[k].load(std::memory_order_acquire) != 2) {
+        todo.push_back(k);
+        bytes += table_.start[k + 1] - table_.start[k];
+      }
+  }
+  if (todo.empty()) return;
+  std::sort(todo.begin(), todo.end());
+  todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  // Below kParallelBytes the caller hashes alone: starting threads would
+  // cost more than they save.
+  constexpr uint64_t kParallelBytes = 512 << 10;
+  if (todo.size() == 1 || bytes < kParallelBytes || threads == 1) {
     for (size_t k : todo) verify_shard(k);
     return;
   }

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sign/bundle.h"
@@ -77,11 +79,15 @@ class ShardGuard {
   ShardGuard& operator=(const ShardGuard&) = delete;
 
   // Ensures every shard covering [off, off + n) is verified, hashing the
-  // others on up to `threads` threads (0 = all cores; a range of one or two
-  // shards is hashed by the caller). Throws Error(kSignature) naming the
+  // others on up to `threads` threads (0 = all cores; under 512 KiB of
+  // shards, or one shard, hashed by the caller). Throws Error(kSignature) naming the
   // file, the byte range and the resource of the first shard that does not
   // match, or a range past the signed length; kIo.
   void ensure(uint64_t off, uint64_t n, unsigned threads = 1) const;
+  // ensure() for each of `ranges` ({offset, length} pairs) at once: the
+  // shards they need, each once, hashed together on up to `threads` threads
+  // (0 = all cores) when they add up to 512 KiB or more, else by the caller.
+  void ensure_ranges(std::span<const std::pair<uint64_t, uint64_t>> ranges, unsigned threads = 0) const;
   // Every shard (a full verify).
   void ensure_all(unsigned threads) const { ensure(0, table_.size(), threads); }
   // Verifies shard k (as ensure does for each shard it needs).

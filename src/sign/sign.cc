@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -104,33 +105,60 @@ struct Job {
   uint64_t start, end;
 };
 
-}  // namespace
-
-std::string sign(const std::filesystem::path& target, std::string_view private_key_pem, const SignOptions& options) {
-  const uint64_t shard_size = options.shard_size ? options.shard_size : kDefaultSignShardSize;
+// The files sign() hashes: relative names ("." for a file model) in `rel`,
+// their paths in `paths`. Throws kNotFound, and what model_files throws.
+void signed_files(const fs::path& target, std::vector<std::string>* rel, std::vector<fs::path>* paths) {
   std::error_code ec;
   const bool is_dir = fs::is_directory(target, ec);
   if (!is_dir && !fs::exists(target, ec)) throw Error(ErrorCode::kNotFound, target.string(), "", "no such file or directory");
+  if (is_dir) {
+    *rel = model_files(target, sig::default_ignore_paths());
+    for (const std::string& r : *rel) paths->push_back(target / r);
+  } else {
+    *rel = {"."};
+    *paths = {target};
+  }
+}
+
+}  // namespace
+
+uint64_t default_sign_shard_size(uint64_t model_bytes) {
+  constexpr uint64_t kMin = uint64_t{256} << 10, kMax = uint64_t{2} << 20;
+  return std::clamp<uint64_t>(std::bit_ceil(std::max<uint64_t>((model_bytes + 1023) / 1024, 1)), kMin, kMax);
+}
+
+uint64_t sign_shard_size(const std::filesystem::path& target, const SignOptions& options) {
+  if (options.shard_size) return options.shard_size;
+  std::vector<std::string> rel;
+  std::vector<fs::path> paths;
+  signed_files(target, &rel, &paths);
+  uint64_t bytes = 0;
+  for (const fs::path& p : paths) {
+    std::error_code ec;
+    const uint64_t n = fs::file_size(p, ec);
+    if (!ec) bytes += n;
+  }
+  return default_sign_shard_size(bytes);
+}
+
+std::string sign(const std::filesystem::path& target, std::string_view private_key_pem, const SignOptions& options) {
   std::vector<std::string> rel;  // the files, relative ("." for a file model)
   std::vector<fs::path> paths;
-  if (is_dir) {
-    rel = model_files(target, sig::default_ignore_paths());
-    for (const std::string& r : rel) paths.push_back(target / r);
-  } else {
-    rel = {"."};
-    paths = {target};
-  }
+  signed_files(target, &rel, &paths);
   std::vector<Fd> fds;
+  std::vector<uint64_t> sizes(paths.size());
+  for (size_t f = 0; f < paths.size(); ++f) fds.push_back(open_file(paths[f], &sizes[f]));
+  uint64_t model_bytes = 0;
+  for (uint64_t n : sizes) model_bytes += n;
+  const uint64_t shard_size = options.shard_size ? options.shard_size : default_sign_shard_size(model_bytes);
   std::vector<Job> jobs;
   for (size_t f = 0; f < paths.size(); ++f) {
-    uint64_t size = 0;
-    fds.push_back(open_file(paths[f], &size));
     if (!options.shards) {
-      jobs.push_back({f, 0, size});
+      jobs.push_back({f, 0, sizes[f]});
       continue;
     }
     // Shards: an empty file has none (model_signing lists no resource for it).
-    for (uint64_t a = 0; a < size; a += shard_size) jobs.push_back({f, a, std::min(size, a + shard_size)});
+    for (uint64_t a = 0; a < sizes[f]; a += shard_size) jobs.push_back({f, a, std::min(sizes[f], a + shard_size)});
   }
   std::vector<sig::Resource> res(jobs.size());
   parallel_for(jobs.size(), std::min<unsigned>(resolve_threads(options.threads), std::max<size_t>(jobs.size(), 1)),

@@ -759,7 +759,7 @@ def test_a_manager_signs_each_step_and_its_restores_verify(tmp_path, keys, async
         # retention took step 1's bundle with it; each kept step has its own, accepted by model_signing
         assert sorted(p.name for p in run.glob("*.sig")) == ["step_00000002.cask.sig", "step_00000003.cask.sig"]
         ms_verify(run / "step_00000003.cask", run / "step_00000003.cask.sig", keys["p256"].public,
-                  shard_size=treecask._core.DEFAULT_SIGN_SHARD_SIZE)
+                  shard_size=treecask._core.sign_shard_size(str(run / "step_00000003.cask")))
         restored = mngr.restore()
         np.testing.assert_array_equal(restored["params"]["dense"]["kernel"], tree["params"]["dense"]["kernel"])
         # a step whose bytes changed after signing is refused by restore, never returned
