@@ -182,7 +182,10 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
     makes (``Store.stage_directory``) and then commits
     (``Store.publish_directory``, ``index.cask`` with ``index_md``). Must be
     called in every process in the same order (the coordination keys are
-    numbered per call). An error in any process is raised in every process."""
+    numbered per call). An error in any process is raised in every process;
+    ``after`` runs in every process once the checkpoint is committed, and the
+    save ends for all once it has (a manager's retention, which process 0
+    runs, is then seen by every process)."""
     global _items_counter
     import jax
 
@@ -257,11 +260,17 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
                 result = "err:" + _distributed._error_text(e)
             client.key_value_set(coord + "/result", result)
         result = client.blocking_key_value_get(coord + "/result", timeout_ms)
-        client.wait_at_barrier(coord + "/done", timeout_ms)
         if result.startswith("err:"):
+            client.wait_at_barrier(coord + "/done", timeout_ms)
             _distributed._raise(result[4:], shown)
-        if after is not None:
-            after()
+        # `after` (a manager's retention: process 0 deletes) in every process, then a barrier:
+        # once any process's save is finished, every process lists the same steps.
+        try:
+            if after is not None:
+                after()
+        except BaseException as e:
+            swept = e
+        client.wait_at_barrier(coord + "/done", timeout_ms)
         if swept is not None:
             raise swept
 
