@@ -214,6 +214,17 @@ CHILD = textwrap.dedent(
                     assert ckptr.save_pytree(step, state(step), metrics={"loss": float(step)})
                 check_state(ckptr.load_pytree(1, abstract), 1)
                 listing += ([c.step for c in ckptr.checkpoints], ckptr.latest.metrics)
+            # One checkpoint of several items: a composite Checkpointer's, v1's save_checkpointables.
+            ckptr = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+            ckptr.save(f"{root}/{name}/composite", args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state(3)), meta=ocp.args.JsonSave({"v": 1})))
+            got = ckptr.restore(f"{root}/{name}/composite", args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+            check_state(got.state, 3)
+            v1.save_checkpointables(f"{root}/{name}/checkpointables", dict(state=state(4), extra=state(5)))
+            check_state(v1.load_pytree(f"{root}/{name}/checkpointables", abstract, checkpointable_name="extra"), 5)
+            dirs = lambda d: sorted(e for e in os.listdir(d) if os.path.isdir(os.path.join(d, e)))  # noqa: E731
+            listing += (got.meta, dirs(f"{root}/{name}/composite"), dirs(f"{root}/{name}/checkpointables"))
             seen[name] = listing
         assert seen["treecask"] == seen["orbax"], seen
         from jax.experimental import multihost_utils
@@ -427,12 +438,13 @@ def test_checkpoint_manager_in_every_process(tmp_path):
 
 
 def test_orbax_managers_in_every_process(tmp_path):
-    """treecask.orbax's CheckpointManager and v1 training.Checkpointer called the same way in both
-    processes of a jax job, beside Orbax 0.12.8's in the same processes (CHILD "orbax"): the same
-    steps listed, metrics, JSON item and run metadata, and every process restores the same values
-    onto a sharding other than the saved one. Each item of a step is the core's sharded checkpoint
-    (<step>/<item>/index.cask + process_<k>.cask, both processes writing parts of the replicated
-    leaf), and a later single process reads the same directories."""
+    """treecask.orbax's CheckpointManager, v1 training.Checkpointer, composite Checkpointer and v1
+    save_checkpointables called the same way in both processes of a jax job, beside Orbax 0.12.8's
+    in the same processes (CHILD "orbax"): the same steps listed, metrics, JSON items, run metadata
+    and item directories, and every process restores the same values onto a sharding other than the
+    saved one. Each item is the core's sharded checkpoint (<step>/<item>/index.cask +
+    process_<k>.cask, both processes writing parts of the replicated leaf), and a later single
+    process reads the same directories."""
     pytest.importorskip("orbax.checkpoint")
     import treecask.orbax as tco
     from treecask.orbax import v1 as tco_v1
@@ -456,6 +468,12 @@ def test_orbax_managers_in_every_process(tmp_path):
         np.testing.assert_array_equal(got.state["w"], W * 2)
         np.testing.assert_array_equal(got.state["r"], R + 2)
         assert got.meta == {"step": 2}
+    for d, items in (("composite", ["index.cask", "meta", "state"]), ("checkpointables", ["extra", "index.cask", "state"])):
+        assert sorted(os.listdir(tmp_path / "treecask" / d)) == items
+        assert sorted(os.listdir(tmp_path / "treecask" / d / "state")) == ["index.cask", "process_0.cask",
+                                                                             "process_1.cask"]
+    np.testing.assert_array_equal(tco_v1.load_pytree(tmp_path / "treecask" / "checkpointables",
+                                                     checkpointable_name="extra")["r"], R + 5)
     with tco_v1.training.Checkpointer(tmp_path / "treecask" / "v1") as ckptr:
         assert [c.step for c in ckptr.checkpoints] == [0, 1]
         np.testing.assert_array_equal(ckptr.load_pytree(1)["w"], W)
