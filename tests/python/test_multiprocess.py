@@ -221,7 +221,9 @@ CHILD = textwrap.dedent(
             got = ckptr.restore(f"{root}/{name}/composite", args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
             check_state(got.state, 3)
-            v1.save_checkpointables(f"{root}/{name}/checkpointables", dict(state=state(4), extra=state(5)))
+            v1.save_checkpointables(f"{root}/{name}/checkpointables", dict(state=state(4), extra=state(9)))
+            v1.save_checkpointables(f"{root}/{name}/checkpointables", dict(state=state(4), extra=state(5)),
+                                    overwrite=True)  # replaced whole
             check_state(v1.load_pytree(f"{root}/{name}/checkpointables", abstract, checkpointable_name="extra"), 5)
             dirs = lambda d: sorted(e for e in os.listdir(d) if os.path.isdir(os.path.join(d, e)))  # noqa: E731
             listing += (got.meta, dirs(f"{root}/{name}/composite"), dirs(f"{root}/{name}/checkpointables"))
