@@ -254,10 +254,9 @@ class AsyncCheckpointer(Checkpointer):
     in the background. ``wait_until_finished()`` blocks until durable and
     raises a background error; the next ``save``, ``restore`` or ``close``
     waits first. ``timeout_secs`` and ``async_options`` are accepted and have
-    no effect (the wait is until done). A save to an object store, or in
-    a multi-process jax job, runs synchronously (``treecask.save``'s upload
-    and cross-process commit); a manager's steps are asynchronous in an
-    object store too."""
+    no effect (the wait is until done). A save to an object store (the
+    upload and its commit) and a save in a multi-process jax job (the
+    cross-process commit) run in the background too."""
 
     _async = True
 
