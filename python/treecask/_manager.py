@@ -449,23 +449,20 @@ class CheckpointManager:
         ``items`` ``{item name: (pytree, archive metadata)}`` written as the
         directory ``entry`` of one archive per item, committed by its
         ``index.cask`` holding ``md`` (``treecask/orbax/_layout.py``, through
-        the store seam). One process only: a multi-process job's step is one
-        sharded archive (the ``ARCHIVES`` layout)."""
+        the store seam); in a multi-process jax job each item the core's
+        sharded checkpoint directory, written by every process (``_layout``)."""
         from .orbax import _layout  # the writer of a directory of items (no import cycle at load time)
 
-        d = str(self.directory)
-        if not single:
-            raise UnsupportedError("a step of item directories is written by one process; in a multi-process "
-                                   "jax job use treecask.CheckpointManager (one sharded archive per step)", file=d)
         if not isinstance(items, Mapping) or not all(isinstance(v, tuple) and len(v) == 2 for v in items.values()):
             raise InvalidArgumentError("a step of item directories is {item name: (pytree, archive metadata)}",
                                        file=str(self.path(step)))
+        sweep = self._run.sweep if single else None  # (a multi-process job sweeps nothing, as below)
         if not self.async_save:
             _layout.save_directory(self._run.store, entry, items, md, overwrite=False, asynchronous=False,
-                                   meanwhile=self._run.sweep, after=committed)
+                                   meanwhile=sweep, after=committed)
             return True
         job = _layout.save_directory(self._run.store, entry, items, md, overwrite=False, asynchronous=True,
-                                     meanwhile=self._run.sweep, after=committed, step=step, metrics=metrics)
+                                     meanwhile=sweep, after=committed, step=step, metrics=metrics)
         with self._lock:
             self._job = job
         return True

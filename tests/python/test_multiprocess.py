@@ -164,6 +164,73 @@ CHILD = textwrap.dedent(
             with treecask.CheckpointManager(root + "/sync", async_save=False) as sync:
                 sync.save(1, {"w": global_array(W, sh)})
                 check(sync.restore(shardings={"w": sh})["w"], W)
+    elif scenario == "orbax":  # 2 x 2: Orbax 0.12.8's managers and treecask.orbax's, the same calls
+        import orbax.checkpoint as real
+        import treecask.orbax as tco
+        from orbax.checkpoint import v1 as real_v1
+        from treecask.orbax import v1 as tco_v1
+        m = mesh((2, 2))
+        sh = NamedSharding(m, P("x", "y"))
+        # Replicated over "x", which spans both processes: both processes write parts of it.
+        cols = NamedSharding(m, P(None, "y"))
+        R = np.arange(32 * 8, dtype=np.float32).reshape(32, 8)
+
+        def state(step):
+            return {"w": global_array(W * step, sh), "r": global_array(R + step, cols),
+                    "b": global_array(np.full(4, float(step), np.float32), NamedSharding(m, P()))}
+
+        # Restored onto another sharding than saved.
+        abstract = {"w": jax.ShapeDtypeStruct(W.shape, W.dtype, sharding=NamedSharding(m, P(None, "x"))),
+                    "r": jax.ShapeDtypeStruct(R.shape, R.dtype, sharding=cols),
+                    "b": jax.ShapeDtypeStruct((4,), np.float32, sharding=NamedSharding(m, P()))}
+
+        def check_state(got, step):
+            check(got["w"], W * step)
+            assert got["w"].sharding.spec == P(None, "x"), got["w"].sharding
+            check(got["r"], R + step)
+            check(got["b"], np.full(4, float(step), np.float32))
+
+        seen = {}
+        for name, ocp, v1 in (("orbax", real, real_v1), ("treecask", tco, tco_v1)):
+            run = f"{root}/{name}/run"
+            options = ocp.CheckpointManagerOptions(max_to_keep=2, best_fn=lambda m: m["loss"], best_mode="min")
+            with ocp.CheckpointManager(run, options=options, metadata={"job": "mp"}) as mngr:
+                for step in range(3):  # asynchronous (Orbax's default)
+                    assert mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state(step)),
+                                                                   meta=ocp.args.JsonSave({"step": step})),
+                                     metrics={"loss": 1.0 / (step + 1)})
+                mngr.wait_until_finished()
+                got = mngr.restore(2, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+                                                              meta=ocp.args.JsonRestore()))
+                check_state(got.state, 2)
+                listing = (mngr.all_steps(), mngr.latest_step(), mngr.best_step(), got.meta, mngr.metrics(2),
+                           mngr.metadata().custom_metadata)
+            with ocp.CheckpointManager(run) as again:  # a fresh manager lists what is there
+                listing += (again.all_steps(),)
+                check_state(again.restore(1, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract))).state, 1)
+            with v1.training.Checkpointer(f"{root}/{name}/v1") as ckptr:
+                for step in range(2):
+                    assert ckptr.save_pytree(step, state(step), metrics={"loss": float(step)})
+                check_state(ckptr.load_pytree(1, abstract), 1)
+                listing += ([c.step for c in ckptr.checkpoints], ckptr.latest.metrics)
+            # One checkpoint of several items: a composite Checkpointer's, v1's save_checkpointables.
+            ckptr = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+            ckptr.save(f"{root}/{name}/composite", args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state(3)), meta=ocp.args.JsonSave({"v": 1})))
+            got = ckptr.restore(f"{root}/{name}/composite", args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+            check_state(got.state, 3)
+            v1.save_checkpointables(f"{root}/{name}/checkpointables", dict(state=state(4), extra=state(9)))
+            v1.save_checkpointables(f"{root}/{name}/checkpointables", dict(state=state(4), extra=state(5)),
+                                    overwrite=True)  # replaced whole
+            check_state(v1.load_pytree(f"{root}/{name}/checkpointables", abstract, checkpointable_name="extra"), 5)
+            dirs = lambda d: sorted(e for e in os.listdir(d) if os.path.isdir(os.path.join(d, e)))  # noqa: E731
+            listing += (got.meta, dirs(f"{root}/{name}/composite"), dirs(f"{root}/{name}/checkpointables"))
+            seen[name] = listing
+        assert seen["treecask"] == seen["orbax"], seen
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices("orbax scenario done")
     print("CHILD OK", pid, flush=True)
     '''
 )
@@ -370,3 +437,45 @@ def test_checkpoint_manager_in_every_process(tmp_path):
         assert got["step"] == 3
         np.testing.assert_array_equal(got["host"], np.full(3, 3.0))
     assert sorted(os.listdir(tmp_path / "sync")) == ["step_00000001.cask"]
+
+
+def test_orbax_managers_in_every_process(tmp_path):
+    """treecask.orbax's CheckpointManager, v1 training.Checkpointer, composite Checkpointer and v1
+    save_checkpointables called the same way in both processes of a jax job, beside Orbax 0.12.8's
+    in the same processes (CHILD "orbax"): the same steps listed, metrics, JSON items, run metadata
+    and item directories, and every process restores the same values onto a sharding other than the
+    saved one. Each item is the core's sharded checkpoint (<step>/<item>/index.cask +
+    process_<k>.cask, both processes writing parts of the replicated leaf), and a later single
+    process reads the same directories."""
+    pytest.importorskip("orbax.checkpoint")
+    import treecask.orbax as tco
+    from treecask.orbax import v1 as tco_v1
+
+    _run(tmp_path, "orbax", 2, 2)
+    run = tmp_path / "treecask" / "run"
+    assert sorted(os.listdir(run)) == ["1", "2", "metadata"]
+    assert sorted(os.listdir(run / "2")) == ["index.cask", "meta", "metrics", "state"]
+    orbax_step = tmp_path / "orbax" / "run" / "2"
+    assert sorted(e for e in os.listdir(orbax_step) if (orbax_step / e).is_dir()) == ["meta", "metrics", "state"]
+    assert sorted(os.listdir(run / "2" / "state")) == ["index.cask", "process_0.cask", "process_1.cask"]
+    with treecask.open(run / "2" / "state") as c:  # r: a column block's halves, one per process
+        assert isinstance(c, _distributed.ShardedArchive)
+        assert sorted({b.file for b in c.info("r").shards}) == ["process_0.cask", "process_1.cask"]
+    # Orbax's run holds the same entries (its step directories' files are its own).
+    assert sorted(os.listdir(tmp_path / "orbax" / "run")) == ["1", "2", "metadata"]
+    R = np.arange(32 * 8, dtype=np.float32).reshape(32, 8)
+    with tco.CheckpointManager(run) as mngr:
+        assert mngr.all_steps() == [1, 2]
+        got = mngr.restore(2)
+        np.testing.assert_array_equal(got.state["w"], W * 2)
+        np.testing.assert_array_equal(got.state["r"], R + 2)
+        assert got.meta == {"step": 2}
+    for d, items in (("composite", ["index.cask", "meta", "state"]), ("checkpointables", ["extra", "index.cask", "state"])):
+        assert sorted(os.listdir(tmp_path / "treecask" / d)) == items
+        assert sorted(os.listdir(tmp_path / "treecask" / d / "state")) == ["index.cask", "process_0.cask",
+                                                                             "process_1.cask"]
+    np.testing.assert_array_equal(tco_v1.load_pytree(tmp_path / "treecask" / "checkpointables",
+                                                     checkpointable_name="extra")["r"], R + 5)
+    with tco_v1.training.Checkpointer(tmp_path / "treecask" / "v1") as ckptr:
+        assert [c.step for c in ckptr.checkpoints] == [0, 1]
+        np.testing.assert_array_equal(ckptr.load_pytree(1)["w"], W)

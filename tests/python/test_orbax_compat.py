@@ -416,7 +416,7 @@ def test_manager_api(tmp_path):
         m.wait_until_finished()
         assert m.all_steps() == [0, 4, 8]  # the newest, and every multiple of keep_period
         assert m.metadata().custom_metadata == {"version": 2}
-        assert m.metadata(8).custom_metadata == {"s": 8} and m.metadata(8).metrics is None
+        assert m.metadata(8).custom_metadata == {"s": 8} and m.metadata(8).metrics == {}  # Orbax's, as below
         assert m.item_metadata(8).custom_metadata == {"s": 8}
         m.delete(4)
         assert m.all_steps() == [0, 8] and not m.is_saving_in_progress()
@@ -439,6 +439,38 @@ def test_manager_api(tmp_path):
     with pytest.raises(treecask.UnsupportedError, match=r"\(0, 8\).*treecask.orbax.CheckpointManager"):
         treecask.CheckpointManager(tmp_path)
     assert tcp.Checkpointer(tcp.PyTreeCheckpointHandler()).restore(tmp_path / "own" / "step_00000001.cask")["x"][0] == 1
+
+
+def manager_metrics(ocp, root):
+    """metrics(step) and metadata(step).metrics of v0 managers with and without best_fn."""
+    out = {}
+    tree = {"w": np.arange(3.0)}
+    for name, best_fn in (("plain", None), ("best", lambda m: m["loss"])):
+        opts = ocp.CheckpointManagerOptions(best_fn=best_fn, enable_async_checkpointing=False)
+        with ocp.CheckpointManager(os.path.join(root, name), options=opts) as m:
+            m.save(0, args=ocp.args.StandardSave(tree), metrics={"loss": 1.5})
+            m.save(1, args=ocp.args.StandardSave(tree))  # no metrics
+            out[name] = ([m.metrics(0), m.metrics(1), m.metrics(7), m.metadata(0).metrics, m.metadata(1).metrics,
+                          sorted(os.listdir(os.path.join(root, name, "0")))], "all")
+        with ocp.CheckpointManager(os.path.join(root, name)) as again:  # the step's entry decides, not the options
+            out[name + "_reopened"] = ([again.metrics(0), again.metadata(0).metrics], "all")
+    return out
+
+
+def test_manager_metrics_follow_orbax(tmp_path):
+    """Orbax 0.12.8's CheckpointManager.metrics(step) reads the step's metrics item, which it writes
+    only with best_fn: without best_fn metrics(step) is None (and metadata(step).metrics {}) even
+    when save was given metrics; with it, the saved metrics, whichever manager reads the step."""
+    results = {n: manager_metrics(ocp, str(tmp_path / n)) for n, ocp in MODULES.items()}
+    t = results["treecask"]
+    assert t["plain"][0][:5] == [None, None, None, {}, {}]
+    assert t["best"][0][:5] == [{"loss": 1.5}, None, None, {"loss": 1.5}, {}]
+    assert t["best_reopened"][0] == [{"loss": 1.5}, {"loss": 1.5}]
+    # The step directories' item entries (Orbax's also hold its own bookkeeping files).
+    for k in ("plain", "best"):
+        for n in MODULES:
+            results[n][k][0][5] = [e for e in results[n][k][0][5] if e in ("default", "metrics")]
+    assert_same_results(results)
 
 
 def test_unsupported_orbax_features_are_named(tmp_path):

@@ -220,10 +220,12 @@ class CheckpointManager:
     (format/SPEC.md "Item-directory steps"); ``treecask.load`` reads an item
     directly. The manager's ``metadata`` is the run's entry ``metadata``
     (Orbax's ``metadata/``). A directory of ``treecask.CheckpointManager``
-    steps (``step_<n>.cask``) is refused (``UnsupportedError``); in a
-    multi-process jax job a save raises ``UnsupportedError`` (a step of item
-    directories is written by one process; ``treecask.CheckpointManager``
-    saves sharded steps).
+    steps (``step_<n>.cask``) is refused (``UnsupportedError``). In a
+    multi-process jax job (every process making the same calls, as with
+    Orbax) each item of a step is the core's sharded checkpoint
+    ``<n>/<item>/`` (``index.cask`` + ``process_<k>.cask``, every process
+    writing its share of the boxes; format/SPEC.md "Sharded checkpoints"),
+    and every process restores onto its own devices.
 
     Both of Orbax's constructors:
 
@@ -469,8 +471,13 @@ class CheckpointManager:
         return _item_metadata(self._step_path(step, None))
 
     def metrics(self, step: int) -> Optional[Any]:
-        """The metrics saved with ``step``, or None."""
-        return self._steps.metrics(step)
+        """The metrics in ``step``'s entry ``metrics`` (a JSON value), or None
+        when it has none, as Orbax's (orbax-checkpoint 0.12.8
+        ``CheckpointManager._get_metrics`` reads the step's ``metrics/``
+        item, which a manager writes only with ``best_fn``): None for a step
+        saved without ``best_fn`` even when ``save`` was given metrics, and
+        for a step that does not exist. A save in flight is waited for first."""
+        return self._steps.metrics_entry(step)
 
     def metadata(self, step: Optional[int] = None) -> Any:
         """``step`` None: a :class:`RootMetadata`, the manager's ``metadata``
@@ -480,7 +487,9 @@ class CheckpointManager:
             custom = self._root_metadata
             return RootMetadata(custom if custom is not None else self._steps.root_metadata())
         path = self._step_path(step, None)
-        return StepMetadata(_item_metadata(path), self.metrics(step), Checkpoint(path).custom_metadata())
+        metrics = self.metrics(step)  # Orbax's: the step's metrics item, else {}
+        return StepMetadata(_item_metadata(path), {} if metrics is None else metrics,
+                            Checkpoint(path).custom_metadata())
 
     def delete(self, step: int) -> None:
         """Deletes ``step`` (a save in flight is waited for first). Raises

@@ -16,7 +16,6 @@ from .._async import SaveJob, save_async
 from .._run import committed
 from . import args as args
 from . import args as _args  # for methods whose parameter `args` (Orbax's name) hides the module
-from .. import _distributed
 from ._items import Where, _encode, _encode_items, _item_metadata, _restore, _unsupported
 from ._layout import save_directory
 from ._metadata import StepMetadata
@@ -196,7 +195,7 @@ class Checkpointer:
         """Saves a checkpoint at ``directory`` (class docstring)."""
         path = Where(directory, store)
         a = _build_args(self._handler, "save", args_, kwargs)
-        if args.kind(a)[1] == "composite" and not _distributed.active():  # several items: Orbax's directory
+        if args.kind(a)[1] == "composite":  # several items: Orbax's directory (each sharded in a multi-process job)
             items, own = _encode_items(a, custom_metadata, path)
             self.wait_until_finished()
             try:
@@ -255,10 +254,9 @@ class AsyncCheckpointer(Checkpointer):
     in the background. ``wait_until_finished()`` blocks until durable and
     raises a background error; the next ``save``, ``restore`` or ``close``
     waits first. ``timeout_secs`` and ``async_options`` are accepted and have
-    no effect (the wait is until done). A save to an object store, or in
-    a multi-process jax job, runs synchronously (``treecask.save``'s upload
-    and cross-process commit); a manager's steps are asynchronous in an
-    object store too."""
+    no effect (the wait is until done). A save to an object store (the
+    upload and its commit) and a save in a multi-process jax job (the
+    cross-process commit) run in the background too."""
 
     _async = True
 

@@ -20,6 +20,15 @@ leaves no checkpoint). Which items a checkpoint holds is its
 listing (an item whose entry was deleted is gone, as in Orbax); each item's
 kind (pytree, JSON, array, a stateful checkpointable's state) is in its own
 archive's metadata.
+
+In a ``jax.distributed`` job of more than one process (called the same way in
+every process, as ``treecask.save``) each item is the core's sharded
+checkpoint directory ``<key>/<item>/`` (``index.cask`` + ``process_<k>.cask``,
+format/SPEC.md "Sharded checkpoints"; ``treecask._distributed``): every
+process writes its share of every item's boxes (replicas sharing the work),
+inside the staging that process 0 made and named to the others through the
+jax coordination service; process 0 then commits the whole checkpoint with
+its ``index.cask`` and every process returns or raises the outcome.
 """
 
 from __future__ import annotations
@@ -28,12 +37,16 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .. import _distributed
 from .. import _jaxutil as J
 from .. import stores
 from .._async import SaveJob, _start
+import treecask._core as _core
+
+from .._request import SaveRequest, compression_code, metadata_items
 from .._save import save as _save
 from ..stores import _upload
-from ..errors import Error, UnsupportedError
+from ..errors import Error, UnsupportedError, _with_file
 
 #: The commit object of a checkpoint directory (``treecask.stores.COMMIT_OBJECT``).
 INDEX = stores.COMMIT_OBJECT
@@ -107,6 +120,9 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
             raise InvalidArgumentError(f"an item name is a non-empty str without '/', not '{INDEX}', got {name!r}",
                                        file=store.display(key))
     store.make_directory(key.rpartition("/")[0])  # a file system's parents; nothing in an object store
+    if _distributed.active():
+        return _save_sharded(store, key, items, index_md, overwrite=bool(overwrite), asynchronous=asynchronous,
+                             meanwhile=meanwhile, after=after, step=step, metrics=metrics)
     staging = store.stage_directory(key, overwrite=bool(overwrite))
     if overwrite and not store.supports_atomic_directories:
         store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items are rewritten
@@ -148,6 +164,120 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
         write_all()
         return None
     job = SaveJob(store.display(key), step=step, metrics=metrics)
+    _start(job, write_all)
+    return job
+
+
+_items_counter = 0  # multi-process saves of a directory of items so far (the coordination keys)
+
+
+def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, Mapping[str, str]]],
+                  index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
+                  meanwhile: Optional[Callable[[], None]], after: Optional[Callable[[], None]],
+                  step: Optional[int], metrics: Any) -> Optional[SaveJob]:
+    """:func:`save_directory` in a multi-process jax job (module docstring):
+    each item the core's multi-process save (``_distributed.prepare`` here, in
+    the caller's thread: the boxes taken, copied when ``asynchronous``;
+    ``_distributed.run`` later) into the staging of ``key``, which process 0
+    makes (``Store.stage_directory``) and then commits
+    (``Store.publish_directory``, ``index.cask`` with ``index_md``). Must be
+    called in every process in the same order (the coordination keys are
+    numbered per call). An error in any process is raised in every process;
+    ``after`` runs in every process once the checkpoint is committed, and the
+    save ends for all once it has (a manager's retention, which process 0
+    runs, is then seen by every process)."""
+    global _items_counter
+    import jax
+
+    _items_counter += 1
+    coord = f"treecask/orbax/items/{_items_counter}"
+    pid = jax.process_index()
+    timeout_ms = int(_distributed.BARRIER_TIMEOUT_S * 1000)
+    shown = store.display(key)
+    code = compression_code("auto", shown)
+    plans = []
+    for name, (tree, md) in items.items():
+        final = stores.Location(store, stores.join(key, name), store.display(stores.join(key, name)))
+        try:
+            plans.append((name, _distributed.prepare(final, tree, metadata=dict(md), compression=code,
+                                                     overwrite=False, chunk_size=None, threads=0, durable=True,
+                                                     max_part_bytes=None, shuffle=False,
+                                                     snapshot=asynchronous)))
+        except Error as e:
+            raise _with_file(e, final.shown) from None
+
+    def write_all() -> None:
+        client = _distributed._client()
+        swept: Optional[BaseException] = None
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception as e:  # the save's error, once the checkpoint is written anyway
+                swept = e
+        # Process 0 stages the checkpoint and names the staging to the others.
+        if pid == 0:
+            try:
+                staging = store.stage_directory(key, overwrite=overwrite)
+                if overwrite and not store.supports_atomic_directories:
+                    store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items
+                answer = "ok:" + staging
+            except Exception as e:
+                answer = "err:" + _distributed._error_text(e)
+            client.key_value_set(coord + "/dir", answer)
+        answer = client.blocking_key_value_get(coord + "/dir", timeout_ms)
+        if answer.startswith("err:"):
+            _distributed._raise(answer[4:], shown)
+        staging = answer[3:]
+        # Every item: the core's multi-process save into the staging (it raises in every
+        # process what failed in any, so every process leaves this loop at the same item).
+        written: List[str] = []
+        try:
+            while plans:
+                name, plan = plans.pop(0)
+                plan.path = stores.join(staging, name)
+                _distributed.run(plan)
+                written.append(name)
+        except BaseException:
+            plans.clear()
+            if pid == 0:
+                store.discard_directory(staging, written)
+            raise
+        # Process 0 commits the checkpoint with its index; every process returns or raises that.
+        if pid == 0:
+            def write_index(local: str, in_place: bool) -> None:
+                # This process alone: the core's single-file save (treecask.save would be collective here).
+                md = metadata_items({**index_md, MARK_KEY: "1"}, shown)
+                request, _ = SaveRequest.of_tree(local, None, overwrite=not in_place, durable=in_place,
+                                                 metadata=md)
+                _core.save(local, request)
+
+            try:
+                store.publish_directory(staging, key, write_index, overwrite=overwrite, durable=True,
+                                        keep=list(items))
+                result = "ok:"
+            except Exception as e:
+                store.discard_directory(staging, written)
+                result = "err:" + _distributed._error_text(e)
+            client.key_value_set(coord + "/result", result)
+        result = client.blocking_key_value_get(coord + "/result", timeout_ms)
+        if result.startswith("err:"):
+            client.wait_at_barrier(coord + "/done", timeout_ms)
+            _distributed._raise(result[4:], shown)
+        # `after` (a manager's retention: process 0 deletes) in every process, then a barrier:
+        # once any process's save is finished, every process lists the same steps.
+        try:
+            if after is not None:
+                after()
+        except BaseException as e:
+            swept = e
+        client.wait_at_barrier(coord + "/done", timeout_ms)
+        if swept is not None:
+            raise swept
+
+    if not asynchronous:
+        write_all()
+        return None
+    job = SaveJob(shown, step=step, metrics=metrics)
     _start(job, write_all)
     return job
 

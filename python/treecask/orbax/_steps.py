@@ -29,7 +29,7 @@ from .._manager import CheckpointManager as _Manager
 from .._manager import StepInfo
 from ..errors import InvalidArgumentError
 from . import _layout as _L
-from .._run import ITEM_DIRECTORIES
+from .._run import ITEM_DIRECTORIES, committed
 from ._items import Where
 
 
@@ -72,7 +72,7 @@ class Steps:
         """The run's custom metadata (JSON-decoded) from its entry
         ``metadata`` (:meth:`save_root_metadata`), or None when it has none."""
         st = self.manager.store
-        if self._root not in st.list_prefix(self._root):
+        if not self._has_root(st):
             return None
         with _open(self._root, store=st) as a:
             raw = a.metadata.get(ROOT_KEY)
@@ -82,11 +82,19 @@ class Steps:
         """Writes the run's custom metadata (a JSON value) once, as Orbax's
         managers do: the entry ``metadata`` beside the steps (Orbax's
         ``metadata/`` directory), a leafless treecask archive whose archive
-        metadata holds it. A run that has it keeps it; nothing when read-only."""
+        metadata holds it (in a multi-process jax job, where every process
+        calls this, the core's sharded checkpoint of it). A run that has it
+        keeps it; nothing when read-only."""
         st = self.manager.store
-        if self.manager.read_only or self._root in st.list_prefix(self._root):
+        if self.manager.read_only or self._has_root(st):
             return
         _save(self._root, None, metadata={ROOT_KEY: json.dumps(custom)}, store=st)
+
+    def _has_root(self, st: stores.Store) -> bool:
+        """Whether the run has its entry ``metadata``: an archive, or (written
+        by a multi-process job, every process calling) a sharded checkpoint
+        directory."""
+        return committed(st, self._root, st.list_prefix(self._root))
 
     @property
     def directory(self) -> Any:
@@ -198,6 +206,23 @@ class Steps:
         """The metrics saved with committed step ``step`` (the save in flight waited for first)."""
         self.wait_quietly()
         return self.manager.metrics(step)
+
+    def metrics_entry(self, step: int) -> Any:
+        """The metrics in committed step ``step``'s entry ``metrics`` (JSON-decoded),
+        or None when the step has no such entry (saved by a v0 manager
+        without ``best_fn``, or without metrics) or does not exist: what
+        Orbax's ``CheckpointManager.metrics`` reads (its ``metrics/`` item,
+        written only with ``best_fn``). A save in flight is waited for first."""
+        where = self.where(step)
+        if where is None:
+            return None
+        names = _L.item_names(where.store, where.key)
+        if not names or METRICS_ITEM not in names:
+            return None
+        with _open(stores.join(where.key, METRICS_ITEM), store=where.store) as a:
+            md = dict(a.metadata)
+        raw = md.get(METRICS_JSON_KEY)
+        return json.loads(raw) if md.get(_L.KIND_KEY) == METRICS_KIND and raw is not None else None
 
     def best_step(self) -> Optional[int]:
         """The manager's ``best_step`` once the save in flight is committed."""

@@ -10,10 +10,11 @@ checkpointable named after it (``treecask.load(path / "state")``) and
 ``treecask.orbax``'s items (``_items.py``: a pytree, a JSON value, a stateful
 checkpointable's state) and read through ``_items.Checkpoint`` and
 ``_items._restore_pytree`` (which applies Orbax's structure rule). In a
-multi-process jax job the checkpoint is one sharded archive instead
-(``treecask.save``'s collective commit), the checkpointables its subtrees.
-Any treecask archive loads: one written by ``treecask.save`` is one pytree
-at the root.
+multi-process jax job each checkpointable is the core's sharded checkpoint
+``path/<name>/`` (``_layout.py``: every process writes its share, process 0
+commits). Any treecask archive loads: one written by ``treecask.save`` is
+one pytree at the root (a multi-process save of an earlier release: one
+sharded archive whose subtrees are the checkpointables).
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ from ... import _tree as T
 from .. import args as _args
 from ... import stores
 from .. import _layout as _L
-from .._checkpointers import _write
-from .._items import DEFAULT_ITEM_NAME, PLACEHOLDER, Checkpoint, _encode, _encode_items, _is_stateful, _item_metadata
+from .._items import DEFAULT_ITEM_NAME, PLACEHOLDER, Checkpoint, _encode_items, _is_stateful, _item_metadata
 from .._items import _key_path, Where, _restore_pytree
 from .._metadata import ArrayMetadata, ScalarMetadata, StringMetadata
 from ...errors import InvalidArgumentError, KeyNotFoundError, NotFoundError, UnsupportedError
@@ -207,16 +207,9 @@ def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, c
     items = _validate_checkpointables(checkpointables, p)
     composite = _args.Composite(**{n: _args.PyTreeSave(v if _is_stateful(v) else _storage_cast(v))
                                    for n, v in items.items()})
-    from ... import _distributed
-
-    if _distributed.active():  # a multi-process job: one sharded archive, as treecask.save commits it
-        tree, md, _ = _encode(composite, custom_metadata, p)
-        md[_INIT_KEY] = str(time.time_ns())
-        pending = _write(p, tree, md, overwrite=bool(overwrite), asynchronous=asynchronous, force_name="overwrite")
-    else:
-        enc, own = _encode_items(composite, custom_metadata, p)
-        own[_INIT_KEY] = str(time.time_ns())
-        pending = _L.save_directory(p.store, p.key, enc, own, overwrite=bool(overwrite), asynchronous=asynchronous)
+    enc, own = _encode_items(composite, custom_metadata, p)
+    own[_INIT_KEY] = str(time.time_ns())
+    pending = _L.save_directory(p.store, p.key, enc, own, overwrite=bool(overwrite), asynchronous=asynchronous)
     callback = ctx.asynchronous.post_finalization_callback if asynchronous else None
     if pending is None and callback is None:
         return AsyncResponse._completed(None)
