@@ -23,10 +23,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "treecask/export.h"
+#include "treecask/source.h"
 
 namespace treecask {
 
@@ -108,6 +110,14 @@ TREECASK_API uint64_t sign_shard_size(const std::filesystem::path& archive_or_di
 // named), kNotFound (no such path), kIo (and what a URL's source throws).
 TREECASK_API void verify_signature(const std::filesystem::path& archive_or_directory,
                                    const SignatureCheck& check, unsigned threads = 0);
+
+// verify_signature of one archive object read through `source` (a store's
+// reader: remote.h open_object, or a caller's Source), named by
+// source->name(): every signed byte fetched (16 MiB at a time, up to
+// min(source->concurrency(), 8, threads) at once) and hashed as it arrives.
+// Throws as verify_signature does for a URL.
+TREECASK_API void verify_signature(std::shared_ptr<const Source> source, const SignatureCheck& check,
+                                   unsigned threads = 0);
 
 // The PEM public key (SubjectPublicKeyInfo, -----BEGIN PUBLIC KEY-----) of
 // the unencrypted PEM EC private key `private_key_pem`: what a verified open

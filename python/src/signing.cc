@@ -63,6 +63,18 @@ void register_signing(nb::module_& m) {
       "treecask::verify_signature: checks every signed byte of the archive file or sharded "
       "checkpoint directory `path` against the bundle (SHA-256 on `threads` threads, 0: all "
       "cores), GIL released; raises SignatureError naming the file and what failed.");
+  m.def(
+      "verify_signature_source",
+      [](nb::object source, const std::string& bundle_json, const std::string& public_key_pem, unsigned threads) {
+        std::shared_ptr<const treecask::Source> src = source_from_python(std::move(source));
+        treecask::SignatureCheck check{bundle_json, public_key_pem};
+        nb::gil_scoped_release release;
+        treecask::verify_signature(std::move(src), check, threads);
+      },
+      "source"_a, "bundle_json"_a, "public_key_pem"_a, "threads"_a = 0,
+      "treecask::verify_signature of one archive object read through `source` (a store's "
+      "Source: Store.source), every signed byte fetched and hashed as it arrives, GIL released; "
+      "raises SignatureError naming the object and what failed.");
   m.def("public_key_of", [](const std::string& pem) { return treecask::public_key_of(pem); }, "private_key_pem"_a,
         "treecask::public_key_of: the PEM public key of the PEM EC private key (what a verified "
         "open takes); InvalidArgumentError / UnsupportedError as sign.");

@@ -243,9 +243,9 @@ def verify(path: PathLike, *, signature: Optional[KeySource] = None, public_key:
     its exact length, a directory holding exactly the signed files).
 
     Args:
-      path: the archive file or sharded checkpoint directory (a URL too,
-        without a signature: a signed object in a store is verified read by
-        read, ``treecask.open(url, signature=..., public_key=...)``).
+      path: the archive file or sharded checkpoint directory, or the URL of
+        an archive in a store (with a signature: every signed byte fetched and
+        hashed as it arrives, then every chunk read through the signed open).
       signature: the model-signing bundle: a path, a URL, or its bytes.
       public_key: the PEM public key (SubjectPublicKeyInfo) of the EC key that
         signed it: a path or its bytes. Both or neither.
@@ -257,16 +257,13 @@ def verify(path: PathLike, *, signature: Optional[KeySource] = None, public_key:
       range; an unsupported key type or hash algorithm, named);
       ChecksumError / CorruptionError for the first damaged leaf (the message
       counts the others); NotFoundError, NotAnArchiveError, VersionError,
-      IoError, InvalidArgumentError (only one of signature / public_key),
-      UnsupportedError (a signature with a URL).
+      IoError, InvalidArgumentError (only one of signature / public_key).
     """
     p = os.fspath(path)
     check = _signing.signature_check(signature, public_key, storage_options, file=p)
     if check is not None:
-        if stores.is_url(p):
-            raise UnsupportedError("a full signature check reads every byte: download the archive, or open "
-                                   "it with signature= (every read verified)", file=_core.redact_url(p))
-        _core.verify_signature(p, check[0], check[1])
+        loc = stores.resolve(p, None, storage_options)
+        loc.store.verify_signature(loc.path, check)
     with open(p, storage_options=storage_options,
                      signature=None if check is None else check[0].encode(),
                      public_key=None if check is None else check[1].encode()) as r:

@@ -195,12 +195,14 @@ std::string sign(const std::filesystem::path& target, std::string_view private_k
 
 std::string public_key_of(std::string_view private_key_pem) { return sig::public_key_pem_of(private_key_pem); }
 
+void verify_signature(std::shared_ptr<const Source> source, const SignatureCheck& check, unsigned threads) {
+  // every signed byte fetched through the verifying source, hashed as it arrives
+  sig::verify_all(*sig::signed_source(std::move(source), check), threads);
+}
+
 void verify_signature(const std::filesystem::path& target, const SignatureCheck& check, unsigned threads) {
   const std::string shown = target.string();
-  if (is_url(shown)) {  // every signed byte fetched through the verifying source, hashed as it arrives
-    sig::verify_all(*sig::signed_source(remote::open_object(shown), check), threads);
-    return;
-  }
+  if (is_url(shown)) return verify_signature(remote::open_object(shown), check, threads);
   std::error_code ec;
   const bool is_dir = fs::is_directory(target, ec);
   if (!is_dir && !fs::exists(target, ec)) throw Error(ErrorCode::kNotFound, shown, "", "no such file or directory");

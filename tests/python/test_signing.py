@@ -711,6 +711,9 @@ def test_a_verified_read_over_s3_fetches_only_its_covering_shards(s3_env, keys, 
                 if lo and hi:
                     assert int(hi) < far[0] or int(lo) >= far[1] or int(lo) < (1 << 20) or \
                         int(hi) >= size - (5 << 20), (r, far)
+    # A full verify over S3 (every signed byte fetched and hashed, then every chunk), as of a file.
+    for signature in (sig, url + ".sig"):
+        treecask.verify(url, signature=signature, public_key=pub)
     # A tampered object under the same signature: the read raises, never returns its bytes.
     other = tmp_path / "other.cask"
     tree["w12"] = tree["w12"] + 1
@@ -719,6 +722,9 @@ def test_a_verified_read_over_s3_fetches_only_its_covering_shards(s3_env, keys, 
     with pytest.raises(SignatureError):
         with treecask.open(url, signature=sig, public_key=pub) as a:
             a.read("w12")
+    with pytest.raises(SignatureError) as e:
+        treecask.verify(url, signature=sig, public_key=pub)
+    assert "do not match their signed SHA-256 digest" in str(e.value) and key in str(e.value)
 
 
 def test_a_signed_sharded_directory_reads_verified_from_s3(s3_env, keys, directory, tmp_path):

@@ -232,6 +232,20 @@ class Store(abc.ABC):
             return _core.Archive.open(local, verify_checksums, validate_structure, signature)
         return _core.Archive.open_source(self.source(path), verify_checksums, signature)
 
+    def verify_signature(self, path: str, signature: Tuple[str, str]) -> None:
+        """Checks every signed byte of ``path`` (an archive, or a sharded
+        checkpoint directory on a file system) against ``signature`` (bundle
+        JSON, PEM public key) as ``model_signing verify key`` does
+        (treecask::verify_signature, docs/signing.md): a file hashed on all
+        cores; an object read through :meth:`source` and hashed as it arrives.
+        Raises SignatureError naming the file and what failed, NotFoundError,
+        IoError."""
+        local = self.local_path(path)
+        if local is not None:
+            _core.verify_signature(local, signature[0], signature[1])
+        else:
+            _core.verify_signature_source(self.source(path), signature[0], signature[1])
+
     def open_sharded(self, path: str, *, verify_checksums: bool, validate_structure: bool,
                      signature: Optional[Tuple[str, str]] = None) -> Any:
         """The core's reader of the sharded checkpoint "directory" ``path``:
