@@ -21,8 +21,9 @@ process; the timed region excludes the interpreter's start and imports; medians 
    is SHA-256 of every shard on all cores (hashlib over an mmap in one thread per core:
    hashlib releases the GIL). [goal >= 1.0x model_signing]
 3. Open-to-first-tensor at 10,000 leaves (bench/peers.py's small tree): verified
-   `open(p, signature=, public_key=)[key]` against unverified `open(p)[key]`.
-   [goal verified <= 2x unverified]
+   `open(p, signature=, public_key=)[key]` against unverified `open(p)[key]`, in a fresh
+   process and in one that verified another archive first (OpenSSL's one-time set-up
+   done), and with 1 MiB shards instead of the default. [goal verified <= 2x unverified]
 4. Sign right after a save (the file in the page cache): `treecask.sign(p, private_key=)`
    (shards, the default) against model_signing's `sign key` of the same file (the Python
    API call its CLI makes; file serialization). [goal >= 1.0x]
@@ -95,6 +96,10 @@ def child(job: Dict[str, Any]) -> Dict[str, Any]:
     kind, p = job["kind"], job["path"]
     if kind.endswith("_ms"):  # its imports (sigstore, cryptography, ...) outside the timed region
         import model_signing  # noqa: F401
+    if kind == "first_tc_warm":  # a process that verified another archive before: OpenSSL loaded, key decoded
+        with treecask.open(job["warm"], signature=job["warm"] + ".sig", public_key=job["pub"]) as a:
+            a.load()
+        kind = "first_tc"
     t0 = time.perf_counter()
     if kind == "first_tc":
         with treecask.open(p, signature=job["sig"], public_key=job["pub"]) as a:
@@ -206,18 +211,26 @@ def bench_size(gib: float, d: Path, keys: Dict[str, str], reps: int) -> Dict[str
 def bench_small(d: Path, keys: Dict[str, str], reps: int) -> Dict[str, Any]:
     import treecask
 
+    import numpy as np
+
     path = str(d / "small.cask")
     treecask.save(path, peers.build("small", 0), compression="none", overwrite=True)
     sig = treecask.sign(path, private_key=keys["key_file"])
-    sig64 = treecask.sign(path, private_key=keys["key_file"], signature=path + ".64k.sig", shard_size=64 << 10)
+    sig1m = treecask.sign(path, private_key=keys["key_file"], signature=path + ".1m.sig", shard_size=1 << 20)
+    warm = str(d / "warm.cask")  # another signed archive, opened first by the "warm" child
+    treecask.save(warm, {"x": np.arange(16, dtype=np.float32)}, overwrite=True)
+    treecask.sign(warm, private_key=keys["key_file"])
     base = dict(path=path, pub=keys["pub"], key=peers.leaf_key("small", 0))
     r = measure({"verified open + leaf": dict(kind="first_tc", sig=sig, **base),
-                 "verified open + leaf, 64 KiB shards": dict(kind="first_tc", sig=sig64, **base),
+                 "verified open + leaf, OpenSSL loaded (a 2nd archive in the process)":
+                     dict(kind="first_tc_warm", sig=sig, warm=warm, **base),
+                 "verified open + leaf, 1 MiB shards": dict(kind="first_tc", sig=sig1m, **base),
                  "unverified open + leaf": dict(kind="first_plain", **base)}, reps)
     size = os.path.getsize(path)
-    for f in (path, sig, sig64):
+    shard = shard_size_of(sig)
+    for f in (path, sig, sig1m, warm, warm + ".sig"):
         os.unlink(f)
-    return {"first": r, "size": size}
+    return {"first": r, "size": size, "shard": shard}
 
 
 def report(results: List[Dict[str, Any]], small: Dict[str, Any], args, started: str) -> str:
@@ -268,14 +281,21 @@ def report(results: List[Dict[str, Any]], small: Dict[str, Any], args, started: 
              s["model_signing sign"] / tc_s >= 1.0),
         ]
     sv, su = small["first"]["verified open + leaf"], small["first"]["unverified open + leaf"]
-    lines += [f"### 10,000 small leaves (bench/peers.py's small tree, {small['size'] / MiB:.1f} MiB file)", "",
+    sw = small["first"]["verified open + leaf, OpenSSL loaded (a 2nd archive in the process)"]
+    lines += [f"### 10,000 small leaves (bench/peers.py's small tree, {small['size'] / MiB:.1f} MiB file, "
+              f"treecask's default shards of {small['shard'] >> 10} KiB)", "",
               "First call in a fresh process (the verified-shard cache starts empty), so slower than the "
-              "in-process medians of docs/performance.md's open row.", "",
+              "in-process medians of docs/performance.md's open row. The fresh process also pays OpenSSL's "
+              "one-time set-up (its providers, the first key decode); the \"OpenSSL loaded\" row is a process "
+              "that verified another archive with the same key first, as a server or a manager's restore does "
+              "from its second archive on.", "",
               "| | time | ÷ unverified |", "|---|---:|---:|"]
     lines += [f"| open to first tensor, {k} | {fmt(t)} | {t / su:.2f}× |" for k, t in small["first"].items()]
     lines.append("")
-    targets.append(("open to first tensor at 10,000 leaves: verified ≤ 2× unverified",
+    targets.append(("open to first tensor at 10,000 leaves: verified ≤ 2× unverified, a fresh process",
                     f"{sv / su:.2f}× ({fmt(sv)} vs {fmt(su)})", sv / su <= 2.0))
+    targets.append(("the same, OpenSSL loaded (a second archive in the process)",
+                    f"{sw / su:.2f}× ({fmt(sw)} vs {fmt(su)})", sw / su <= 2.0))
     lines += ["Targets (issue 36):", "", "| target | measured | verdict |", "|---|---|---|"]
     lines += [f"| {t} | {m} | {'met' if ok else '**missed**'} |" for t, m, ok in targets]
     return "\n".join(lines) + "\n"

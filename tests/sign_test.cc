@@ -11,7 +11,9 @@
 #include <openssl/pem.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <thread>
 
 #include "../format/vectors/contents.h"
 #include "sign/bundle.h"
@@ -257,6 +259,37 @@ TEST_CASE("a read hashes only the shards under its bytes, each once") {
   Archive again = Archive::open(tmp / "model.cask", signed_open(bundle));
   again.read(again.index_of("b"), out);
   CHECK(sig::shards_hashed() - before == hashed);
+}
+
+TEST_CASE("a signed archive's verify() hashes every shard once, its chunks checked in the same pass") {
+  TempDir tmp;
+  FlatTree t = tree();
+  t.save(tmp / "model.cask", save_options());
+  SignOptions so;
+  so.shard_size = 64 << 10;
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv, so);
+  const uint64_t size = fs::file_size(tmp / "model.cask");
+  const uint64_t shards = (size + so.shard_size - 1) / so.shard_size;
+  const uint64_t before = sig::shards_hashed();
+  Archive a = Archive::open(tmp / "model.cask", signed_open(bundle));
+  const auto caller = std::this_thread::get_id();
+  std::vector<uint64_t> seen;
+  uint64_t total = 0;
+  bool other_thread = false;
+  CHECK(a.verify([&](uint64_t done, uint64_t all) {
+          seen.push_back(done);
+          total = all;
+          other_thread |= std::this_thread::get_id() != caller;
+        }).empty());
+  // Every signed byte (pages no read touches too), each shard hashed once.
+  CHECK(sig::shards_hashed() - before == shards);
+  CHECK(!other_thread);  // progress from the calling thread, in leaf order, up to (total, total)
+  REQUIRE(seen.size() == a.size());
+  CHECK(std::is_sorted(seen.begin(), seen.end()));
+  CHECK(seen.back() == total);
+  // Again: every shard is cached as verified for the process.
+  CHECK(a.verify().empty());
+  CHECK(sig::shards_hashed() - before == shards);
 }
 
 TEST_CASE("another archive of the same layout with one leaf changed, given the first's signature") {

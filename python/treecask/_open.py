@@ -237,10 +237,12 @@ def verify(path: PathLike, *, signature: Optional[KeySource] = None, public_key:
     """Checks an archive file or a sharded checkpoint directory completely, and
     raises unless everything is intact: every chunk of every leaf against its
     XXH3 checksum (LZ4 chunks decoded, padding zero: :meth:`Reader.verify`),
-    and with a signature every signed byte's SHA-256 on all cores
-    (treecask::verify_signature, as ``model_signing verify key`` does: the
-    envelope under the key, the statement naming this file or directory and
-    its exact length, a directory holding exactly the signed files).
+    and with a signature every signed byte's SHA-256 on all cores, as
+    ``model_signing verify key`` does (the envelope under the key, the
+    statement naming this file or directory and its exact length, a
+    directory holding exactly the signed files): for a local archive in one
+    pass with the checksums (docs/signing.md "What is verified when"), for a
+    directory or a URL in a pass of its own first (treecask::verify_signature).
 
     Args:
       path: the archive file or sharded checkpoint directory, or the URL of
@@ -263,7 +265,11 @@ def verify(path: PathLike, *, signature: Optional[KeySource] = None, public_key:
     check = _signing.signature_check(signature, public_key, storage_options, file=p)
     if check is not None:
         loc = stores.resolve(p, None, storage_options)
-        loc.store.verify_signature(loc.path, check)
+        if loc.store.is_sharded(loc.path) is not False:
+            # A directory (exactly the signed files) or an object in a store: the
+            # signature's own pass first. A local archive's signed open and
+            # Reader.verify below hash every signed byte, in one pass with the chunks.
+            loc.store.verify_signature(loc.path, check)
     with open(p, storage_options=storage_options,
                      signature=None if check is None else check[0].encode(),
                      public_key=None if check is None else check[1].encode()) as r:

@@ -161,7 +161,7 @@ struct Archive::Impl {
     if (guard) {  // the chunk's shards and, on the blob's first use, its headers' (check_blob), in one pass
       const std::pair<uint64_t, uint64_t> ranges[2] = {
           {static_cast<uint64_t>(at - map_base), c->stored_size()}, blob_head_range(b)};
-      ensure_signed(std::span(ranges, unchecked ? 2 : 1), li, 0);
+      ensure_signed(std::span(ranges, unchecked ? 2 : 1), li, 1);
     }
     if (unchecked) check_blob(b, li);
     return {at, c->stored_size()};
@@ -175,8 +175,6 @@ struct Archive::Impl {
   // when there is no map base). Throws Error(kCorruption) naming the file and
   // leaf `li`, whose read needed the blob.
   void check_blob(uint32_t id, size_t li) const;
-  // The file bytes check_blob reads for blob `id`: {offset, length}.
-  std::pair<uint64_t, uint64_t> blob_head_range(uint32_t id) const;
   // Throws kChecksumMismatch unless `digest` is chunk `ci`'s stored checksum.
   void expect_checksum(size_t li, uint64_t ci, const fb::Chunk* c, uint64_t digest) const {
     if (digest != c->checksum())
@@ -443,6 +441,11 @@ struct Archive::Impl {
   uint64_t blob_head_offset(uint32_t id) const {
     const uint64_t value = static_cast<uint64_t>(blob_data[id] - map_base) - format::kBlobHeaderSize;
     return blob_site[id].overflow_page != UINT64_MAX ? value - lmdb::kOverflowDataOffset : value;
+  }
+  // The bytes check_blob reads for blob `id`: {blob_head_offset, length}.
+  std::pair<uint64_t, uint64_t> blob_head_range(uint32_t id) const {
+    const bool run = blob_site[id].overflow_page != UINT64_MAX;
+    return {blob_head_offset(id), format::kBlobHeaderSize + (run ? lmdb::kOverflowDataOffset : 0)};
   }
 
   // Reusable per-thread buffers for decode_chunk and the partial reads; each

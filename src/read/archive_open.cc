@@ -142,12 +142,6 @@ class RecordingReader final : public lmdb::FileReader {
 }
 }  // namespace
 
-std::pair<uint64_t, uint64_t> Archive::Impl::blob_head_range(uint32_t id) const {
-  const bool run = blob_site[id].overflow_page != UINT64_MAX;
-  const std::byte* from = blob_data[id] - format::kBlobHeaderSize - (run ? kOverflowPageHeader : 0);
-  return {static_cast<uint64_t>(from - map_base), format::kBlobHeaderSize + (run ? kOverflowPageHeader : 0)};
-}
-
 void Archive::Impl::check_blob(uint32_t id, size_t li) const {
   const BlobSite& site = blob_site[id];
   const std::byte* value = blob_data[id] - format::kBlobHeaderSize;
