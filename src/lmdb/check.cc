@@ -253,7 +253,7 @@ class Walker {
   }
 
   void record(Key key, uint64_t offset, uint64_t size, uint64_t overflow_page) {
-    if (!stats_.record_values || is_main_) return;
+    if (!stats_.record_values || is_main_ || (!stats_.record_only.empty() && *name_ != stats_.record_only)) return;
     stats_.values.push_back({*name_, std::string(reinterpret_cast<const char*>(key.data()), key.size()), offset,
                              size, overflow_page});
   }
@@ -341,8 +341,10 @@ std::string check_structure(const FileReader& file, uint64_t file_size, const Me
   StructureStats local;
   StructureStats& st = stats ? *stats : local;
   const bool record_values = st.record_values;
+  std::string record_only = std::move(st.record_only);
   st = {};
   st.record_values = record_values;
+  st.record_only = std::move(record_only);
   if (meta.page_size < 512 || meta.page_size > 65536 ||
       (meta.page_size & (meta.page_size - 1)) != 0 || meta.last_page < 1 ||
       meta.last_page >= (uint64_t{1} << 40) || (meta.last_page + 1) * meta.page_size > file_size)

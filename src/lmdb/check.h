@@ -88,6 +88,7 @@ struct StructureStats {
   // in `values`, in key order per database (a reader without LMDB finds
   // values here instead of mdb_get).
   bool record_values = false;
+  std::string record_only;  // with record_values: only this named database's values ("" = all)
   std::vector<ValueSite> values;
 };
 

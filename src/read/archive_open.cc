@@ -237,13 +237,13 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   if (impl->guard) {
     const RecordingReader recording(fd_reader);
     structure.record_values = true;
+    structure.record_only = format::kMetaDb;
     impl->check_container(recording, &meta, &structure);
     auto& ranges = recording.ranges;
-    for (const lmdb::ValueSite& v : structure.values)
-      if (v.db == format::kMetaDb) {
-        const uint64_t head = v.overflow_page != UINT64_MAX ? kOverflowPageHeader : 0;
-        ranges.emplace_back(v.offset - head, v.size + head);
-      }
+    for (const lmdb::ValueSite& v : structure.values) {
+      const uint64_t head = v.overflow_page != UINT64_MAX ? kOverflowPageHeader : 0;
+      ranges.emplace_back(v.offset - head, v.size + head);
+    }
     structure.values.clear();
     impl->guard->ensure_ranges(ranges, 0);
   } else {
