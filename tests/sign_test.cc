@@ -79,6 +79,14 @@ SaveOptions save_options() {
   return o;
 }
 
+// tree() saved as `path` and signed with 64 KiB shards: the bundle.
+std::string save_signed_64k(const fs::path& path) {
+  tree().save(path, save_options());
+  SignOptions so;
+  so.shard_size = 64 << 10;
+  return sign(path, ec_keys().priv, so);
+}
+
 OpenOptions signed_open(const std::string& bundle, const std::string& pub = ec_keys().pub) {
   OpenOptions o;
   o.signature = SignatureCheck{bundle, pub};
@@ -237,11 +245,9 @@ TEST_CASE("the bundle is model_signing's: media type, key hint, DSSE envelope, s
 
 TEST_CASE("a read hashes only the shards under its bytes, each once") {
   TempDir tmp;
-  FlatTree t = tree();
-  t.save(tmp / "model.cask", save_options());
+  const std::string bundle = save_signed_64k(tmp / "model.cask");
   SignOptions so;
   so.shard_size = 64 << 10;
-  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv, so);
   const uint64_t size = fs::file_size(tmp / "model.cask");
   const uint64_t before_open = sig::shards_hashed();
   Archive a = Archive::open(tmp / "model.cask", signed_open(bundle));
@@ -263,13 +269,8 @@ TEST_CASE("a read hashes only the shards under its bytes, each once") {
 
 TEST_CASE("a signed archive's verify() hashes every shard once, its chunks checked in the same pass") {
   TempDir tmp;
-  FlatTree t = tree();
-  t.save(tmp / "model.cask", save_options());
-  SignOptions so;
-  so.shard_size = 64 << 10;
-  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv, so);
-  const uint64_t size = fs::file_size(tmp / "model.cask");
-  const uint64_t shards = (size + so.shard_size - 1) / so.shard_size;
+  const std::string bundle = save_signed_64k(tmp / "model.cask");
+  const uint64_t shards = (fs::file_size(tmp / "model.cask") + (64 << 10) - 1) / (64 << 10);
   const uint64_t before = sig::shards_hashed();
   Archive a = Archive::open(tmp / "model.cask", signed_open(bundle));
   const auto caller = std::this_thread::get_id();

@@ -95,6 +95,18 @@ def _snapshot(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, tree)
 
 
+def _run_meanwhile(meanwhile: Optional[Callable[[], None]]) -> Optional[BaseException]:
+    """Runs ``meanwhile`` (the manager's retention, beside a save) and returns
+    what it raised: the save's error, raised once the checkpoint is written."""
+    if meanwhile is None:
+        return None
+    try:
+        meanwhile()
+    except Exception as e:
+        return e
+    return None
+
+
 def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, Mapping[str, str]]],
                    index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
                    meanwhile: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
@@ -130,12 +142,7 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
         items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
 
     def write_all() -> None:
-        swept: Optional[BaseException] = None
-        if meanwhile is not None:
-            try:
-                meanwhile()
-            except Exception as e:  # the save's error, once the checkpoint is written anyway
-                swept = e
+        swept = _run_meanwhile(meanwhile)
         written: List[str] = []
         try:
             for name, (tree, md) in items.items():
@@ -208,12 +215,7 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
 
     def write_all() -> None:
         client = _distributed._client()
-        swept: Optional[BaseException] = None
-        if meanwhile is not None:
-            try:
-                meanwhile()
-            except Exception as e:  # the save's error, once the checkpoint is written anyway
-                swept = e
+        swept = _run_meanwhile(meanwhile)
         # Process 0 stages the checkpoint and names the staging to the others.
         if pid == 0:
             try:
