@@ -300,6 +300,56 @@ def test_savers_killed_during_overwrite_saves_leave_nothing_the_next_overwrite_d
     assert float(treecask.load(url)["a"][0]) == 7.0
 
 
+def server_config(server):
+    """obstore's S3 configuration of the server, bucket aside."""
+    return {k: v for k, v in server.store(BUCKET).config.items() if k != "bucket"}
+
+
+def test_a_saver_killed_before_naming_its_upload_leaves_nothing_the_next_save_does_not_abort(s3, tmp_path):
+    """A saver SIGKILLed between starting its multipart upload and writing
+    its id into the marker (its own botocore client kills it as that
+    request is about to go) leaves an upload no marker names and its empty
+    marker. The next save of the key aborts the upload (every empty marker
+    is dead), removes the marker, and succeeds. While the empty marker of a
+    live saver exists, no unnamed upload is aborted."""
+    url = fresh_url()
+    key = url[len(f"s3://{BUCKET}/"):]
+    treecask.save(url, {"a": np.zeros(3)})
+    script = textwrap.dedent(f"""
+        import os, signal, sys, numpy as np, treecask
+        from treecask.stores import ObjectStore, _s3
+        {SMALL_PARTS}
+        store, _ = ObjectStore.from_url({url!r})
+        def kill_before_naming(params, **_):
+            if params["Key"].endswith("/" + _s3.UPLOAD_MARKER) and params["Body"]:
+                os.kill(os.getpid(), signal.SIGKILL)
+        _s3.for_store(store.store).client.meta.events.register("before-parameter-build.s3.PutObject",
+                                                                kill_before_naming)
+        treecask.save({url!r}, {{"a": np.full((12 << 20) // 8, 1.0)}}, compression="none", overwrite=True)
+        sys.exit("the saver was not killed")
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, TREECASK_SCRATCH_DIR=str(tmp_path)))
+    assert p.returncode == -9, p
+    left = uploads(s3, key)
+    assert [u[0] for u in left] == [key], left  # the upload, named by no marker
+    marker = [k for k in keys(s3, key.split("/")[0]) if k != key]
+    assert len(marker) == 1 and marker[0].endswith("/" + _s3.UPLOAD_MARKER), marker
+    client = _s3.for_store(s3.store(BUCKET)).client
+    assert client.get_object(Bucket=BUCKET, Key=marker[0])["Body"].read() == b""
+    # A live saver's empty marker (this process's): it may be about to name an upload, so no
+    # unnamed upload is aborted, the dead saver's neither.
+    live = f"{_core.temporary_path(key)}/{_s3.UPLOAD_MARKER}"
+    client.put_object(Bucket=BUCKET, Key=live, Body=b"")
+    treecask.save(url, {"a": np.full(3, 2.0)}, overwrite=True)
+    assert [u[1] for u in uploads(s3, key)] == [left[0][1]]
+    client.delete_object(Bucket=BUCKET, Key=live)
+    treecask.save(url, {"a": np.full(3, 3.0)}, overwrite=True)
+    assert uploads(s3, key) == []
+    assert keys(s3, key.split("/")[0]) == [key]
+    np.testing.assert_array_equal(treecask.load(url)["a"], np.full(3, 3.0))
+
+
 def test_race_losers_are_told_already_exists(s3, tmp_path):
     """Three processes save different large trees to one new key at once:
     each is told it committed or AlreadyExistsError (whatever the server

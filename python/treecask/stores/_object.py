@@ -276,14 +276,13 @@ class ObjectStore(Store):
             raise err  # outside the except: obstore's text may quote a signed URL
         return out
 
-    def sweep_uploads(self, path: str, names: Sequence[str]) -> None:
+    def sweep_uploads(self, path: str, names: Sequence[str]) -> Sequence[str]:
         """On S3 with botocore: aborts the multipart uploads of ``path``
-        whose saver died, named by their markers among ``names``
-        (``stores/_s3.py``)."""
-        marked = [n for n in names if n.endswith("/" + _s3.UPLOAD_MARKER)]
+        whose saver died, by their markers among ``names``; returns the dead
+        markers kept for the next save (``_s3.S3.abort_dead_uploads``)."""
+        marked = [n for n in names if _s3.is_marker(path, n)]
         s3 = _s3.for_store(self.store) if marked else None
-        if s3 is not None:
-            s3.abort_marked(path, marked)
+        return s3.abort_dead_uploads(path, marked) if s3 is not None else ()
 
     def delete(self, paths: Sequence[str]) -> None:
         """Deletes each object (best effort: a missing one, or a failure, is skipped)."""

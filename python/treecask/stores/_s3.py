@@ -23,7 +23,7 @@ import concurrent.futures
 import contextlib
 import os
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import treecask._core as _core
 from ..errors import Error
@@ -63,8 +63,15 @@ _IGNORED = {"bucket", "copy_if_not_exists"}
 #: object ``<key>.tmp.<host>.<pid>.<hex16>/upload`` holding its upload id (S3
 #: lists no owner of an upload): a temporary of the core's rule, so that
 #: the next save of ``<key>``, or the manager's sweep of its run, aborts a
-#: dead saver's upload and deletes the marker (:meth:`S3.abort_marked`).
+#: dead saver's upload and deletes the marker (:meth:`S3.abort_dead_uploads`).
 UPLOAD_MARKER = "upload"
+
+
+def is_marker(path: str, name: str) -> bool:
+    """Whether object ``name`` is an upload marker of ``path``
+    (``<path>.tmp.<host>.<pid>.<hex16>/upload``)."""
+    tail = "/" + UPLOAD_MARKER
+    return name.startswith(path + ".tmp") and name.endswith(tail) and "/" not in name[len(path):-len(tail)]
 
 _CLIENTS: Dict[Tuple, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
@@ -98,21 +105,64 @@ def for_store(store: Any) -> Optional["S3"]:
         if k not in CORE_OPTIONS and k not in _OBSTORE_ENV and k not in _IGNORED:
             return None
         cfg[k] = str(v)
-    if set(store.client_options or {}) - {"allow_http"}:  # proxies, certificates, timeouts: obstore's
+    if set(store.client_options or {}) - {"allow_http", *_TIMEOUTS}:  # proxies, certificates: obstore's
         return None
     bucket = (store.config or {}).get("bucket")
     if not bucket or str(cfg.get("conditional_put", "")).lower() == "disabled":
         return None
     if _true(cfg.get("virtual_hosted_style_request", "")) and cfg.get("endpoint"):
         return None  # obstore's endpoint then already names the bucket
-    client = _client(cfg)
+    client = _client(cfg, deadline(store))
     if client is None:
         return None
     return S3(client, str(bucket), (store.prefix or "").strip("/"))
 
 
-def _client(cfg: Dict[str, str]) -> Any:
-    key = tuple(sorted(cfg.items()))
+#: obstore client options botocore is given (per attempt, seconds): ``connect_timeout`` is its
+#: connect timeout, ``timeout`` its read timeout (no progress for that long fails the attempt).
+_TIMEOUTS = {"connect_timeout": "connect_timeout_s", "timeout": "stall_timeout_s"}
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _seconds(text: str) -> float:
+    """Seconds of a duration as obstore spells its client options back ("1m 30s", "250ms")."""
+    total = 0.0
+    for part in str(text).split():
+        number = part.rstrip("abcdefghijklmnopqrstuvwxyz")
+        total += float(number) * _UNITS[part[len(number):] or "s"]
+    return total
+
+
+def deadline(store: Any) -> Dict[str, float]:
+    """The bounds the botocore twin of obstore store ``store`` keeps, the
+    store's own where it was given them, else the core's
+    (``_core.RETRY_POLICY``, remote.h RetryPolicy and RemoteOptions):
+    ``max_retries``; ``timeout_s``, after which no retry begins (obstore's
+    ``retry_config["retry_timeout"]``); ``max_backoff_s``; per attempt
+    ``connect_timeout_s`` and ``stall_timeout_s`` (obstore's client options
+    ``connect_timeout`` and ``timeout``). A call then fails within
+    ``timeout_s + max_backoff_s + connect_timeout_s + stall_timeout_s``
+    seconds (no retry begun after ``timeout_s``, each after at most
+    ``max_backoff_s``, the last at most a connect and a stall), as obstore's
+    do."""
+    out = {k: float(_core.RETRY_POLICY[k]) for k in
+           ("max_retries", "timeout_s", "max_backoff_s", "connect_timeout_s", "stall_timeout_s")}
+    retry = getattr(store, "retry_config", None) or {}
+    options = getattr(store, "client_options", None) or {}
+    if "max_retries" in retry:
+        out["max_retries"] = float(retry["max_retries"])
+    if "retry_timeout" in retry:
+        out["timeout_s"] = retry["retry_timeout"].total_seconds()
+    if "max_backoff" in (retry.get("backoff") or {}):
+        out["max_backoff_s"] = retry["backoff"]["max_backoff"].total_seconds()
+    for option, k in _TIMEOUTS.items():
+        if options.get(option):
+            out[k] = _seconds(options[option])
+    return out
+
+
+def _client(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
+    key = (tuple(sorted(cfg.items())), tuple(sorted(limits.items())))
     with _CLIENTS_LOCK:
         if key in _CLIENTS:
             return _CLIENTS[key]
@@ -124,7 +174,7 @@ def _client(cfg: Dict[str, str]) -> Any:
             _CLIENTS[key] = None
             return None
         try:
-            conf = _config(cfg)
+            conf = _config(cfg, limits)
         except TypeError:  # botocore before 1.36 (no request_checksum_calculation): obstore's path
             _CLIENTS[key] = None
             return None
@@ -133,21 +183,43 @@ def _client(cfg: Dict[str, str]) -> Any:
             endpoint_url=cfg.get("endpoint") or None,
             aws_access_key_id=cfg.get("access_key_id"), aws_secret_access_key=cfg.get("secret_access_key"),
             aws_session_token=cfg.get("session_token"), config=conf)
+        _keep_deadline(client, limits["timeout_s"])
         _CLIENTS[key] = client
         return client
 
 
-def _config(cfg: Dict[str, str]) -> Any:
+def _keep_deadline(client: Any, timeout_s: float) -> None:
+    """No retry of a call of ``client`` begins more than ``timeout_s``
+    seconds after its first attempt (the core's RetryPolicy.timeout_s,
+    obstore's ``retry_timeout``): botocore counts attempts only. The call
+    then fails with its last answer or exception (a treecask error by
+    ``_errors.of_botocore``)."""
+    import time
+
+    def started(context: Dict[str, Any], **_: Any) -> None:
+        context["treecask_started"] = time.monotonic()
+
+    def needs_retry(request_dict: Dict[str, Any], **_: Any) -> Optional[bool]:
+        t0 = (request_dict.get("context") or {}).get("treecask_started")
+        # False: no retry (botocore's endpoint takes the first answer that is not None).
+        return False if t0 is not None and time.monotonic() - t0 >= timeout_s else None
+
+    client.meta.events.register("before-call.s3", started)
+    client.meta.events.register_first("needs-retry.s3", needs_retry)
+
+
+def _config(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
     import botocore
     import botocore.config
 
     # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
-    # (_object._RETRY): botocore's standard mode retries the same throttles, 5xx and dropped
-    # connections with capped exponential backoff; total_max_attempts counts the first try
-    # (botocore's max_attempts would count retries only). botocore has no overall deadline:
-    # the core's timeout_s bounds obstore's retries, botocore's are bounded by their number.
+    # (_object._RETRY), or the store's own retry_config and timeouts (deadline()): botocore's
+    # standard mode retries the same throttles, 5xx and dropped connections with capped
+    # exponential backoff; total_max_attempts counts the first try (botocore's max_attempts
+    # would count retries only); _keep_deadline stops the retries at timeout_s.
     return botocore.config.Config(
-        retries={"mode": "standard", "total_max_attempts": 1 + int(_core.RETRY_POLICY["max_retries"])},
+        retries={"mode": "standard", "total_max_attempts": 1 + int(limits["max_retries"])},
+        connect_timeout=limits["connect_timeout_s"], read_timeout=limits["stall_timeout_s"],
         max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
         # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
         request_checksum_calculation="when_required", response_checksum_validation="when_required",
@@ -171,30 +243,29 @@ class S3:
         each read from the file by its worker: memory is bounded by their
         product) completed with ``If-None-Match: *`` (without it when
         ``overwrite``); returns the ETag the completion gave. While it runs
-        the upload is named by its marker (:data:`UPLOAD_MARKER`), so that
-        the next save of ``path`` aborts it if this process dies, whichever
-        kind of save that is. On any failure the upload is aborted. Raises
-        AlreadyExistsError when the completion is refused because ``path``
-        exists (412 PreconditionFailed, or 409 ConditionalRequestConflict:
-        another completion of ``path`` in progress), NotFoundError (no
-        bucket), IoError."""
+        the upload is named by its marker (:data:`UPLOAD_MARKER`), written
+        empty before the upload starts and then given its id, so that the
+        next save of ``path`` aborts it if this process dies, whichever kind
+        of save that is and at whichever step (:meth:`abort_dead_uploads`).
+        On any failure the upload is aborted. Raises AlreadyExistsError when
+        the completion is refused because ``path`` exists (412
+        PreconditionFailed, or 409 ConditionalRequestConflict: another
+        completion of ``path`` in progress), NotFoundError (no bucket),
+        IoError."""
         key = self._key(path)
         marker = self._key(f"{_core.temporary_path(path)}/{UPLOAD_MARKER}")
         err: Optional[Error] = None
-        try:
-            upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
-        except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
-            err = _errors.of_botocore(url, "starting the multipart upload", e)
-        if err is not None:
-            raise err
+        upload: Optional[str] = None
         try:
             try:
+                self.client.put_object(Bucket=self.bucket, Key=marker, Body=b"")
+                upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
                 self.client.put_object(Bucket=self.bucket, Key=marker, Body=upload.encode())
-            except Exception as e:  # noqa: BLE001
-                err = _errors.of_botocore(url, "writing the upload's marker", e)
+            except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
+                err = _errors.of_botocore(url, "starting the multipart upload", e)
             if err is not None:
-                with contextlib.suppress(Exception):
-                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+                if upload is not None:
+                    self.abort(path, upload)
                 raise err
             return self._upload(key, upload, local_file, url, overwrite)
         finally:
@@ -299,21 +370,74 @@ class S3:
             raise err
         return sorted(done, key=lambda p: p["PartNumber"])
 
-    def abort_marked(self, path: str, names: List[str]) -> None:
-        """Aborts the multipart uploads of ``path`` whose saver died: those
-        named by a marker ``<path>.tmp.<host>.<pid>.<hex16>/upload`` among
-        ``names`` (a listing of ``path``) that is stale by the core's rule
-        (this host, a process that no longer runs). The markers themselves
-        are left to :meth:`treecask.stores.Store.remove_stale`. Best effort."""
-        for n in names:
-            temporary, _, rest = n.partition("/" + UPLOAD_MARKER)
-            if rest or not temporary.startswith(path + ".tmp") or "/" in temporary[len(path):]:
-                continue
-            if not _core.is_stale_temporary(path, temporary):
-                continue
-            with contextlib.suppress(Exception):
+    def abort_dead_uploads(self, path: str, markers: Sequence[str]) -> List[str]:
+        """Aborts the incomplete multipart uploads of ``path`` whose saver
+        died (docs/stores.md "S3 with botocore"); ``markers``: the upload
+        markers ``<path>.tmp.<host>.<pid>.<hex16>/upload`` a listing of
+        ``path`` found. A marker is written empty before its saver starts
+        its upload and holds the upload's id once it has started
+        (:meth:`put_new`); a marker is dead by the core's rule of every
+        temporary (this host, a process that no longer runs). Aborted:
+
+        - the upload a dead marker names (the marker itself is left to
+          :meth:`treecask.stores.Store.remove_stale`);
+        - when a dead marker is empty (its saver was killed between starting
+          the upload and naming it), every upload of ``path`` that no marker
+          names, provided every empty marker is dead: the uploads are listed
+          first and the markers again after, so that a saver whose upload is
+          listed has its marker listed too, and none of them can be a live
+          saver's. With an empty marker of another host, or of a live
+          process, nothing unnamed is aborted.
+
+        Returns the dead empty markers to keep (their uploads not yet
+        aborted: the next save of ``path`` tries again). Requests: one GET
+        per marker; with a dead empty marker, one ListMultipartUploads and
+        one listing more. Best effort: a failure is ignored."""
+        try:
+            named, empty = self._read_markers(path, markers)
+            dead = [n for n, is_dead in empty.items() if is_dead]
+            if not dead:
+                return []
+            found = self.uploads(path)
+            named, empty = self._read_markers(path, self._markers(path))
+            if not all(empty.values()):
+                return dead
+            for k, upload, _ in found:
+                if k == path and upload not in named:
+                    self.abort(path, upload, strict=True)
+            return []
+        except Exception:  # noqa: BLE001
+            return list(markers)
+
+    def _read_markers(self, path: str, markers: Sequence[str]) -> Tuple[set, Dict[str, bool]]:
+        """(the upload ids the markers name, {empty marker: whether it is
+        dead}); the uploads of the dead markers that name one are aborted."""
+        named, empty = set(), {}
+        for n in markers:
+            try:
                 upload = self.client.get_object(Bucket=self.bucket, Key=self._key(n))["Body"].read().decode()
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(path), UploadId=upload)
+            except Exception:  # noqa: BLE001 -- deleted meanwhile: its upload ended
+                continue
+            dead = _core.is_stale_temporary(path, n[:-len("/" + UPLOAD_MARKER)])
+            if not upload:
+                empty[n] = dead
+                continue
+            named.add(upload)
+            if dead:
+                self.abort(path, upload)
+        return named, empty
+
+    def _markers(self, path: str) -> List[str]:
+        """The upload markers of ``path`` (one paged listing of its temporaries)."""
+        kw: Dict[str, str] = {"Bucket": self.bucket, "Prefix": self._key(path + ".tmp")}
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        out: List[str] = []
+        while True:
+            r = self.client.list_objects_v2(**kw)
+            out += [o["Key"][strip:] for o in r.get("Contents", [])]
+            if not r.get("IsTruncated"):
+                return [n for n in out if is_marker(path, n)]
+            kw["ContinuationToken"] = r["NextContinuationToken"]
 
     def uploads(self, prefix: str) -> List[Tuple[str, str, Any]]:
         """(path, upload id, when it was started: a datetime) of every
@@ -329,11 +453,15 @@ class S3:
                 return out
             kw["KeyMarker"], kw["UploadIdMarker"] = r.get("NextKeyMarker", ""), r.get("NextUploadIdMarker", "")
 
-    def abort(self, path: str, upload: str) -> None:
-        """Aborts upload ``upload`` of ``path``; best effort (a failure, or an
-        upload already gone, is ignored)."""
-        with contextlib.suppress(Exception):
+    def abort(self, path: str, upload: str, *, strict: bool = False) -> None:
+        """Aborts upload ``upload`` of ``path``. An upload already gone is
+        no error; any other failure is ignored, or with ``strict`` raised
+        (botocore's)."""
+        try:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(path), UploadId=upload)
+        except Exception as e:  # noqa: BLE001
+            if strict and _errors.botocore_code(e)[0] != "NoSuchUpload":
+                raise
 
     def abort_dead(self, path: str) -> None:
         """Aborts what no saver can still complete, once ``path`` is committed
