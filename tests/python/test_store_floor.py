@@ -9,6 +9,7 @@ server answered on the way."""
 from __future__ import annotations
 
 import collections
+import datetime
 import os
 import socket
 import subprocess
@@ -388,6 +389,69 @@ def test_botocore_retries_by_the_cores_policy(s3):
     # total_max_attempts counts the first try: 1 + the core's max_retries (5), as obstore is given
     assert s3c.client.meta.config.retries == {"mode": "standard",
                                               "total_max_attempts": 1 + _core.RETRY_POLICY["max_retries"]}
+    # each attempt: the core's connect and stall timeouts (remote.h RemoteOptions)
+    assert s3c.client.meta.config.connect_timeout == _core.RETRY_POLICY["connect_timeout_s"] == 10.0
+    assert s3c.client.meta.config.read_timeout == _core.RETRY_POLICY["stall_timeout_s"] == 30.0
+
+
+class StallServer:
+    """A socket on 127.0.0.1 that accepts every connection and never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind((stores.LOOPBACK, 0))
+        self.sock.listen(64)
+        self.endpoint = f"http://{stores.LOOPBACK}:{self.sock.getsockname()[1]}"
+        self.accepted = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                self.accepted.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for c in self.accepted:
+            c.close()
+
+
+def test_botocore_calls_give_up_at_the_stores_deadline(tmp_path, monkeypatch):
+    """A server that accepts and never answers: the botocore twin retries
+    (each attempt ends at the store's ``timeout``) and begins no retry after
+    its ``retry_timeout`` (obstore's retry_config, the core's 60 s by
+    default), then a treecask IoError naming the object, as obstore's
+    requests do; its 20 retries alone would take 21 s."""
+    import obstore.store
+    server = StallServer()
+    monkeypatch.setattr(_upload, "SINGLE_PUT_BYTES", 1024)  # the botocore path
+    store = ObjectStore(obstore.store.S3Store(
+        "stalled", config={"endpoint": server.endpoint, "access_key_id": "k", "secret_access_key": "s",
+                           "region": "us-east-1", "virtual_hosted_style_request": False},
+        client_options={"allow_http": True, "connect_timeout": "1s", "timeout": "1s"},
+        retry_config={"max_retries": 20, "retry_timeout": datetime.timedelta(seconds=2),
+                      "backoff": {"init_backoff": datetime.timedelta(milliseconds=50),
+                                  "max_backoff": datetime.timedelta(milliseconds=100), "base": 2.0}}),
+        name="s3://stalled")
+    limits = _s3.deadline(store.store)
+    assert limits == {"max_retries": 20, "timeout_s": 2.0, "max_backoff_s": 0.1, "connect_timeout_s": 1.0,
+                      "stall_timeout_s": 1.0}
+    local = tmp_path / "m.bin"
+    local.write_bytes(b"x" * 4096)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(treecask.errors.IoError) as e:
+            store.put_file("run/m.cask", str(local), overwrite=True)
+    finally:
+        server.close()
+    took = time.monotonic() - t0
+    # no retry begun after 2 s, the last over within a backoff, a connect and a stall: 4.1 s
+    assert took < 4.1 + 2.0, took
+    assert len(server.accepted) >= 2  # it did retry
+    text = str(e.value)
+    assert "\n" not in text and "s3://stalled/run/m.cask" in text and "timeout" in text.lower(), text
 
 
 def test_the_environment_is_read_by_the_cores_table(s3, monkeypatch):

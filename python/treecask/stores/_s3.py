@@ -183,29 +183,42 @@ def _client(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
             endpoint_url=cfg.get("endpoint") or None,
             aws_access_key_id=cfg.get("access_key_id"), aws_secret_access_key=cfg.get("secret_access_key"),
             aws_session_token=cfg.get("session_token"), config=conf)
-        _keep_deadline(client, limits["timeout_s"])
+        _keep_deadline(client, limits)
         _CLIENTS[key] = client
         return client
 
 
-def _keep_deadline(client: Any, timeout_s: float) -> None:
-    """No retry of a call of ``client`` begins more than ``timeout_s``
-    seconds after its first attempt (the core's RetryPolicy.timeout_s,
-    obstore's ``retry_timeout``): botocore counts attempts only. The call
-    then fails with its last answer or exception (a treecask error by
-    ``_errors.of_botocore``)."""
+def _keep_deadline(client: Any, limits: Dict[str, float]) -> None:
+    """Retries of ``client``'s calls as the core's RetryPolicy says (obstore's
+    ``retry_config``): botocore's standard mode decides which answers are
+    retried, but its backoff is capped at ``max_backoff_s`` (botocore's own
+    waits up to 20 s after a throttle) and no retry begins more than
+    ``timeout_s`` seconds after the call's first attempt (botocore counts
+    attempts only). The call then fails with its last answer or exception
+    (a treecask error by ``_errors.of_botocore``)."""
     import time
+
+    from botocore.retries import standard
+
+    events, unique_id = client.meta.events, "retry-config-s3"  # botocore's name of its handler
+    events.unregister("needs-retry.s3", unique_id=unique_id)
+    handler = standard.register_retry_handler(client, max_attempts=1 + int(limits["max_retries"]))
+    events.unregister("needs-retry.s3", unique_id=unique_id)
 
     def started(context: Dict[str, Any], **_: Any) -> None:
         context["treecask_started"] = time.monotonic()
 
-    def needs_retry(request_dict: Dict[str, Any], **_: Any) -> Optional[bool]:
-        t0 = (request_dict.get("context") or {}).get("treecask_started")
-        # False: no retry (botocore's endpoint takes the first answer that is not None).
-        return False if t0 is not None and time.monotonic() - t0 >= timeout_s else None
+    def needs_retry(request_dict: Dict[str, Any], **kwargs: Any) -> Any:
+        delay = handler.needs_retry(request_dict=request_dict, **kwargs)
+        if delay is None:
+            return None  # botocore's: no retry
+        delay = min(delay, limits["max_backoff_s"])
+        t0 = (request_dict.get("context") or {}).get("treecask_started", time.monotonic())
+        # False: no retry (botocore's endpoint takes the first answer that is not None)
+        return False if time.monotonic() - t0 + delay > limits["timeout_s"] else delay
 
-    client.meta.events.register("before-call.s3", started)
-    client.meta.events.register_first("needs-retry.s3", needs_retry)
+    events.register("before-call.s3", started)
+    events.register("needs-retry.s3", needs_retry, unique_id=unique_id)
 
 
 def _config(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
@@ -216,7 +229,7 @@ def _config(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
     # (_object._RETRY), or the store's own retry_config and timeouts (deadline()): botocore's
     # standard mode retries the same throttles, 5xx and dropped connections with capped
     # exponential backoff; total_max_attempts counts the first try (botocore's max_attempts
-    # would count retries only); _keep_deadline stops the retries at timeout_s.
+    # would count retries only); _keep_deadline caps the backoff and stops the retries at timeout_s.
     return botocore.config.Config(
         retries={"mode": "standard", "total_max_attempts": 1 + int(limits["max_retries"])},
         connect_timeout=limits["connect_timeout_s"], read_timeout=limits["stall_timeout_s"],
