@@ -73,6 +73,7 @@ def is_marker(path: str, name: str) -> bool:
     tail = "/" + UPLOAD_MARKER
     return name.startswith(path + ".tmp") and name.endswith(tail) and "/" not in name[len(path):-len(tail)]
 
+
 _CLIENTS: Dict[Tuple, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
@@ -85,8 +86,10 @@ def for_store(store: Any) -> Optional["S3"]:
     """The botocore twin of obstore store ``store``, or None: botocore not
     installed (or too old for ``IfNoneMatch`` on CompleteMultipartUpload),
     not an S3Store, a Python credential provider, conditional writes
-    disabled (``conditional_put="disabled"``), or an option (config or
-    client option other than ``allow_http``) botocore is not given here (then obstore's own path is used, which honours them all)."""
+    disabled (``conditional_put="disabled"``), or an option (config, or
+    client option other than ``allow_http`` and the timeouts of
+    :func:`deadline`) botocore is not given here (then obstore's own path is
+    used, which honours them all)."""
     import obstore.store
 
     if not isinstance(store, obstore.store.S3Store) or getattr(store, "credential_provider", None) is not None:
@@ -112,7 +115,11 @@ def for_store(store: Any) -> Optional["S3"]:
         return None
     if _true(cfg.get("virtual_hosted_style_request", "")) and cfg.get("endpoint"):
         return None  # obstore's endpoint then already names the bucket
-    client = _client(cfg, deadline(store))
+    try:
+        limits = deadline(store)
+    except (KeyError, ValueError):  # a duration in a unit not read here: obstore's
+        return None
+    client = _client(cfg, limits)
     if client is None:
         return None
     return S3(client, str(bucket), (store.prefix or "").strip("/"))
@@ -121,7 +128,7 @@ def for_store(store: Any) -> Optional["S3"]:
 #: obstore client options botocore is given (per attempt, seconds): ``connect_timeout`` is its
 #: connect timeout, ``timeout`` its read timeout (no progress for that long fails the attempt).
 _TIMEOUTS = {"connect_timeout": "connect_timeout_s", "timeout": "stall_timeout_s"}
-_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "day": 86400.0, "days": 86400.0}
 
 
 def _seconds(text: str) -> float:
