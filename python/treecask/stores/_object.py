@@ -274,7 +274,10 @@ class ObjectStore(Store):
         markers kept for the next save (``_s3.S3.abort_dead_uploads``)."""
         marked = [n for n in names if _s3.is_marker(path, n)]
         s3 = _s3.for_store(self.store) if marked else None
-        return s3.abort_dead_uploads(path, marked) if s3 is not None else ()
+        if s3 is None:
+            return ()
+        return s3.abort_dead_uploads(path, marked, lambda: [n for n in self.list_prefix(path)
+                                                            if _s3.is_marker(path, n)])
 
     def delete(self, paths: Sequence[str]) -> None:
         """Deletes each object (best effort: a missing one, or a failure, is skipped)."""

@@ -23,7 +23,7 @@ import concurrent.futures
 import contextlib
 import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import treecask._core as _core
 from ..errors import Error
@@ -128,7 +128,8 @@ def for_store(store: Any) -> Optional["S3"]:
 #: obstore client options botocore is given (per attempt, seconds): ``connect_timeout`` is its
 #: connect timeout, ``timeout`` its read timeout (no progress for that long fails the attempt).
 _TIMEOUTS = {"connect_timeout": "connect_timeout_s", "timeout": "stall_timeout_s"}
-_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "day": 86400.0, "days": 86400.0}
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "day": 86400.0,
+          "days": 86400.0}
 
 
 def _seconds(text: str) -> float:
@@ -390,11 +391,12 @@ class S3:
             raise err
         return sorted(done, key=lambda p: p["PartNumber"])
 
-    def abort_dead_uploads(self, path: str, markers: Sequence[str]) -> List[str]:
+    def abort_dead_uploads(self, path: str, markers: Sequence[str],
+                           relist: Callable[[], Sequence[str]]) -> List[str]:
         """Aborts the incomplete multipart uploads of ``path`` whose saver
         died (docs/stores.md "S3 with botocore"); ``markers``: the upload
         markers ``<path>.tmp.<host>.<pid>.<hex16>/upload`` a listing of
-        ``path`` found. A marker is written empty before its saver starts
+        ``path`` found, ``relist()`` lists them again. A marker is written empty before its saver starts
         its upload and holds the upload's id once it has started
         (:meth:`put_new`); a marker is dead by the core's rule of every
         temporary (this host, a process that no longer runs). Aborted:
@@ -419,7 +421,7 @@ class S3:
             if not dead:
                 return []
             found = self.uploads(path)
-            named, empty = self._read_markers(path, self._markers(path))
+            named, empty = self._read_markers(path, relist())
             if not all(empty.values()):
                 return dead
             for k, upload, _ in found:
@@ -446,18 +448,6 @@ class S3:
             if dead:
                 self.abort(path, upload)
         return named, empty
-
-    def _markers(self, path: str) -> List[str]:
-        """The upload markers of ``path`` (one paged listing of its temporaries)."""
-        kw: Dict[str, str] = {"Bucket": self.bucket, "Prefix": self._key(path + ".tmp")}
-        strip = len(self.prefix) + 1 if self.prefix else 0
-        out: List[str] = []
-        while True:
-            r = self.client.list_objects_v2(**kw)
-            out += [o["Key"][strip:] for o in r.get("Contents", [])]
-            if not r.get("IsTruncated"):
-                return [n for n in out if is_marker(path, n)]
-            kw["ContinuationToken"] = r["NextContinuationToken"]
 
     def uploads(self, prefix: str) -> List[Tuple[str, str, Any]]:
         """(path, upload id, when it was started: a datetime) of every
