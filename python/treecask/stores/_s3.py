@@ -1,20 +1,11 @@
 """The S3 calls obstore 0.12 lacks, made with botocore (optional: ``pip
-install treecask[s3]``; docs/stores.md "S3 with botocore"):
-
-- a conditional multipart upload straight to the key (CreateMultipartUpload,
-  parts in parallel, CompleteMultipartUpload with ``If-None-Match: *``), so
-  that a new large checkpoint is uploaded once, not uploaded to a temporary
-  then copied;
-- listing and aborting the incomplete multipart uploads of a key
-  (ListMultipartUploads, AbortMultipartUpload), so that a killed saver's
-  upload does not outlive the next save of that key.
-
-:func:`for_store` gives a :class:`S3` for an ``obstore.store.S3Store`` whose
-configuration botocore can reproduce (bucket, endpoint, static or
-environment credentials, region, path- or virtual-hosted-style), else None:
-then :class:`treecask.stores.ObjectStore` keeps obstore's own path
-(python/treecask/_upload.py). Configuration is read as obstore reads it:
-the store's ``config`` over the ``AWS_*`` environment variables.
+install treecask[s3]``; docs/stores.md "S3 with botocore"): a multipart
+upload straight to the key completed with ``If-None-Match: *``, and the
+listing and aborting of a key's incomplete multipart uploads.
+:func:`for_store` gives the :class:`S3` twin of an ``obstore.store.S3Store``
+whose configuration botocore can reproduce (the store's ``config`` over the
+``AWS_*`` environment, as obstore reads it), else None: then
+:class:`treecask.stores.ObjectStore` keeps obstore's own path (``_upload``).
 """
 
 from __future__ import annotations
@@ -59,11 +50,9 @@ _OBSTORE_ENV = {
 # Keys that change nothing botocore does here (obstore's own commit options).
 _IGNORED = {"bucket", "copy_if_not_exists"}
 
-#: A multipart upload straight to ``<key>`` is named, while it runs, by an
-#: object ``<key>.tmp.<host>.<pid>.<hex16>/upload`` holding its upload id (S3
-#: lists no owner of an upload): a temporary of the core's rule, so that
-#: the next save of ``<key>``, or the manager's sweep of its run, aborts a
-#: dead saver's upload and deletes the marker (:meth:`S3.abort_dead_uploads`).
+#: The marker ``<key>.tmp.<host>.<pid>.<hex16>/upload`` names a multipart upload straight to
+#: ``<key>`` while it runs (S3 lists no owner of an upload): :meth:`S3.put_new`,
+#: :meth:`S3.abort_dead_uploads`.
 UPLOAD_MARKER = "upload"
 
 
