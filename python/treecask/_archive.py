@@ -53,9 +53,6 @@ class Archive(Reader):
         self._open_source("open_archive", path, store, storage_options, signature, public_key,
                           verify_checksums=verify_checksums, validate_structure=validate_structure)
 
-    def __enter__(self) -> "Archive":
-        return self
-
     def __repr__(self) -> str:
         state = "closed" if self._core is None else f"{len(self)} leaves"
         return f"<treecask.Archive {_core.redact_url(self._path)!r} ({state})>"

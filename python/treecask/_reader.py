@@ -25,7 +25,7 @@ import abc
 import collections.abc
 import itertools
 import math
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from .errors import Error, InvalidArgumentError
 #: number of leaves, its treedef nodes in pre-order as ``(kind, arity,
 #: type_name, keys)`` tuples, the kinds as ``_tree``'s node kind numbers).
 Subtree = Tuple[int, int, List[Tuple[int, int, str, Sequence[str]]]]
+
+
+_R = TypeVar("_R", bound="Reader")
 
 
 class Reader(abc.ABC):
@@ -81,7 +84,7 @@ class Reader(abc.ABC):
     def closed(self) -> bool:
         return self._core is None
 
-    def __enter__(self):
+    def __enter__(self: _R) -> _R:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -50,9 +50,6 @@ class ShardedArchive(Reader):
         self._open_source("open_sharded", path, store, storage_options, signature, public_key,
                           verify_checksums=verify_checksums, validate_structure=validate_structure)
 
-    def __enter__(self) -> "ShardedArchive":
-        return self
-
     def __repr__(self) -> str:
         state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._core.files())} shard files"
         return f"<treecask.ShardedArchive {_core.redact_url(self._path)!r} ({state})>"
