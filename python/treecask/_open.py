@@ -109,14 +109,10 @@ def _not_items_directory(reader: Reader) -> Reader:
     return reader
 
 
-def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
-          storage_options: Optional[dict], store: Optional[stores.Store],
-          signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None) -> Reader:
-    """open() without its reader options: the reader `path` names."""
-    return _not_items_directory(_open_any(path, verify_checksums=verify_checksums,
-                                          validate_structure=validate_structure,
-                                          storage_options=storage_options, store=store,
-                                          signature=signature, public_key=public_key))
+def _open(path: PathLike, **options: Any) -> Reader:
+    """open() without its reader options: the reader `path` names (keyword
+    arguments as :func:`_open_any`)."""
+    return _not_items_directory(_open_any(path, **options))
 
 
 def _open_any(path: PathLike, *, verify_checksums: bool, validate_structure: bool,

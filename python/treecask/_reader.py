@@ -25,11 +25,11 @@ import abc
 import collections.abc
 import itertools
 import math
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
-from . import _codec, _dtypes, _replicas
+from . import _codec, _dtypes, _replicas, _signing, stores
 from . import _jaxutil as J
 from . import _restore
 from . import _tree as T
@@ -42,6 +42,9 @@ from .errors import Error, InvalidArgumentError
 Subtree = Tuple[int, int, List[Tuple[int, int, str, Sequence[str]]]]
 
 
+_R = TypeVar("_R", bound="Reader")
+
+
 class Reader(abc.ABC):
     """A read-only checkpoint: the interface :class:`treecask.Archive` (one
     file) and :class:`treecask.ShardedArchive` (a directory of shard
@@ -51,15 +54,26 @@ class Reader(abc.ABC):
     its index in pre-order (int; InvalidArgumentError, which is also an
     IndexError, when out of range) in every method below.
 
-    A subclass opens its source in ``__init__`` (setting ``_path`` and
-    ``_core``, and ``_raw_infos`` and ``_treedef_raw`` to None) and names
-    itself in ``__repr__``.
+    A subclass opens its source in ``__init__`` (:meth:`_open_source`) and
+    names itself in ``__repr__``.
     """
 
     _path: str
     _core: Any
     _raw_infos: Optional["_LeafInfos"]
     _treedef_raw: Any
+
+    def _open_source(self, opener: str, path: Any, store: Any, storage_options: Any, signature: Any,
+                     public_key: Any, **options: Any) -> None:
+        """Opens the core reader of ``path`` (resolved once: ``stores.resolve``)
+        by the store's ``opener`` (``open_archive``, ``open_sharded``: mapped
+        on a file system, by range elsewhere), a signed one checked against
+        ``signature`` and ``public_key`` (both or neither)."""
+        self._core = self._raw_infos = self._treedef_raw = None
+        loc = stores.resolve(path, store, storage_options)
+        self._path = loc.shown
+        check = _signing.signature_check(signature, public_key, storage_options, file=str(loc.shown))
+        self._core = getattr(loc.store, opener)(loc.path, signature=check, **options)
 
     # -- lifetime --
     def close(self) -> None:
@@ -70,7 +84,7 @@ class Reader(abc.ABC):
     def closed(self) -> bool:
         return self._core is None
 
-    def __enter__(self):
+    def __enter__(self: _R) -> _R:
         return self
 
     def __exit__(self, *exc) -> None:

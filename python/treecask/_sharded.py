@@ -14,7 +14,7 @@ import numpy as np
 
 import treecask._core as _core
 
-from . import _dtypes, _replicas, _signing, stores
+from . import _dtypes, _replicas, stores
 from . import _jaxutil as J
 from ._reader import Reader, _index_bounds
 from .errors import Error
@@ -46,18 +46,9 @@ class ShardedArchive(Reader):
 
     def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True,
                  storage_options=None, store: "stores.Store | None" = None, signature=None, public_key=None):
-        self._raw_infos = None
-        self._treedef_raw = None
-        self._core = None
-        loc = stores.resolve(path, store, storage_options)
-        self._path = loc.shown
-        check = _signing.signature_check(signature, public_key, storage_options, file=str(loc.shown))
         # one handle of a local directory, else each object read by range
-        self._core = loc.store.open_sharded(loc.path, verify_checksums=verify_checksums,
-                                            validate_structure=validate_structure, signature=check)
-
-    def __enter__(self) -> "ShardedArchive":
-        return self
+        self._open_source("open_sharded", path, store, storage_options, signature, public_key,
+                          verify_checksums=verify_checksums, validate_structure=validate_structure)
 
     def __repr__(self) -> str:
         state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._core.files())} shard files"

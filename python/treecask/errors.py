@@ -26,7 +26,7 @@ Azure SAS ``sig`` become ``***``), applied when the error is made.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import treecask._core as _core
 
@@ -50,6 +50,10 @@ __all__ = [
     "SignatureError",
     "StructureError",
 ]
+
+
+#: The class of each treecask::ErrorCode number (filled as the classes below are defined).
+_BY_CODE: Dict[int, type] = {}
 
 
 def _format(file: str, key_path: str, code_name: str, message: str) -> str:
@@ -79,6 +83,13 @@ class Error(Exception):
     def __str__(self) -> str:  # KeyError would otherwise repr() its argument
         return self._what
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A class of a C++ ErrorCode: its name is the core's, and the translator finds it by number.
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__ and cls.code is not None:
+            cls.code_name = _NAMES[cls.code]
+            _BY_CODE[cls.code] = cls
+
     def __reduce__(self):
         return (_rebuild, (type(self), self.message, self.file, self.key_path, self._what))
 
@@ -91,21 +102,18 @@ class NotFoundError(Error, FileNotFoundError):
     """The file does not exist (C++ ``kNotFound``)."""
 
     code = 1
-    code_name = _NAMES[code]
 
 
 class NotAnArchiveError(Error, ValueError):
     """The file exists but is not a treecask archive (``kNotAnArchive``)."""
 
     code = 2
-    code_name = _NAMES[code]
 
 
 class VersionError(Error):
     """The archive uses a format major version this library cannot read (``kUnsupportedVersion``)."""
 
     code = 3
-    code_name = _NAMES[code]
 
 
 class CorruptionError(Error, ValueError):
@@ -116,7 +124,6 @@ class CorruptionError(Error, ValueError):
     (ChecksumError) alike."""
 
     code = 4
-    code_name = _NAMES[code]
 
 
 class ChecksumError(CorruptionError):
@@ -124,14 +131,12 @@ class ChecksumError(CorruptionError):
     a CorruptionError, hence a ``ValueError`` too."""
 
     code = 5
-    code_name = _NAMES[code]
 
 
 class KeyNotFoundError(Error, KeyError):
     """No leaf or subtree with this key path (``kKeyNotFound``)."""
 
     code = 6
-    code_name = _NAMES[code]
 
 
 class InvalidArgumentError(Error, ValueError, TypeError, IndexError):
@@ -139,35 +144,30 @@ class InvalidArgumentError(Error, ValueError, TypeError, IndexError):
     including a leaf index out of range (hence also an ``IndexError``)."""
 
     code = 7
-    code_name = _NAMES[code]
 
 
 class ShapeError(Error, ValueError):
     """A dtype, shape or byte length disagrees with what was expected (``kShapeMismatch``)."""
 
     code = 8
-    code_name = _NAMES[code]
 
 
 class IoError(Error, OSError):
     """The operating system refused (open, write, fsync, rename...) (``kIo``)."""
 
     code = 9
-    code_name = _NAMES[code]
 
 
 class AlreadyExistsError(Error, FileExistsError):
     """``save`` without ``overwrite=True`` onto an existing path (``kAlreadyExists``)."""
 
     code = 10
-    code_name = _NAMES[code]
 
 
 class UnsupportedError(Error):
     """A valid request the reader cannot serve this way (``kUnsupported``)."""
 
     code = 11
-    code_name = _NAMES[code]
 
 
 class SignatureError(Error, ValueError):
@@ -180,7 +180,6 @@ class SignatureError(Error, ValueError):
     cover (docs/signing.md)."""
 
     code = 12
-    code_name = _NAMES[code]
 
 
 class StructureError(Error, ValueError):
@@ -191,23 +190,6 @@ class StructureError(Error, ValueError):
     code_name = "structure mismatch"
 
 
-_BY_CODE = {
-    cls.code: cls
-    for cls in (
-        NotFoundError,
-        NotAnArchiveError,
-        VersionError,
-        CorruptionError,
-        ChecksumError,
-        KeyNotFoundError,
-        InvalidArgumentError,
-        ShapeError,
-        IoError,
-        AlreadyExistsError,
-        UnsupportedError,
-        SignatureError,
-    )
-}
 
 
 def _from_core(code: int, code_name: str, file: str, key_path: str, message: str, what: str) -> Error:

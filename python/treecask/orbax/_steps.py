@@ -59,13 +59,14 @@ class Steps:
                  max_to_keep: Optional[int] = None, keep_period: Optional[int] = None,
                  best_fn: Optional[Callable[[Any], float]] = None, best_mode: str = "max",
                  keep_fn: Optional[Callable[[List[StepInfo]], Sequence[bool]]] = None):
-        self.manager = _Manager(directory, max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
+        loc = stores.resolve(directory, store)  # once: the manager receives the Location
+        self.manager = _Manager(loc, max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
                                 best_mode=best_mode, keep_newest=False, save_interval_steps=1,
-                                async_save=async_save, read_only=read_only, keep_fn=keep_fn, store=store,
+                                async_save=async_save, read_only=read_only, keep_fn=keep_fn,
                                 step_layout=ITEM_DIRECTORIES)
         self._store = store
         self._started: Dict[int, int] = {}  # step -> time.time_ns() when its save began
-        self._root = stores.join(stores.resolve(directory, store).path, ROOT_METADATA)
+        self._root = stores.join(loc.path, ROOT_METADATA)
 
     # ---- the run's own metadata ----
     def root_metadata(self) -> Any:

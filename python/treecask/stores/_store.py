@@ -185,10 +185,13 @@ class Store(abc.ABC):
     def delete(self, paths: Sequence[str]) -> None:
         """Deletes the objects ``paths``, in order; a missing one is no error."""
 
-    def sweep_uploads(self, path: str, names: Sequence[str]) -> None:
+    def sweep_uploads(self, path: str, names: Sequence[str]) -> Sequence[str]:
         """Aborts the incomplete uploads of ``path`` whose writer died, among
-        ``names`` (a listing of ``path``); a store without resumable uploads
-        has none (this default). Best effort."""
+        ``names`` (a listing of ``path``); returns the dead writers' names
+        to keep until their uploads are aborted (the next save tries again).
+        A store without resumable uploads has none (this default). Best
+        effort."""
+        return ()
 
     # ---- written once on the above ----
     def writable(self, path: str) -> None:
@@ -292,10 +295,10 @@ class Store(abc.ABC):
             _core.remove_stale_temporaries(local)
             return
         names = self.list_prefix(path) if names is None else list(names)
-        self.sweep_uploads(path, names)
+        keep = set(self.sweep_uploads(path, names))
         stale = []
         for n in names:
-            if n.startswith(path + ".tmp"):
+            if n.startswith(path + ".tmp") and n not in keep:
                 entry = path + n[len(path):].split("/", 1)[0]  # the temporary itself
                 if _core.is_stale_temporary(path, entry):
                     stale.append(n)

@@ -36,7 +36,7 @@ from .. import args as _args
 from ... import stores
 from .. import _layout as _L
 from .._items import DEFAULT_ITEM_NAME, PLACEHOLDER, Checkpoint, _encode_items, _is_stateful, _item_metadata
-from .._items import _key_path, Where, _restore_pytree
+from .._items import _fill_later, _key_path, _read_later, Where, _restore_pytree
 from .._metadata import ArrayMetadata, ScalarMetadata, StringMetadata
 from ...errors import InvalidArgumentError, KeyNotFoundError, NotFoundError, UnsupportedError
 from ._context import check_supported, get_context
@@ -391,27 +391,14 @@ def _load_one(ck: Checkpoint, name: Optional[str], abstract: Any) -> Any:
         return ck.set_state(item, abstract)
     partial = bool(get_context().pytree.loading.partial_load)
     resize = bool(get_context().array.loading.enable_padding_and_truncation)
-    typed = _typed_leaves(abstract)
-    target = _abstract(abstract)
-    if typed:  # a type leaf: loaded as saved, then converted (not a template)
-        jax = J.import_jax()
-        target = jax.tree_util.tree_map_with_path(lambda kp, x: PLACEHOLDER if _key_path(kp) in typed else x,
-                                                  abstract, is_leaf=lambda x: isinstance(x, type))
-        target = _abstract(target)
-    out = _restore_pytree(at, sub, target, None, None, partial_restore=partial, allow=_ALLOW_V1,
-                          jax_leaves=ck.jax_leaves(item), resize=resize)
-    if typed:
-        jax = J.import_jax()
-        with at.open() as a:
-            def conv(kp: Any, x: Any) -> Any:
-                key = _key_path(kp)
-                if key not in typed:
-                    return x
-                full = T.join_path([sub, key]) if sub and key else (sub or key)
-                first, count, _ = a.subtree(tuple(T.split_path(full)))
-                return _as_type(a.values(first, 1)[0], typed[key], at, key)
-            out = jax.tree_util.tree_map_with_path(conv, out)
-    return out
+    typed = _typed_leaves(abstract)  # a type leaf: loaded as saved, then converted (not a template)
+    out = _restore_pytree(at, sub, _abstract(_read_later(abstract, typed)), None, None, partial_restore=partial,
+                          allow=_ALLOW_V1, jax_leaves=ck.jax_leaves(item), resize=resize)
+
+    def typed_leaf(a: Any, full: str, key: str) -> Any:
+        first, _, _ = a.subtree(tuple(T.split_path(full)))
+        return _as_type(a.values(first, 1)[0], typed[key], at, key)
+    return _fill_later(at, sub, out, typed, typed_leaf) if typed else out
 
 
 def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY,
