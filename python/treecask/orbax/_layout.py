@@ -1,34 +1,13 @@
-"""Orbax's layout of a checkpoint of several items, kept where code can see it:
-the checkpoint is a directory with one entry per item, named as Orbax names
-it (``state``, ``metadata``, ``dataset``...), each entry one treecask archive
-that :func:`treecask.open` reads on its own, plus ``index.cask``, the
-checkpoint's commit object (an archive without leaves whose metadata holds
-the checkpoint's own: custom metadata, when the save began). Orbax writes a
-directory per item in the same places (and its own bookkeeping files,
-``_CHECKPOINT_METADATA``, ``commit_success.txt``...), so listing the
-checkpoint, testing an item's path or deleting an item's entry behave as with
-Orbax.
-
-A directory is written through the store seam (``treecask.stores``):
-:meth:`Store.stage_directory`, each item saved into the staging with
-:func:`treecask.save`, then :meth:`Store.publish_directory` (on a file system
-one atomic rename of the whole directory, an overwrite included; in an
-object store the directory counts once ``index.cask`` exists, and an
-overwrite first deletes the old index, then writes the new items over the
-old ones and commits them with the new index, so a failed overwrite there
-leaves no checkpoint). Which items a checkpoint holds is its
-listing (an item whose entry was deleted is gone, as in Orbax); each item's
-kind (pytree, JSON, array, a stateful checkpointable's state) is in its own
-archive's metadata.
-
-In a ``jax.distributed`` job of more than one process (called the same way in
-every process, as ``treecask.save``) each item is the core's sharded
-checkpoint directory ``<key>/<item>/`` (``index.cask`` + ``process_<k>.cask``,
-format/SPEC.md "Sharded checkpoints"; ``treecask._distributed``): every
-process writes its share of every item's boxes (replicas sharing the work),
-inside the staging that process 0 made and named to the others through the
-jax coordination service; process 0 then commits the whole checkpoint with
-its ``index.cask`` and every process returns or raises the outcome.
+"""Orbax's layout of a checkpoint of several items: a directory with one
+treecask archive per item, named as Orbax names it, and ``index.cask``, the
+commit object whose metadata holds the checkpoint's own (format/SPEC.md
+"Item-directory steps"). It is written through the store seam
+(``Store.stage_directory``, each item saved into the staging with
+:func:`treecask.save`, ``Store.publish_directory``); in a multi-process jax
+job each item is the core's sharded checkpoint (SPEC.md "Sharded
+checkpoints"), every process writing its share inside the staging process 0
+made and named to the others through the jax coordination service, and
+process 0 commits.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""Orbax's view of a run, over :class:`treecask.CheckpointManager`'s public
-calls: the one adapter that ``treecask.orbax.CheckpointManager`` (Orbax's
-manager) and ``treecask.orbax.v1.training.Checkpointer`` share.
-
-A step is Orbax's layout, a directory ``<step>/`` of one treecask archive
-per item named as Orbax names them (``default``, ``state``...) and
-``index.cask``, the step's commit object (the manager's ``step_layout=
-ITEM_DIRECTORIES``, written by ``_layout.py``), so listing the run or a step
-shows what Orbax's shows.
-
-What Orbax's managers show and treecask's manager does not: a step still
-being saved is listed (Orbax's bookkeeping adds a step when its save
-starts), a step is read through a :class:`~treecask.orbax._items.Where` (its
-store and path), and a step may be read from another directory of the same
-store. Everything else is the manager's own call.
+"""Orbax's view of a run (format/SPEC.md "Item-directory steps") over
+:class:`treecask.CheckpointManager`'s public calls: the one adapter that
+``treecask.orbax.CheckpointManager`` and ``treecask.orbax.v1.training.Checkpointer``
+share. Beyond the manager's own calls it lists a step still being saved
+(Orbax's bookkeeping), reads a step through a
+:class:`~treecask.orbax._items.Where` and reads other directories of the same store.
 """
 
 from __future__ import annotations
