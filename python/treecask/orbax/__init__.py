@@ -2,43 +2,14 @@
 
     import treecask.orbax as ocp          # instead of: import orbax.checkpoint as ocp
 
-The names and signatures are orbax-checkpoint 0.12's, both the legacy API of
-the Flax guide (``PyTreeCheckpointer``, ``CheckpointManager(dir, checkpointer,
-options)``, ``save_kwargs={'save_args': ...}``, ``restore(..., item=target,
-restore_args=..., transforms={})``, ``AsyncCheckpointer``) and today's
-(``CheckpointManager(dir, options=CheckpointManagerOptions(...))``,
-``save(step, args=ocp.args.StandardSave(state))``, ``restore(step,
-args=ocp.args.StandardRestore(abstract))``, ``ocp.args.Composite``,
-``item_metadata``). Underneath, every checkpoint is made of treecask archives
-written by :func:`treecask.save`: a checkpointer's checkpoint of one item is
-one archive file; of several items (``args.Composite``) a directory as
-Orbax's, one archive per item named after it and ``index.cask``
-(``_layout.py``); a manager is a :class:`treecask.CheckpointManager` whose
-steps are Orbax's directories ``<n>/`` of such item archives (its
-``ITEM_DIRECTORIES`` layout, ``_steps.py``). The archives are ordinary ones
-that ``treecask.load`` / ``treecask.open`` read.
-
-Orbax's semantics are kept where users notice them: with ``best_fn`` and
-``max_to_keep`` the manager keeps exactly the ``max_to_keep`` best steps
-(``treecask.CheckpointManager`` keeps the newest too); a restore into a target
-casts each leaf to the target's dtype (``treecask.load(cast=True)``); a
-target whose structure differs from the checkpoint's raises
-``StructureError`` naming the key paths, as Orbax refuses it, unless
-``partial_restore=True`` or ``transforms={}`` say otherwise.
-What treecask does not do raises :class:`treecask.UnsupportedError` naming
-the Orbax feature. Orbax itself is not needed; its own argument objects
-(``ocp.args.StandardSave``, ``RestoreArgs`` from ``flax.training.orbax_utils``,
-handlers, options) are accepted by their class names and fields.
-docs/python.md "Switching from Orbax in one line" lists what differs.
-
-Where the parts live: this module holds the manager and its options;
-``_checkpointers.py`` the checkpointers and handlers; ``_items.py``
-the per-leaf arguments and a checkpoint's items in an archive;
-``_layout.py`` the directory of several items; ``handlers.py`` Orbax's
-``handlers`` namespace and registry; ``_metadata.py`` the metadata classes; ``_utils.py`` the helper
-namespaces of the guides (``tree``, ``utils``, ``checkpoint_utils``,
-``test_utils``); ``args.py`` the ``args`` namespace. Every public name
-is importable from here; ``treecask.orbax.v1`` is Orbax's v1 API.
+orbax-checkpoint 0.12's names and signatures, today's API and the legacy one
+of the Flax guide; what it writes, what differs and what raises
+``UnsupportedError``: docs/python.md "Switching from Orbax in one line".
+This module holds the manager and its options; ``_checkpointers.py`` the
+checkpointers and handlers; ``_items.py`` the per-leaf arguments and a
+checkpoint's items; ``_layout.py`` the directory of several items;
+``handlers.py``, ``_metadata.py``, ``_utils.py``, ``args.py`` Orbax's
+namespaces of those names. ``treecask.orbax.v1`` is Orbax's v1 API.
 """
 
 from __future__ import annotations
@@ -142,18 +113,9 @@ class CheckpointManagerOptions:
     ``max_to_keep``, ``keep_period``, ``best_fn``, ``best_mode`` (with
     ``best_fn`` exactly the ``max_to_keep`` best steps are kept, as Orbax),
     ``enable_async_checkpointing``, ``read_only``, ``prevent_write_metrics``.
-    Always true in treecask, so accepted: ``create``, ``cleanup_tmp_directories``,
-    ``enable_background_delete``, ``keep_checkpoints_without_metrics=True``.
-    No effect: ``async_options``, ``multiprocessing_options``, ``file_options``,
-    ``atomicity_options`` (a step is always committed by an atomic rename),
-    ``save_root_metadata``, ``num_deletion_threads``, ``lightweight_initialize``,
-    ``enable_should_save_is_saving_in_progress_check``,
-    ``enable_per_process_directory_creation``. ``UnsupportedError`` from the
-    manager when set: ``keep_time_interval``, ``keep_checkpoints_without_metrics=False``,
-    ``step_prefix``, ``step_format_fixed_length``, ``step_name_format`` (steps
-    are named ``<n>``, Orbax's default), ``single_host_load_and_broadcast``,
-    ``todelete_subdir``, ``todelete_full_path``, ``save_decision_policy``,
-    ``preservation_policy``, ``temporary_path_class``.
+    The manager raises ``UnsupportedError`` for a field of ``_UNSUPPORTED_OPTIONS``
+    (below) set otherwise than its default; every other field is accepted with
+    no effect (what it asks treecask always does, or it tunes Orbax's storage).
     """
 
     save_interval_steps: int = 1
@@ -213,52 +175,30 @@ _UNSUPPORTED_OPTIONS = (
 
 class CheckpointManager:
     """A directory of checkpoint steps (Orbax ``CheckpointManager``) over a
-    :class:`treecask.CheckpointManager`: one directory per step,
-    ``<directory>/<n>/``, as Orbax's, holding one treecask archive per item
-    (``default`` for one unnamed item, else the ``Composite``'s names) and
-    ``index.cask`` with the step's metrics and custom metadata
-    (format/SPEC.md "Item-directory steps"); ``treecask.load`` reads an item
-    directly. The manager's ``metadata`` is the run's entry ``metadata``
-    (Orbax's ``metadata/``). A directory of ``treecask.CheckpointManager``
-    steps (``step_<n>.cask``) is refused (``UnsupportedError``). In a
-    multi-process jax job (every process making the same calls, as with
-    Orbax) each item of a step is the core's sharded checkpoint
-    ``<n>/<item>/`` (``index.cask`` + ``process_<k>.cask``, every process
-    writing its share of the boxes; format/SPEC.md "Sharded checkpoints"),
-    and every process restores onto its own devices.
+    :class:`treecask.CheckpointManager`: step ``n`` is the directory
+    ``<directory>/<n>/`` of one archive per item and ``index.cask``
+    (format/SPEC.md "Item-directory steps"; docs/python.md "Switching from
+    Orbax in one line", multi-process jobs included).
 
-    Both of Orbax's constructors:
-
-    - today's: ``CheckpointManager(directory, options=..., item_names=...,
-      item_handlers=..., metadata=...)``; ``save(step, args=ocp.args.StandardSave(s),
-      metrics=m)``, ``restore(step, args=ocp.args.StandardRestore(abstract))``,
-      several items with ``args=ocp.args.Composite(state=..., meta=ocp.args.JsonSave(...))``;
-    - the legacy one: ``CheckpointManager(directory, checkpointer, options)``
-      (one item) or ``CheckpointManager(directory, {name: checkpointer}, options)``;
-      ``save(step, items, save_kwargs={'save_args': ...})``,
-      ``restore(step, items=target, restore_kwargs={'restore_args': ...,
-      'transforms': {}})``. An ``AsyncCheckpointer`` makes saves asynchronous.
-
-    Retention, listing and saving follow Orbax (:class:`CheckpointManagerOptions`):
-    with ``best_fn``, exactly the ``max_to_keep`` best steps (a new step worse
-    than those is deleted at once). ``save`` returns False for a step that is
-    not due (``should_save``: a step above the latest, on the interval, in
-    ``save_on_steps`` or the first of the run, or ``should_save_fn``; Orbax's
-    default decision) unless ``force=True``; a step that
-    exists raises ``AlreadyExistsError``. Saves are asynchronous by default
-    (``enable_async_checkpointing``): ``save`` returns once the bytes are safe
-    (NumPy leaves copied, jax.Array leaves held), ``wait_until_finished()``
-    makes them durable. ``all_steps()`` and ``latest_step()`` include a step
-    still being saved (Orbax's bookkeeping).
-
-    ``store=`` (a treecask extension beyond Orbax's signature): a
-    :class:`treecask.stores.Store` that ``directory`` is a path inside
-    (docs/stores.md), as for :class:`treecask.CheckpointManager`; without it
-    ``directory`` is a file path or the URL of a prefix in an object store.
+    Both of Orbax's constructors: ``CheckpointManager(directory, options=...,
+    item_names=..., item_handlers=..., metadata=...)`` with ``save(step,
+    args=ocp.args.StandardSave(s), metrics=m)`` / ``restore(step,
+    args=ocp.args.StandardRestore(abstract))``; the legacy
+    ``CheckpointManager(directory, checkpointer_or_dict, options)`` with
+    ``save(step, items, save_kwargs=...)`` / ``restore(step, items=target,
+    restore_kwargs=...)`` (an ``AsyncCheckpointer`` makes saves asynchronous).
+    Retention and the save decision follow Orbax
+    (:class:`CheckpointManagerOptions`, :meth:`should_save`); saves are
+    asynchronous by default, ``wait_until_finished()`` makes them durable;
+    ``all_steps()`` and ``latest_step()`` include a step still being saved.
+    ``metadata`` is the run's entry ``metadata`` (Orbax's ``metadata/``).
+    ``store=`` (a treecask extension): a :class:`treecask.stores.Store` that
+    ``directory`` is a path inside (docs/stores.md).
 
     Raises (constructor): ``UnsupportedError`` for the options treecask does
-    not implement (named); ``ValueError`` for
-    ``checkpointers`` combined with ``item_names`` / ``item_handlers``.
+    not implement (named), and for a directory of
+    ``treecask.CheckpointManager`` steps; ``ValueError`` for ``checkpointers``
+    combined with ``item_names`` / ``item_handlers``.
     """
 
     def __init__(self, directory: Any, checkpointers: Any = None, options: Any = None,
