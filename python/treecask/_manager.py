@@ -1,22 +1,10 @@
-"""CheckpointManager: a directory of step archives for a training loop.
-
-One archive per step, ``<directory>/step_<step>.cask`` (format/SPEC.md
-"Checkpoint directories"); the step number and the step's metrics live inside
-the step's own archive (archive metadata ``treecask.step``, ``treecask.metrics``),
-so the directory listing is the only record of which steps exist. The manager
-is three parts with one job each, composed here: the run's listing
-(``_run.py``: which steps exist, sweeping and deleting them through the
-store), retention (``_retention.py``: which steps to keep) and the
-asynchronous save (``_async.py``: the snapshot now, the write, commit and
-retention on a background thread, its error kept until asked for).
-
-The public calls follow orbax-checkpoint's ``CheckpointManager`` where it has
-them (``all_steps``, ``latest_step``, ``best_step``, ``metrics``,
-``should_save``, ``reached_preemption``, ``delete``, ``wait_until_finished``,
-``check_for_errors``, ``is_saving_in_progress``, ``close``); ``path``,
+"""CheckpointManager: a directory of step archives for a training loop
+(format/SPEC.md "Checkpoint directories"), composed of three parts with one
+job each: the run's listing (``_run.py``), retention (``_retention.py``) and
+the asynchronous save (``_async.py``). The public calls follow
+orbax-checkpoint's ``CheckpointManager`` where it has them; ``path``,
 ``location``, ``in_flight``, ``step_infos`` and ``steps_to_delete`` are
-treecask's, for code built on the manager (``treecask.orbax`` uses only
-these).
+treecask's, for code built on the manager (``treecask.orbax`` uses only these).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """How ``treecask.orbax`` keeps Orbax's checkpoints in treecask archives:
-Orbax's per-leaf arguments (``SaveArgs``, ``RestoreArgs``,
-``ArrayRestoreArgs``, ``Transform``) and the functions behind
-``utils.to_shape_dtype_struct`` and ``checkpoint_utils.construct_restore_args``;
-Orbax's structure rule for a restore into a target (``_check_structure``);
-the items of a checkpoint (PyTree, JSON and array items, and stateful
-checkpointables saved as their state's JSON) encoded for :func:`treecask.save`
-(``_encode``: one archive, one PyTree at its root or several items under
-their names with the layout in its metadata, as a manager's step;
-``_encode_items``: one archive per item, for the directory layout of
-``_layout.py``), read back through :class:`Checkpoint` (either layout) and
-restored by :func:`treecask.load` (``_restore_pytree``: Orbax's types,
-transforms, padding); and a checkpoint's item metadata, read from the
-manifests alone. The checkpointers (``_checkpointers.py``), the manager
-(``__init__.py``, ``_steps.py``) and ``v1`` save and restore through these.
+Orbax's per-leaf arguments (``SaveArgs``, ``RestoreArgs``, ``ArrayRestoreArgs``,
+``Transform``), its structure rule for a restore into a target
+(``_check_structure``), a checkpoint's items encoded for :func:`treecask.save`
+(``_encode``: one archive; ``_encode_items``: one archive per item, for
+``_layout.py``), read back through :class:`Checkpoint` and restored by
+:func:`treecask.load` (``_restore_pytree``), and their metadata read from the
+manifests alone. The checkpointers, the manager and ``v1`` use these.
 """
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
-"""Orbax v1's free functions over treecask archives: ``save`` / ``load`` (and
-``save_pytree`` / ``load_pytree``), ``save_checkpointables`` /
-``load_checkpointables``, their ``_async`` forms, ``metadata`` /
-``checkpointables_metadata``, ``delete``, and the objects they return
-(:class:`AsyncResponse`, :class:`CheckpointMetadata`).
-
-A v1 checkpoint at ``path`` is a directory as Orbax's: one archive per
-checkpointable named after it (``treecask.load(path / "state")``) and
-``index.cask`` (``_layout.py``), each checkpointable encoded as
-``treecask.orbax``'s items (``_items.py``: a pytree, a JSON value, a stateful
-checkpointable's state) and read through ``_items.Checkpoint`` and
-``_items._restore_pytree`` (which applies Orbax's structure rule). In a
-multi-process jax job each checkpointable is the core's sharded checkpoint
-``path/<name>/`` (``_layout.py``: every process writes its share, process 0
-commits). Any treecask archive loads: one written by ``treecask.save`` is
-one pytree at the root (a multi-process save of an earlier release: one
-sharded archive whose subtrees are the checkpointables).
+"""Orbax v1's free functions over treecask archives (``save`` / ``load``,
+``save_checkpointables`` / ``load_checkpointables``, their ``_async`` forms,
+``metadata``, ``delete``) and the objects they return. A checkpoint is a
+directory of one archive per checkpointable and ``index.cask``
+(``_layout.py``), each encoded as ``treecask.orbax``'s items (``_items.py``);
+any treecask archive loads (one written by ``treecask.save`` is one pytree at
+the root).
 """
 
 from __future__ import annotations
