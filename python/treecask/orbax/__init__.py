@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pathlib
 from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequence
 
 from .. import _core
@@ -50,7 +49,7 @@ from ._items import (
     _restore,
     _unsupported,
 )
-from ._steps import Steps
+from ._steps import Run, Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
 from ._items import Transform, _unsupported_names
 from . import handlers
@@ -173,7 +172,7 @@ _UNSUPPORTED_OPTIONS = (
 )
 
 
-class CheckpointManager:
+class CheckpointManager(Run):
     """A directory of checkpoint steps (Orbax ``CheckpointManager``) over a
     :class:`treecask.CheckpointManager`: step ``n`` is the directory
     ``<directory>/<n>/`` of one archive per item and ``index.cask``
@@ -258,11 +257,6 @@ class CheckpointManager:
             self._steps.save_root_metadata(self._root_metadata)
 
     # ---- listing ----
-    @property
-    def directory(self) -> pathlib.Path:
-        """The directory of the steps (a URL string for an object store)."""
-        return self._steps.directory
-
     def all_steps(self, read: bool = False) -> List[int]:
         """The steps, ascending: the directory's, plus a step still being saved."""
         return self._steps.all_steps()
@@ -442,10 +436,6 @@ class CheckpointManager:
         self._has_steps = False  # listed again by the next should_save
 
     # ---- lifetime ----
-    def is_saving_in_progress(self) -> bool:
-        """Whether an asynchronous save is still running."""
-        return self._steps.is_saving_in_progress()
-
     def check_for_errors(self) -> None:
         """Raises the error of a finished asynchronous save, once, without blocking."""
         self._steps.check_for_errors()
@@ -454,16 +444,6 @@ class CheckpointManager:
         """Blocks until the save in flight is durable and retention has run;
         raises its error, once."""
         self._steps.wait()
-
-    def close(self) -> None:
-        """Waits for the save in flight, then closes (later saves raise)."""
-        self._steps.close()
-
-    def __enter__(self) -> "CheckpointManager":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<treecask.orbax.CheckpointManager {_core.redact_url(str(self.directory))!r}>"

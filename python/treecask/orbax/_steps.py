@@ -237,3 +237,30 @@ def _swap(location: Any) -> Any:
     """(store, path) -> (path, store): Where's argument order."""
     store, path = location
     return path, store
+
+
+class Run:
+    """What ``treecask.orbax.CheckpointManager`` and
+    ``treecask.orbax.v1.training.Checkpointer`` share over their ``_steps``
+    (a :class:`Steps`): the directory and the lifetime calls."""
+
+    _steps: Steps
+
+    @property
+    def directory(self) -> Any:
+        """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
+        return self._steps.directory
+
+    def is_saving_in_progress(self) -> bool:
+        """Whether an asynchronous save is still running."""
+        return self._steps.is_saving_in_progress()
+
+    def close(self) -> None:
+        """Waits for the save in flight, then closes (later saves raise)."""
+        self._steps.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

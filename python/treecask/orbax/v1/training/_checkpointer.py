@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ... import args as _args
 from ..._items import _encode_items
-from ..._steps import Steps
+from ..._steps import Run, Steps
 from .._api import (
     _INIT_KEY,
     STATE_CHECKPOINTABLE_KEY,
@@ -100,7 +100,7 @@ def _step_of(step: Any) -> Optional[int]:
     return step.step if isinstance(step, CheckpointMetadata) else step
 
 
-class Checkpointer:
+class Checkpointer(Run):
     """A sequence of checkpoints in a training loop (Orbax v1 ``training.Checkpointer``).
 
     ``Checkpointer(directory, *, context=None, save_decision_policy=None,
@@ -144,11 +144,6 @@ class Checkpointer:
             self._steps.save_root_metadata(custom_metadata)
 
     # ---- listing ----
-    @property
-    def directory(self) -> Any:
-        """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
-        return self._steps.directory
-
     @property
     def checkpoints(self) -> Sequence[CheckpointMetadata]:
         """The steps, ascending by step, as :class:`CheckpointMetadata` with
@@ -338,24 +333,10 @@ class Checkpointer:
     def reload(self) -> None:
         """Nothing to do: every listing reads the directory."""
 
-    def is_saving_in_progress(self) -> bool:
-        """Whether an asynchronous save is still running."""
-        return self._steps.is_saving_in_progress()
-
     def wait(self) -> None:
         """Blocks until the save in flight is durable and the preservation policy
         has run; raises its error, once."""
         self._steps.wait()
-
-    def close(self) -> None:
-        """Waits for the save in flight, then closes (later saves raise)."""
-        self._steps.close()
-
-    def __enter__(self) -> "Checkpointer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<treecask.orbax.v1.training.Checkpointer {str(self.directory)!r}>"
