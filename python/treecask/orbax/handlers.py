@@ -90,15 +90,6 @@ class CheckpointHandlerRegistry:
         """{(item, argument class): handler class}."""
         return dict(self._entries)
 
-    def item_handlers(self) -> Dict[str, Any]:
-        """{item name: handler class} of the entries that name an item (what a
-        manager's ``item_handlers=`` would say); the first entry of an item wins."""
-        out: Dict[str, Any] = {}
-        for (item, _), h in self._entries.items():
-            if item is not None:
-                out.setdefault(item, h)
-        return out
-
 
 class DefaultCheckpointHandlerRegistry(CheckpointHandlerRegistry):
     """The registry the guides build (Orbax ``DefaultCheckpointHandlerRegistry``):
