@@ -33,22 +33,15 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     by a multi-process save; SPEC.md "Sharded checkpoints"), with the same
     interface over the global arrays.
 
-    ``store`` (a :class:`treecask.stores.Store`) reads ``path`` inside it:
-    ``treecask.open("step_1.cask", store=ObjectStore(obstore_store))``
+    ``store`` (a :class:`treecask.stores.Store`) reads ``path`` inside it
     (docs/stores.md). Without it, ``path`` is a file system path or the URL
-    of an object store, a short way to name a store and a path in it:
-    ``s3://bucket/key``, ``gs://bucket/key``, ``az://container/key``,
-    ``http(s)://host/path`` (docs/remote.md; an https URL is requested
-    exactly as given, its query kept: presigned and SAS URLs). An object is
-    read by range requests (obstore): the open costs one round trip on a
-    file of this version, every read fetches only the chunks it needs, and
-    every check and checksum of a local read applies (SPEC.md "Remote
-    reading"). A path that names no object but a "directory" holding
-    ``index.cask`` (or ends with "/") opens as a ShardedArchive.
-    ``storage_options`` overrides the environment's configuration of a
-    store made from a URL (obstore config keys: ``endpoint``,
-    ``access_key_id``, ``secret_access_key``, ``region``, ...). Leaves read
-    from an object store are never views (``info(k).zero_copy`` is False).
+    of an object: ``s3://``, ``gs://``, ``az://``, ``http(s)://`` (an https
+    URL requested as given, presigned and SAS URLs included), read by range
+    requests with every check of a local read (docs/remote.md; SPEC.md
+    "Remote reading"); a prefix holding ``index.cask`` (or ending with "/")
+    opens as a ShardedArchive. ``storage_options`` overrides the
+    environment's configuration of a store made from a URL (obstore config
+    keys). Leaves read from an object store are never views.
 
     ``single_read`` (default True): in a ``jax.distributed`` job of several
     processes, ``place`` (and ``load(shardings=...)``) onto a sharding whose
@@ -58,21 +51,13 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     place the same leaves in the same order. False: each process reads every
     block its devices hold (docs/python.md "Multi-process save and restore").
 
-    ``signature`` and ``public_key`` (both or neither; docs/signing.md): a
-    verified open of an archive or checkpoint signed with OpenSSF model
-    signing (``model_signing sign key``, or :func:`treecask.sign`). The
-    signature is the bundle's path, its URL (read through the store layer,
-    ``storage_options`` as for ``path``) or its bytes; the public key a PEM
-    file's path or its bytes. The open checks the envelope once (ECDSA under
-    the key) and that the statement signs this file at its exact length;
-    from then on every byte the reader hands out or trusts is covered by
-    signed ranges whose SHA-256 it has checked, each range once per process:
-    with shard serialization a read of S bytes hashes at most S + 2 shards
-    (the open itself the shards of its own pages: meta pages, B-tree path,
-    manifest), over a store it fetches only those shards; with file
-    serialization the open hashes the whole file. ``copy=False`` views and
-    ``reader[key]`` views are handed out only after their shards verified.
-    ``verify_checksums`` stays as set (XXH3 is checked on top).
+    ``signature`` and ``public_key`` (both or neither): a verified open of an
+    archive or checkpoint signed with OpenSSF model signing (``model_signing
+    sign key``, or :func:`treecask.sign`). The signature is the bundle's path,
+    its URL or its bytes; the public key a PEM file's path or its bytes. The
+    envelope is checked once, then every byte the reader hands out or trusts
+    is covered by signed ranges whose SHA-256 it has checked (costs:
+    docs/signing.md). ``verify_checksums`` stays as set.
 
     Raises NotFoundError, NotAnArchiveError (an empty file or object
     included), VersionError, CorruptionError, IoError, UnsupportedError (a
