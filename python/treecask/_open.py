@@ -137,22 +137,15 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         either in an object store (s3://, gs://, az://, http(s)://; see
         :func:`open`, ``storage_options`` as there); with ``store``, the
         path of either inside that :class:`treecask.stores.Store`.
-      like: optional template. Without it the tree comes back as nested dicts,
-        lists and tuples (namedtuples and dataclasses as dicts of their fields)
-        of writable ``numpy.ndarray`` leaves and Python scalars / strings, with
-        Flax ``Partitioned`` / ``LogicallyPartitioned``, NNX variables and Penzai
-        ``NamedArray`` / ``NamedArrayView`` / ``Parameter`` boxes rebuilt when
-        those libraries are installed. With it, the result has exactly
-        ``like``'s structure and types: each array leaf of ``like``
-        (``numpy.ndarray``, ``jax.Array``, ``jax.ShapeDtypeStruct``, NumPy or
-        Python scalar, ``str``) is read from the leaf at the same key path and
-        returned as the same type (jax arrays on ``like``'s sharding); every
-        other leaf (functions, static fields) is taken from ``like``. Leaves
-        ``like`` lacks are not read (Orbax partial restore).
+      like: optional template. Without it: nested dicts, lists and tuples of
+        writable ``numpy.ndarray`` leaves and Python scalars / strings (the
+        metadata boxes treecask knows rebuilt when their library is installed).
+        With it: exactly ``like``'s structure and types, each array leaf read
+        from the same key path (jax arrays on ``like``'s sharding), every other
+        leaf taken from ``like``; leaves ``like`` lacks are not read
+        (docs/python.md "``load`` with ``like``").
       subtree: key path prefix (e.g. ``"params/encoder"``): restore only that
-        part, reading only its bytes; ``like`` then describes that part. The
-        cost is opening the file plus that part: the C++ core walks the
-        treedef to it, and only its nodes and leaves reach Python.
+        part, reading only its bytes; ``like`` then describes that part.
       shardings: place arrays onto jax shardings, each device's N-d box read
         straight into its own buffer, each chunk once (Reader.place): one
         ``jax.sharding.Sharding`` for every array, a pytree of shardings (or None) with the result's structure (a subtree may stand
@@ -166,25 +159,15 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       extra: "ignore" (default) or "error": fail when the checkpoint (subtree)
         has leaves ``like`` does not ask for.
       copy: True (default): every array leaf is a fresh, writable array.
-        False: no copy -- every array leaf is a *read-only* ``numpy.ndarray``
-        that views the memory-mapped file, for the servers that only read
-        weights: each leaf's chunks are checksummed (XXH3) once, by all cores,
-        before the call returns, and the tree costs no memory beyond the file's
-        pages in the page cache, which other processes mapping the same file
-        share. The map stays alive as long as any of the arrays does. Leaves
-        that have no view of the map (``Archive.info(key).zero_copy`` False:
-        LZ4-compressed, stored in several parts, a packed sub-byte dtype, or any leaf of a
-        sharded checkpoint directory) come back as fresh arrays, also
-        read-only; scalars, strings and PRNG keys as with ``copy=True``. Only
-        without ``like`` and ``shardings`` (InvalidArgumentError otherwise).
-        Writing to a leaf raises ``ValueError`` (NumPy's read-only flag);
-        ``np.array(leaf)`` makes a writable copy of one leaf.
+        False: every array leaf is a *read-only* ``numpy.ndarray``, a view of
+        the memory-mapped file where the leaf has one (``info(key).zero_copy``;
+        else a read-only copy), each leaf's chunks checksummed once before the call returns; only
+        without ``like`` and ``shardings`` (InvalidArgumentError otherwise;
+        docs/python.md "``copy=False``").
       cast: False (default): a leaf whose dtype differs from ``like``'s raises
         ShapeError ("dtype mismatch"). True: it is converted to ``like``'s dtype
-        (NumPy ``astype`` rules: a float64 checkpoint into a float32 or
-        bfloat16 template, an int4 leaf into int8...), as Orbax restores into
-        a target; shapes must still agree. Only with ``like``.
-
+        (NumPy ``astype`` rules), as Orbax restores into a target; shapes must
+        still agree. Only with ``like``.
       single_read: True (default): each stored byte fetched once per
         ``jax.distributed`` job (see :func:`open`); False: every process reads
         every block its devices hold, as a single process does.
