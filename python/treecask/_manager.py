@@ -86,12 +86,8 @@ class CheckpointManager:
     Args:
       directory: the directory of step archives (created if missing), or the
         URL of a prefix in an object store (``s3://bucket/run``, ``gs://``,
-        ``az://``): each step is then the object ``step_<n>.cask`` (a
-        multi-process step the prefix ``step_<n>.cask/``, which exists once
-        its ``index.cask`` does), committed as ``treecask.save`` commits to a
-        store, never replacing a step; the asynchronous save's upload runs in
-        the background; retention deletes a step's commit object first
-        (docs/remote.md "Saving to object stores").
+        ``az://``), where each step is committed as ``treecask.save`` commits
+        to a store (docs/remote.md "Saving to object stores").
       max_to_keep: how many steps retention keeps (>= 1), or None (default): keep all.
         Without ``best_fn`` the newest ``max_to_keep``; with it the ``max_to_keep``
         best by ``best_fn`` plus the newest (so a preempted job can resume;
@@ -141,15 +137,11 @@ class CheckpointManager:
         :meth:`save` takes ``{item name: (pytree, archive metadata)}`` and
         :meth:`restore` returns ``{item name: pytree}``.
       sign_with: an unencrypted PEM EC private key (P-256, P-384 or P-521;
-        its file's path or its bytes) with which each step is signed right
-        after its commit, before retention: an OpenSSF model-signing bundle
-        ``step_<n:08d>.cask.sig`` beside the step (:func:`treecask.sign`,
-        shard serialization, docs/signing.md); :meth:`restore` then verifies
-        every byte it reads against it under the key's public half (unless
-        ``signature=`` / ``public_key=`` are passed to it), and
-        :meth:`delete` / retention remove it with the step. A local directory,
-        one process, the ``ARCHIVES`` layout (the bundle hashes the step's
-        file: sign before uploading elsewhere).
+        its file's path or its bytes): each step is signed right after its
+        commit (``step_<n:08d>.cask.sig`` beside it, :func:`treecask.sign`),
+        :meth:`restore` verifies against it and :meth:`delete` / retention
+        remove it with the step (docs/signing.md). A local directory, one
+        process, the ``ARCHIVES`` layout.
       **save_options: passed to :func:`treecask.save` for every step:
         ``compression``, ``shuffle``, ``durable``, ``chunk_size``, ``threads``,
         ``max_part_bytes``, ``metadata`` (the keys ``treecask.step`` and
