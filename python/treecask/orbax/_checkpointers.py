@@ -146,35 +146,24 @@ class Checkpointer:
     """Saves and restores one checkpoint at a path (Orbax ``Checkpointer``).
 
     ``Checkpointer(handler)``; the checkpoint at ``directory`` is one treecask
-    archive *file* (Orbax writes a directory there), written atomically by
-    :func:`treecask.save` (parent directories are created); a checkpoint of
-    several items (``args=ocp.args.Composite(...)``) is a directory as Orbax's,
-    one archive per item named after it and ``index.cask``, committed whole
-    (``_layout.py``). Options of Orbax's
-    constructor (``multiprocessing_options``, ``file_options``,
-    ``atomicity_options``...) are accepted and have no effect.
+    archive *file*, or for several items (``args=ocp.args.Composite(...)``) a
+    directory as Orbax's (docs/python.md "Switching from Orbax in one line").
+    Options of Orbax's constructor are accepted and have no effect.
 
     ``save(directory, *args, force=False, custom_metadata=None, **kwargs)``:
-    ``args=ocp.args.StandardSave(tree)`` (today's API) or the handler's legacy
-    arguments, e.g. ``save(path, tree, save_args=...)``. An existing
-    checkpoint raises ``AlreadyExistsError`` (a ``FileExistsError``; Orbax
-    raises ValueError) unless ``force=True``, which replaces it.
-
-    ``store=`` (a treecask extension beyond Orbax's signatures, on ``save``,
-    ``restore`` and ``metadata``): a :class:`treecask.stores.Store` that
-    ``directory`` is a path inside (docs/stores.md); without it
-    ``directory`` is a file path or a URL (``s3://bucket/ckpt.cask``...).
-
-    ``restore(directory, *args, **kwargs)``: ``args=...`` or the legacy
-    ``item=target, restore_args=..., transforms=...``; nothing: the tree as
-    saved (dicts, lists and tuples of NumPy arrays and Python scalars; Orbax
-    gives ``jax.Array`` for leaves saved as jax arrays). Raises
-    ``NotFoundError`` (a ``FileNotFoundError``) when there is no checkpoint,
-    ``ShapeError`` when a target's shape differs, ``StructureError`` (a
-    ``ValueError``, as Orbax's) when the target's structure differs from the
-    checkpoint's, naming every such key path (Orbax's rule; the legacy
-    ``partial_restore=True`` / ``transforms={}`` permit it, see
-    ``args.PyTreeRestore``).
+    ``args=ocp.args.StandardSave(tree)`` or the handler's legacy arguments
+    (``save(path, tree, save_args=...)``). An existing checkpoint raises
+    ``AlreadyExistsError`` (a ``FileExistsError``; Orbax raises ValueError)
+    unless ``force=True``, which replaces it. ``restore(directory, *args,
+    **kwargs)``: ``args=...`` or the legacy ``item=target, restore_args=...,
+    transforms=...``; nothing: the tree as saved (leaves saved as jax arrays
+    restored as jax arrays, as Orbax). Raises ``NotFoundError`` when there is
+    no checkpoint, ``ShapeError`` when a target's shape differs,
+    ``StructureError`` (a ``ValueError``) naming the key paths where the
+    target's structure differs (Orbax's rule; ``args.PyTreeRestore``).
+    ``store=`` (a treecask extension, on ``save``, ``restore`` and
+    ``metadata``): a :class:`treecask.stores.Store` that ``directory`` is a
+    path inside (docs/stores.md).
     """
 
     _async = False
