@@ -1,15 +1,7 @@
-"""Orbax v1's ``training.Checkpointer`` over a :class:`treecask.CheckpointManager`:
-one directory per step, ``<directory>/<n>/``, as Orbax's (the manager's
-``ITEM_DIRECTORIES`` layout, so ``treecask.orbax.CheckpointManager`` reads the
-same directory), each step holding its checkpointables as the v1 free
-functions lay them out (``_api.py``: one archive per checkpointable and
-``index.cask``), the Checkpointer's ``custom_metadata`` the run's entry
-``metadata`` (Orbax's ``metadata/``); the save decision and
-preservation policies of ``save_decision_policies.py`` /
-``preservation_policies.py`` (or any objects with their methods) decide which
-steps are written and kept. The run is ``treecask.orbax``'s one adapter over
-the manager's public calls (``_steps.Steps``); the preservation policy is the
-manager's ``keep_fn``, run in its background thread once a step is durable.
+"""Orbax v1's ``training.Checkpointer`` over ``_steps.Steps`` (the one adapter
+over :class:`treecask.CheckpointManager` that ``treecask.orbax``'s manager
+shares): each step laid out as the v1 free functions lay out a checkpoint
+(``_api.py``); the preservation policy is the manager's ``keep_fn``.
 """
 
 from __future__ import annotations
@@ -107,19 +99,16 @@ class Checkpointer(Run):
     preservation_policy=None, step_name_format=None, custom_metadata=None,
     cleanup_tmp_directories=False, lightweight_initialize=False, logger=None)``:
     steps are ``<directory>/<n>/`` (a directory, or an object-store URL), as
-    Orbax's, each holding one treecask archive per checkpointable (``save``:
-    the pytree as "state") and ``index.cask`` with the step's metrics and
-    custom metadata; ``custom_metadata`` is the run's entry ``metadata``.
-    ``save_decision_policy`` (default: the first step, then whenever no save is
-    in progress, as Orbax's) says which steps :meth:`save` writes;
-    ``preservation_policy`` (default: keep all) which steps are kept, applied
-    after each save is durable. Calls run under ``context`` (default: the
-    current one). ``step_name_format`` raises ``UnsupportedError`` (steps are
-    named ``<n>``, Orbax's default); ``cleanup_tmp_directories`` (temporaries are
-    always swept), ``lightweight_initialize`` and ``logger`` have no effect.
-    ``store`` (a treecask extension beyond Orbax's signature): a
-    :class:`treecask.stores.Store` that ``directory`` is a path inside
-    (docs/stores.md).
+    Orbax's (format/SPEC.md "Item-directory steps"; ``custom_metadata`` is
+    the run's entry ``metadata``). ``save_decision_policy`` (default: the
+    first step, then whenever no save is in progress, as Orbax's) says which
+    steps :meth:`save` writes; ``preservation_policy`` (default: keep all)
+    which are kept, applied after each save is durable. Calls run under
+    ``context`` (default: the current one). ``step_name_format`` raises
+    ``UnsupportedError``; ``cleanup_tmp_directories``,
+    ``lightweight_initialize`` and ``logger`` have no effect. ``store`` (a
+    treecask extension): a :class:`treecask.stores.Store` that ``directory``
+    is a path inside (docs/stores.md).
 
     Saves are asynchronous underneath: ``save_async`` returns once the
     state's bytes are safe from the caller; ``save`` waits until durable.
