@@ -33,16 +33,10 @@ class Archive(Reader):
     The mapping stays alive while the Archive or any view from it lives, even
     after :meth:`close`. Use it as a context manager to close it promptly.
 
-    Leaves are named as :class:`~treecask.Reader` says.
-
-    ``path`` may be the URL of an object in a store (``s3://``, ``gs://``,
-    ``az://``, ``http(s)://``; ``storage_options`` as in
-    :func:`treecask.open`): it is then read by range requests, with the same
-    checks, and no leaf is a view (docs/remote.md).
-
-    ``signature`` and ``public_key`` (both or neither): a verified open of a
-    signed archive, every byte handed out covered by checked signed ranges
-    (:func:`treecask.open`, docs/signing.md).
+    Leaves are named as :class:`~treecask.Reader` says. ``path`` may be the
+    URL of an object in a store (read by range requests, no leaf a view), and
+    ``storage_options``, ``signature`` and ``public_key`` are as for
+    :func:`treecask.open`.
 
     Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError,
     UnsupportedError (a URL scheme treecask does not serve), SignatureError.
