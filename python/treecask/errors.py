@@ -1,27 +1,11 @@
-"""treecask's exception classes.
-
-Every failure in the package raises a subclass of :class:`Error`. The classes
-map 1:1 onto the C++ ``treecask::ErrorCode`` values (``include/treecask/error.h``);
-:class:`StructureError` is the one Python-only class (a tree that does not
-match what was expected). Each class also derives from the closest built-in
-exception, so ``except FileNotFoundError`` or ``except KeyError`` keep working.
-
-Every instance carries:
-
-* ``code`` -- the C++ error code (``int``), or ``None`` for :class:`StructureError`;
-* ``code_name`` -- its human name, e.g. ``"corruption"``;
-* ``file`` -- the archive concerned (``""`` when none);
-* ``key_path`` -- the leaf's key path (``""`` when the error is not about one leaf);
-* ``message`` -- what was expected.
-
-``str(error)`` is ``"<file>: <key_path>: <code name>: <message>"``, the same
-text as the C++ ``Error::what()``.
-
-No secret in any of them: a URL in ``file``, ``message`` or ``str(error)``
-(and so in ``args`` and ``repr``) is shown through the core's one redaction
-rule, ``_core.redact_url`` (include/treecask/remote.h ``redact_url``:
-userinfo and credential query parameters such as ``X-Amz-Signature`` or an
-Azure SAS ``sig`` become ``***``), applied when the error is made.
+"""treecask's exception classes: one per C++ ``treecask::ErrorCode``
+(``include/treecask/error.h``), plus the Python-only :class:`StructureError`,
+each also the closest built-in exception (docs/python.md "Errors" has the
+table). Every instance carries ``code``, ``code_name``, ``file``,
+``key_path`` and ``message``; ``str(error)`` is ``"<file>: <key_path>: <code
+name>: <message>"``, the C++ ``Error::what()``. A URL in any of them is shown
+through the core's one redaction rule (``_core.redact_url``), applied when
+the error is made, so no secret reaches ``args`` or ``repr``.
 """
 
 from __future__ import annotations

@@ -398,24 +398,13 @@ def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional
     pytree by name, Orbax 0.12.8's rule; the root of an archive holding one
     pytree, e.g. written by :func:`treecask.save`).
 
-    Without ``abstract_state``: the tree as saved (dicts, lists and tuples;
-    a ``jax.Array`` for each leaf saved as one, on its saved sharding when
-    this process has those devices, else on the default device, as Orbax;
-    NumPy arrays and Python scalars as saved). A Python type as an abstract
-    leaf (``float``, ``int``, ``bool``, ``np.ndarray``) loads the saved
-    value as that type. The context's ``array.loading.enable_padding_and_truncation``
-    truncates or zero-pads an array to its abstract shape. With an abstract
-    tree (of ``jax.ShapeDtypeStruct``, arrays,
-    scalars, the :func:`metadata` tree, a :class:`CheckpointMetadata`): its
-    structure and leaf types, each ``ShapeDtypeStruct`` restored as a
-    ``jax.Array`` on its sharding (each device reading only its box), dtypes
-    cast to the abstract leaf's. Its structure must equal the checkpoint's
-    (Orbax's rule; ``StructureError`` naming the key paths otherwise): with
-    the context's ``pytree.loading.partial_load`` the checkpoint may hold more
-    fields (not read) and an abstract leaf the checkpoint lacks comes back as
-    given (an array or scalar; a ``ShapeDtypeStruct`` there raises
-    ``StructureError``, no value to keep); a leaf ``PLACEHOLDER`` (``...``) is
-    not loaded (it comes back as ``...``).
+    Without ``abstract_state``: the tree as saved (a ``jax.Array`` for each
+    leaf saved as one, as Orbax). With an abstract tree (of
+    ``jax.ShapeDtypeStruct``, arrays, scalars, Python types, the
+    :func:`metadata` tree, a :class:`CheckpointMetadata`): its structure and
+    leaf types, dtypes cast; the structures must agree (Orbax's rule) unless
+    the context's ``pytree.loading.partial_load``; a ``PLACEHOLDER`` leaf is
+    not loaded. The rules in full: docs/python.md "Orbax's v1 API".
 
     Raises ``NotFoundError`` (a ``FileNotFoundError``) for no checkpoint,
     ``KeyNotFoundError`` for no such checkpointable, ``StructureError``,
