@@ -162,16 +162,11 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
     returns a :class:`SaveJob` once every leaf's bytes are safe from the
     caller (module docstring).
 
-    What is copied: NumPy arrays and every other host value (the caller may
-    write them in place right after), into the core's snapshot
-    (``treecask::save_async``, GIL released, all cores). What is not: the
-    bytes of a ``jax.Array``, held instead as the read-only host view
-    ``np.asarray`` gives (on an accelerator a fresh host copy; on the CPU a
-    view of the device buffer). jax arrays are immutable, and a view is an
-    external reference to the buffer: donating that array to a jitted step
-    (``donate_argnums``) while the save runs makes jax's CPU client copy it
-    instead of reusing the buffer, and ``x.delete()`` frees it only when the
-    save lets go. ``tests/python/test_manager.py`` checks both.
+    What is copied: NumPy arrays and every other host value, into the core's
+    snapshot. What is not: a ``jax.Array``'s bytes, held as the read-only
+    host view ``np.asarray`` gives (module docstring): donating that array
+    while the save runs makes jax copy it, and ``x.delete()`` frees it only
+    when the save lets go (``tests/python/test_manager.py``).
 
     Args:
       path, store: where, as for ``treecask.save(path, store=store)``.

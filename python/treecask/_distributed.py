@@ -159,12 +159,10 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     the global jax.Arrays' shards, ``_replicas.my_boxes``; on process 0 also
     the host leaves).
 
-    With ``snapshot`` the boxes stay valid whatever the caller does next: a
-    jax.Array's bytes are held as a read-only NumPy view of its buffer (jax
-    arrays are immutable; the view is an external reference, which makes
-    jax's CPU client copy a donated buffer instead of reusing it), every
-    other leaf (NumPy arrays...) is copied. Without it the caller must keep
-    the tree unchanged until :func:`run` returns.
+    With ``snapshot`` the boxes stay valid whatever the caller does next (as
+    ``_async.save_async``'s snapshot: jax.Array bytes held as read-only views,
+    every other leaf copied). Without it the caller must keep the tree
+    unchanged until :func:`run` returns.
 
     ``path`` names the checkpoint: a :class:`treecask.stores.Location`
     (what the public call resolved), or as :func:`treecask.stores.resolve`

@@ -252,15 +252,11 @@ class Reader(abc.ABC):
         reading only the chunks that hold the slice (Archive::read_slice: each
         touched chunk checksummed whole, all cores for reads of >= 8 MiB).
 
-        ``index`` is an int, a ``slice`` (step None or 1), ``...``, or a tuple
-        of them, at most one per dimension; missing trailing dimensions are
-        taken whole; an int drops its dimension; negative values count from
-        the end as in NumPy; an out-of-range int raises. Returns a fresh,
-        writable array of the leaf's dtype (sub-byte dtypes one element per
-        byte, as ml_dtypes holds them). Raises KeyNotFoundError (a str key),
-        InvalidArgumentError (an int key out of range, a step other than 1,
-        ``None``/newaxis, fancy indexing, too many indices, an int index out
-        of range), ChecksumError, CorruptionError.
+        ``index``: NumPy basic indexing with step 1 (docs/python.md
+        "``Archive.read_slice``"). Returns a fresh, writable array of the
+        leaf's dtype. Raises KeyNotFoundError (a str key), InvalidArgumentError
+        (an int key out of range, an index that is not basic indexing with step
+        1, or out of range), ChecksumError, CorruptionError.
         """
         i = self._index(key)
         d = self._infos()[i]
