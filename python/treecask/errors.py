@@ -102,10 +102,8 @@ class VersionError(Error):
 
 class CorruptionError(Error, ValueError):
     """The archive's structure is damaged or violates the spec (``kCorruption``).
-    Also a ``ValueError``, as :class:`NotAnArchiveError` is: a file whose bytes
-    are wrong is a bad value, so ``except ValueError`` catches an empty file
-    (NotAnArchiveError), a truncated one (CorruptionError) and a flipped bit
-    (ChecksumError) alike."""
+    A ``ValueError``, as :class:`NotAnArchiveError` and :class:`ChecksumError`:
+    ``except ValueError`` catches an empty, a truncated or a bit-flipped file."""
 
     code = 4
 
@@ -155,13 +153,10 @@ class UnsupportedError(Error):
 
 
 class SignatureError(Error, ValueError):
-    """A signature does not verify (``kSignature``): the bundle's envelope does
-    not verify under the public key, its statement is not for this archive
-    (another file, a length other than the file's, resources that do not tile
-    it), its key type or hash algorithm is not one treecask checks (named), or
-    a signed range's SHA-256 differs (the message names the file and the byte
-    range). Raised instead of handing out any byte the signature does not
-    cover (docs/signing.md)."""
+    """A signature does not verify (``kSignature``): the envelope under the
+    public key, a statement not for this archive, a key type or hash algorithm
+    treecask does not check (named), or a signed range's SHA-256 (the message
+    names the file and the byte range); docs/signing.md."""
 
     code = 12
 
