@@ -264,14 +264,7 @@ def save_async(path: Any, state: Any, *, checkpointable_name: str = STATE_CHECKP
                                       custom_metadata=custom_metadata, store=store)
 
 
-def save_pytree(*args: Any, **kwargs: Any) -> None:
-    """:func:`save` (Orbax's former name)."""
-    return save(*args, **kwargs)
-
-
-def save_pytree_async(*args: Any, **kwargs: Any) -> AsyncResponse[None]:
-    """:func:`save_async` (Orbax's former name)."""
-    return save_async(*args, **kwargs)
+save_pytree, save_pytree_async = save, save_async  # Orbax's former names
 
 
 # ---------------------------------------------------------------- loading
@@ -453,14 +446,7 @@ def load_checkpointables_async(path: Any, abstract_checkpointables: Any = None, 
     return AsyncResponse(lambda: load_checkpointables(path, abstract_checkpointables, store=store))
 
 
-def load_pytree(*args: Any, **kwargs: Any) -> Any:
-    """:func:`load` (Orbax's former name)."""
-    return load(*args, **kwargs)
-
-
-def load_pytree_async(*args: Any, **kwargs: Any) -> AsyncResponse[Any]:
-    """:func:`load_async` (Orbax's former name)."""
-    return load_async(*args, **kwargs)
+load_pytree, load_pytree_async = load, load_async  # Orbax's former names
 
 
 # ---------------------------------------------------------------- metadata
@@ -532,9 +518,7 @@ def checkpointables_metadata(path: Any, *, store: Any = None) -> CheckpointMetad
                               custom_metadata=custom)
 
 
-def pytree_metadata(*args: Any, **kwargs: Any) -> CheckpointMetadata:
-    """:func:`metadata` (Orbax's former name)."""
-    return metadata(*args, **kwargs)
+pytree_metadata = metadata  # Orbax's former name
 
 
 # ---------------------------------------------------------------- deleting, probing

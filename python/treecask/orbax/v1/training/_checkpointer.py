@@ -331,26 +331,8 @@ class Checkpointer(Run):
         return f"<treecask.orbax.v1.training.Checkpointer {str(self.directory)!r}>"
 
     # Orbax's former names.
-    def save_pytree(self, *args: Any, **kwargs: Any) -> bool:
-        """:meth:`save`."""
-        return self.save(*args, **kwargs)
-
-    def save_pytree_async(self, *args: Any, **kwargs: Any) -> Optional[AsyncResponse[bool]]:
-        """:meth:`save_async`."""
-        return self.save_async(*args, **kwargs)
-
-    def load_pytree(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`load`."""
-        return self.load(*args, **kwargs)
-
-    def load_pytree_async(self, *args: Any, **kwargs: Any) -> AsyncResponse[Any]:
-        """:meth:`load_async`."""
-        return self.load_async(*args, **kwargs)
-
-    def pytree_metadata(self, *args: Any, **kwargs: Any) -> CheckpointMetadata:
-        """:meth:`metadata`."""
-        return self.metadata(*args, **kwargs)
-
+    save_pytree, save_pytree_async, load_pytree, load_pytree_async = save, save_async, load, load_async
+    pytree_metadata = metadata
 
 for _cls in (CheckpointMetadata, RootMetadata, Checkpointer):
     _cls.__module__ = "treecask.orbax.v1.training"
