@@ -4,7 +4,6 @@ archive file, the :class:`~treecask._reader.Reader` over one ``_core.Archive``
 
 from __future__ import annotations
 
-import os
 
 import treecask._core as _core
 

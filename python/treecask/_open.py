@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
-import treecask._core as _core
-
 from . import _signing, stores
 from ._archive import Archive
 from ._reader import Reader

@@ -15,7 +15,6 @@ namespaces of those names. ``treecask.orbax.v1`` is Orbax's v1 API.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequence
 
