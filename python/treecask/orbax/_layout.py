@@ -100,50 +100,54 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
                                        file=store.display(key))
     store.make_directory(key.rpartition("/")[0])  # a file system's parents; nothing in an object store
     if _distributed.active():
-        return _save_sharded(store, key, items, index_md, overwrite=bool(overwrite), asynchronous=asynchronous,
-                             meanwhile=meanwhile, after=after, step=step, metrics=metrics)
-    staging = store.stage_directory(key, overwrite=bool(overwrite))
-    if overwrite and not store.supports_atomic_directories:
-        store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items are rewritten
-    if asynchronous:
-        items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
+        write_all = _save_sharded(store, key, items, index_md, overwrite=bool(overwrite), asynchronous=asynchronous,
+                                  after=after)
+    else:
+        staging = store.stage_directory(key, overwrite=bool(overwrite))
+        if overwrite and not store.supports_atomic_directories:
+            store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items are rewritten
+        if asynchronous:
+            items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
 
-    def write_all() -> None:
+        def write_all() -> None:
+            written: List[str] = []
+            try:
+                for name, (tree, md) in items.items():
+                    try:
+                        _save(stores.join(staging, name), tree, store=store, metadata=dict(md),
+                              overwrite=bool(overwrite))
+                    except Error as e:  # named as the item it was to be, not its staging
+                        raise _upload.named(e, store.display(stores.join(staging, name)),
+                                            store.display(stores.join(key, name))) from None
+                    written.append(name)
+
+                def write_index(path: str, in_place: bool) -> None:
+                    _save(path, None, metadata={**index_md, MARK_KEY: "1"}, overwrite=not in_place)
+
+                store.publish_directory(staging, key, write_index, overwrite=bool(overwrite), durable=True,
+                                        keep=list(items))
+            except BaseException:
+                store.discard_directory(staging, written)
+                raise
+            if after is not None:
+                after()
+
+    def run() -> None:  # both paths: `meanwhile` first, its error the save's once the checkpoint is written
         swept: Optional[BaseException] = None
         if meanwhile is not None:
             try:
                 meanwhile()
-            except Exception as e:  # the save's error, once the checkpoint is written anyway
+            except Exception as e:
                 swept = e
-        written: List[str] = []
-        try:
-            for name, (tree, md) in items.items():
-                try:
-                    _save(stores.join(staging, name), tree, store=store, metadata=dict(md),
-                          overwrite=bool(overwrite))
-                except Error as e:  # named as the item it was to be, not its staging
-                    raise _upload.named(e, store.display(stores.join(staging, name)),
-                                        store.display(stores.join(key, name))) from None
-                written.append(name)
-
-            def write_index(path: str, in_place: bool) -> None:
-                _save(path, None, metadata={**index_md, MARK_KEY: "1"}, overwrite=not in_place)
-
-            store.publish_directory(staging, key, write_index, overwrite=bool(overwrite), durable=True,
-                                    keep=list(items))
-        except BaseException:
-            store.discard_directory(staging, written)
-            raise
-        if after is not None:
-            after()
+        write_all()
         if swept is not None:
             raise swept
 
     if not asynchronous:
-        write_all()
+        run()
         return None
     job = SaveJob(store.display(key), step=step, metrics=metrics)
-    _start(job, write_all)
+    _start(job, run)
     return job
 
 
@@ -152,9 +156,9 @@ _items_counter = 0  # multi-process saves of a directory of items so far (the co
 
 def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, Mapping[str, str]]],
                   index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
-                  meanwhile: Optional[Callable[[], None]], after: Optional[Callable[[], None]],
-                  step: Optional[int], metrics: Any) -> Optional[SaveJob]:
-    """:func:`save_directory` in a multi-process jax job (module docstring):
+                  after: Optional[Callable[[], None]]) -> Callable[[], None]:
+    """The writing of :func:`save_directory` in a multi-process jax job
+    (module docstring), returned to run now or in the background:
     each item the core's multi-process save (``_distributed.prepare`` here, in
     the caller's thread: the boxes taken, copied when ``asynchronous``;
     ``_distributed.run`` later) into the staging of ``key``, which process 0
@@ -187,12 +191,6 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
 
     def write_all() -> None:
         client = _distributed._client()
-        swept: Optional[BaseException] = None
-        if meanwhile is not None:
-            try:
-                meanwhile()
-            except Exception as e:  # the save's error, once the checkpoint is written anyway
-                swept = e
         # Process 0 stages the checkpoint and names the staging to the others.
         if pid == 0:
             try:
@@ -247,18 +245,10 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
         try:
             if after is not None:
                 after()
-        except BaseException as e:
-            swept = e
-        client.wait_at_barrier(coord + "/done", timeout_ms)
-        if swept is not None:
-            raise swept
+        finally:
+            client.wait_at_barrier(coord + "/done", timeout_ms)
 
-    if not asynchronous:
-        write_all()
-        return None
-    job = SaveJob(shown, step=step, metrics=metrics)
-    _start(job, write_all)
-    return job
+    return write_all
 
 
 __all__ = ["INDEX", "KIND_KEY", "MARK_KEY", "item_names", "save_directory"]
