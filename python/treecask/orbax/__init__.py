@@ -244,7 +244,6 @@ class CheckpointManager(Run):
                 for n in item_names:
                     self._handlers.setdefault(n, PyTreeCheckpointHandler)
         self._root_metadata = dict(metadata) if metadata is not None else None
-        self._legacy = checkpointers is not None
         self._read_only = bool(getattr(opts, "read_only", False))
         self._steps = Steps(d, store, async_save=async_save, read_only=self._read_only,
                             max_to_keep=getattr(opts, "max_to_keep", None),
@@ -308,19 +307,26 @@ class CheckpointManager(Run):
         return due or last is None or self.reached_preemption(step)
 
     # ---- save ----
-    def _legacy_save_args(self, items: Any, save_kwargs: Any) -> Any:
+    def _legacy_args(self, op: str, items: Any, kwargs: Any) -> Any:
+        """The argument object of a legacy ``save(step, items, save_kwargs)`` or
+        ``restore(step, items, restore_kwargs)`` (``op``): each item's
+        handler's argument class, of ``items`` and its keyword arguments."""
+        if op == "restore" and items is None and not kwargs:
+            return None
+        make = "save_args_cls" if op == "save" else "restore_args_cls"
+        kwargs = kwargs or {}
         if self._default is not False:
-            h = self._handlers.get(DEFAULT_ITEM_NAME, PyTreeCheckpointHandler)
-            return h.save_args_cls(items, **(save_kwargs or {}))
-        if not isinstance(items, Mapping):
+            return getattr(self._handlers.get(DEFAULT_ITEM_NAME, PyTreeCheckpointHandler), make)(items, **kwargs)
+        if op == "save" and not isinstance(items, Mapping):
             raise InvalidArgumentError("this manager holds items "
                                        f"{sorted(self._handlers)}: save a dict of them", file=str(self.directory))
+        items = items or {}
         out = {}
-        for name, item in items.items():
-            h = self._handlers.get(name)
+        for name in (items if op == "save" else set(items) | set(kwargs)):
+            h = self._handlers.get(name, None if op == "save" else PyTreeCheckpointHandler)
             if h is None:
                 raise InvalidArgumentError(f"no checkpointer for item '{name}'", file=str(self.directory))
-            out[name] = h.save_args_cls(item, **((save_kwargs or {}).get(name) or {}))
+            out[name] = getattr(h, make)(items.get(name), **(kwargs.get(name) or {}))
         return args.Composite(**out)
 
     def save(self, step: int, items: Any = None, save_kwargs: Any = None, metrics: Any = None,
@@ -337,7 +343,7 @@ class CheckpointManager(Run):
             raise ValueError("Must provide `args` for `save`.")
         if self._read_only:  # Orbax: skipped (with a warning in its log)
             return False
-        a = args if args is not None else self._legacy_save_args(items, save_kwargs)
+        a = args if args is not None else self._legacy_args("save", items, save_kwargs)
         if not force and not self.should_save(step):
             return False
         items, md = _encode_items(a, custom_metadata, str(self.directory))
@@ -370,20 +376,6 @@ class CheckpointManager(Run):
             raise NotFoundError(f"no step {step} in the directory", file=shown)
         return where
 
-    def _legacy_restore_args(self, items: Any, restore_kwargs: Any) -> Any:
-        if items is None and not restore_kwargs:
-            return None
-        if self._default is not False:
-            h = self._handlers.get(DEFAULT_ITEM_NAME, PyTreeCheckpointHandler)
-            return h.restore_args_cls(items, **(restore_kwargs or {}))
-        items = items or {}
-        restore_kwargs = restore_kwargs or {}
-        out = {}
-        for name in set(items) | set(restore_kwargs):
-            h = self._handlers.get(name, PyTreeCheckpointHandler)
-            out[name] = h.restore_args_cls(items.get(name), **(restore_kwargs.get(name) or {}))
-        return args.Composite(**out)
-
     def restore(self, step: Optional[int], items: Any = None, restore_kwargs: Any = None,
                 directory: Any = None, args: Any = None) -> Any:  # noqa: A002
         """Restores ``step`` (None: the latest) from this directory or ``directory``.
@@ -393,7 +385,7 @@ class CheckpointManager(Run):
         them, raw, without ``args``). A save in flight is waited for first.
         Raises ``NotFoundError`` (a ``FileNotFoundError``) for a missing step
         or item; ``ShapeError`` / ``StructureError`` as :class:`Checkpointer`."""
-        a = args if args is not None else self._legacy_restore_args(items, restore_kwargs)
+        a = args if args is not None else self._legacy_args("restore", items, restore_kwargs)
         return _restore(self._step_path(step, directory), a)
 
     def item_metadata(self, step: int) -> Any:
