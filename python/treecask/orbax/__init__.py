@@ -222,27 +222,22 @@ class CheckpointManager(Run):
         self._opts = opts
         self._handlers: Dict[str, type] = {}
         self._default: Optional[bool] = None  # default-item mode, once known
-        if checkpointers is not None:  # the legacy API
-            if isinstance(checkpointers, Mapping):
-                self._default = False
-                self._handlers = {n: _handler_class(getattr(c, "handler", c)) for n, c in checkpointers.items()}
-                async_save = any(_is_async(c) for c in checkpointers.values())
-            else:
-                self._default = True
-                self._handlers = {DEFAULT_ITEM_NAME: _handler_class(getattr(checkpointers, "handler", checkpointers))}
-                async_save = _is_async(checkpointers)
-        else:
-            async_save = bool(getattr(opts, "enable_async_checkpointing", True))
-            if isinstance(item_handlers, Mapping):
-                self._default = False
-                self._handlers = {n: _handler_class(h) for n, h in item_handlers.items()}
-            elif item_handlers is not None:
-                self._default = True
-                self._handlers = {DEFAULT_ITEM_NAME: _handler_class(item_handlers)}
-            if item_names is not None:
-                self._default = False
-                for n in item_names:
-                    self._handlers.setdefault(n, PyTreeCheckpointHandler)
+        async_save = bool(getattr(opts, "enable_async_checkpointing", True))
+        if checkpointers is not None:  # the legacy API: the checkpointers' handlers, async if any is
+            many = isinstance(checkpointers, Mapping)
+            async_save = any(_is_async(c) for c in (checkpointers.values() if many else [checkpointers]))
+            item_handlers = ({n: getattr(c, "handler", c) for n, c in checkpointers.items()} if many
+                             else getattr(checkpointers, "handler", checkpointers))
+        if isinstance(item_handlers, Mapping):
+            self._default = False
+            self._handlers = {n: _handler_class(h) for n, h in item_handlers.items()}
+        elif item_handlers is not None:
+            self._default = True
+            self._handlers = {DEFAULT_ITEM_NAME: _handler_class(item_handlers)}
+        if item_names is not None:
+            self._default = False
+            for n in item_names:
+                self._handlers.setdefault(n, PyTreeCheckpointHandler)
         self._root_metadata = dict(metadata) if metadata is not None else None
         self._read_only = bool(getattr(opts, "read_only", False))
         self._steps = Steps(d, store, async_save=async_save, read_only=self._read_only,
