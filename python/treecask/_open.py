@@ -13,7 +13,7 @@ from ._reader import Reader
 from ._sharded import ShardedArchive
 from ._signing import KeySource
 from ._types import PathLike
-from .errors import Error, InvalidArgumentError, NotFoundError, SignatureError, UnsupportedError
+from .errors import Error, InvalidArgumentError, NotFoundError, SignatureError
 
 
 def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
