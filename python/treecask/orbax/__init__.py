@@ -392,11 +392,9 @@ class CheckpointManager(Run):
 
     def metrics(self, step: int) -> Optional[Any]:
         """The metrics in ``step``'s entry ``metrics`` (a JSON value), or None
-        when it has none, as Orbax's (orbax-checkpoint 0.12.8
-        ``CheckpointManager._get_metrics`` reads the step's ``metrics/``
-        item, which a manager writes only with ``best_fn``): None for a step
-        saved without ``best_fn`` even when ``save`` was given metrics, and
-        for a step that does not exist. A save in flight is waited for first."""
+        when it has none (a step saved without ``best_fn``, as Orbax 0.12.8
+        writes its ``metrics/`` item only then, or no such step). A save in
+        flight is waited for first."""
         return self._steps.metrics_entry(step)
 
     def metadata(self, step: Optional[int] = None) -> Any:

@@ -222,15 +222,11 @@ class Checkpointer:
 
 class AsyncCheckpointer(Checkpointer):
     """A :class:`Checkpointer` whose ``save`` returns once the tree's bytes
-    are safe from the caller (Orbax ``AsyncCheckpointer``): NumPy leaves are
-    copied into a host snapshot, jax.Array leaves held as read-only views
-    (treecask's asynchronous save); writing, fsync and the atomic rename run
-    in the background. ``wait_until_finished()`` blocks until durable and
-    raises a background error; the next ``save``, ``restore`` or ``close``
-    waits first. ``timeout_secs`` and ``async_options`` are accepted and have
-    no effect (the wait is until done). A save to an object store (the
-    upload and its commit) and a save in a multi-process jax job (the
-    cross-process commit) run in the background too."""
+    are safe from the caller (Orbax ``AsyncCheckpointer``; treecask's
+    asynchronous save: the write and its commit run in the background).
+    ``wait_until_finished()`` blocks until durable and raises a background
+    error; the next ``save``, ``restore`` or ``close`` waits first.
+    ``timeout_secs`` and ``async_options`` are accepted, no effect."""
 
     _async = True
 

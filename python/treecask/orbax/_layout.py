@@ -80,18 +80,12 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
                    step: Optional[int] = None, metrics: Any = None) -> Optional[SaveJob]:
     """Writes the checkpoint directory ``key`` of ``store``: each item
     ``name -> (tree, archive metadata)`` as the archive ``key/name``, then
-    ``key/index.cask`` with ``index_md``, committed whole (module docstring).
-    An existing checkpoint raises AlreadyExistsError unless ``overwrite``
-    (then it is replaced by the same commit). Parent directories of a local
-    path are created, as Orbax does. Returns None once durable, or
-    (``asynchronous``) a :class:`treecask._async.SaveJob` once the trees'
-    NumPy bytes are copied: the writing runs in the background and
-    ``wait()`` raises its error. ``meanwhile`` runs before the items are
-    written and ``after`` once the checkpoint is committed (on the
-    background thread when asynchronous; a manager's sweep and retention,
-    as ``treecask._async.save_async``'s); ``step`` and ``metrics`` are
-    recorded on the job. Argument errors (an existing checkpoint, a bad
-    name) raise here."""
+    ``key/index.cask`` with ``index_md``, committed whole (module docstring;
+    parent directories created, as Orbax does). An existing checkpoint raises
+    AlreadyExistsError here unless ``overwrite``. Returns None once durable,
+    or (``asynchronous``) a :class:`treecask._async.SaveJob` once the trees'
+    NumPy bytes are copied. ``meanwhile``, ``after``, ``step`` and ``metrics``
+    as for ``treecask._async.save_async``."""
     for name in items:
         if not isinstance(name, str) or not name or "/" in name or name == INDEX or name.startswith("."):
             from ..errors import InvalidArgumentError
@@ -158,17 +152,12 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
                   index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
                   after: Optional[Callable[[], None]]) -> Callable[[], None]:
     """The writing of :func:`save_directory` in a multi-process jax job
-    (module docstring), returned to run now or in the background:
-    each item the core's multi-process save (``_distributed.prepare`` here, in
-    the caller's thread: the boxes taken, copied when ``asynchronous``;
-    ``_distributed.run`` later) into the staging of ``key``, which process 0
-    makes (``Store.stage_directory``) and then commits
-    (``Store.publish_directory``, ``index.cask`` with ``index_md``). Must be
-    called in every process in the same order (the coordination keys are
-    numbered per call). An error in any process is raised in every process;
-    ``after`` runs in every process once the checkpoint is committed, and the
-    save ends for all once it has (a manager's retention, which process 0
-    runs, is then seen by every process)."""
+    (module docstring), returned to run now or in the background; the boxes
+    are taken here (``_distributed.prepare``, copied when ``asynchronous``).
+    Must be called in every process in the same order (the coordination keys
+    are numbered per call). An error in any process is raised in every
+    process; ``after`` runs in every process, and the save ends for all once
+    it has (a manager's retention, which process 0 runs, is then seen by all)."""
     global _items_counter
     import jax
 
