@@ -20,21 +20,14 @@ from .errors import Error
 
 
 class ShardedArchive(Reader):
-    """A sharded checkpoint directory opened for reading: the same interface
-    as :class:`treecask.Archive` (keys, info, ``[]``, read, read_rows, load,
-    verify), over the *global* arrays. Leaf infos carry the global shape;
-    ``info(k).shards`` lists the saved boxes. Reads go through the C++
-    ShardedArchive: a whole leaf or any hyperslab is assembled from the parts
-    of the saved boxes that intersect it, each read from its shard file
-    straight into the destination array.
-
-    Every file is opened through one handle of the directory, so a checkpoint
-    replaced meanwhile (``save(..., overwrite=True)``) is read whole, old or
-    new, never mixed (SPEC.md "Sharded checkpoints").
-
-    ``signature`` and ``public_key``: a verified open of a checkpoint signed
-    as a directory (model_signing's directory model: its files by relative
-    path; :func:`treecask.open`, docs/signing.md).
+    """A sharded checkpoint directory opened for reading: the interface of
+    :class:`treecask.Archive` over the *global* arrays (``info(k).shards``
+    the saved boxes); a whole leaf or any hyperslab is assembled from the
+    parts of the boxes that intersect it (the C++ ShardedArchive), every file
+    opened through one handle of the directory, so a checkpoint replaced
+    meanwhile is read whole, old or new (docs/python.md "Multi-process save
+    and restore"). ``signature`` and ``public_key``: as for
+    :func:`treecask.open`, the directory signed as model_signing signs one.
 
     Raises what :class:`treecask.Archive` raises, and CorruptionError when a
     shard file is not the one a format 3.1 index was committed with (another

@@ -139,12 +139,9 @@ class ObjectStore(Store):
       read_only: the store only reads and lists nothing (default: True for
         an ``obstore.store.HTTPStore``).
 
-    Reading: each object opens in one round trip and every later range
-    carries ``If-Match`` with its ETag (``_source.ObjectSource``; SPEC.md
-    "Remote reading"). Writing (:meth:`put_file`): a conditional commit,
-    then the object confirmed to be this save's (``_upload``, ``_s3``;
-    docs/stores.md "What each store guarantees at commit"). Listing needs a
-    store that lists (not HTTP).
+    Reads are pinned to one ETag (``_source.ObjectSource``), commits
+    conditional and confirmed (docs/stores.md "What each store guarantees at
+    commit"). Listing needs a store that lists (not HTTP).
     """
 
     def __init__(self, store: Any, *, name: Optional[str] = None, read_only: Optional[bool] = None,
