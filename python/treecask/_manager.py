@@ -98,26 +98,19 @@ class CheckpointManager:
       best_fn: ``metrics -> float``, the score of a step (``metrics`` as saved,
         after a JSON round trip).
       best_mode: "max" (default: a higher score is better) or "min".
-      keep_newest: default True: with ``best_fn`` and ``max_to_keep``, the
-        newest step is kept as well as the best ones. False: only the
-        ``max_to_keep`` best (Orbax's ``CheckpointManagerOptions`` semantics;
-        ``treecask.orbax.CheckpointManager`` passes it), so a step just saved
-        with a worse score than those is deleted at once.
+      keep_newest: default True (see ``max_to_keep``); False: only the
+        ``max_to_keep`` best, so a worse step just saved is deleted at once.
       save_interval_steps: :meth:`save` writes only steps that are a multiple of
         it (unless ``force``); default 1.
       async_save: default True: :meth:`save` returns once the tree's bytes are
-        safe from the caller (NumPy leaves copied into a host snapshot,
-        jax.Array leaves held as read-only views); the write, fsync, rename
-        and retention run on a background thread -- in a multi-process jax
-        job the cross-process commit too (every process must call
-        :meth:`save` for the same steps in the same order, as for
-        ``treecask.save``).
+        safe from the caller (``treecask._async.save_async``); the write,
+        commit and retention run on a background thread (in a multi-process
+        jax job every process calls :meth:`save` for the same steps in the
+        same order, as for ``treecask.save``).
       keep_snapshot_memory: default False. True keeps the snapshot buffer
-        between asynchronous saves (``treecask::SnapshotPool``) instead of
-        returning it to the OS: the copy of NumPy leaves then goes into memory
-        that is already faulted in (2-3x faster than into fresh memory here),
-        at the price of holding about those leaves' bytes of host memory from
-        the first save until :meth:`close`. (jax.Array leaves are not copied.)
+        between asynchronous saves (``treecask::SnapshotPool``): NumPy leaves
+        are copied into memory already faulted in (docs/performance.md), at
+        the price of about those leaves' bytes held until :meth:`close`.
       read_only: default False. True: the manager only lists and restores
         (Orbax's ``read_only``): the directory is not created, :meth:`save`
         and :meth:`delete` raise InvalidArgumentError, nothing is swept.
