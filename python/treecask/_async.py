@@ -1,20 +1,12 @@
 """The asynchronous save: a tree's bytes made safe now, the archive written
 and committed on a background thread, its error kept until someone asks.
-
 :func:`save_async` is what :class:`treecask.CheckpointManager` and
 ``treecask.orbax``'s ``AsyncCheckpointer`` save with. The caller's half
-flattens the tree and makes every leaf's bytes safe from the caller: NumPy
-arrays and other host values are copied into one host buffer (the snapshot,
-``treecask::save_async`` in the C++ core, GIL released, all cores);
-jax.Array leaves, immutable, are held as read-only host views (donating one
-later makes jax copy it rather than reuse the buffer). The background half
-runs the store's commit (``treecask.stores``: ``Store.save_archive`` /
-``write_archive`` -- the core's rename in a directory, scratch then a
-conditional upload in an object store), which writes the snapshot where the
-store says. In a multi-process ``jax.distributed`` job each process snapshots
-its own shards and the background thread runs the cross-process commit
-(``_distributed.run``: the coordination service's key-value store and
-barriers, which release the GIL).
+copies NumPy arrays and other host values into one host buffer (the core's
+snapshot, ``treecask::save_async``, GIL released, all cores) and holds
+jax.Array leaves, immutable, as read-only host views; the background half
+runs the store's commit (``Store.save_archive`` / ``write_archive``), or in a
+multi-process job the cross-process commit (``_distributed.run``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""treecask.import_flax: a legacy Flax checkpoint -> one treecask archive.
-
-Flax (``flax.training.checkpoints``) wrote checkpoints two ways before Orbax's
-CheckpointManager: ``save_checkpoint(ckpt_dir, target, step)`` writes
-``<ckpt_dir>/checkpoint_<step>``, either one msgpack file (the legacy backend,
-``flax.serialization.to_bytes``) or an Orbax PyTree directory (the Orbax
-backend, Flax's default since 0.7), and ``flax.serialization.to_bytes(target)``
-gives the same msgpack bytes for the user to store anywhere. This module finds
-the checkpoint as ``restore_checkpoint`` does and reads it with Flax's own
-code (``flax.serialization.msgpack_restore``; Orbax through import_orbax), so
-the archive holds exactly the state dict ``restore_checkpoint(ckpt_dir,
-target=None)`` returns. Flax is an optional dependency, imported only here.
+"""treecask.import_flax: a legacy Flax checkpoint (``flax.training.checkpoints``,
+msgpack or Orbax backend, or ``flax.serialization.to_bytes``) -> one treecask
+archive holding the state dict ``restore_checkpoint(ckpt_dir, target=None)``
+returns, found and read as Flax does (docs/python.md "Migrating from legacy
+Flax checkpoints"). Flax is an optional dependency, imported only here.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""treecask.import_orbax: an Orbax checkpoint directory -> one treecask archive.
-
-Orbax (orbax-checkpoint) is an optional dependency: it is imported only when
-``import_orbax`` is called. The checkpoint is read through Orbax's own public
-API (``PyTreeCheckpointer.metadata`` then ``restore`` with
-``RestoreArgs(restore_type=np.ndarray)``), so every layout Orbax can read
-(OCDBT or per-array TensorStore, written by one process or many, sharded or
-not) imports the same way; nothing is written under the source directory.
+"""treecask.import_orbax: an Orbax checkpoint directory -> one treecask archive,
+read through Orbax's own public API (so every layout Orbax reads imports the
+same way; docs/python.md "Migrating from Orbax checkpoints"). Orbax is an
+optional dependency, imported only when ``import_orbax`` is called.
 """
 
 from __future__ import annotations
