@@ -343,14 +343,10 @@ class Reader(abc.ABC):
         return _codec.to_value(d, array)
 
     def place(self, key: Union[str, int], sharding: Any) -> Any:
-        """The leaf as a jax.Array on `sharding` (a concrete jax Sharding). Every
-        distinct box the local devices hold is read by one Archive::read_slices
-        call (each chunk decoded and checksummed once, all cores, GIL released)
-        straight into its own 64-byte-aligned buffer, which the CPU backend
-        then adopts without a copy; replicas of a box share its buffer. In a
-        ``jax.distributed`` job, a block that devices of several processes
-        hold is read once in the job, a part by each, and the parts exchanged
-        over the job's collectives (:attr:`single_read`). A leaf of a dtype
+        """The leaf as a jax.Array on `sharding` (a concrete jax Sharding): every
+        distinct box the local devices hold read by one Archive::read_slices
+        call into its own buffer, which the CPU backend adopts without a copy
+        (:meth:`_read_boxes`), or once per job (:attr:`single_read`). A leaf of a dtype
         JAX cannot hold exactly (64-bit while ``jax_enable_x64`` is off, or
         one its backend lacks) comes back as its NumPy array at full width
         instead (docs/python.md "Dtypes on restore").
@@ -381,15 +377,10 @@ class Reader(abc.ABC):
 
     @property
     def single_read(self) -> bool:
-        """Whether :meth:`place` onto a sharding whose blocks are replicated
-        over the processes of a ``jax.distributed`` job fetches each stored
-        byte once in the job (default True; ``treecask.open`` / ``load``
-        ``single_read=``): each process reads a part of each block and the
-        parts travel over the job's collectives (``_replicas.py``; docs/python.md
-        "Multi-process save and restore"). Such a placement is then a
-        collective: every process must place the same leaves in the same
-        order (as ``treecask.load`` called the same way everywhere does).
-        False: every process reads every block its devices hold."""
+        """Whether :meth:`place` fetches each stored byte once per
+        ``jax.distributed`` job (``treecask.open``'s ``single_read``, default
+        True; ``_replicas.py``): then a collective, every process placing the
+        same leaves in the same order."""
         return getattr(self, "_single_read", True)
 
     # -- internals --
