@@ -277,11 +277,9 @@ class CheckpointManager:
 
     def reached_preemption(self, step: int) -> bool:
         """Whether every process of a ``jax.distributed`` job has reached the
-        preemption sync point ``step``, so that this step should be saved
-        before the job is evicted (jax's ``multihost_utils.
-        reached_preemption_sync_point``, as Orbax's ``reached_preemption``):
-        False without jax, outside a distributed job, or with jax's
-        preemption service off. Call it at every step in every process."""
+        preemption sync point ``step`` (jax's ``reached_preemption_sync_point``,
+        as Orbax's): False without jax, outside a distributed job, or with
+        jax's preemption service off. Call it at every step in every process."""
         return _reached_preemption(_check_step(step, str(self.directory)))
 
     # ---- listing (the directory is the source of truth) ----
@@ -352,10 +350,8 @@ class CheckpointManager:
 
         Returns False, writing nothing, when the step is not due
         (:meth:`should_save`) and ``force`` is False; True once the step is
-        saved (synchronous) or snapshotted (asynchronous: the checkpoint holds
-        the values of this moment whatever the caller then does to its NumPy
-        arrays or jax buffers, donation included). A save still in flight is
-        waited for first, so at most one snapshot exists at a time.
+        saved, or snapshotted (``async_save``: the values of this moment). A
+        save still in flight is waited for first: at most one snapshot exists.
 
         Args:
           step: a non-negative int.
