@@ -136,6 +136,10 @@ NB_MODULE(_core, m) {
     d["max_backoff_s"] = r.max_backoff_s;
     d["backoff_base"] = r.backoff_base;
     d["timeout_s"] = r.timeout_s;
+    // Per attempt (RemoteOptions' defaults): seconds to connect, and without progress.
+    const treecask::RemoteOptions o;
+    d["connect_timeout_s"] = o.connect_timeout_s;
+    d["stall_timeout_s"] = o.stall_timeout_s;
     m.attr("RETRY_POLICY") = d;
   }
   m.def("library_version", [] { return std::string(treecask::library_version()); });

@@ -29,22 +29,8 @@ from ._signing import sign
 from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
 # CheckpointManager (python/treecask/_manager.py; its parts _run.py, _retention.py, _async.py)
 from ._manager import CheckpointManager, StepInfo
-from .errors import (
-    AlreadyExistsError,
-    ChecksumError,
-    CorruptionError,
-    Error,
-    InvalidArgumentError,
-    IoError,
-    KeyNotFoundError,
-    NotAnArchiveError,
-    NotFoundError,
-    ShapeError,
-    StructureError,
-    SignatureError,
-    UnsupportedError,
-    VersionError,
-)
+from . import errors
+from .errors import *  # noqa: F401,F403 -- every error class, errors.__all__
 
 # ---- interop: Orbax and legacy Flax checkpoints in, Hugging Face safetensors layouts in and out ----
 from .interop import (FlaxImport, OrbaxImport, SafetensorsExport, SafetensorsImport, export_safetensors,
@@ -80,45 +66,10 @@ def library_version() -> str:
 
 
 __all__ = [
-    "Reader",
-    "Archive",
-    "stores",
-    "LeafInfo",
-    "SaveStats",
-    "ShardingInfo",
-    "ShardBox",
-    "TreeNode",
-    "ShardedArchive",
-    "save",
-    "load",
-    "open",
-    "sign",
-    "verify",
-    "library_version",
-    "CheckpointManager",
-    "StepInfo",
-    "FORMAT_VERSION",
-    "Error",
-    "NotFoundError",
-    "NotAnArchiveError",
-    "VersionError",
-    "CorruptionError",
-    "ChecksumError",
-    "KeyNotFoundError",
-    "InvalidArgumentError",
-    "ShapeError",
-    "IoError",
-    "AlreadyExistsError",
-    "UnsupportedError",
-    "SignatureError",
-    "StructureError",
+    "Reader", "Archive", "ShardedArchive", "stores", "LeafInfo", "SaveStats", "ShardingInfo", "ShardBox", "TreeNode",
+    "save", "load", "open", "sign", "verify", "library_version", "CheckpointManager", "StepInfo", "FORMAT_VERSION",
+    *errors.__all__,
     # interop
-    "OrbaxImport",
-    "import_orbax",
-    "FlaxImport",
-    "import_flax",
-    "SafetensorsImport",
-    "SafetensorsExport",
-    "import_safetensors",
-    "export_safetensors",
+    "OrbaxImport", "import_orbax", "FlaxImport", "import_flax", "SafetensorsImport", "SafetensorsExport",
+    "import_safetensors", "export_safetensors",
 ]

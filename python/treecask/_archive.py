@@ -4,11 +4,10 @@ archive file, the :class:`~treecask._reader.Reader` over one ``_core.Archive``
 
 from __future__ import annotations
 
-import os
 
 import treecask._core as _core
 
-from . import _signing, stores
+from . import stores
 from ._reader import Reader
 # The public types lived here before _types.py; pickles written then name
 # treecask._archive.LeafInfo (and ShardingInfo, TreeNode, SaveStats): keep them importable.
@@ -33,18 +32,10 @@ class Archive(Reader):
     The mapping stays alive while the Archive or any view from it lives, even
     after :meth:`close`. Use it as a context manager to close it promptly.
 
-    A leaf is named by its key path (str; KeyNotFoundError when absent) or by
-    its index in pre-order (int; InvalidArgumentError, which is also an
-    IndexError, when out of range) in every method below.
-
-    ``path`` may be the URL of an object in a store (``s3://``, ``gs://``,
-    ``az://``, ``http(s)://``; ``storage_options`` as in
-    :func:`treecask.open`): it is then read by range requests, with the same
-    checks, and no leaf is a view (docs/remote.md).
-
-    ``signature`` and ``public_key`` (both or neither): a verified open of a
-    signed archive, every byte handed out covered by checked signed ranges
-    (:func:`treecask.open`, docs/signing.md).
+    Leaves are named as :class:`~treecask.Reader` says. ``path`` may be the
+    URL of an object in a store (read by range requests, no leaf a view), and
+    ``storage_options``, ``signature`` and ``public_key`` are as for
+    :func:`treecask.open`.
 
     Raises NotFoundError, NotAnArchiveError, VersionError, CorruptionError, IoError,
     UnsupportedError (a URL scheme treecask does not serve), SignatureError.
@@ -52,18 +43,8 @@ class Archive(Reader):
 
     def __init__(self, path: PathLike, *, verify_checksums: bool = True, validate_structure: bool = True,
                  storage_options=None, store: "stores.Store | None" = None, signature=None, public_key=None):
-        self._core = None
-        self._raw_infos = None
-        self._treedef_raw = None
-        loc = stores.resolve(path, store, storage_options)
-        self._path = loc.shown
-        check = _signing.signature_check(signature, public_key, storage_options, file=str(loc.shown))
-        # mapped from a file system, else read by range (treecask.open's docstring)
-        self._core = loc.store.open_archive(loc.path, verify_checksums=verify_checksums,
-                                            validate_structure=validate_structure, signature=check)
-
-    def __enter__(self) -> "Archive":
-        return self
+        self._open_source("open_archive", path, store, storage_options, signature, public_key,
+                          verify_checksums=verify_checksums, validate_structure=validate_structure)
 
     def __repr__(self) -> str:
         state = "closed" if self._core is None else f"{len(self)} leaves"

@@ -1,20 +1,12 @@
 """The asynchronous save: a tree's bytes made safe now, the archive written
 and committed on a background thread, its error kept until someone asks.
-
 :func:`save_async` is what :class:`treecask.CheckpointManager` and
 ``treecask.orbax``'s ``AsyncCheckpointer`` save with. The caller's half
-flattens the tree and makes every leaf's bytes safe from the caller: NumPy
-arrays and other host values are copied into one host buffer (the snapshot,
-``treecask::save_async`` in the C++ core, GIL released, all cores);
-jax.Array leaves, immutable, are held as read-only host views (donating one
-later makes jax copy it rather than reuse the buffer). The background half
-runs the store's commit (``treecask.stores``: ``Store.save_archive`` /
-``write_archive`` -- the core's rename in a directory, scratch then a
-conditional upload in an object store), which writes the snapshot where the
-store says. In a multi-process ``jax.distributed`` job each process snapshots
-its own shards and the background thread runs the cross-process commit
-(``_distributed.run``: the coordination service's key-value store and
-barriers, which release the GIL).
+copies NumPy arrays and other host values into one host buffer (the core's
+snapshot, ``treecask::save_async``, GIL released, all cores) and holds
+jax.Array leaves, immutable, as read-only host views; the background half
+runs the store's commit (``Store.save_archive`` / ``write_archive``), or in a
+multi-process job the cross-process commit (``_distributed.run``).
 """
 
 from __future__ import annotations
@@ -162,16 +154,11 @@ def save_async(path: str, tree: Any, *, store: stores.Store, overwrite: bool = F
     returns a :class:`SaveJob` once every leaf's bytes are safe from the
     caller (module docstring).
 
-    What is copied: NumPy arrays and every other host value (the caller may
-    write them in place right after), into the core's snapshot
-    (``treecask::save_async``, GIL released, all cores). What is not: the
-    bytes of a ``jax.Array``, held instead as the read-only host view
-    ``np.asarray`` gives (on an accelerator a fresh host copy; on the CPU a
-    view of the device buffer). jax arrays are immutable, and a view is an
-    external reference to the buffer: donating that array to a jitted step
-    (``donate_argnums``) while the save runs makes jax's CPU client copy it
-    instead of reusing the buffer, and ``x.delete()`` frees it only when the
-    save lets go. ``tests/python/test_manager.py`` checks both.
+    What is copied: NumPy arrays and every other host value, into the core's
+    snapshot. What is not: a ``jax.Array``'s bytes, held as the read-only
+    host view ``np.asarray`` gives (module docstring): donating that array
+    while the save runs makes jax copy it, and ``x.delete()`` frees it only
+    when the save lets go (``tests/python/test_manager.py``).
 
     Args:
       path, store: where, as for ``treecask.save(path, store=store)``.

@@ -1,66 +1,23 @@
-"""Multi-process save with ``jax.distributed`` (format 3.1, format/SPEC.md
-"Sharded checkpoints"); such a directory is read (and restored onto any
-topology) by ``_sharded.ShardedArchive``.
+"""Multi-process save with ``jax.distributed``: ``treecask.save(path, tree)``,
+called the same way in every process of a job of more than one, writes a
+sharded checkpoint directory (``index.cask`` + ``process_<k>.cask``; format,
+writer and atomic commit: format/SPEC.md "Sharded checkpoints"; in an object
+store: docs/remote.md "Multi-process checkpoints"), read by
+``_sharded.ShardedArchive``. Each process writes its share of the boxes
+(replicas split among processes, ``_replicas.py``); leaves that are not
+global ``jax.Array``s are written by process 0. Every file goes through the
+checkpoint's store (``Store.stage_directory`` / ``write_archive`` /
+``publish_directory``), coordinated only by the jax.distributed
+coordination service (key-value store and barriers):
 
-When ``jax.distributed`` is initialized with more than one process,
-``treecask.save(path, tree)`` (called the same way in every process) writes a
-*sharded checkpoint directory*::
-
-    path/index.cask        treedef; per leaf the global shape, dtype, sharding,
-                           logical axes, metadata and where each box lives
-    path/process_<k>.cask  process k's shards: one leaf per box it owns
-
-Each process writes its share of the job's boxes, in parallel with the
-others, from ``shard.data`` (views of its devices' buffers: no gather, no
-whole array in any process): every element once in the whole job, each box
-that several processes hold a replica of split among them in parts of about
-equal bytes (replica-parallel save, ``_replicas.py``), so that every process
-writes about 1/N of the bytes whatever the mesh. Leaves that are not global ``jax.Array``s (NumPy
-arrays, Python scalars and strings, fully addressable / process-local jax
-arrays) are written once, by process 0, from process 0's values.
-
-Every file goes through the checkpoint's store (``treecask.stores``: a
-file system path or a URL names one, or the caller passes ``store=``), so
-this protocol is written once: in a :class:`~treecask.stores.LocalStore` the
-files are written in place in a temporary directory renamed onto ``path``;
-in an :class:`~treecask.stores.ObjectStore` each is written to local scratch
-and uploaded to its final name (``process_<k>.<save id>.cask``, this save's
-own), and the conditional creation of ``path/index.cask`` commits
-(docs/remote.md "Multi-process checkpoints").
-
-Coordination uses only the jax.distributed coordination service (key-value
-store and barriers; no RPC or lock of our own):
-
-1. process 0 stages the checkpoint (``Store.stage_directory``): refuses an
-   existing ``path`` (unless ``overwrite``), removes dead writers'
-   temporaries (below) and, on a file system, creates
-   ``<path>.tmp.<host>.<pid>.<hex16>`` (``_core.temporary_path``, the one
-   naming rule of SPEC.md "Atomic commit"); it publishes the staging path and
-   a random 128-bit save id (or its error) in the key-value store;
-2. every process writes (and fsyncs, or uploads) its ``process_<k>.cask``
-   there (``Store.write_archive``), with the save id in its archive metadata
-   (``treecask.save_id``), and publishes "ok" or its error; barrier;
-3. process 0 opens the manifests the processes actually wrote, builds the
-   index from them, binding each shard file by the length and XXH3 of its
-   manifest (so a file of another step, save or job is refused by every
-   reader), checks the result opens as a sharded checkpoint (every box
-   present, boxes tiling every leaf), and the store commits it
-   (``Store.publish_directory``: on a file system the directory is fsynced
-   and renamed onto ``path`` with ``renameat2(RENAME_NOREPLACE)``, with
-   ``overwrite`` ``RENAME_EXCHANGE`` and the old one removed, then the
-   parent fsynced; in an object store ``index.cask`` is created, never over
-   an existing one without ``overwrite``, then objects it does not name are
-   deleted); publishes the outcome; barrier; every process returns or
-   raises it.
-
-If any process dies or fails before step 3's commit, nothing appears at
-``path`` and whatever was there stays as it was.
-
-Stale temporaries: process 0 removes those of ``path`` whose ``<host>`` is
-its own host name and whose process ``<pid>`` no longer exists there (the
-process 0 of a job that died; ``_core.is_stale_temporary``, the core's one
-rule). Those from other hosts are left alone (a job on another host may
-still be writing): remove them by hand once no job saving to ``path`` runs.
+1. process 0 stages (refusing an existing ``path`` unless ``overwrite``,
+   removing its own host's dead writers' temporaries, SPEC.md "Atomic
+   commit") and publishes the staging path and a random save id, or its error;
+2. every process writes its ``process_<k>.cask`` there and publishes "ok" or
+   its error; barrier;
+3. process 0 builds the index from the manifests written, binding each file
+   (R8/R9), checks it opens, and the store commits; it publishes the
+   outcome; barrier; every process returns or raises it.
 """
 
 from __future__ import annotations
@@ -202,12 +159,10 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     the global jax.Arrays' shards, ``_replicas.my_boxes``; on process 0 also
     the host leaves).
 
-    With ``snapshot`` the boxes stay valid whatever the caller does next: a
-    jax.Array's bytes are held as a read-only NumPy view of its buffer (jax
-    arrays are immutable; the view is an external reference, which makes
-    jax's CPU client copy a donated buffer instead of reusing it), every
-    other leaf (NumPy arrays...) is copied. Without it the caller must keep
-    the tree unchanged until :func:`run` returns.
+    With ``snapshot`` the boxes stay valid whatever the caller does next (as
+    ``_async.save_async``'s snapshot: jax.Array bytes held as read-only views,
+    every other leaf copied). Without it the caller must keep the tree
+    unchanged until :func:`run` returns.
 
     ``path`` names the checkpoint: a :class:`treecask.stores.Location`
     (what the public call resolved), or as :func:`treecask.stores.resolve`

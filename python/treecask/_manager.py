@@ -1,22 +1,10 @@
-"""CheckpointManager: a directory of step archives for a training loop.
-
-One archive per step, ``<directory>/step_<step>.cask`` (format/SPEC.md
-"Checkpoint directories"); the step number and the step's metrics live inside
-the step's own archive (archive metadata ``treecask.step``, ``treecask.metrics``),
-so the directory listing is the only record of which steps exist. The manager
-is three parts with one job each, composed here: the run's listing
-(``_run.py``: which steps exist, sweeping and deleting them through the
-store), retention (``_retention.py``: which steps to keep) and the
-asynchronous save (``_async.py``: the snapshot now, the write, commit and
-retention on a background thread, its error kept until asked for).
-
-The public calls follow orbax-checkpoint's ``CheckpointManager`` where it has
-them (``all_steps``, ``latest_step``, ``best_step``, ``metrics``,
-``should_save``, ``reached_preemption``, ``delete``, ``wait_until_finished``,
-``check_for_errors``, ``is_saving_in_progress``, ``close``); ``path``,
+"""CheckpointManager: a directory of step archives for a training loop
+(format/SPEC.md "Checkpoint directories"), composed of three parts with one
+job each: the run's listing (``_run.py``), retention (``_retention.py``) and
+the asynchronous save (``_async.py``). The public calls follow
+orbax-checkpoint's ``CheckpointManager`` where it has them; ``path``,
 ``location``, ``in_flight``, ``step_infos`` and ``steps_to_delete`` are
-treecask's, for code built on the manager (``treecask.orbax`` uses only
-these).
+treecask's, for code built on the manager (``treecask.orbax`` uses only these).
 """
 
 from __future__ import annotations
@@ -98,12 +86,8 @@ class CheckpointManager:
     Args:
       directory: the directory of step archives (created if missing), or the
         URL of a prefix in an object store (``s3://bucket/run``, ``gs://``,
-        ``az://``): each step is then the object ``step_<n>.cask`` (a
-        multi-process step the prefix ``step_<n>.cask/``, which exists once
-        its ``index.cask`` does), committed as ``treecask.save`` commits to a
-        store, never replacing a step; the asynchronous save's upload runs in
-        the background; retention deletes a step's commit object first
-        (docs/remote.md "Saving to object stores").
+        ``az://``), where each step is committed as ``treecask.save`` commits
+        to a store (docs/remote.md "Saving to object stores").
       max_to_keep: how many steps retention keeps (>= 1), or None (default): keep all.
         Without ``best_fn`` the newest ``max_to_keep``; with it the ``max_to_keep``
         best by ``best_fn`` plus the newest (so a preempted job can resume;
@@ -114,26 +98,19 @@ class CheckpointManager:
       best_fn: ``metrics -> float``, the score of a step (``metrics`` as saved,
         after a JSON round trip).
       best_mode: "max" (default: a higher score is better) or "min".
-      keep_newest: default True: with ``best_fn`` and ``max_to_keep``, the
-        newest step is kept as well as the best ones. False: only the
-        ``max_to_keep`` best (Orbax's ``CheckpointManagerOptions`` semantics;
-        ``treecask.orbax.CheckpointManager`` passes it), so a step just saved
-        with a worse score than those is deleted at once.
+      keep_newest: default True (see ``max_to_keep``); False: only the
+        ``max_to_keep`` best, so a worse step just saved is deleted at once.
       save_interval_steps: :meth:`save` writes only steps that are a multiple of
         it (unless ``force``); default 1.
       async_save: default True: :meth:`save` returns once the tree's bytes are
-        safe from the caller (NumPy leaves copied into a host snapshot,
-        jax.Array leaves held as read-only views); the write, fsync, rename
-        and retention run on a background thread -- in a multi-process jax
-        job the cross-process commit too (every process must call
-        :meth:`save` for the same steps in the same order, as for
-        ``treecask.save``).
+        safe from the caller (``treecask._async.save_async``); the write,
+        commit and retention run on a background thread (in a multi-process
+        jax job every process calls :meth:`save` for the same steps in the
+        same order, as for ``treecask.save``).
       keep_snapshot_memory: default False. True keeps the snapshot buffer
-        between asynchronous saves (``treecask::SnapshotPool``) instead of
-        returning it to the OS: the copy of NumPy leaves then goes into memory
-        that is already faulted in (2-3x faster than into fresh memory here),
-        at the price of holding about those leaves' bytes of host memory from
-        the first save until :meth:`close`. (jax.Array leaves are not copied.)
+        between asynchronous saves (``treecask::SnapshotPool``): NumPy leaves
+        are copied into memory already faulted in (docs/performance.md), at
+        the price of about those leaves' bytes held until :meth:`close`.
       read_only: default False. True: the manager only lists and restores
         (Orbax's ``read_only``): the directory is not created, :meth:`save`
         and :meth:`delete` raise InvalidArgumentError, nothing is swept.
@@ -153,15 +130,11 @@ class CheckpointManager:
         :meth:`save` takes ``{item name: (pytree, archive metadata)}`` and
         :meth:`restore` returns ``{item name: pytree}``.
       sign_with: an unencrypted PEM EC private key (P-256, P-384 or P-521;
-        its file's path or its bytes) with which each step is signed right
-        after its commit, before retention: an OpenSSF model-signing bundle
-        ``step_<n:08d>.cask.sig`` beside the step (:func:`treecask.sign`,
-        shard serialization, docs/signing.md); :meth:`restore` then verifies
-        every byte it reads against it under the key's public half (unless
-        ``signature=`` / ``public_key=`` are passed to it), and
-        :meth:`delete` / retention remove it with the step. A local directory,
-        one process, the ``ARCHIVES`` layout (the bundle hashes the step's
-        file: sign before uploading elsewhere).
+        its file's path or its bytes): each step is signed right after its
+        commit (``step_<n:08d>.cask.sig`` beside it, :func:`treecask.sign`),
+        :meth:`restore` verifies against it and :meth:`delete` / retention
+        remove it with the step (docs/signing.md). A local directory, one
+        process, the ``ARCHIVES`` layout.
       **save_options: passed to :func:`treecask.save` for every step:
         ``compression``, ``shuffle``, ``durable``, ``chunk_size``, ``threads``,
         ``max_part_bytes``, ``metadata`` (the keys ``treecask.step`` and
@@ -304,11 +277,9 @@ class CheckpointManager:
 
     def reached_preemption(self, step: int) -> bool:
         """Whether every process of a ``jax.distributed`` job has reached the
-        preemption sync point ``step``, so that this step should be saved
-        before the job is evicted (jax's ``multihost_utils.
-        reached_preemption_sync_point``, as Orbax's ``reached_preemption``):
-        False without jax, outside a distributed job, or with jax's
-        preemption service off. Call it at every step in every process."""
+        preemption sync point ``step`` (jax's ``reached_preemption_sync_point``,
+        as Orbax's): False without jax, outside a distributed job, or with
+        jax's preemption service off. Call it at every step in every process."""
         return _reached_preemption(_check_step(step, str(self.directory)))
 
     # ---- listing (the directory is the source of truth) ----
@@ -379,10 +350,8 @@ class CheckpointManager:
 
         Returns False, writing nothing, when the step is not due
         (:meth:`should_save`) and ``force`` is False; True once the step is
-        saved (synchronous) or snapshotted (asynchronous: the checkpoint holds
-        the values of this moment whatever the caller then does to its NumPy
-        arrays or jax buffers, donation included). A save still in flight is
-        waited for first, so at most one snapshot exists at a time.
+        saved, or snapshotted (``async_save``: the values of this moment). A
+        save still in flight is waited for first: at most one snapshot exists.
 
         Args:
           step: a non-negative int.

@@ -7,15 +7,13 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
-import treecask._core as _core
-
 from . import _signing, stores
 from ._archive import Archive
 from ._reader import Reader
 from ._sharded import ShardedArchive
 from ._signing import KeySource
 from ._types import PathLike
-from .errors import Error, InvalidArgumentError, NotFoundError, SignatureError, UnsupportedError
+from .errors import Error, InvalidArgumentError, NotFoundError, SignatureError
 
 
 def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
@@ -33,22 +31,15 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     by a multi-process save; SPEC.md "Sharded checkpoints"), with the same
     interface over the global arrays.
 
-    ``store`` (a :class:`treecask.stores.Store`) reads ``path`` inside it:
-    ``treecask.open("step_1.cask", store=ObjectStore(obstore_store))``
+    ``store`` (a :class:`treecask.stores.Store`) reads ``path`` inside it
     (docs/stores.md). Without it, ``path`` is a file system path or the URL
-    of an object store, a short way to name a store and a path in it:
-    ``s3://bucket/key``, ``gs://bucket/key``, ``az://container/key``,
-    ``http(s)://host/path`` (docs/remote.md; an https URL is requested
-    exactly as given, its query kept: presigned and SAS URLs). An object is
-    read by range requests (obstore): the open costs one round trip on a
-    file of this version, every read fetches only the chunks it needs, and
-    every check and checksum of a local read applies (SPEC.md "Remote
-    reading"). A path that names no object but a "directory" holding
-    ``index.cask`` (or ends with "/") opens as a ShardedArchive.
-    ``storage_options`` overrides the environment's configuration of a
-    store made from a URL (obstore config keys: ``endpoint``,
-    ``access_key_id``, ``secret_access_key``, ``region``, ...). Leaves read
-    from an object store are never views (``info(k).zero_copy`` is False).
+    of an object: ``s3://``, ``gs://``, ``az://``, ``http(s)://`` (an https
+    URL requested as given, presigned and SAS URLs included), read by range
+    requests with every check of a local read (docs/remote.md; SPEC.md
+    "Remote reading"); a prefix holding ``index.cask`` (or ending with "/")
+    opens as a ShardedArchive. ``storage_options`` overrides the
+    environment's configuration of a store made from a URL (obstore config
+    keys). Leaves read from an object store are never views.
 
     ``single_read`` (default True): in a ``jax.distributed`` job of several
     processes, ``place`` (and ``load(shardings=...)``) onto a sharding whose
@@ -58,21 +49,13 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     place the same leaves in the same order. False: each process reads every
     block its devices hold (docs/python.md "Multi-process save and restore").
 
-    ``signature`` and ``public_key`` (both or neither; docs/signing.md): a
-    verified open of an archive or checkpoint signed with OpenSSF model
-    signing (``model_signing sign key``, or :func:`treecask.sign`). The
-    signature is the bundle's path, its URL (read through the store layer,
-    ``storage_options`` as for ``path``) or its bytes; the public key a PEM
-    file's path or its bytes. The open checks the envelope once (ECDSA under
-    the key) and that the statement signs this file at its exact length;
-    from then on every byte the reader hands out or trusts is covered by
-    signed ranges whose SHA-256 it has checked, each range once per process:
-    with shard serialization a read of S bytes hashes at most S + 2 shards
-    (the open itself the shards of its own pages: meta pages, B-tree path,
-    manifest), over a store it fetches only those shards; with file
-    serialization the open hashes the whole file. ``copy=False`` views and
-    ``reader[key]`` views are handed out only after their shards verified.
-    ``verify_checksums`` stays as set (XXH3 is checked on top).
+    ``signature`` and ``public_key`` (both or neither): a verified open of an
+    archive or checkpoint signed with OpenSSF model signing (``model_signing
+    sign key``, or :func:`treecask.sign`). The signature is the bundle's path,
+    its URL or its bytes; the public key a PEM file's path or its bytes. The
+    envelope is checked once, then every byte the reader hands out or trusts
+    is covered by signed ranges whose SHA-256 it has checked (costs:
+    docs/signing.md). ``verify_checksums`` stays as set.
 
     Raises NotFoundError, NotAnArchiveError (an empty file or object
     included), VersionError, CorruptionError, IoError, UnsupportedError (a
@@ -109,14 +92,10 @@ def _not_items_directory(reader: Reader) -> Reader:
     return reader
 
 
-def _open(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
-          storage_options: Optional[dict], store: Optional[stores.Store],
-          signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None) -> Reader:
-    """open() without its reader options: the reader `path` names."""
-    return _not_items_directory(_open_any(path, verify_checksums=verify_checksums,
-                                          validate_structure=validate_structure,
-                                          storage_options=storage_options, store=store,
-                                          signature=signature, public_key=public_key))
+def _open(path: PathLike, **options: Any) -> Reader:
+    """open() without its reader options: the reader `path` names (keyword
+    arguments as :func:`_open_any`)."""
+    return _not_items_directory(_open_any(path, **options))
 
 
 def _open_any(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
@@ -156,22 +135,15 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
         either in an object store (s3://, gs://, az://, http(s)://; see
         :func:`open`, ``storage_options`` as there); with ``store``, the
         path of either inside that :class:`treecask.stores.Store`.
-      like: optional template. Without it the tree comes back as nested dicts,
-        lists and tuples (namedtuples and dataclasses as dicts of their fields)
-        of writable ``numpy.ndarray`` leaves and Python scalars / strings, with
-        Flax ``Partitioned`` / ``LogicallyPartitioned``, NNX variables and Penzai
-        ``NamedArray`` / ``NamedArrayView`` / ``Parameter`` boxes rebuilt when
-        those libraries are installed. With it, the result has exactly
-        ``like``'s structure and types: each array leaf of ``like``
-        (``numpy.ndarray``, ``jax.Array``, ``jax.ShapeDtypeStruct``, NumPy or
-        Python scalar, ``str``) is read from the leaf at the same key path and
-        returned as the same type (jax arrays on ``like``'s sharding); every
-        other leaf (functions, static fields) is taken from ``like``. Leaves
-        ``like`` lacks are not read (Orbax partial restore).
+      like: optional template. Without it: nested dicts, lists and tuples of
+        writable ``numpy.ndarray`` leaves and Python scalars / strings (the
+        metadata boxes treecask knows rebuilt when their library is installed).
+        With it: exactly ``like``'s structure and types, each array leaf read
+        from the same key path (jax arrays on ``like``'s sharding), every other
+        leaf taken from ``like``; leaves ``like`` lacks are not read
+        (docs/python.md "``load`` with ``like``").
       subtree: key path prefix (e.g. ``"params/encoder"``): restore only that
-        part, reading only its bytes; ``like`` then describes that part. The
-        cost is opening the file plus that part: the C++ core walks the
-        treedef to it, and only its nodes and leaves reach Python.
+        part, reading only its bytes; ``like`` then describes that part.
       shardings: place arrays onto jax shardings, each device's N-d box read
         straight into its own buffer, each chunk once (Reader.place): one
         ``jax.sharding.Sharding`` for every array, a pytree of shardings (or None) with the result's structure (a subtree may stand
@@ -185,25 +157,15 @@ def load(path: PathLike, like: Any = None, *, subtree: Optional[str] = None, sha
       extra: "ignore" (default) or "error": fail when the checkpoint (subtree)
         has leaves ``like`` does not ask for.
       copy: True (default): every array leaf is a fresh, writable array.
-        False: no copy -- every array leaf is a *read-only* ``numpy.ndarray``
-        that views the memory-mapped file, for the servers that only read
-        weights: each leaf's chunks are checksummed (XXH3) once, by all cores,
-        before the call returns, and the tree costs no memory beyond the file's
-        pages in the page cache, which other processes mapping the same file
-        share. The map stays alive as long as any of the arrays does. Leaves
-        that have no view of the map (``Archive.info(key).zero_copy`` False:
-        LZ4-compressed, stored in several parts, a packed sub-byte dtype, or any leaf of a
-        sharded checkpoint directory) come back as fresh arrays, also
-        read-only; scalars, strings and PRNG keys as with ``copy=True``. Only
-        without ``like`` and ``shardings`` (InvalidArgumentError otherwise).
-        Writing to a leaf raises ``ValueError`` (NumPy's read-only flag);
-        ``np.array(leaf)`` makes a writable copy of one leaf.
+        False: every array leaf is a *read-only* ``numpy.ndarray``, a view of
+        the memory-mapped file where the leaf has one (``info(key).zero_copy``;
+        else a read-only copy), each leaf's chunks checksummed once before the call returns; only
+        without ``like`` and ``shardings`` (InvalidArgumentError otherwise;
+        docs/python.md "``copy=False``").
       cast: False (default): a leaf whose dtype differs from ``like``'s raises
         ShapeError ("dtype mismatch"). True: it is converted to ``like``'s dtype
-        (NumPy ``astype`` rules: a float64 checkpoint into a float32 or
-        bfloat16 template, an int4 leaf into int8...), as Orbax restores into
-        a target; shapes must still agree. Only with ``like``.
-
+        (NumPy ``astype`` rules), as Orbax restores into a target; shapes must
+        still agree. Only with ``like``.
       single_read: True (default): each stored byte fetched once per
         ``jax.distributed`` job (see :func:`open`); False: every process reads
         every block its devices hold, as a single process does.

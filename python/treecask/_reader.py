@@ -25,11 +25,11 @@ import abc
 import collections.abc
 import itertools
 import math
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
-from . import _codec, _dtypes, _replicas
+from . import _codec, _dtypes, _replicas, _signing, stores
 from . import _jaxutil as J
 from . import _restore
 from . import _tree as T
@@ -42,6 +42,9 @@ from .errors import Error, InvalidArgumentError
 Subtree = Tuple[int, int, List[Tuple[int, int, str, Sequence[str]]]]
 
 
+_R = TypeVar("_R", bound="Reader")
+
+
 class Reader(abc.ABC):
     """A read-only checkpoint: the interface :class:`treecask.Archive` (one
     file) and :class:`treecask.ShardedArchive` (a directory of shard
@@ -51,15 +54,26 @@ class Reader(abc.ABC):
     its index in pre-order (int; InvalidArgumentError, which is also an
     IndexError, when out of range) in every method below.
 
-    A subclass opens its source in ``__init__`` (setting ``_path`` and
-    ``_core``, and ``_raw_infos`` and ``_treedef_raw`` to None) and names
-    itself in ``__repr__``.
+    A subclass opens its source in ``__init__`` (:meth:`_open_source`) and
+    names itself in ``__repr__``.
     """
 
     _path: str
     _core: Any
     _raw_infos: Optional["_LeafInfos"]
     _treedef_raw: Any
+
+    def _open_source(self, opener: str, path: Any, store: Any, storage_options: Any, signature: Any,
+                     public_key: Any, **options: Any) -> None:
+        """Opens the core reader of ``path`` (resolved once: ``stores.resolve``)
+        by the store's ``opener`` (``open_archive``, ``open_sharded``: mapped
+        on a file system, by range elsewhere), a signed one checked against
+        ``signature`` and ``public_key`` (both or neither)."""
+        self._core = self._raw_infos = self._treedef_raw = None
+        loc = stores.resolve(path, store, storage_options)
+        self._path = loc.shown
+        check = _signing.signature_check(signature, public_key, storage_options, file=str(loc.shown))
+        self._core = getattr(loc.store, opener)(loc.path, signature=check, **options)
 
     # -- lifetime --
     def close(self) -> None:
@@ -70,7 +84,7 @@ class Reader(abc.ABC):
     def closed(self) -> bool:
         return self._core is None
 
-    def __enter__(self):
+    def __enter__(self: _R) -> _R:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -238,15 +252,11 @@ class Reader(abc.ABC):
         reading only the chunks that hold the slice (Archive::read_slice: each
         touched chunk checksummed whole, all cores for reads of >= 8 MiB).
 
-        ``index`` is an int, a ``slice`` (step None or 1), ``...``, or a tuple
-        of them, at most one per dimension; missing trailing dimensions are
-        taken whole; an int drops its dimension; negative values count from
-        the end as in NumPy; an out-of-range int raises. Returns a fresh,
-        writable array of the leaf's dtype (sub-byte dtypes one element per
-        byte, as ml_dtypes holds them). Raises KeyNotFoundError (a str key),
-        InvalidArgumentError (an int key out of range, a step other than 1,
-        ``None``/newaxis, fancy indexing, too many indices, an int index out
-        of range), ChecksumError, CorruptionError.
+        ``index``: NumPy basic indexing with step 1 (docs/python.md
+        "``Archive.read_slice``"). Returns a fresh, writable array of the
+        leaf's dtype. Raises KeyNotFoundError (a str key), InvalidArgumentError
+        (an int key out of range, an index that is not basic indexing with step
+        1, or out of range), ChecksumError, CorruptionError.
         """
         i = self._index(key)
         d = self._infos()[i]
@@ -333,14 +343,10 @@ class Reader(abc.ABC):
         return _codec.to_value(d, array)
 
     def place(self, key: Union[str, int], sharding: Any) -> Any:
-        """The leaf as a jax.Array on `sharding` (a concrete jax Sharding). Every
-        distinct box the local devices hold is read by one Archive::read_slices
-        call (each chunk decoded and checksummed once, all cores, GIL released)
-        straight into its own 64-byte-aligned buffer, which the CPU backend
-        then adopts without a copy; replicas of a box share its buffer. In a
-        ``jax.distributed`` job, a block that devices of several processes
-        hold is read once in the job, a part by each, and the parts exchanged
-        over the job's collectives (:attr:`single_read`). A leaf of a dtype
+        """The leaf as a jax.Array on `sharding` (a concrete jax Sharding): every
+        distinct box the local devices hold read by one Archive::read_slices
+        call into its own buffer, which the CPU backend adopts without a copy
+        (:meth:`_read_boxes`), or once per job (:attr:`single_read`). A leaf of a dtype
         JAX cannot hold exactly (64-bit while ``jax_enable_x64`` is off, or
         one its backend lacks) comes back as its NumPy array at full width
         instead (docs/python.md "Dtypes on restore").
@@ -371,15 +377,10 @@ class Reader(abc.ABC):
 
     @property
     def single_read(self) -> bool:
-        """Whether :meth:`place` onto a sharding whose blocks are replicated
-        over the processes of a ``jax.distributed`` job fetches each stored
-        byte once in the job (default True; ``treecask.open`` / ``load``
-        ``single_read=``): each process reads a part of each block and the
-        parts travel over the job's collectives (``_replicas.py``; docs/python.md
-        "Multi-process save and restore"). Such a placement is then a
-        collective: every process must place the same leaves in the same
-        order (as ``treecask.load`` called the same way everywhere does).
-        False: every process reads every block its devices hold."""
+        """Whether :meth:`place` fetches each stored byte once per
+        ``jax.distributed`` job (``treecask.open``'s ``single_read``, default
+        True; ``_replicas.py``): then a collective, every process placing the
+        same leaves in the same order."""
         return getattr(self, "_single_read", True)
 
     # -- internals --

@@ -1,30 +1,18 @@
 """Replicas share the work of a multi-process checkpoint (docs/python.md
 "Multi-process save and restore"; the format is unchanged: format/SPEC.md
-"Sharded checkpoints" lets a leaf's boxes be any set that tiles it):
+"Sharded checkpoints" lets a leaf's boxes be any set that tiles it).
 
-* **Replica-parallel save** (:func:`assign_boxes`, :func:`my_boxes`): each
-  distinct box of a global ``jax.Array``'s sharding (a shard, wherever it is
-  replicated) is split among the processes that hold a replica of it, into
-  parts of about equal bytes, so that every process writes about 1/N of the
-  job's bytes whatever the mesh. A part is a run of the box's elements in C
-  order, cut on the coarsest row boundary that keeps the parts within 1.25x
-  of each other (:func:`split_box`), and written as the few boxes that run
-  covers, each a C-contiguous view of the device buffer the process already
-  holds: no copy, no gather. Boxes too small to split (under
-  ``k x MIN_PART_BYTES``) are written whole by the holder with the fewest
-  bytes so far. Every process computes the same assignment from global facts
-  only (shardings and shapes), with no communication.
-
-* **Single-read restore** (:func:`read_once_sharding`,
-  :func:`place_read_once`): placing a leaf onto a sharding whose blocks are
-  replicated over processes, each process reads only a 1/k part of each
-  block it needs -- the blocks of an *intermediate* sharding that also
-  splits each target block over the mesh axes the target replicates over
-  -- and one jitted reshard (an all-gather over those axes, on the job's own
-  collectives) gives every device its whole block. Every stored byte is
-  fetched once per job (to the chunk: a part that starts mid-chunk reads that
-  chunk whole). Host memory: one leaf's parts at a time, then its target
-  blocks.
+* Replica-parallel save (:func:`assign_boxes`, :func:`my_boxes`): each
+  distinct box is split among the processes holding a replica of it, as runs
+  of elements in C order cut on the coarsest row boundary that keeps parts
+  within 1.25x of each other (:func:`split_box`), each written as the few
+  boxes it covers, views of the device buffer; boxes under
+  ``k x MIN_PART_BYTES`` go whole to the holder with the fewest bytes so far.
+  Every process computes the same assignment from shardings and shapes alone.
+* Single-read restore (:func:`read_once_sharding`, :func:`place_read_once`):
+  each process reads a 1/k part of each replicated target block (the blocks
+  of an intermediate sharding), then one jitted all-gather gives every
+  device its whole block.
 """
 
 from __future__ import annotations

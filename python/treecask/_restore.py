@@ -57,14 +57,11 @@ def restore(a: Reader, like: Any, *, subtree: Optional[str], shardings: Any, mis
     except Error as e:
         raise _with_file(e, file) from None
 
-    def not_found():
-        return KeyNotFoundError(f"no subtree '{subtree}' in the archive", file=file, key_path=subtree or "")
-
-    if like is None:  # only the subtree's nodes and leaves reach Python
-        sub = a.subtree(prefix)
-        if sub is None:
-            raise not_found()
-        first, count, nodes = sub
+    sub = a.subtree(prefix)  # only the subtree's nodes and leaves reach Python
+    if sub is None:
+        raise KeyNotFoundError(f"no subtree '{subtree}' in the archive", file=file, key_path=subtree or "")
+    first, count, nodes = sub
+    if like is None:
         resolver = _sharding_resolver(shardings, a) if shardings is not None else None
         try:
             if resolver is None:
@@ -74,10 +71,6 @@ def restore(a: Reader, like: Any, *, subtree: Optional[str], shardings: Any, mis
             return _assemble(a, nodes, first, values, prefix)
         except Error as e:
             raise _with_file(e, file) from None
-    sub = a.subtree(prefix)
-    if sub is None:
-        raise not_found()
-    first, _, nodes = sub
     start = T.index_treedef(nodes, path=prefix, first_leaf=first)
     resolver = _sharding_resolver(shardings, a)
     try:

@@ -1,23 +1,15 @@
-"""A run's listing: which steps a checkpoint directory holds.
-
-One archive per step, ``<directory>/step_<step>.cask`` (format/SPEC.md
-"Checkpoint directories", layout :data:`ARCHIVES`), or, for the Orbax layer,
-one directory per step, ``<directory>/<step>/``, holding one archive per item
-and its commit object ``index.cask`` (layout :data:`ITEM_DIRECTORIES`, Orbax's
-own step layout): the listing is the only record of which steps
-exist (no index file that could disagree with it). A step appears by the
-atomic commit of ``treecask.save`` (SPEC.md "Atomic commit"), so any process
-listing the directory sees only complete steps. Everything here goes through
-the directory's store (``treecask.stores``); every question is answered from
-one listing. :class:`treecask.CheckpointManager` lists, sweeps and deletes
-through :class:`Run`.
+"""A run's listing: which steps a checkpoint directory holds, in either step
+layout (:data:`ARCHIVES`, :data:`ITEM_DIRECTORIES`; format/SPEC.md
+"Checkpoint directories"), from one listing of the directory's store; the
+listing is the only record of which steps exist. :class:`treecask.CheckpointManager`
+lists, sweeps and deletes through :class:`Run`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from . import stores
 from .errors import UnsupportedError
@@ -52,10 +44,8 @@ class StepLayout:
 
 #: One archive per step, ``step_<step:08d>.cask``: :class:`treecask.CheckpointManager`'s.
 ARCHIVES = StepLayout("archives", re.compile(r"step_([0-9]+)\.cask"), "step_{:08d}.cask", "")
-#: One directory per step, ``<step>/`` (no padding), as Orbax's managers write
-#: their steps: one archive per item named after it (``default``, ``state``...)
-#: and ``index.cask``, the step's commit object with its own metadata (written
-#: by ``treecask/orbax/_layout.py``); what ``treecask.orbax``'s managers pass.
+#: One directory per step, ``<step>/``, as Orbax's managers write their steps
+#: (SPEC.md "Item-directory steps"); what ``treecask.orbax``'s managers pass.
 ITEM_DIRECTORIES = StepLayout("item directories", re.compile(r"([0-9]+)"), "{}", stores.COMMIT_OBJECT)
 
 # Temporaries of an entry, "<name>.tmp.<host>.<pid>.<hex16>" (SPEC.md "Atomic

@@ -22,28 +22,16 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
     In a ``jax.distributed`` job of more than one process, call it the same
     way in every process: ``path`` becomes a sharded checkpoint directory
     (``index.cask`` + ``process_<k>.cask``; format 3.1), each process writing
-    only its replica-0 shards, committed atomically across processes (see
-    docs/python.md "Multi-process save and restore"). An error in any process
-    is raised in every process.
+    its share of the boxes, committed atomically across processes
+    (docs/python.md "Multi-process save and restore"). An error in any
+    process is raised in every process.
 
-    ``path`` may be the URL of an object in a store, ``s3://bucket/key``,
-    ``gs://bucket/key`` or ``az://container/key`` (docs/remote.md "Saving to
-    object stores"): the archive is written to local scratch
-    (``$TREECASK_SCRATCH_DIR`` or the system temporary directory; at most
-    its own bytes), uploaded in parallel parts (about 160 MiB of buffers: 8 parts of 16 MiB in flight and
-    obstore's own)
-    and committed so that the object appears whole or not at all and,
-    without ``overwrite``, never replaces an existing object (the stores'
-    conditional writes: S3 ``If-None-Match: *``, GCS
-    ``ifGenerationMatch=0``). In a multi-process job the URL names a
-    checkpoint "directory": each process uploads its own shard file and
-    process 0 commits by creating ``index.cask`` last.
-
-    ``store`` (a :class:`treecask.stores.Store`) saves to ``path`` inside
-    it, committed by the store (docs/stores.md): ``treecask.save("step_1.cask",
-    tree, store=ObjectStore(obstore.store.MemoryStore()))``; a URL is the
-    short way to name an object store and a path in it. A multi-process
-    save writes its checkpoint directory through the store too.
+    ``path`` may be the URL of an object in a store (``s3://``, ``gs://``,
+    ``az://``): written to local scratch, uploaded in parallel parts and
+    committed whole, never replacing an existing object without
+    ``overwrite`` (docs/remote.md "Saving to object stores"). ``store`` (a
+    :class:`treecask.stores.Store`) saves to ``path`` inside it, committed by
+    the store (docs/stores.md).
 
     Args:
       path: the archive file to create (written to a temporary file in the same

@@ -7,35 +7,27 @@ saved boxes, none a view of a map). Writing one is ``_distributed.py``'s job."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 import treecask._core as _core
 
-from . import _dtypes, _replicas, _signing, stores
+from . import _dtypes, _replicas, stores
 from . import _jaxutil as J
 from ._reader import Reader, _index_bounds
 from .errors import Error
 
 
 class ShardedArchive(Reader):
-    """A sharded checkpoint directory opened for reading: the same interface
-    as :class:`treecask.Archive` (keys, info, ``[]``, read, read_rows, load,
-    verify), over the *global* arrays. Leaf infos carry the global shape;
-    ``info(k).shards`` lists the saved boxes. Reads go through the C++
-    ShardedArchive: a whole leaf or any hyperslab is assembled from the parts
-    of the saved boxes that intersect it, each read from its shard file
-    straight into the destination array.
-
-    Every file is opened through one handle of the directory, so a checkpoint
-    replaced meanwhile (``save(..., overwrite=True)``) is read whole, old or
-    new, never mixed (SPEC.md "Sharded checkpoints").
-
-    ``signature`` and ``public_key``: a verified open of a checkpoint signed
-    as a directory (model_signing's directory model: its files by relative
-    path; :func:`treecask.open`, docs/signing.md).
+    """A sharded checkpoint directory opened for reading: the interface of
+    :class:`treecask.Archive` over the *global* arrays (``info(k).shards``
+    the saved boxes); a whole leaf or any hyperslab is assembled from the
+    parts of the boxes that intersect it (the C++ ShardedArchive), every file
+    opened through one handle of the directory, so a checkpoint replaced
+    meanwhile is read whole, old or new (docs/python.md "Multi-process save
+    and restore"). ``signature`` and ``public_key``: as for
+    :func:`treecask.open`, the directory signed as model_signing signs one.
 
     Raises what :class:`treecask.Archive` raises, and CorruptionError when a
     shard file is not the one a format 3.1 index was committed with (another
@@ -46,18 +38,9 @@ class ShardedArchive(Reader):
 
     def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True,
                  storage_options=None, store: "stores.Store | None" = None, signature=None, public_key=None):
-        self._raw_infos = None
-        self._treedef_raw = None
-        self._core = None
-        loc = stores.resolve(path, store, storage_options)
-        self._path = loc.shown
-        check = _signing.signature_check(signature, public_key, storage_options, file=str(loc.shown))
         # one handle of a local directory, else each object read by range
-        self._core = loc.store.open_sharded(loc.path, verify_checksums=verify_checksums,
-                                            validate_structure=validate_structure, signature=check)
-
-    def __enter__(self) -> "ShardedArchive":
-        return self
+        self._open_source("open_sharded", path, store, storage_options, signature, public_key,
+                          verify_checksums=verify_checksums, validate_structure=validate_structure)
 
     def __repr__(self) -> str:
         state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._core.files())} shard files"

@@ -112,16 +112,12 @@ def sign(path: PathLike, *, private_key: KeySource, signature: Optional[PathLike
     key, writing an OpenSSF model-signing bundle that ``model_signing verify key``
     (model-signing 1.1.1) accepts unchanged, and returns its path.
 
-    The bundle (Sigstore bundle JSON holding a DSSE envelope, whose in-toto
-    statement lists SHA-256 digests; docs/signing.md) is what ``model_signing
-    sign key`` writes: with the default shard serialization each resource is a
-    range ``name:start:end`` of ``shard_size`` bytes (default: the model's
-    bytes / 1024 as a power of two in [256 KiB, 2 MiB], the core's
-    ``default_sign_shard_size``: a verified read of a 4 MiB leaf hashes at most
-    8 MiB), so a verified read hashes only the shards it
-    touches; ``files=True`` writes one digest per file (a verified open then
-    hashes the whole file). Every byte is hashed with SHA-256 on all cores
-    (treecask::sign, include/treecask/signing.h).
+    The bundle is what ``model_signing sign key`` writes (docs/signing.md):
+    with the default shard serialization each resource is a range
+    ``name:start:end`` of ``shard_size`` bytes (default: the core's
+    ``default_sign_shard_size``), so a verified read hashes only the shards it
+    touches; ``files=True`` writes one digest per file. Every byte is hashed
+    with SHA-256 on all cores (treecask::sign, include/treecask/signing.h).
 
     Args:
       path: the archive file (the model is that one file, resource ".") or a

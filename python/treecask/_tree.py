@@ -169,12 +169,9 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
             return {k: new[k] for k in _obj}  # the template's own key order
 
         return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_dict)
-    if t is list:
+    if t is list or t is tuple:
         children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
-        return PNode(LIST, "", [], children, obj, rebuild=lambda ch: list(ch))
-    if t is tuple:
-        children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
-        return PNode(TUPLE, "", [], children, obj, rebuild=lambda ch: tuple(ch))
+        return PNode(LIST if t is list else TUPLE, "", [], children, obj, rebuild=t)
     if _is_namedtuple(obj):
         names = [str(f) for f in type(obj)._fields]
         children = [build(c, path=path + (n,), strict=strict) for n, c in zip(names, obj)]

@@ -16,8 +16,6 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Un
 
 import numpy as np
 
-import treecask._core as _core
-
 from . import _codec, _dtypes
 from . import _jaxutil as J
 from .errors import InvalidArgumentError

@@ -1,32 +1,16 @@
-"""treecask's exception classes.
-
-Every failure in the package raises a subclass of :class:`Error`. The classes
-map 1:1 onto the C++ ``treecask::ErrorCode`` values (``include/treecask/error.h``);
-:class:`StructureError` is the one Python-only class (a tree that does not
-match what was expected). Each class also derives from the closest built-in
-exception, so ``except FileNotFoundError`` or ``except KeyError`` keep working.
-
-Every instance carries:
-
-* ``code`` -- the C++ error code (``int``), or ``None`` for :class:`StructureError`;
-* ``code_name`` -- its human name, e.g. ``"corruption"``;
-* ``file`` -- the archive concerned (``""`` when none);
-* ``key_path`` -- the leaf's key path (``""`` when the error is not about one leaf);
-* ``message`` -- what was expected.
-
-``str(error)`` is ``"<file>: <key_path>: <code name>: <message>"``, the same
-text as the C++ ``Error::what()``.
-
-No secret in any of them: a URL in ``file``, ``message`` or ``str(error)``
-(and so in ``args`` and ``repr``) is shown through the core's one redaction
-rule, ``_core.redact_url`` (include/treecask/remote.h ``redact_url``:
-userinfo and credential query parameters such as ``X-Amz-Signature`` or an
-Azure SAS ``sig`` become ``***``), applied when the error is made.
+"""treecask's exception classes: one per C++ ``treecask::ErrorCode``
+(``include/treecask/error.h``), plus the Python-only :class:`StructureError`,
+each also the closest built-in exception (docs/python.md "Errors" has the
+table). Every instance carries ``code``, ``code_name``, ``file``,
+``key_path`` and ``message``; ``str(error)`` is ``"<file>: <key_path>: <code
+name>: <message>"``, the C++ ``Error::what()``. A URL in any of them is shown
+through the core's one redaction rule (``_core.redact_url``), applied when
+the error is made, so no secret reaches ``args`` or ``repr``.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import treecask._core as _core
 
@@ -50,6 +34,10 @@ __all__ = [
     "SignatureError",
     "StructureError",
 ]
+
+
+#: The class of each treecask::ErrorCode number (filled as the classes below are defined).
+_BY_CODE: Dict[int, type] = {}
 
 
 def _format(file: str, key_path: str, code_name: str, message: str) -> str:
@@ -79,6 +67,13 @@ class Error(Exception):
     def __str__(self) -> str:  # KeyError would otherwise repr() its argument
         return self._what
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A class of a C++ ErrorCode: its name is the core's, and the translator finds it by number.
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__ and cls.code is not None:
+            cls.code_name = _NAMES[cls.code]
+            _BY_CODE[cls.code] = cls
+
     def __reduce__(self):
         return (_rebuild, (type(self), self.message, self.file, self.key_path, self._what))
 
@@ -91,32 +86,26 @@ class NotFoundError(Error, FileNotFoundError):
     """The file does not exist (C++ ``kNotFound``)."""
 
     code = 1
-    code_name = _NAMES[code]
 
 
 class NotAnArchiveError(Error, ValueError):
     """The file exists but is not a treecask archive (``kNotAnArchive``)."""
 
     code = 2
-    code_name = _NAMES[code]
 
 
 class VersionError(Error):
     """The archive uses a format major version this library cannot read (``kUnsupportedVersion``)."""
 
     code = 3
-    code_name = _NAMES[code]
 
 
 class CorruptionError(Error, ValueError):
     """The archive's structure is damaged or violates the spec (``kCorruption``).
-    Also a ``ValueError``, as :class:`NotAnArchiveError` is: a file whose bytes
-    are wrong is a bad value, so ``except ValueError`` catches an empty file
-    (NotAnArchiveError), a truncated one (CorruptionError) and a flipped bit
-    (ChecksumError) alike."""
+    A ``ValueError``, as :class:`NotAnArchiveError` and :class:`ChecksumError`:
+    ``except ValueError`` catches an empty, a truncated or a bit-flipped file."""
 
     code = 4
-    code_name = _NAMES[code]
 
 
 class ChecksumError(CorruptionError):
@@ -124,14 +113,12 @@ class ChecksumError(CorruptionError):
     a CorruptionError, hence a ``ValueError`` too."""
 
     code = 5
-    code_name = _NAMES[code]
 
 
 class KeyNotFoundError(Error, KeyError):
     """No leaf or subtree with this key path (``kKeyNotFound``)."""
 
     code = 6
-    code_name = _NAMES[code]
 
 
 class InvalidArgumentError(Error, ValueError, TypeError, IndexError):
@@ -139,48 +126,39 @@ class InvalidArgumentError(Error, ValueError, TypeError, IndexError):
     including a leaf index out of range (hence also an ``IndexError``)."""
 
     code = 7
-    code_name = _NAMES[code]
 
 
 class ShapeError(Error, ValueError):
     """A dtype, shape or byte length disagrees with what was expected (``kShapeMismatch``)."""
 
     code = 8
-    code_name = _NAMES[code]
 
 
 class IoError(Error, OSError):
     """The operating system refused (open, write, fsync, rename...) (``kIo``)."""
 
     code = 9
-    code_name = _NAMES[code]
 
 
 class AlreadyExistsError(Error, FileExistsError):
     """``save`` without ``overwrite=True`` onto an existing path (``kAlreadyExists``)."""
 
     code = 10
-    code_name = _NAMES[code]
 
 
 class UnsupportedError(Error):
     """A valid request the reader cannot serve this way (``kUnsupported``)."""
 
     code = 11
-    code_name = _NAMES[code]
 
 
 class SignatureError(Error, ValueError):
-    """A signature does not verify (``kSignature``): the bundle's envelope does
-    not verify under the public key, its statement is not for this archive
-    (another file, a length other than the file's, resources that do not tile
-    it), its key type or hash algorithm is not one treecask checks (named), or
-    a signed range's SHA-256 differs (the message names the file and the byte
-    range). Raised instead of handing out any byte the signature does not
-    cover (docs/signing.md)."""
+    """A signature does not verify (``kSignature``): the envelope under the
+    public key, a statement not for this archive, a key type or hash algorithm
+    treecask does not check (named), or a signed range's SHA-256 (the message
+    names the file and the byte range); docs/signing.md."""
 
     code = 12
-    code_name = _NAMES[code]
 
 
 class StructureError(Error, ValueError):
@@ -191,23 +169,6 @@ class StructureError(Error, ValueError):
     code_name = "structure mismatch"
 
 
-_BY_CODE = {
-    cls.code: cls
-    for cls in (
-        NotFoundError,
-        NotAnArchiveError,
-        VersionError,
-        CorruptionError,
-        ChecksumError,
-        KeyNotFoundError,
-        InvalidArgumentError,
-        ShapeError,
-        IoError,
-        AlreadyExistsError,
-        UnsupportedError,
-        SignatureError,
-    )
-}
 
 
 def _from_core(code: int, code_name: str, file: str, key_path: str, message: str, what: str) -> Error:

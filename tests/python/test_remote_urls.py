@@ -234,7 +234,7 @@ def test_the_url_rule_is_the_cores_and_drives_the_package():
 def test_obstore_gets_the_cores_retry_policy_and_concurrency():
     r = _core.RETRY_POLICY
     assert r == {"max_retries": 5, "initial_backoff_s": 0.05, "max_backoff_s": 2.0, "backoff_base": 2.0,
-                 "timeout_s": 60.0}
+                 "timeout_s": 60.0, "connect_timeout_s": 10.0, "stall_timeout_s": 30.0}
     expected = {"max_retries": r["max_retries"], "retry_timeout": datetime.timedelta(seconds=r["timeout_s"]),
                 "backoff": {"init_backoff": datetime.timedelta(seconds=r["initial_backoff_s"]),
                             "max_backoff": datetime.timedelta(seconds=r["max_backoff_s"]),

@@ -9,6 +9,7 @@ server answered on the way."""
 from __future__ import annotations
 
 import collections
+import datetime
 import os
 import socket
 import subprocess
@@ -300,6 +301,56 @@ def test_savers_killed_during_overwrite_saves_leave_nothing_the_next_overwrite_d
     assert float(treecask.load(url)["a"][0]) == 7.0
 
 
+def server_config(server):
+    """obstore's S3 configuration of the server, bucket aside."""
+    return {k: v for k, v in server.store(BUCKET).config.items() if k != "bucket"}
+
+
+def test_a_saver_killed_before_naming_its_upload_leaves_nothing_the_next_save_does_not_abort(s3, tmp_path):
+    """A saver SIGKILLed between starting its multipart upload and writing
+    its id into the marker (its own botocore client kills it as that
+    request is about to go) leaves an upload no marker names and its empty
+    marker. The next save of the key aborts the upload (every empty marker
+    is dead), removes the marker, and succeeds. While the empty marker of a
+    live saver exists, no unnamed upload is aborted."""
+    url = fresh_url()
+    key = url[len(f"s3://{BUCKET}/"):]
+    treecask.save(url, {"a": np.zeros(3)})
+    script = textwrap.dedent(f"""
+        import os, signal, sys, numpy as np, treecask
+        from treecask.stores import ObjectStore, _s3
+        {SMALL_PARTS}
+        store, _ = ObjectStore.from_url({url!r})
+        def kill_before_naming(params, **_):
+            if params["Key"].endswith("/" + _s3.UPLOAD_MARKER) and params["Body"]:
+                os.kill(os.getpid(), signal.SIGKILL)
+        _s3.for_store(store.store).client.meta.events.register("before-parameter-build.s3.PutObject",
+                                                                kill_before_naming)
+        treecask.save({url!r}, {{"a": np.full((12 << 20) // 8, 1.0)}}, compression="none", overwrite=True)
+        sys.exit("the saver was not killed")
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, TREECASK_SCRATCH_DIR=str(tmp_path)))
+    assert p.returncode == -9, p
+    left = uploads(s3, key)
+    assert [u[0] for u in left] == [key], left  # the upload, named by no marker
+    marker = [k for k in keys(s3, key.split("/")[0]) if k != key]
+    assert len(marker) == 1 and marker[0].endswith("/" + _s3.UPLOAD_MARKER), marker
+    client = _s3.for_store(s3.store(BUCKET)).client
+    assert client.get_object(Bucket=BUCKET, Key=marker[0])["Body"].read() == b""
+    # A live saver's empty marker (this process's): it may be about to name an upload, so no
+    # unnamed upload is aborted, the dead saver's neither.
+    live = f"{_core.temporary_path(key)}/{_s3.UPLOAD_MARKER}"
+    client.put_object(Bucket=BUCKET, Key=live, Body=b"")
+    treecask.save(url, {"a": np.full(3, 2.0)}, overwrite=True)
+    assert [u[1] for u in uploads(s3, key)] == [left[0][1]]
+    client.delete_object(Bucket=BUCKET, Key=live)
+    treecask.save(url, {"a": np.full(3, 3.0)}, overwrite=True)
+    assert uploads(s3, key) == []
+    assert keys(s3, key.split("/")[0]) == [key]
+    np.testing.assert_array_equal(treecask.load(url)["a"], np.full(3, 3.0))
+
+
 def test_race_losers_are_told_already_exists(s3, tmp_path):
     """Three processes save different large trees to one new key at once:
     each is told it committed or AlreadyExistsError (whatever the server
@@ -338,6 +389,69 @@ def test_botocore_retries_by_the_cores_policy(s3):
     # total_max_attempts counts the first try: 1 + the core's max_retries (5), as obstore is given
     assert s3c.client.meta.config.retries == {"mode": "standard",
                                               "total_max_attempts": 1 + _core.RETRY_POLICY["max_retries"]}
+    # each attempt: the core's connect and stall timeouts (remote.h RemoteOptions)
+    assert s3c.client.meta.config.connect_timeout == _core.RETRY_POLICY["connect_timeout_s"] == 10.0
+    assert s3c.client.meta.config.read_timeout == _core.RETRY_POLICY["stall_timeout_s"] == 30.0
+
+
+class StallServer:
+    """A socket on 127.0.0.1 that accepts every connection and never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind((stores.LOOPBACK, 0))
+        self.sock.listen(64)
+        self.endpoint = f"http://{stores.LOOPBACK}:{self.sock.getsockname()[1]}"
+        self.accepted = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                self.accepted.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for c in self.accepted:
+            c.close()
+
+
+def test_botocore_calls_give_up_at_the_stores_deadline(tmp_path, monkeypatch):
+    """A server that accepts and never answers: the botocore twin retries
+    (each attempt ends at the store's ``timeout``) and begins no retry after
+    its ``retry_timeout`` (obstore's retry_config, the core's 60 s by
+    default), then a treecask IoError naming the object, as obstore's
+    requests do; its 20 retries alone would take 21 s."""
+    import obstore.store
+    server = StallServer()
+    monkeypatch.setattr(_upload, "SINGLE_PUT_BYTES", 1024)  # the botocore path
+    store = ObjectStore(obstore.store.S3Store(
+        "stalled", config={"endpoint": server.endpoint, "access_key_id": "k", "secret_access_key": "s",
+                           "region": "us-east-1", "virtual_hosted_style_request": False},
+        client_options={"allow_http": True, "connect_timeout": "1s", "timeout": "1s"},
+        retry_config={"max_retries": 20, "retry_timeout": datetime.timedelta(seconds=2),
+                      "backoff": {"init_backoff": datetime.timedelta(milliseconds=50),
+                                  "max_backoff": datetime.timedelta(milliseconds=100), "base": 2.0}}),
+        name="s3://stalled")
+    limits = _s3.deadline(store.store)
+    assert limits == {"max_retries": 20, "timeout_s": 2.0, "max_backoff_s": 0.1, "connect_timeout_s": 1.0,
+                      "stall_timeout_s": 1.0}
+    local = tmp_path / "m.bin"
+    local.write_bytes(b"x" * 4096)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(treecask.errors.IoError) as e:
+            store.put_file("run/m.cask", str(local), overwrite=True)
+    finally:
+        server.close()
+    took = time.monotonic() - t0
+    # no retry begun after 2 s, the last over within a backoff, a connect and a stall: 4.1 s
+    assert took < 4.1 + 2.0, took
+    assert len(server.accepted) >= 2  # it did retry
+    text = str(e.value)
+    assert "\n" not in text and "s3://stalled/run/m.cask" in text and "timeout" in text.lower(), text
 
 
 def test_the_environment_is_read_by_the_cores_table(s3, monkeypatch):

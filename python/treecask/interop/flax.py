@@ -1,15 +1,8 @@
-"""treecask.import_flax: a legacy Flax checkpoint -> one treecask archive.
-
-Flax (``flax.training.checkpoints``) wrote checkpoints two ways before Orbax's
-CheckpointManager: ``save_checkpoint(ckpt_dir, target, step)`` writes
-``<ckpt_dir>/checkpoint_<step>``, either one msgpack file (the legacy backend,
-``flax.serialization.to_bytes``) or an Orbax PyTree directory (the Orbax
-backend, Flax's default since 0.7), and ``flax.serialization.to_bytes(target)``
-gives the same msgpack bytes for the user to store anywhere. This module finds
-the checkpoint as ``restore_checkpoint`` does and reads it with Flax's own
-code (``flax.serialization.msgpack_restore``; Orbax through import_orbax), so
-the archive holds exactly the state dict ``restore_checkpoint(ckpt_dir,
-target=None)`` returns. Flax is an optional dependency, imported only here.
+"""treecask.import_flax: a legacy Flax checkpoint (``flax.training.checkpoints``,
+msgpack or Orbax backend, or ``flax.serialization.to_bytes``) -> one treecask
+archive holding the state dict ``restore_checkpoint(ckpt_dir, target=None)``
+returns, found and read as Flax does (docs/python.md "Migrating from legacy
+Flax checkpoints"). Flax is an optional dependency, imported only here.
 """
 
 from __future__ import annotations
@@ -166,36 +159,16 @@ def import_flax(src: PathLike, dst: PathLike, *, step: Optional[Step] = None,
                 **save_options: Any) -> FlaxImport:
     """Converts a legacy Flax checkpoint into one treecask archive.
 
-    ``src`` may be, as ``flax.training.checkpoints.restore_checkpoint(src,
-    target, step=step, prefix=prefix)`` takes it:
-
-    * a msgpack file: written by ``flax.serialization.to_bytes(target)`` (or
-      ``msgpack_serialize(to_state_dict(target))``), or one ``checkpoint_<N>``
-      file of ``save_checkpoint`` with the legacy (msgpack) backend;
-    * an Orbax checkpoint directory (it holds ``checkpoint``, ``_METADATA`` or
-      ``manifest.ocdbt``): one ``checkpoint_<N>`` of ``save_checkpoint`` with
-      the Orbax backend; imported through ``treecask.import_orbax``;
-    * a ``save_checkpoint`` directory: the latest ``<prefix>*`` entry in Flax's
-      natural sort order (``checkpoints.latest_checkpoint``: temporary and
-      ``_gda`` entries skipped), or ``<prefix><step>`` when ``step`` is given;
-      either backend.
-
-    msgpack is decoded by Flax's own ``flax.serialization.msgpack_restore``
-    (arrays chunked by Flax for size reassembled, bfloat16 and other ml_dtypes
-    kept), an Orbax checkpoint by Orbax's restore, so the archive holds the
-    state dict ``restore_checkpoint(src, target=None)`` returns: nested dicts
-    keyed by str, a tuple or list (and a dataclass, a ``TrainState``...) as a
-    dict keyed ``"0"``, ``"1"``... or by field name, as
-    ``flax.serialization.to_state_dict`` made it. Leaves are kept as they are,
-    except NumPy scalars (``np.int8(1)``), stored as 0-d arrays of the same
-    dtype, and ``complex``, a 0-d complex128 (docs/python.md "Tree encoding").
-    To rebuild the original types, read it back as Flax does:
-    ``flax.serialization.from_state_dict(target, treecask.load(dst))``.
-
-    Archive metadata records the origin: ``flax.backend`` (``msgpack`` or
-    ``orbax``), ``flax.source`` (the path read), ``flax.step`` (when the name
-    is ``<prefix><step>``), the ``orbax.*`` keys of ``import_orbax`` for the
-    Orbax backend, then ``metadata`` (which wins on a clash).
+    ``src`` is what ``flax.training.checkpoints.restore_checkpoint(src,
+    target, step=step, prefix=prefix)`` takes: a msgpack file, an Orbax
+    ``checkpoint_<N>`` directory (imported through ``treecask.import_orbax``)
+    or a ``save_checkpoint`` directory (its latest ``<prefix>*`` entry, or
+    ``<prefix><step>``). The archive holds the state dict
+    ``restore_checkpoint(src, target=None)`` returns (rebuild types with
+    ``flax.serialization.from_state_dict(target, treecask.load(dst))``);
+    archive metadata ``flax.backend``, ``flax.source``, ``flax.step``, the
+    ``orbax.*`` keys for the Orbax backend, then ``metadata``. The rules in
+    full: docs/python.md "Migrating from legacy Flax checkpoints".
 
     Args:
       src: the Flax checkpoint file or directory (see above).

@@ -73,18 +73,12 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
     """Writes every tensor of a safetensors checkpoint into one archive (a flat
     dict keyed by tensor name), as ``treecask import SRC DST`` does.
 
-    ``src`` is a ``.safetensors`` file (its ``__metadata__`` becomes the
-    archive metadata), a ``*.safetensors.index.json`` (every shard it names,
-    shards in file name order, tensors in file order; the shards' common
-    ``__metadata__`` becomes the archive metadata, or ``HF_SHARD_METADATA``
-    when they differ, and the index's ``metadata`` object is kept as JSON under
-    ``HF_INDEX_METADATA``), or a directory (its
-    ``model.safetensors.index.json``, else its only index, else
-    ``model.safetensors``, else its only ``.safetensors`` file). Every
-    ``.safetensors`` file is validated as the safetensors reference
-    implementation does.
-
-    The other arguments are ``treecask.save``'s. Returns SafetensorsImport.
+    ``src`` is a ``.safetensors`` file, a ``*.safetensors.index.json`` or a
+    directory holding them; metadata kept and files validated as
+    docs/python.md "Hugging Face safetensors checkpoints" says. ``dst`` may be
+    the URL of an object store (committed as ``treecask.save`` commits to a
+    store). The other arguments are ``treecask.save``'s. Returns
+    SafetensorsImport.
 
     Raises:
       NotFoundError: ``src``, or a shard the index names, does not exist
@@ -101,10 +95,6 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
         index entry no shard holds (``.file`` names the file, ``.key_path``
         the tensor); a directory with several candidates; a bad option.
       AlreadyExistsError: ``dst`` exists and ``overwrite`` is False.
-
-    ``dst`` may be the URL of an object store (``s3://bucket/key``...): the
-    archive is written to local scratch and committed as ``treecask.save``
-    commits to a store (docs/stores.md).
     """
     loc = stores.resolve(dst)  # a file path, or a URL: written to local scratch and committed by its store
     code = compression_code(compression, loc.shown)
@@ -120,21 +110,14 @@ def import_safetensors(src: PathLike, dst: PathLike, *, compression: str = "auto
 
 def export_safetensors(src: PathLike, dst: PathLike, *, max_shard_size: Union[int, str] = "5GB",
                        overwrite: bool = False) -> SafetensorsExport:
-    """Writes ``src`` -- an archive file, or a sharded checkpoint directory
-    (a multi-process ``treecask.save``; each global array is assembled from
-    its boxes) -- into directory ``dst`` in the Hugging Face Hub layout that
-    ``transformers`` and ``safetensors`` read, as
-    ``treecask export SRC DST --max-shard-size SIZE`` does:
-    ``model-00001-of-000NN.safetensors`` shards of at most ``max_shard_size``
-    tensor data bytes (see ``parse_size``; default "5GB", transformers'
-    default) and ``model.safetensors.index.json`` with ``metadata.total_size``
-    and ``weight_map``. Tensors are named by the dict keys of a flat dict
-    archive, else by key path, and packed greedily in leaf order without
-    being split (a larger tensor gets a shard of its own). Metadata kept by
-    ``import_safetensors`` is written back, so importing ``dst`` again gives
-    the same archive content. Every file is written under a temporary name;
-    an existing index is removed first (with ``overwrite``), then the shards
-    are renamed into place, the index last.
+    """Writes ``src`` (an archive file, or a sharded checkpoint directory)
+    into directory ``dst`` in the Hugging Face Hub layout, as ``treecask
+    export SRC DST --max-shard-size SIZE`` does: shards of at most
+    ``max_shard_size`` tensor data bytes (``parse_size``; default "5GB") and
+    ``model.safetensors.index.json``, tensors named by a flat dict's keys (else
+    key paths) and packed greedily in leaf order, the index renamed last (docs/python.md "Hugging Face
+    safetensors checkpoints"). Importing ``dst`` again gives the same archive
+    content.
 
     Raises:
       AlreadyExistsError: a file to write exists and ``overwrite`` is False

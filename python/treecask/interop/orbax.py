@@ -1,11 +1,7 @@
-"""treecask.import_orbax: an Orbax checkpoint directory -> one treecask archive.
-
-Orbax (orbax-checkpoint) is an optional dependency: it is imported only when
-``import_orbax`` is called. The checkpoint is read through Orbax's own public
-API (``PyTreeCheckpointer.metadata`` then ``restore`` with
-``RestoreArgs(restore_type=np.ndarray)``), so every layout Orbax can read
-(OCDBT or per-array TensorStore, written by one process or many, sharded or
-not) imports the same way; nothing is written under the source directory.
+"""treecask.import_orbax: an Orbax checkpoint directory -> one treecask archive,
+read through Orbax's own public API (so every layout Orbax reads imports the
+same way; docs/python.md "Migrating from Orbax checkpoints"). Orbax is an
+optional dependency, imported only when ``import_orbax`` is called.
 """
 
 from __future__ import annotations
@@ -295,43 +291,16 @@ def import_orbax(src: PathLike, dst: PathLike, *, item: Optional[str] = None,
                  **save_options: Any) -> OrbaxImport:
     """Converts an Orbax checkpoint into one treecask archive.
 
-    ``src`` may be:
-
-    * a directory written by ``ocp.StandardCheckpointer().save(src, tree)`` or
-      ``PyTreeCheckpointer`` (it holds ``_METADATA``): imported as it is;
-    * a ``CheckpointManager`` step directory (``<root>/<step>``): its PyTree
-      items (``default``, or the names given to ``Composite``) are found from
-      the step's ``_CHECKPOINT_METADATA``. One item is written at the root of
-      the archive; several are written as a dict keyed by item name. ``item``
-      picks one. Items of other handlers (JSON...) are skipped and listed in
-      ``OrbaxImport.skipped``;
-    * a ``CheckpointManager`` root: the highest step (or ``step``) is read;
-    * a directory of Flax ``checkpoint_<N>`` steps written by
-      ``flax.training.checkpoints.save_checkpoint`` with the Orbax backend
-      (each step one PyTree item directory): the highest step (or ``step``) is
-      read, as ``restore_checkpoint(ckpt_dir, target)`` reads the latest
-      (``restore_checkpoint(..., step=N)`` the named one). A directory with no
-      step metadata whose item-like subdirectories are all named like steps
-      (``checkpoint_5``, ``7``) counts as such a directory, never as one step
-      holding each step as an item.
-
-    Every leaf is restored on the host as a NumPy array (or, for leaves Orbax
-    saved as Python scalars, the same Python int/float), with Orbax's own
-    metadata as the restore arguments: no target tree and no device are
-    needed, and a checkpoint saved sharded over any mesh by any number of
-    processes is assembled whole. Key paths are Orbax's (dict keys, list
-    indices joined by "/"; Orbax stores tuples as lists and named tuples as
-    dicts, so they come back as such), dtypes and values are unchanged
-    (bfloat16, int4, float8... included). Each array saved with a
-    ``NamedSharding`` keeps its mesh axis names and sizes and PartitionSpec as
-    the leaf's ``ShardingInfo`` (``LeafInfo.sharding``), so
-    ``treecask.load(dst, shardings=lambda kp, info: info.sharding.to_jax())``
-    places it again. The source is only read (Orbax restore opens it
-    read-only); nothing is created under it.
-
-    Archive metadata records the origin: ``orbax.items`` (comma-separated item
-    names, "" for a bare directory), ``orbax.step`` and ``orbax.custom_metadata``
-    (JSON, when the step has any), then ``metadata`` (which wins on a clash).
+    ``src`` is a ``StandardCheckpointer`` / ``PyTreeCheckpointer`` directory,
+    a ``CheckpointManager`` step directory (its PyTree items; one at the
+    archive root, several as a dict keyed by item name; other items skipped),
+    a ``CheckpointManager`` root or a directory of Flax ``checkpoint_<N>``
+    steps (the highest step, or ``step``). Every leaf is restored on the host
+    with Orbax's own metadata (no target, no device), key paths, dtypes and
+    values kept, a ``NamedSharding`` kept as the leaf's ``ShardingInfo``;
+    archive metadata ``orbax.items``, ``orbax.step``, ``orbax.custom_metadata``,
+    then ``metadata``. Nothing is created under ``src``. The rules in full:
+    docs/python.md "Migrating from Orbax checkpoints".
 
     Args:
       src: the Orbax checkpoint directory (see above).

@@ -2,51 +2,20 @@
 
     import treecask.orbax as ocp          # instead of: import orbax.checkpoint as ocp
 
-The names and signatures are orbax-checkpoint 0.12's, both the legacy API of
-the Flax guide (``PyTreeCheckpointer``, ``CheckpointManager(dir, checkpointer,
-options)``, ``save_kwargs={'save_args': ...}``, ``restore(..., item=target,
-restore_args=..., transforms={})``, ``AsyncCheckpointer``) and today's
-(``CheckpointManager(dir, options=CheckpointManagerOptions(...))``,
-``save(step, args=ocp.args.StandardSave(state))``, ``restore(step,
-args=ocp.args.StandardRestore(abstract))``, ``ocp.args.Composite``,
-``item_metadata``). Underneath, every checkpoint is made of treecask archives
-written by :func:`treecask.save`: a checkpointer's checkpoint of one item is
-one archive file; of several items (``args.Composite``) a directory as
-Orbax's, one archive per item named after it and ``index.cask``
-(``_layout.py``); a manager is a :class:`treecask.CheckpointManager` whose
-steps are Orbax's directories ``<n>/`` of such item archives (its
-``ITEM_DIRECTORIES`` layout, ``_steps.py``). The archives are ordinary ones
-that ``treecask.load`` / ``treecask.open`` read.
-
-Orbax's semantics are kept where users notice them: with ``best_fn`` and
-``max_to_keep`` the manager keeps exactly the ``max_to_keep`` best steps
-(``treecask.CheckpointManager`` keeps the newest too); a restore into a target
-casts each leaf to the target's dtype (``treecask.load(cast=True)``); a
-target whose structure differs from the checkpoint's raises
-``StructureError`` naming the key paths, as Orbax refuses it, unless
-``partial_restore=True`` or ``transforms={}`` say otherwise.
-What treecask does not do raises :class:`treecask.UnsupportedError` naming
-the Orbax feature. Orbax itself is not needed; its own argument objects
-(``ocp.args.StandardSave``, ``RestoreArgs`` from ``flax.training.orbax_utils``,
-handlers, options) are accepted by their class names and fields.
-docs/python.md "Switching from Orbax in one line" lists what differs.
-
-Where the parts live: this module holds the manager and its options;
-``_checkpointers.py`` the checkpointers and handlers; ``_items.py``
-the per-leaf arguments and a checkpoint's items in an archive;
-``_layout.py`` the directory of several items; ``handlers.py`` Orbax's
-``handlers`` namespace and registry; ``_metadata.py`` the metadata classes; ``_utils.py`` the helper
-namespaces of the guides (``tree``, ``utils``, ``checkpoint_utils``,
-``test_utils``); ``args.py`` the ``args`` namespace. Every public name
-is importable from here; ``treecask.orbax.v1`` is Orbax's v1 API.
+orbax-checkpoint 0.12's names and signatures, today's API and the legacy one
+of the Flax guide; what it writes, what differs and what raises
+``UnsupportedError``: docs/python.md "Switching from Orbax in one line".
+This module holds the manager and its options; ``_checkpointers.py`` the
+checkpointers and handlers; ``_items.py`` the per-leaf arguments and a
+checkpoint's items; ``_layout.py`` the directory of several items;
+``handlers.py``, ``_metadata.py``, ``_utils.py``, ``args.py`` Orbax's
+namespaces of those names. ``treecask.orbax.v1`` is Orbax's v1 API.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import pathlib
 from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequence
 
 from .. import _core
@@ -79,7 +48,7 @@ from ._items import (
     _restore,
     _unsupported,
 )
-from ._steps import Steps
+from ._steps import Run, Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
 from ._items import Transform, _unsupported_names
 from . import handlers
@@ -142,18 +111,9 @@ class CheckpointManagerOptions:
     ``max_to_keep``, ``keep_period``, ``best_fn``, ``best_mode`` (with
     ``best_fn`` exactly the ``max_to_keep`` best steps are kept, as Orbax),
     ``enable_async_checkpointing``, ``read_only``, ``prevent_write_metrics``.
-    Always true in treecask, so accepted: ``create``, ``cleanup_tmp_directories``,
-    ``enable_background_delete``, ``keep_checkpoints_without_metrics=True``.
-    No effect: ``async_options``, ``multiprocessing_options``, ``file_options``,
-    ``atomicity_options`` (a step is always committed by an atomic rename),
-    ``save_root_metadata``, ``num_deletion_threads``, ``lightweight_initialize``,
-    ``enable_should_save_is_saving_in_progress_check``,
-    ``enable_per_process_directory_creation``. ``UnsupportedError`` from the
-    manager when set: ``keep_time_interval``, ``keep_checkpoints_without_metrics=False``,
-    ``step_prefix``, ``step_format_fixed_length``, ``step_name_format`` (steps
-    are named ``<n>``, Orbax's default), ``single_host_load_and_broadcast``,
-    ``todelete_subdir``, ``todelete_full_path``, ``save_decision_policy``,
-    ``preservation_policy``, ``temporary_path_class``.
+    The manager raises ``UnsupportedError`` for a field of ``_UNSUPPORTED_OPTIONS``
+    (below) set otherwise than its default; every other field is accepted with
+    no effect (what it asks treecask always does, or it tunes Orbax's storage).
     """
 
     save_interval_steps: int = 1
@@ -211,54 +171,32 @@ _UNSUPPORTED_OPTIONS = (
 )
 
 
-class CheckpointManager:
+class CheckpointManager(Run):
     """A directory of checkpoint steps (Orbax ``CheckpointManager``) over a
-    :class:`treecask.CheckpointManager`: one directory per step,
-    ``<directory>/<n>/``, as Orbax's, holding one treecask archive per item
-    (``default`` for one unnamed item, else the ``Composite``'s names) and
-    ``index.cask`` with the step's metrics and custom metadata
-    (format/SPEC.md "Item-directory steps"); ``treecask.load`` reads an item
-    directly. The manager's ``metadata`` is the run's entry ``metadata``
-    (Orbax's ``metadata/``). A directory of ``treecask.CheckpointManager``
-    steps (``step_<n>.cask``) is refused (``UnsupportedError``). In a
-    multi-process jax job (every process making the same calls, as with
-    Orbax) each item of a step is the core's sharded checkpoint
-    ``<n>/<item>/`` (``index.cask`` + ``process_<k>.cask``, every process
-    writing its share of the boxes; format/SPEC.md "Sharded checkpoints"),
-    and every process restores onto its own devices.
+    :class:`treecask.CheckpointManager`: step ``n`` is the directory
+    ``<directory>/<n>/`` of one archive per item and ``index.cask``
+    (format/SPEC.md "Item-directory steps"; docs/python.md "Switching from
+    Orbax in one line", multi-process jobs included).
 
-    Both of Orbax's constructors:
-
-    - today's: ``CheckpointManager(directory, options=..., item_names=...,
-      item_handlers=..., metadata=...)``; ``save(step, args=ocp.args.StandardSave(s),
-      metrics=m)``, ``restore(step, args=ocp.args.StandardRestore(abstract))``,
-      several items with ``args=ocp.args.Composite(state=..., meta=ocp.args.JsonSave(...))``;
-    - the legacy one: ``CheckpointManager(directory, checkpointer, options)``
-      (one item) or ``CheckpointManager(directory, {name: checkpointer}, options)``;
-      ``save(step, items, save_kwargs={'save_args': ...})``,
-      ``restore(step, items=target, restore_kwargs={'restore_args': ...,
-      'transforms': {}})``. An ``AsyncCheckpointer`` makes saves asynchronous.
-
-    Retention, listing and saving follow Orbax (:class:`CheckpointManagerOptions`):
-    with ``best_fn``, exactly the ``max_to_keep`` best steps (a new step worse
-    than those is deleted at once). ``save`` returns False for a step that is
-    not due (``should_save``: a step above the latest, on the interval, in
-    ``save_on_steps`` or the first of the run, or ``should_save_fn``; Orbax's
-    default decision) unless ``force=True``; a step that
-    exists raises ``AlreadyExistsError``. Saves are asynchronous by default
-    (``enable_async_checkpointing``): ``save`` returns once the bytes are safe
-    (NumPy leaves copied, jax.Array leaves held), ``wait_until_finished()``
-    makes them durable. ``all_steps()`` and ``latest_step()`` include a step
-    still being saved (Orbax's bookkeeping).
-
-    ``store=`` (a treecask extension beyond Orbax's signature): a
-    :class:`treecask.stores.Store` that ``directory`` is a path inside
-    (docs/stores.md), as for :class:`treecask.CheckpointManager`; without it
-    ``directory`` is a file path or the URL of a prefix in an object store.
+    Both of Orbax's constructors: ``CheckpointManager(directory, options=...,
+    item_names=..., item_handlers=..., metadata=...)`` with ``save(step,
+    args=ocp.args.StandardSave(s), metrics=m)`` / ``restore(step,
+    args=ocp.args.StandardRestore(abstract))``; the legacy
+    ``CheckpointManager(directory, checkpointer_or_dict, options)`` with
+    ``save(step, items, save_kwargs=...)`` / ``restore(step, items=target,
+    restore_kwargs=...)`` (an ``AsyncCheckpointer`` makes saves asynchronous).
+    Retention and the save decision follow Orbax
+    (:class:`CheckpointManagerOptions`, :meth:`should_save`); saves are
+    asynchronous by default, ``wait_until_finished()`` makes them durable;
+    ``all_steps()`` and ``latest_step()`` include a step still being saved.
+    ``metadata`` is the run's entry ``metadata`` (Orbax's ``metadata/``).
+    ``store=`` (a treecask extension): a :class:`treecask.stores.Store` that
+    ``directory`` is a path inside (docs/stores.md).
 
     Raises (constructor): ``UnsupportedError`` for the options treecask does
-    not implement (named); ``ValueError`` for
-    ``checkpointers`` combined with ``item_names`` / ``item_handlers``.
+    not implement (named), and for a directory of
+    ``treecask.CheckpointManager`` steps; ``ValueError`` for ``checkpointers``
+    combined with ``item_names`` / ``item_handlers``.
     """
 
     def __init__(self, directory: Any, checkpointers: Any = None, options: Any = None,
@@ -284,29 +222,23 @@ class CheckpointManager:
         self._opts = opts
         self._handlers: Dict[str, type] = {}
         self._default: Optional[bool] = None  # default-item mode, once known
-        if checkpointers is not None:  # the legacy API
-            if isinstance(checkpointers, Mapping):
-                self._default = False
-                self._handlers = {n: _handler_class(getattr(c, "handler", c)) for n, c in checkpointers.items()}
-                async_save = any(_is_async(c) for c in checkpointers.values())
-            else:
-                self._default = True
-                self._handlers = {DEFAULT_ITEM_NAME: _handler_class(getattr(checkpointers, "handler", checkpointers))}
-                async_save = _is_async(checkpointers)
-        else:
-            async_save = bool(getattr(opts, "enable_async_checkpointing", True))
-            if isinstance(item_handlers, Mapping):
-                self._default = False
-                self._handlers = {n: _handler_class(h) for n, h in item_handlers.items()}
-            elif item_handlers is not None:
-                self._default = True
-                self._handlers = {DEFAULT_ITEM_NAME: _handler_class(item_handlers)}
-            if item_names is not None:
-                self._default = False
-                for n in item_names:
-                    self._handlers.setdefault(n, PyTreeCheckpointHandler)
+        async_save = bool(getattr(opts, "enable_async_checkpointing", True))
+        if checkpointers is not None:  # the legacy API: the checkpointers' handlers, async if any is
+            many = isinstance(checkpointers, Mapping)
+            async_save = any(_is_async(c) for c in (checkpointers.values() if many else [checkpointers]))
+            item_handlers = ({n: getattr(c, "handler", c) for n, c in checkpointers.items()} if many
+                             else getattr(checkpointers, "handler", checkpointers))
+        if isinstance(item_handlers, Mapping):
+            self._default = False
+            self._handlers = {n: _handler_class(h) for n, h in item_handlers.items()}
+        elif item_handlers is not None:
+            self._default = True
+            self._handlers = {DEFAULT_ITEM_NAME: _handler_class(item_handlers)}
+        if item_names is not None:
+            self._default = False
+            for n in item_names:
+                self._handlers.setdefault(n, PyTreeCheckpointHandler)
         self._root_metadata = dict(metadata) if metadata is not None else None
-        self._legacy = checkpointers is not None
         self._read_only = bool(getattr(opts, "read_only", False))
         self._steps = Steps(d, store, async_save=async_save, read_only=self._read_only,
                             max_to_keep=getattr(opts, "max_to_keep", None),
@@ -318,11 +250,6 @@ class CheckpointManager:
             self._steps.save_root_metadata(self._root_metadata)
 
     # ---- listing ----
-    @property
-    def directory(self) -> pathlib.Path:
-        """The directory of the steps (a URL string for an object store)."""
-        return self._steps.directory
-
     def all_steps(self, read: bool = False) -> List[int]:
         """The steps, ascending: the directory's, plus a step still being saved."""
         return self._steps.all_steps()
@@ -375,19 +302,26 @@ class CheckpointManager:
         return due or last is None or self.reached_preemption(step)
 
     # ---- save ----
-    def _legacy_save_args(self, items: Any, save_kwargs: Any) -> Any:
+    def _legacy_args(self, op: str, items: Any, kwargs: Any) -> Any:
+        """The argument object of a legacy ``save(step, items, save_kwargs)`` or
+        ``restore(step, items, restore_kwargs)`` (``op``): each item's
+        handler's argument class, of ``items`` and its keyword arguments."""
+        if op == "restore" and items is None and not kwargs:
+            return None
+        make = "save_args_cls" if op == "save" else "restore_args_cls"
+        kwargs = kwargs or {}
         if self._default is not False:
-            h = self._handlers.get(DEFAULT_ITEM_NAME, PyTreeCheckpointHandler)
-            return h.save_args_cls(items, **(save_kwargs or {}))
-        if not isinstance(items, Mapping):
+            return getattr(self._handlers.get(DEFAULT_ITEM_NAME, PyTreeCheckpointHandler), make)(items, **kwargs)
+        if op == "save" and not isinstance(items, Mapping):
             raise InvalidArgumentError("this manager holds items "
                                        f"{sorted(self._handlers)}: save a dict of them", file=str(self.directory))
+        items = items or {}
         out = {}
-        for name, item in items.items():
-            h = self._handlers.get(name)
+        for name in (items if op == "save" else set(items) | set(kwargs)):
+            h = self._handlers.get(name, None if op == "save" else PyTreeCheckpointHandler)
             if h is None:
                 raise InvalidArgumentError(f"no checkpointer for item '{name}'", file=str(self.directory))
-            out[name] = h.save_args_cls(item, **((save_kwargs or {}).get(name) or {}))
+            out[name] = getattr(h, make)(items.get(name), **(kwargs.get(name) or {}))
         return args.Composite(**out)
 
     def save(self, step: int, items: Any = None, save_kwargs: Any = None, metrics: Any = None,
@@ -404,7 +338,7 @@ class CheckpointManager:
             raise ValueError("Must provide `args` for `save`.")
         if self._read_only:  # Orbax: skipped (with a warning in its log)
             return False
-        a = args if args is not None else self._legacy_save_args(items, save_kwargs)
+        a = args if args is not None else self._legacy_args("save", items, save_kwargs)
         if not force and not self.should_save(step):
             return False
         items, md = _encode_items(a, custom_metadata, str(self.directory))
@@ -437,20 +371,6 @@ class CheckpointManager:
             raise NotFoundError(f"no step {step} in the directory", file=shown)
         return where
 
-    def _legacy_restore_args(self, items: Any, restore_kwargs: Any) -> Any:
-        if items is None and not restore_kwargs:
-            return None
-        if self._default is not False:
-            h = self._handlers.get(DEFAULT_ITEM_NAME, PyTreeCheckpointHandler)
-            return h.restore_args_cls(items, **(restore_kwargs or {}))
-        items = items or {}
-        restore_kwargs = restore_kwargs or {}
-        out = {}
-        for name in set(items) | set(restore_kwargs):
-            h = self._handlers.get(name, PyTreeCheckpointHandler)
-            out[name] = h.restore_args_cls(items.get(name), **(restore_kwargs.get(name) or {}))
-        return args.Composite(**out)
-
     def restore(self, step: Optional[int], items: Any = None, restore_kwargs: Any = None,
                 directory: Any = None, args: Any = None) -> Any:  # noqa: A002
         """Restores ``step`` (None: the latest) from this directory or ``directory``.
@@ -460,7 +380,7 @@ class CheckpointManager:
         them, raw, without ``args``). A save in flight is waited for first.
         Raises ``NotFoundError`` (a ``FileNotFoundError``) for a missing step
         or item; ``ShapeError`` / ``StructureError`` as :class:`Checkpointer`."""
-        a = args if args is not None else self._legacy_restore_args(items, restore_kwargs)
+        a = args if args is not None else self._legacy_args("restore", items, restore_kwargs)
         return _restore(self._step_path(step, directory), a)
 
     def item_metadata(self, step: int) -> Any:
@@ -472,11 +392,9 @@ class CheckpointManager:
 
     def metrics(self, step: int) -> Optional[Any]:
         """The metrics in ``step``'s entry ``metrics`` (a JSON value), or None
-        when it has none, as Orbax's (orbax-checkpoint 0.12.8
-        ``CheckpointManager._get_metrics`` reads the step's ``metrics/``
-        item, which a manager writes only with ``best_fn``): None for a step
-        saved without ``best_fn`` even when ``save`` was given metrics, and
-        for a step that does not exist. A save in flight is waited for first."""
+        when it has none (a step saved without ``best_fn``, as Orbax 0.12.8
+        writes its ``metrics/`` item only then, or no such step). A save in
+        flight is waited for first."""
         return self._steps.metrics_entry(step)
 
     def metadata(self, step: Optional[int] = None) -> Any:
@@ -502,10 +420,6 @@ class CheckpointManager:
         self._has_steps = False  # listed again by the next should_save
 
     # ---- lifetime ----
-    def is_saving_in_progress(self) -> bool:
-        """Whether an asynchronous save is still running."""
-        return self._steps.is_saving_in_progress()
-
     def check_for_errors(self) -> None:
         """Raises the error of a finished asynchronous save, once, without blocking."""
         self._steps.check_for_errors()
@@ -514,16 +428,6 @@ class CheckpointManager:
         """Blocks until the save in flight is durable and retention has run;
         raises its error, once."""
         self._steps.wait()
-
-    def close(self) -> None:
-        """Waits for the save in flight, then closes (later saves raise)."""
-        self._steps.close()
-
-    def __enter__(self) -> "CheckpointManager":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<treecask.orbax.CheckpointManager {_core.redact_url(str(self.directory))!r}>"

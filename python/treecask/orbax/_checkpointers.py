@@ -111,70 +111,28 @@ def _build_args(handler: type, op: str, pos: Tuple[Any, ...], kw: Dict[str, Any]
 # ---------------------------------------------------------------- checkpointers
 
 
-def _write(path: Any, tree: Any, md: Dict[str, str], *, overwrite: bool, asynchronous: bool,
-           force_name: str) -> Optional[SaveJob]:
-    """Writes one checkpoint, the archive ``path`` (a :class:`Where`, or a
-    path or URL; a local parent directory is created), through its store's
-    commit (``treecask.stores``); None once it is committed, or
-    (``asynchronous``) the :class:`SaveJob` of ``treecask``'s asynchronous
-    save, returned once the tree's bytes are safe from the caller, whose
-    ``wait()`` returns once it is committed. An existing checkpoint raises
-    AlreadyExistsError naming the argument ``force_name`` unless
-    ``overwrite``: then it is replaced by the store's commit (the core's
-    rename over it, an overwriting upload), or, a checkpoint directory of a
-    multi-process save, deleted first (``Store.delete_tree``), as Orbax
-    deletes the directory it replaces. In a multi-process jax job every
-    process writes its shards and the commit is collective (treecask.save's
-    rules)."""
-    at = Where(path)
-    at.store.make_directory(at.key.rpartition("/")[0])
-    names = at.store.list_prefix(at.key)
-    if not overwrite and committed(at.store, at.key, names):  # refused now, whichever store (Orbax's rule)
-        raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=at)
-    if overwrite and any(n.startswith(at.key + "/") for n in names):
-        at.store.delete_tree(at.key)  # a checkpoint directory (multi-process) is not replaced by a file's commit
-    try:
-        if asynchronous:
-            return save_async(at.key, tree, store=at.store, overwrite=overwrite, metadata=md)
-        _save(at.key, tree, store=at.store, metadata=md, overwrite=overwrite)
-    except AlreadyExistsError:
-        raise AlreadyExistsError(f"a checkpoint exists here ({force_name}=True replaces it)", file=at) from None
-    return None
-
-
 class Checkpointer:
     """Saves and restores one checkpoint at a path (Orbax ``Checkpointer``).
 
     ``Checkpointer(handler)``; the checkpoint at ``directory`` is one treecask
-    archive *file* (Orbax writes a directory there), written atomically by
-    :func:`treecask.save` (parent directories are created); a checkpoint of
-    several items (``args=ocp.args.Composite(...)``) is a directory as Orbax's,
-    one archive per item named after it and ``index.cask``, committed whole
-    (``_layout.py``). Options of Orbax's
-    constructor (``multiprocessing_options``, ``file_options``,
-    ``atomicity_options``...) are accepted and have no effect.
+    archive *file*, or for several items (``args=ocp.args.Composite(...)``) a
+    directory as Orbax's (docs/python.md "Switching from Orbax in one line").
+    Options of Orbax's constructor are accepted and have no effect.
 
     ``save(directory, *args, force=False, custom_metadata=None, **kwargs)``:
-    ``args=ocp.args.StandardSave(tree)`` (today's API) or the handler's legacy
-    arguments, e.g. ``save(path, tree, save_args=...)``. An existing
-    checkpoint raises ``AlreadyExistsError`` (a ``FileExistsError``; Orbax
-    raises ValueError) unless ``force=True``, which replaces it.
-
-    ``store=`` (a treecask extension beyond Orbax's signatures, on ``save``,
-    ``restore`` and ``metadata``): a :class:`treecask.stores.Store` that
-    ``directory`` is a path inside (docs/stores.md); without it
-    ``directory`` is a file path or a URL (``s3://bucket/ckpt.cask``...).
-
-    ``restore(directory, *args, **kwargs)``: ``args=...`` or the legacy
-    ``item=target, restore_args=..., transforms=...``; nothing: the tree as
-    saved (dicts, lists and tuples of NumPy arrays and Python scalars; Orbax
-    gives ``jax.Array`` for leaves saved as jax arrays). Raises
-    ``NotFoundError`` (a ``FileNotFoundError``) when there is no checkpoint,
-    ``ShapeError`` when a target's shape differs, ``StructureError`` (a
-    ``ValueError``, as Orbax's) when the target's structure differs from the
-    checkpoint's, naming every such key path (Orbax's rule; the legacy
-    ``partial_restore=True`` / ``transforms={}`` permit it, see
-    ``args.PyTreeRestore``).
+    ``args=ocp.args.StandardSave(tree)`` or the handler's legacy arguments
+    (``save(path, tree, save_args=...)``). An existing checkpoint raises
+    ``AlreadyExistsError`` (a ``FileExistsError``; Orbax raises ValueError)
+    unless ``force=True``, which replaces it. ``restore(directory, *args,
+    **kwargs)``: ``args=...`` or the legacy ``item=target, restore_args=...,
+    transforms=...``; nothing: the tree as saved (leaves saved as jax arrays
+    restored as jax arrays, as Orbax). Raises ``NotFoundError`` when there is
+    no checkpoint, ``ShapeError`` when a target's shape differs,
+    ``StructureError`` (a ``ValueError``) naming the key paths where the
+    target's structure differs (Orbax's rule; ``args.PyTreeRestore``).
+    ``store=`` (a treecask extension, on ``save``, ``restore`` and
+    ``metadata``): a :class:`treecask.stores.Store` that ``directory`` is a
+    path inside (docs/stores.md).
     """
 
     _async = False
@@ -192,21 +150,37 @@ class Checkpointer:
 
     def save(self, directory: Any, *args_: Any, force: bool = False, custom_metadata: Any = None,
              store: Any = None, **kwargs: Any) -> None:
-        """Saves a checkpoint at ``directory`` (class docstring)."""
+        """Saves a checkpoint at ``directory`` (class docstring): several items
+        as Orbax's directory (``_layout.save_directory``), one as an archive
+        through its store's commit; with ``force`` a checkpoint directory of a
+        multi-process save is deleted first, as Orbax deletes the directory it
+        replaces (a file's commit would not replace it)."""
         path = Where(directory, store)
         a = _build_args(self._handler, "save", args_, kwargs)
-        if args.kind(a)[1] == "composite":  # several items: Orbax's directory (each sharded in a multi-process job)
+        composite = args.kind(a)[1] == "composite"
+        if composite:
             items, own = _encode_items(a, custom_metadata, path)
-            self.wait_until_finished()
-            try:
+        else:
+            tree, md, _ = _encode(a, custom_metadata, path)
+        self.wait_until_finished()
+        try:
+            if composite:
                 self._job = save_directory(path.store, path.key, items, own, overwrite=bool(force),
                                            asynchronous=self._async)
-            except AlreadyExistsError:
-                raise AlreadyExistsError("a checkpoint exists here (force=True replaces it)", file=path) from None
-            return
-        tree, md, _ = _encode(a, custom_metadata, path)
-        self.wait_until_finished()
-        self._job = _write(path, tree, md, overwrite=bool(force), asynchronous=self._async, force_name="force")
+                return
+            path.store.make_directory(path.key.rpartition("/")[0])
+            names = path.store.list_prefix(path.key)
+            if not force and committed(path.store, path.key, names):  # refused now, whichever store (Orbax's)
+                raise AlreadyExistsError("a checkpoint exists here", file=path)
+            if force and any(n.startswith(path.key + "/") for n in names):
+                path.store.delete_tree(path.key)
+            if self._async:
+                self._job = save_async(path.key, tree, store=path.store, overwrite=bool(force), metadata=md)
+            else:
+                _save(path.key, tree, store=path.store, metadata=md, overwrite=bool(force))
+                self._job = None
+        except AlreadyExistsError:
+            raise AlreadyExistsError("a checkpoint exists here (force=True replaces it)", file=path) from None
 
     def restore(self, directory: Any, *args_: Any, store: Any = None, **kwargs: Any) -> Any:
         """Restores the checkpoint at ``directory`` (class docstring)."""
@@ -248,15 +222,11 @@ class Checkpointer:
 
 class AsyncCheckpointer(Checkpointer):
     """A :class:`Checkpointer` whose ``save`` returns once the tree's bytes
-    are safe from the caller (Orbax ``AsyncCheckpointer``): NumPy leaves are
-    copied into a host snapshot, jax.Array leaves held as read-only views
-    (treecask's asynchronous save); writing, fsync and the atomic rename run
-    in the background. ``wait_until_finished()`` blocks until durable and
-    raises a background error; the next ``save``, ``restore`` or ``close``
-    waits first. ``timeout_secs`` and ``async_options`` are accepted and have
-    no effect (the wait is until done). A save to an object store (the
-    upload and its commit) and a save in a multi-process jax job (the
-    cross-process commit) run in the background too."""
+    are safe from the caller (Orbax ``AsyncCheckpointer``; treecask's
+    asynchronous save: the write and its commit run in the background).
+    ``wait_until_finished()`` blocks until durable and raises a background
+    error; the next ``save``, ``restore`` or ``close`` waits first.
+    ``timeout_secs`` and ``async_options`` are accepted, no effect."""
 
     _async = True
 

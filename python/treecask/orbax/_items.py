@@ -1,24 +1,17 @@
 """How ``treecask.orbax`` keeps Orbax's checkpoints in treecask archives:
-Orbax's per-leaf arguments (``SaveArgs``, ``RestoreArgs``,
-``ArrayRestoreArgs``, ``Transform``) and the functions behind
-``utils.to_shape_dtype_struct`` and ``checkpoint_utils.construct_restore_args``;
-Orbax's structure rule for a restore into a target (``_check_structure``);
-the items of a checkpoint (PyTree, JSON and array items, and stateful
-checkpointables saved as their state's JSON) encoded for :func:`treecask.save`
-(``_encode``: one archive, one PyTree at its root or several items under
-their names with the layout in its metadata, as a manager's step;
-``_encode_items``: one archive per item, for the directory layout of
-``_layout.py``), read back through :class:`Checkpoint` (either layout) and
-restored by :func:`treecask.load` (``_restore_pytree``: Orbax's types,
-transforms, padding); and a checkpoint's item metadata, read from the
-manifests alone. The checkpointers (``_checkpointers.py``), the manager
-(``__init__.py``, ``_steps.py``) and ``v1`` save and restore through these.
+Orbax's per-leaf arguments (``SaveArgs``, ``RestoreArgs``, ``ArrayRestoreArgs``,
+``Transform``), its structure rule for a restore into a target
+(``_check_structure``), a checkpoint's items encoded for :func:`treecask.save`
+(``_encode``: one archive; ``_encode_items``: one archive per item, for
+``_layout.py``), read back through :class:`Checkpoint` and restored by
+:func:`treecask.load` (``_restore_pytree``), and their metadata read from the
+manifests alone. The checkpointers, the manager and ``v1`` use these.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -467,9 +460,8 @@ def _resized_leaves(path: Where, sub: Optional[str], item: Any) -> Dict[str, Tup
             if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
                 continue
             key = _key_path(kp)
-            full = T.join_path([sub, key]) if sub and key else (sub or key)
             try:
-                saved = tuple(a.info(full).shape)
+                saved = tuple(a.info(_in_archive(sub, key)).shape)
             except Exception:  # not in the checkpoint: the structure rule says so
                 continue
             if saved != tuple(leaf.shape):
@@ -565,35 +557,45 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
         lenient = bool(partial_restore) or transforms is not None
         fill = lenient if fill_missing is None else bool(fill_missing)
         resized = _resized_leaves(path, sub, item) if resize else {}
-        if resized:
-            jax = J.import_jax()
-            item = jax.tree_util.tree_map_with_path(
-                lambda kp, x: PLACEHOLDER if _key_path(kp) in resized else x, item)
+        item = _read_later(item, resized)
         _check_structure(path, sub, item, extra_ok=lenient, missing_ok=fill, allow=allow)
         tree = path.load(item, subtree=sub, shardings=use, cast=True, missing="from_like" if fill else "error")
-        if resized:
-            tree = _fill_resized(path, sub, tree, resized)
+        if resized:  # each read whole, cast, truncated or zero-padded and placed as its target
+            jax = J.import_jax()
+
+            def resized_leaf(a: Any, full: str, key: str) -> Any:
+                target, shape = resized[key]
+                v = _pad_or_truncate(np.asarray(a.read(full)).astype(target.dtype, copy=False), shape)
+                s = getattr(target, "sharding", None)
+                if J.is_jax_array(target) or J.is_shape_dtype_struct(target):
+                    return jax.device_put(v, s) if s is not None else J.to_jax(v)
+                return v
+            tree = _fill_later(path, sub, tree, resized, resized_leaf)
     return _apply_leaf_args(tree, flat) if flat else tree
 
 
-def _fill_resized(path: Where, sub: Optional[str], tree: Any, resized: Mapping[str, Tuple[Any, Tuple[int, ...]]]) -> Any:
-    """`tree` with each leaf of `resized` read whole, cast to the target
-    leaf's dtype, truncated or zero-padded to its shape and placed as it
-    (a jax array on its sharding, else NumPy)."""
-    jax = J.import_jax()
+def _read_later(tree: Any, keys: Collection[str]) -> Any:
+    """`tree` with its leaves at the key paths `keys` replaced by
+    :data:`PLACEHOLDER` (not read by a load; :func:`_fill_later` reads them)."""
+    if not keys:
+        return tree
+    return J.import_jax().tree_util.tree_map_with_path(
+        lambda kp, x: PLACEHOLDER if _key_path(kp) in keys else x, tree, is_leaf=lambda x: isinstance(x, type))
+
+
+def _fill_later(path: Where, sub: Optional[str], tree: Any, keys: Collection[str],
+                leaf: Callable[[Any, str, str], Any]) -> Any:
+    """`tree` with each leaf at a key path of `keys` replaced by
+    ``leaf(archive, its key path in the archive, its key path in the item)``."""
     with path.open() as a:
-        def one(kp: Any, x: Any) -> Any:
-            key = _key_path(kp)
-            if key not in resized:
-                return x
-            target, shape = resized[key]
-            full = T.join_path([sub, key]) if sub and key else (sub or key)
-            v = _pad_or_truncate(np.asarray(a.read(full)).astype(target.dtype, copy=False), shape)
-            s = getattr(target, "sharding", None)
-            if J.is_jax_array(target) or J.is_shape_dtype_struct(target):
-                return jax.device_put(v, s) if s is not None else J.to_jax(v)
-            return v
-        return jax.tree_util.tree_map_with_path(one, tree)
+        return J.import_jax().tree_util.tree_map_with_path(
+            lambda kp, x: leaf(a, _in_archive(sub, _key_path(kp)), _key_path(kp)) if _key_path(kp) in keys else x,
+            tree)
+
+
+def _in_archive(sub: Optional[str], key: str) -> str:
+    """Key path `key` of item `sub` (None: the root) in its archive."""
+    return T.join_path([sub, key]) if sub and key else (sub or key)
 
 
 def _tree_of(item: Any) -> Any:

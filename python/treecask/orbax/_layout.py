@@ -1,34 +1,13 @@
-"""Orbax's layout of a checkpoint of several items, kept where code can see it:
-the checkpoint is a directory with one entry per item, named as Orbax names
-it (``state``, ``metadata``, ``dataset``...), each entry one treecask archive
-that :func:`treecask.open` reads on its own, plus ``index.cask``, the
-checkpoint's commit object (an archive without leaves whose metadata holds
-the checkpoint's own: custom metadata, when the save began). Orbax writes a
-directory per item in the same places (and its own bookkeeping files,
-``_CHECKPOINT_METADATA``, ``commit_success.txt``...), so listing the
-checkpoint, testing an item's path or deleting an item's entry behave as with
-Orbax.
-
-A directory is written through the store seam (``treecask.stores``):
-:meth:`Store.stage_directory`, each item saved into the staging with
-:func:`treecask.save`, then :meth:`Store.publish_directory` (on a file system
-one atomic rename of the whole directory, an overwrite included; in an
-object store the directory counts once ``index.cask`` exists, and an
-overwrite first deletes the old index, then writes the new items over the
-old ones and commits them with the new index, so a failed overwrite there
-leaves no checkpoint). Which items a checkpoint holds is its
-listing (an item whose entry was deleted is gone, as in Orbax); each item's
-kind (pytree, JSON, array, a stateful checkpointable's state) is in its own
-archive's metadata.
-
-In a ``jax.distributed`` job of more than one process (called the same way in
-every process, as ``treecask.save``) each item is the core's sharded
-checkpoint directory ``<key>/<item>/`` (``index.cask`` + ``process_<k>.cask``,
-format/SPEC.md "Sharded checkpoints"; ``treecask._distributed``): every
-process writes its share of every item's boxes (replicas sharing the work),
-inside the staging that process 0 made and named to the others through the
-jax coordination service; process 0 then commits the whole checkpoint with
-its ``index.cask`` and every process returns or raises the outcome.
+"""Orbax's layout of a checkpoint of several items: a directory with one
+treecask archive per item, named as Orbax names it, and ``index.cask``, the
+commit object whose metadata holds the checkpoint's own (format/SPEC.md
+"Item-directory steps"). It is written through the store seam
+(``Store.stage_directory``, each item saved into the staging with
+:func:`treecask.save`, ``Store.publish_directory``); in a multi-process jax
+job each item is the core's sharded checkpoint (SPEC.md "Sharded
+checkpoints"), every process writing its share inside the staging process 0
+made and named to the others through the jax coordination service, and
+process 0 commits.
 """
 
 from __future__ import annotations
@@ -95,36 +74,18 @@ def _snapshot(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, tree)
 
 
-def _run_meanwhile(meanwhile: Optional[Callable[[], None]]) -> Optional[BaseException]:
-    """Runs ``meanwhile`` (the manager's retention, beside a save) and returns
-    what it raised: the save's error, raised once the checkpoint is written."""
-    if meanwhile is None:
-        return None
-    try:
-        meanwhile()
-    except Exception as e:
-        return e
-    return None
-
-
 def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, Mapping[str, str]]],
                    index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
                    meanwhile: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
                    step: Optional[int] = None, metrics: Any = None) -> Optional[SaveJob]:
     """Writes the checkpoint directory ``key`` of ``store``: each item
     ``name -> (tree, archive metadata)`` as the archive ``key/name``, then
-    ``key/index.cask`` with ``index_md``, committed whole (module docstring).
-    An existing checkpoint raises AlreadyExistsError unless ``overwrite``
-    (then it is replaced by the same commit). Parent directories of a local
-    path are created, as Orbax does. Returns None once durable, or
-    (``asynchronous``) a :class:`treecask._async.SaveJob` once the trees'
-    NumPy bytes are copied: the writing runs in the background and
-    ``wait()`` raises its error. ``meanwhile`` runs before the items are
-    written and ``after`` once the checkpoint is committed (on the
-    background thread when asynchronous; a manager's sweep and retention,
-    as ``treecask._async.save_async``'s); ``step`` and ``metrics`` are
-    recorded on the job. Argument errors (an existing checkpoint, a bad
-    name) raise here."""
+    ``key/index.cask`` with ``index_md``, committed whole (module docstring;
+    parent directories created, as Orbax does). An existing checkpoint raises
+    AlreadyExistsError here unless ``overwrite``. Returns None once durable,
+    or (``asynchronous``) a :class:`treecask._async.SaveJob` once the trees'
+    NumPy bytes are copied. ``meanwhile``, ``after``, ``step`` and ``metrics``
+    as for ``treecask._async.save_async``."""
     for name in items:
         if not isinstance(name, str) or not name or "/" in name or name == INDEX or name.startswith("."):
             from ..errors import InvalidArgumentError
@@ -133,45 +94,54 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
                                        file=store.display(key))
     store.make_directory(key.rpartition("/")[0])  # a file system's parents; nothing in an object store
     if _distributed.active():
-        return _save_sharded(store, key, items, index_md, overwrite=bool(overwrite), asynchronous=asynchronous,
-                             meanwhile=meanwhile, after=after, step=step, metrics=metrics)
-    staging = store.stage_directory(key, overwrite=bool(overwrite))
-    if overwrite and not store.supports_atomic_directories:
-        store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items are rewritten
-    if asynchronous:
-        items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
+        write_all = _save_sharded(store, key, items, index_md, overwrite=bool(overwrite), asynchronous=asynchronous,
+                                  after=after)
+    else:
+        staging = store.stage_directory(key, overwrite=bool(overwrite))
+        if overwrite and not store.supports_atomic_directories:
+            store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items are rewritten
+        if asynchronous:
+            items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
 
-    def write_all() -> None:
-        swept = _run_meanwhile(meanwhile)
-        written: List[str] = []
-        try:
-            for name, (tree, md) in items.items():
-                try:
-                    _save(stores.join(staging, name), tree, store=store, metadata=dict(md),
-                          overwrite=bool(overwrite))
-                except Error as e:  # named as the item it was to be, not its staging
-                    raise _upload.named(e, store.display(stores.join(staging, name)),
-                                        store.display(stores.join(key, name))) from None
-                written.append(name)
+        def write_all() -> None:
+            written: List[str] = []
+            try:
+                for name, (tree, md) in items.items():
+                    try:
+                        _save(stores.join(staging, name), tree, store=store, metadata=dict(md),
+                              overwrite=bool(overwrite))
+                    except Error as e:  # named as the item it was to be, not its staging
+                        raise _upload.named(e, store.display(stores.join(staging, name)),
+                                            store.display(stores.join(key, name))) from None
+                    written.append(name)
 
-            def write_index(path: str, in_place: bool) -> None:
-                _save(path, None, metadata={**index_md, MARK_KEY: "1"}, overwrite=not in_place)
+                def write_index(path: str, in_place: bool) -> None:
+                    _save(path, None, metadata={**index_md, MARK_KEY: "1"}, overwrite=not in_place)
 
-            store.publish_directory(staging, key, write_index, overwrite=bool(overwrite), durable=True,
-                                    keep=list(items))
-        except BaseException:
-            store.discard_directory(staging, written)
-            raise
-        if after is not None:
-            after()
+                store.publish_directory(staging, key, write_index, overwrite=bool(overwrite), durable=True,
+                                        keep=list(items))
+            except BaseException:
+                store.discard_directory(staging, written)
+                raise
+            if after is not None:
+                after()
+
+    def run() -> None:  # both paths: `meanwhile` first, its error the save's once the checkpoint is written
+        swept: Optional[BaseException] = None
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception as e:
+                swept = e
+        write_all()
         if swept is not None:
             raise swept
 
     if not asynchronous:
-        write_all()
+        run()
         return None
     job = SaveJob(store.display(key), step=step, metrics=metrics)
-    _start(job, write_all)
+    _start(job, run)
     return job
 
 
@@ -180,19 +150,14 @@ _items_counter = 0  # multi-process saves of a directory of items so far (the co
 
 def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, Mapping[str, str]]],
                   index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
-                  meanwhile: Optional[Callable[[], None]], after: Optional[Callable[[], None]],
-                  step: Optional[int], metrics: Any) -> Optional[SaveJob]:
-    """:func:`save_directory` in a multi-process jax job (module docstring):
-    each item the core's multi-process save (``_distributed.prepare`` here, in
-    the caller's thread: the boxes taken, copied when ``asynchronous``;
-    ``_distributed.run`` later) into the staging of ``key``, which process 0
-    makes (``Store.stage_directory``) and then commits
-    (``Store.publish_directory``, ``index.cask`` with ``index_md``). Must be
-    called in every process in the same order (the coordination keys are
-    numbered per call). An error in any process is raised in every process;
-    ``after`` runs in every process once the checkpoint is committed, and the
-    save ends for all once it has (a manager's retention, which process 0
-    runs, is then seen by every process)."""
+                  after: Optional[Callable[[], None]]) -> Callable[[], None]:
+    """The writing of :func:`save_directory` in a multi-process jax job
+    (module docstring), returned to run now or in the background; the boxes
+    are taken here (``_distributed.prepare``, copied when ``asynchronous``).
+    Must be called in every process in the same order (the coordination keys
+    are numbered per call). An error in any process is raised in every
+    process; ``after`` runs in every process, and the save ends for all once
+    it has (a manager's retention, which process 0 runs, is then seen by all)."""
     global _items_counter
     import jax
 
@@ -215,7 +180,6 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
 
     def write_all() -> None:
         client = _distributed._client()
-        swept = _run_meanwhile(meanwhile)
         # Process 0 stages the checkpoint and names the staging to the others.
         if pid == 0:
             try:
@@ -270,18 +234,10 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
         try:
             if after is not None:
                 after()
-        except BaseException as e:
-            swept = e
-        client.wait_at_barrier(coord + "/done", timeout_ms)
-        if swept is not None:
-            raise swept
+        finally:
+            client.wait_at_barrier(coord + "/done", timeout_ms)
 
-    if not asynchronous:
-        write_all()
-        return None
-    job = SaveJob(shown, step=step, metrics=metrics)
-    _start(job, write_all)
-    return job
+    return write_all
 
 
 __all__ = ["INDEX", "KIND_KEY", "MARK_KEY", "item_names", "save_directory"]

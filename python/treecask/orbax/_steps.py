@@ -1,18 +1,9 @@
-"""Orbax's view of a run, over :class:`treecask.CheckpointManager`'s public
-calls: the one adapter that ``treecask.orbax.CheckpointManager`` (Orbax's
-manager) and ``treecask.orbax.v1.training.Checkpointer`` share.
-
-A step is Orbax's layout, a directory ``<step>/`` of one treecask archive
-per item named as Orbax names them (``default``, ``state``...) and
-``index.cask``, the step's commit object (the manager's ``step_layout=
-ITEM_DIRECTORIES``, written by ``_layout.py``), so listing the run or a step
-shows what Orbax's shows.
-
-What Orbax's managers show and treecask's manager does not: a step still
-being saved is listed (Orbax's bookkeeping adds a step when its save
-starts), a step is read through a :class:`~treecask.orbax._items.Where` (its
-store and path), and a step may be read from another directory of the same
-store. Everything else is the manager's own call.
+"""Orbax's view of a run (format/SPEC.md "Item-directory steps") over
+:class:`treecask.CheckpointManager`'s public calls: the one adapter that
+``treecask.orbax.CheckpointManager`` and ``treecask.orbax.v1.training.Checkpointer``
+share. Beyond the manager's own calls it lists a step still being saved
+(Orbax's bookkeeping), reads a step through a
+:class:`~treecask.orbax._items.Where` and reads other directories of the same store.
 """
 
 from __future__ import annotations
@@ -59,13 +50,14 @@ class Steps:
                  max_to_keep: Optional[int] = None, keep_period: Optional[int] = None,
                  best_fn: Optional[Callable[[Any], float]] = None, best_mode: str = "max",
                  keep_fn: Optional[Callable[[List[StepInfo]], Sequence[bool]]] = None):
-        self.manager = _Manager(directory, max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
+        loc = stores.resolve(directory, store)  # once: the manager receives the Location
+        self.manager = _Manager(loc, max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
                                 best_mode=best_mode, keep_newest=False, save_interval_steps=1,
-                                async_save=async_save, read_only=read_only, keep_fn=keep_fn, store=store,
+                                async_save=async_save, read_only=read_only, keep_fn=keep_fn,
                                 step_layout=ITEM_DIRECTORIES)
         self._store = store
         self._started: Dict[int, int] = {}  # step -> time.time_ns() when its save began
-        self._root = stores.join(stores.resolve(directory, store).path, ROOT_METADATA)
+        self._root = stores.join(loc.path, ROOT_METADATA)
 
     # ---- the run's own metadata ----
     def root_metadata(self) -> Any:
@@ -245,3 +237,30 @@ def _swap(location: Any) -> Any:
     """(store, path) -> (path, store): Where's argument order."""
     store, path = location
     return path, store
+
+
+class Run:
+    """What ``treecask.orbax.CheckpointManager`` and
+    ``treecask.orbax.v1.training.Checkpointer`` share over their ``_steps``
+    (a :class:`Steps`): the directory and the lifetime calls."""
+
+    _steps: Steps
+
+    @property
+    def directory(self) -> Any:
+        """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
+        return self._steps.directory
+
+    def is_saving_in_progress(self) -> bool:
+        """Whether an asynchronous save is still running."""
+        return self._steps.is_saving_in_progress()
+
+    def close(self) -> None:
+        """Waits for the save in flight, then closes (later saves raise)."""
+        self._steps.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

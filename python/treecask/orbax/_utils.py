@@ -1,10 +1,6 @@
-"""The helper namespaces Orbax's current guides call, with Orbax 0.12's
-semantics: ``ocp.tree`` (flattening a pytree to a dict of key tuples and
-back, parameter names, ``to_shape_dtype_struct``), ``ocp.utils`` (the same
-tree helpers under their older names, and the process helpers a
-single-program script calls) and ``ocp.test_utils.erase_and_create_empty``,
-the first line of the Orbax 101 guide. They are plain functions over jax
-pytrees (jax is imported when one is called) and touch no checkpoint.
+"""The helper namespaces Orbax's guides call, with Orbax 0.12's semantics
+(``ocp.tree``, ``ocp.utils``, ``ocp.checkpoint_utils``, ``ocp.test_utils``):
+plain functions over jax pytrees that touch no checkpoint.
 """
 
 from __future__ import annotations

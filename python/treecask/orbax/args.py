@@ -56,8 +56,8 @@ class StandardSaveArgs(CheckpointArgs):
 class StandardRestoreArgs(CheckpointArgs):
     """Restore a pytree (Orbax ``args.StandardRestore``).
 
-    ``item``: None (the tree as saved: dicts, lists and tuples of NumPy arrays
-    and Python scalars), or a target: a tree of arrays or
+    ``item``: None (the tree as saved, leaves saved as jax arrays restored as
+    jax arrays, as Orbax), or a target: a tree of arrays or
     ``jax.ShapeDtypeStruct`` (``jax.eval_shape`` of the state). With a target
     each leaf comes back as the target's type, on the target's sharding, cast
     to the target's dtype (Orbax casts; a float64 checkpoint restores into a

@@ -1,16 +1,8 @@
-"""``ocp.handlers``: Orbax's handler namespace as the guides use it.
-
-The handlers (``StandardCheckpointHandler``, ``PyTreeCheckpointHandler``,
-``JsonCheckpointHandler``, ``ArrayCheckpointHandler``,
-``CompositeCheckpointHandler``), their argument classes under Orbax's names
-(``StandardSaveArgs``, ``StandardRestoreArgs``, ``PyTreeSaveArgs``...,
-``CompositeArgs``; ``CompositeResults`` is what a Composite restore returns),
-and a handler registry: ``DefaultCheckpointHandlerRegistry().add(item, args,
-handler)`` tells a :class:`treecask.orbax.CheckpointManager`
+"""``ocp.handlers``: Orbax's handler namespace as the guides use it: the
+handlers, their argument classes under Orbax's names, and a handler
+registry that tells a :class:`treecask.orbax.CheckpointManager`
 (``handler_registry=``) which handler restores each item, as Orbax's
-``item_handlers`` do (Orbax ``handlers.DefaultCheckpointHandlerRegistry``).
-Handlers that write formats of their own (``ProtoCheckpointHandler``, the
-random-key handlers, custom ``AsyncCheckpointHandler`` subclasses) raise
+``item_handlers`` do. Handlers that write formats of their own raise
 :class:`treecask.UnsupportedError` naming what to do instead.
 """
 
@@ -89,15 +81,6 @@ class CheckpointHandlerRegistry:
     def get_all_entries(self) -> Dict[Tuple[Optional[str], type], Any]:
         """{(item, argument class): handler class}."""
         return dict(self._entries)
-
-    def item_handlers(self) -> Dict[str, Any]:
-        """{item name: handler class} of the entries that name an item (what a
-        manager's ``item_handlers=`` would say); the first entry of an item wins."""
-        out: Dict[str, Any] = {}
-        for (item, _), h in self._entries.items():
-            if item is not None:
-                out.setdefault(item, h)
-        return out
 
 
 class DefaultCheckpointHandlerRegistry(CheckpointHandlerRegistry):

@@ -14,6 +14,7 @@ by key by ``storage_options`` (obstore's config keys, e.g. ``endpoint``,
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import threading
@@ -138,21 +139,9 @@ class ObjectStore(Store):
       read_only: the store only reads and lists nothing (default: True for
         an ``obstore.store.HTTPStore``).
 
-    Reading: each object opens in one round trip (its first 256 KiB and last
-    4 MiB, also giving its size and ETag) and every later range carries
-    ``If-Match`` with that ETag: an object replaced meanwhile is a
-    CorruptionError, never a mix of two versions (SPEC.md "Remote reading").
-    Writing (:meth:`put_file`): up to 64 MiB one PUT with ``If-None-Match:
-    *`` (S3; GCS ``ifGenerationMatch=0``; memory: create mode); larger, on
-    S3 with botocore installed, one multipart upload straight to ``path``
-    (named by a marker while it runs) completed with ``If-None-Match: *``
-    (``stores/_s3.py``), elsewhere a multipart upload to a temporary
-    ``<path>.tmp.<host>.<pid>.<hex16>`` and a conditional copy onto ``path``;
-    then the object is confirmed to be this save's (one ranged GET). Whether
-    two racing creations are atomic is the store's guarantee, not
-    treecask's (docs/stores.md lists them); a store that refuses conditional
-    writes gets a HEAD just before an unconditional write. Listing needs a
-    store that lists (not HTTP).
+    Reads are pinned to one ETag (``_source.ObjectSource``), commits
+    conditional and confirmed (docs/stores.md "What each store guarantees at
+    commit"). Listing needs a store that lists (not HTTP).
     """
 
     def __init__(self, store: Any, *, name: Optional[str] = None, read_only: Optional[bool] = None,
@@ -276,15 +265,21 @@ class ObjectStore(Store):
             raise err  # outside the except: obstore's text may quote a signed URL
         return out
 
-    def sweep_uploads(self, path: str, names: Sequence[str]) -> None:
+    def sweep_uploads(self, path: str, names: Sequence[str]) -> Sequence[str]:
         """On S3 with botocore: aborts the multipart uploads of ``path``
-        whose saver died, named by their markers among ``names``
-        (``stores/_s3.py``)."""
-        marked = [n for n in names if n.endswith("/" + _s3.UPLOAD_MARKER)]
+        whose saver died, by their markers among ``names``; returns the dead
+        markers kept for the next save (``_s3.S3.abort_dead_uploads``)."""
+        marked = [n for n in names if _s3.is_marker(path, n)]
         s3 = _s3.for_store(self.store) if marked else None
-        if s3 is not None:
-            s3.abort_marked(path, marked)
+        if s3 is None:
+            return ()
+        return s3.abort_dead_uploads(path, marked, lambda: [n for n in self.list_prefix(path)
+                                                            if _s3.is_marker(path, n)])
 
     def delete(self, paths: Sequence[str]) -> None:
         """Deletes each object (best effort: a missing one, or a failure, is skipped)."""
-        _upload.delete_objects(self.store, list(paths))
+        import obstore
+
+        for k in paths:
+            with contextlib.suppress(Exception):
+                obstore.delete(self.store, k)

@@ -1,20 +1,11 @@
 """The S3 calls obstore 0.12 lacks, made with botocore (optional: ``pip
-install treecask[s3]``; docs/stores.md "S3 with botocore"):
-
-- a conditional multipart upload straight to the key (CreateMultipartUpload,
-  parts in parallel, CompleteMultipartUpload with ``If-None-Match: *``), so
-  that a new large checkpoint is uploaded once, not uploaded to a temporary
-  then copied;
-- listing and aborting the incomplete multipart uploads of a key
-  (ListMultipartUploads, AbortMultipartUpload), so that a killed saver's
-  upload does not outlive the next save of that key.
-
-:func:`for_store` gives a :class:`S3` for an ``obstore.store.S3Store`` whose
-configuration botocore can reproduce (bucket, endpoint, static or
-environment credentials, region, path- or virtual-hosted-style), else None:
-then :class:`treecask.stores.ObjectStore` keeps obstore's own path
-(python/treecask/_upload.py). Configuration is read as obstore reads it:
-the store's ``config`` over the ``AWS_*`` environment variables.
+install treecask[s3]``; docs/stores.md "S3 with botocore"): a multipart
+upload straight to the key completed with ``If-None-Match: *``, and the
+listing and aborting of a key's incomplete multipart uploads.
+:func:`for_store` gives the :class:`S3` twin of an ``obstore.store.S3Store``
+whose configuration botocore can reproduce (the store's ``config`` over the
+``AWS_*`` environment, as obstore reads it), else None: then
+:class:`treecask.stores.ObjectStore` keeps obstore's own path (``_upload``).
 """
 
 from __future__ import annotations
@@ -23,7 +14,7 @@ import concurrent.futures
 import contextlib
 import os
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import treecask._core as _core
 from ..errors import Error
@@ -59,12 +50,18 @@ _OBSTORE_ENV = {
 # Keys that change nothing botocore does here (obstore's own commit options).
 _IGNORED = {"bucket", "copy_if_not_exists"}
 
-#: A multipart upload straight to ``<key>`` is named, while it runs, by an
-#: object ``<key>.tmp.<host>.<pid>.<hex16>/upload`` holding its upload id (S3
-#: lists no owner of an upload): a temporary of the core's rule, so that
-#: the next save of ``<key>``, or the manager's sweep of its run, aborts a
-#: dead saver's upload and deletes the marker (:meth:`S3.abort_marked`).
+#: The marker ``<key>.tmp.<host>.<pid>.<hex16>/upload`` names a multipart upload straight to
+#: ``<key>`` while it runs (S3 lists no owner of an upload): :meth:`S3.put_new`,
+#: :meth:`S3.abort_dead_uploads`.
 UPLOAD_MARKER = "upload"
+
+
+def is_marker(path: str, name: str) -> bool:
+    """Whether object ``name`` is an upload marker of ``path``
+    (``<path>.tmp.<host>.<pid>.<hex16>/upload``)."""
+    tail = "/" + UPLOAD_MARKER
+    return name.startswith(path + ".tmp") and name.endswith(tail) and "/" not in name[len(path):-len(tail)]
+
 
 _CLIENTS: Dict[Tuple, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
@@ -78,8 +75,10 @@ def for_store(store: Any) -> Optional["S3"]:
     """The botocore twin of obstore store ``store``, or None: botocore not
     installed (or too old for ``IfNoneMatch`` on CompleteMultipartUpload),
     not an S3Store, a Python credential provider, conditional writes
-    disabled (``conditional_put="disabled"``), or an option (config or
-    client option other than ``allow_http``) botocore is not given here (then obstore's own path is used, which honours them all)."""
+    disabled (``conditional_put="disabled"``), or an option (config, or
+    client option other than ``allow_http`` and the timeouts of
+    :func:`deadline`) botocore is not given here (then obstore's own path is
+    used, which honours them all)."""
     import obstore.store
 
     if not isinstance(store, obstore.store.S3Store) or getattr(store, "credential_provider", None) is not None:
@@ -98,21 +97,69 @@ def for_store(store: Any) -> Optional["S3"]:
         if k not in CORE_OPTIONS and k not in _OBSTORE_ENV and k not in _IGNORED:
             return None
         cfg[k] = str(v)
-    if set(store.client_options or {}) - {"allow_http"}:  # proxies, certificates, timeouts: obstore's
+    if set(store.client_options or {}) - {"allow_http", *_TIMEOUTS}:  # proxies, certificates: obstore's
         return None
     bucket = (store.config or {}).get("bucket")
     if not bucket or str(cfg.get("conditional_put", "")).lower() == "disabled":
         return None
     if _true(cfg.get("virtual_hosted_style_request", "")) and cfg.get("endpoint"):
         return None  # obstore's endpoint then already names the bucket
-    client = _client(cfg)
+    try:
+        limits = deadline(store)
+    except (KeyError, ValueError):  # a duration in a unit not read here: obstore's
+        return None
+    client = _client(cfg, limits)
     if client is None:
         return None
     return S3(client, str(bucket), (store.prefix or "").strip("/"))
 
 
-def _client(cfg: Dict[str, str]) -> Any:
-    key = tuple(sorted(cfg.items()))
+#: obstore client options botocore is given (per attempt, seconds): ``connect_timeout`` is its
+#: connect timeout, ``timeout`` its read timeout (no progress for that long fails the attempt).
+_TIMEOUTS = {"connect_timeout": "connect_timeout_s", "timeout": "stall_timeout_s"}
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "day": 86400.0,
+          "days": 86400.0}
+
+
+def _seconds(text: str) -> float:
+    """Seconds of a duration as obstore spells its client options back ("1m 30s", "250ms")."""
+    total = 0.0
+    for part in str(text).split():
+        number = part.rstrip("abcdefghijklmnopqrstuvwxyz")
+        total += float(number) * _UNITS[part[len(number):] or "s"]
+    return total
+
+
+def deadline(store: Any) -> Dict[str, float]:
+    """The bounds the botocore twin of obstore store ``store`` keeps, the
+    store's own where it was given them, else the core's
+    (``_core.RETRY_POLICY``, remote.h RetryPolicy and RemoteOptions):
+    ``max_retries``; ``timeout_s``, after which no retry begins (obstore's
+    ``retry_config["retry_timeout"]``); ``max_backoff_s``; per attempt
+    ``connect_timeout_s`` and ``stall_timeout_s`` (obstore's client options
+    ``connect_timeout`` and ``timeout``). A call then fails within
+    ``timeout_s + max_backoff_s + connect_timeout_s + stall_timeout_s``
+    seconds (no retry begun after ``timeout_s``, each after at most
+    ``max_backoff_s``, the last at most a connect and a stall), as obstore's
+    do."""
+    out = {k: float(_core.RETRY_POLICY[k]) for k in
+           ("max_retries", "timeout_s", "max_backoff_s", "connect_timeout_s", "stall_timeout_s")}
+    retry = getattr(store, "retry_config", None) or {}
+    options = getattr(store, "client_options", None) or {}
+    if "max_retries" in retry:
+        out["max_retries"] = float(retry["max_retries"])
+    if "retry_timeout" in retry:
+        out["timeout_s"] = retry["retry_timeout"].total_seconds()
+    if "max_backoff" in (retry.get("backoff") or {}):
+        out["max_backoff_s"] = retry["backoff"]["max_backoff"].total_seconds()
+    for option, k in _TIMEOUTS.items():
+        if options.get(option):
+            out[k] = _seconds(options[option])
+    return out
+
+
+def _client(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
+    key = (tuple(sorted(cfg.items())), tuple(sorted(limits.items())))
     with _CLIENTS_LOCK:
         if key in _CLIENTS:
             return _CLIENTS[key]
@@ -124,7 +171,7 @@ def _client(cfg: Dict[str, str]) -> Any:
             _CLIENTS[key] = None
             return None
         try:
-            conf = _config(cfg)
+            conf = _config(cfg, limits)
         except TypeError:  # botocore before 1.36 (no request_checksum_calculation): obstore's path
             _CLIENTS[key] = None
             return None
@@ -133,21 +180,56 @@ def _client(cfg: Dict[str, str]) -> Any:
             endpoint_url=cfg.get("endpoint") or None,
             aws_access_key_id=cfg.get("access_key_id"), aws_secret_access_key=cfg.get("secret_access_key"),
             aws_session_token=cfg.get("session_token"), config=conf)
+        _keep_deadline(client, limits)
         _CLIENTS[key] = client
         return client
 
 
-def _config(cfg: Dict[str, str]) -> Any:
+def _keep_deadline(client: Any, limits: Dict[str, float]) -> None:
+    """Retries of ``client``'s calls as the core's RetryPolicy says (obstore's
+    ``retry_config``): botocore's standard mode decides which answers are
+    retried, but its backoff is capped at ``max_backoff_s`` (botocore's own
+    waits up to 20 s after a throttle) and no retry begins more than
+    ``timeout_s`` seconds after the call's first attempt (botocore counts
+    attempts only). The call then fails with its last answer or exception
+    (a treecask error by ``_errors.of_botocore``)."""
+    import time
+
+    from botocore.retries import standard
+
+    events, unique_id = client.meta.events, "retry-config-s3"  # botocore's name of its handler
+    events.unregister("needs-retry.s3", unique_id=unique_id)
+    handler = standard.register_retry_handler(client, max_attempts=1 + int(limits["max_retries"]))
+    events.unregister("needs-retry.s3", unique_id=unique_id)
+
+    def started(context: Dict[str, Any], **_: Any) -> None:
+        context["treecask_started"] = time.monotonic()
+
+    def needs_retry(request_dict: Dict[str, Any], **kwargs: Any) -> Any:
+        delay = handler.needs_retry(request_dict=request_dict, **kwargs)
+        if delay is None:
+            return None  # botocore's: no retry
+        delay = min(delay, limits["max_backoff_s"])
+        t0 = (request_dict.get("context") or {}).get("treecask_started", time.monotonic())
+        # False: no retry (botocore's endpoint takes the first answer that is not None)
+        return False if time.monotonic() - t0 + delay > limits["timeout_s"] else delay
+
+    events.register("before-call.s3", started)
+    events.register("needs-retry.s3", needs_retry, unique_id=unique_id)
+
+
+def _config(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
     import botocore
     import botocore.config
 
     # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
-    # (_object._RETRY): botocore's standard mode retries the same throttles, 5xx and dropped
-    # connections with capped exponential backoff; total_max_attempts counts the first try
-    # (botocore's max_attempts would count retries only). botocore has no overall deadline:
-    # the core's timeout_s bounds obstore's retries, botocore's are bounded by their number.
+    # (_object._RETRY), or the store's own retry_config and timeouts (deadline()): botocore's
+    # standard mode retries the same throttles, 5xx and dropped connections with capped
+    # exponential backoff; total_max_attempts counts the first try (botocore's max_attempts
+    # would count retries only); _keep_deadline caps the backoff and stops the retries at timeout_s.
     return botocore.config.Config(
-        retries={"mode": "standard", "total_max_attempts": 1 + int(_core.RETRY_POLICY["max_retries"])},
+        retries={"mode": "standard", "total_max_attempts": 1 + int(limits["max_retries"])},
+        connect_timeout=limits["connect_timeout_s"], read_timeout=limits["stall_timeout_s"],
         max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
         # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
         request_checksum_calculation="when_required", response_checksum_validation="when_required",
@@ -171,30 +253,29 @@ class S3:
         each read from the file by its worker: memory is bounded by their
         product) completed with ``If-None-Match: *`` (without it when
         ``overwrite``); returns the ETag the completion gave. While it runs
-        the upload is named by its marker (:data:`UPLOAD_MARKER`), so that
-        the next save of ``path`` aborts it if this process dies, whichever
-        kind of save that is. On any failure the upload is aborted. Raises
-        AlreadyExistsError when the completion is refused because ``path``
-        exists (412 PreconditionFailed, or 409 ConditionalRequestConflict:
-        another completion of ``path`` in progress), NotFoundError (no
-        bucket), IoError."""
+        the upload is named by its marker (:data:`UPLOAD_MARKER`), written
+        empty before the upload starts and then given its id, so that the
+        next save of ``path`` aborts it if this process dies, whichever kind
+        of save that is and at whichever step (:meth:`abort_dead_uploads`).
+        On any failure the upload is aborted. Raises AlreadyExistsError when
+        the completion is refused because ``path`` exists (412
+        PreconditionFailed, or 409 ConditionalRequestConflict: another
+        completion of ``path`` in progress), NotFoundError (no bucket),
+        IoError."""
         key = self._key(path)
         marker = self._key(f"{_core.temporary_path(path)}/{UPLOAD_MARKER}")
         err: Optional[Error] = None
-        try:
-            upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
-        except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
-            err = _errors.of_botocore(url, "starting the multipart upload", e)
-        if err is not None:
-            raise err
+        upload: Optional[str] = None
         try:
             try:
+                self.client.put_object(Bucket=self.bucket, Key=marker, Body=b"")
+                upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
                 self.client.put_object(Bucket=self.bucket, Key=marker, Body=upload.encode())
-            except Exception as e:  # noqa: BLE001
-                err = _errors.of_botocore(url, "writing the upload's marker", e)
+            except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
+                err = _errors.of_botocore(url, "starting the multipart upload", e)
             if err is not None:
-                with contextlib.suppress(Exception):
-                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+                if upload is not None:
+                    self.abort(path, upload)
                 raise err
             return self._upload(key, upload, local_file, url, overwrite)
         finally:
@@ -299,21 +380,63 @@ class S3:
             raise err
         return sorted(done, key=lambda p: p["PartNumber"])
 
-    def abort_marked(self, path: str, names: List[str]) -> None:
-        """Aborts the multipart uploads of ``path`` whose saver died: those
-        named by a marker ``<path>.tmp.<host>.<pid>.<hex16>/upload`` among
-        ``names`` (a listing of ``path``) that is stale by the core's rule
-        (this host, a process that no longer runs). The markers themselves
-        are left to :meth:`treecask.stores.Store.remove_stale`. Best effort."""
-        for n in names:
-            temporary, _, rest = n.partition("/" + UPLOAD_MARKER)
-            if rest or not temporary.startswith(path + ".tmp") or "/" in temporary[len(path):]:
-                continue
-            if not _core.is_stale_temporary(path, temporary):
-                continue
-            with contextlib.suppress(Exception):
+    def abort_dead_uploads(self, path: str, markers: Sequence[str],
+                           relist: Callable[[], Sequence[str]]) -> List[str]:
+        """Aborts the incomplete multipart uploads of ``path`` whose saver
+        died (docs/stores.md "S3 with botocore"); ``markers``: the upload
+        markers ``<path>.tmp.<host>.<pid>.<hex16>/upload`` a listing of
+        ``path`` found, ``relist()`` lists them again. A marker is written empty before its saver starts
+        its upload and holds the upload's id once it has started
+        (:meth:`put_new`); a marker is dead by the core's rule of every
+        temporary (this host, a process that no longer runs). Aborted:
+
+        - the upload a dead marker names (the marker itself is left to
+          :meth:`treecask.stores.Store.remove_stale`);
+        - when a dead marker is empty (its saver was killed between starting
+          the upload and naming it), every upload of ``path`` that no marker
+          names, provided every empty marker is dead: the uploads are listed
+          first and the markers again after, so that a saver whose upload is
+          listed has its marker listed too, and none of them can be a live
+          saver's. With an empty marker of another host, or of a live
+          process, nothing unnamed is aborted.
+
+        Returns the dead empty markers to keep (their uploads not yet
+        aborted: the next save of ``path`` tries again). Requests: one GET
+        per marker; with a dead empty marker, one ListMultipartUploads and
+        one listing more. Best effort: a failure is ignored."""
+        try:
+            named, empty = self._read_markers(path, markers)
+            dead = [n for n, is_dead in empty.items() if is_dead]
+            if not dead:
+                return []
+            found = self.uploads(path)
+            named, empty = self._read_markers(path, relist())
+            if not all(empty.values()):
+                return dead
+            for k, upload, _ in found:
+                if k == path and upload not in named:
+                    self.abort(path, upload, strict=True)
+            return []
+        except Exception:  # noqa: BLE001
+            return list(markers)
+
+    def _read_markers(self, path: str, markers: Sequence[str]) -> Tuple[set, Dict[str, bool]]:
+        """(the upload ids the markers name, {empty marker: whether it is
+        dead}); the uploads of the dead markers that name one are aborted."""
+        named, empty = set(), {}
+        for n in markers:
+            try:
                 upload = self.client.get_object(Bucket=self.bucket, Key=self._key(n))["Body"].read().decode()
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(path), UploadId=upload)
+            except Exception:  # noqa: BLE001 -- deleted meanwhile: its upload ended
+                continue
+            dead = _core.is_stale_temporary(path, n[:-len("/" + UPLOAD_MARKER)])
+            if not upload:
+                empty[n] = dead
+                continue
+            named.add(upload)
+            if dead:
+                self.abort(path, upload)
+        return named, empty
 
     def uploads(self, prefix: str) -> List[Tuple[str, str, Any]]:
         """(path, upload id, when it was started: a datetime) of every
@@ -329,11 +452,15 @@ class S3:
                 return out
             kw["KeyMarker"], kw["UploadIdMarker"] = r.get("NextKeyMarker", ""), r.get("NextUploadIdMarker", "")
 
-    def abort(self, path: str, upload: str) -> None:
-        """Aborts upload ``upload`` of ``path``; best effort (a failure, or an
-        upload already gone, is ignored)."""
-        with contextlib.suppress(Exception):
+    def abort(self, path: str, upload: str, *, strict: bool = False) -> None:
+        """Aborts upload ``upload`` of ``path``. An upload already gone is
+        no error; any other failure is ignored, or with ``strict`` raised
+        (botocore's)."""
+        try:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(path), UploadId=upload)
+        except Exception as e:  # noqa: BLE001
+            if strict and _errors.botocore_code(e)[0] != "NoSuchUpload":
+                raise
 
     def abort_dead(self, path: str) -> None:
         """Aborts what no saver can still complete, once ``path`` is committed

@@ -46,20 +46,12 @@ class Store(abc.ABC):
     """Where checkpoints live. Paths are "/"-separated strings relative to the
     store's root ("" is the root).
 
-    A store implements the protocol (docs/stores.md "What a store
-    implements"): :meth:`display` (the text messages show, secrets
-    redacted), :meth:`source` (ranged reads pinned to one version of the
-    object), :meth:`put_file` (a whole object, create-only or overwrite),
-    :meth:`list_prefix`, :meth:`delete`, :meth:`head`, and the capability
-    flags :attr:`read_only` and :attr:`supports_atomic_directories`, plus
-    :meth:`local_path` where the core can map the files (a file system).
-    Everything else -- the pre-check, the sweep of dead writers' leftovers,
-    the commit of an archive and of a checkpoint directory, the removal of a
-    checkpoint -- is written once here on top of them, in two protocols
-    chosen by capability: on a file system (:meth:`local_path` not None) the
-    core writes in place and renames (SPEC.md "Atomic commit"); elsewhere an
-    archive is written to local scratch and committed by :meth:`put_file`'s
-    conditional creation.
+    A store implements :meth:`display`, :meth:`source`, :meth:`put_file`,
+    :meth:`list_prefix`, :meth:`delete`, :meth:`head`, the capability flags
+    :attr:`read_only` and :attr:`supports_atomic_directories`, and
+    :meth:`local_path` on a file system; everything else is written once here
+    on top of them, in two commit protocols chosen by capability
+    (docs/stores.md "What a store implements").
 
     Every method raises treecask errors (NotFoundError, IoError,
     AlreadyExistsError, UnsupportedError), never the client's, and no message
@@ -185,10 +177,13 @@ class Store(abc.ABC):
     def delete(self, paths: Sequence[str]) -> None:
         """Deletes the objects ``paths``, in order; a missing one is no error."""
 
-    def sweep_uploads(self, path: str, names: Sequence[str]) -> None:
+    def sweep_uploads(self, path: str, names: Sequence[str]) -> Sequence[str]:
         """Aborts the incomplete uploads of ``path`` whose writer died, among
-        ``names`` (a listing of ``path``); a store without resumable uploads
-        has none (this default). Best effort."""
+        ``names`` (a listing of ``path``); returns the dead writers' names
+        to keep until their uploads are aborted (the next save tries again).
+        A store without resumable uploads has none (this default). Best
+        effort."""
+        return ()
 
     # ---- written once on the above ----
     def writable(self, path: str) -> None:
@@ -292,10 +287,10 @@ class Store(abc.ABC):
             _core.remove_stale_temporaries(local)
             return
         names = self.list_prefix(path) if names is None else list(names)
-        self.sweep_uploads(path, names)
+        keep = set(self.sweep_uploads(path, names))
         stale = []
         for n in names:
-            if n.startswith(path + ".tmp"):
+            if n.startswith(path + ".tmp") and n not in keep:
                 entry = path + n[len(path):].split("/", 1)[0]  # the temporary itself
                 if _core.is_stale_temporary(path, entry):
                     stale.append(n)
@@ -371,14 +366,11 @@ class Store(abc.ABC):
         before anything is written, when ``path`` exists and ``overwrite`` is
         False).
 
-        On a file system the staging is a fresh temporary directory
-        ``<path>.tmp.<host>.<pid>.<hex16>`` beside ``path`` (the core's
-        naming rule), as an absolute path (every process writes there,
-        whatever its working directory); NotFoundError when the parent
-        directory does not exist. Elsewhere it is ``path`` itself: the files
-        go to their final names, which must be this save's own (named by its
-        save id), and nothing counts before :meth:`publish_directory` creates
-        :data:`COMMIT_OBJECT`."""
+        On a file system the staging is a fresh temporary directory beside
+        ``path`` (the core's naming rule), as an absolute path; NotFoundError
+        when the parent directory does not exist. Elsewhere it is ``path``
+        itself, and nothing counts before :meth:`publish_directory`
+        (docs/stores.md)."""
         self.check_new(path, overwrite=overwrite)
         local = self.local_path(path)
         if local is None:
@@ -400,15 +392,11 @@ class Store(abc.ABC):
         (AlreadyExistsError). ``keep``: the names of the checkpoint's other
         files; ``durable``: everything fsynced before returning.
 
-        On a file system: the index written in place in the staging
-        directory, the directory (fsynced if ``durable``) renamed onto
-        ``path`` by the core's one commit (include/treecask/commit.h:
-        ``RENAME_NOREPLACE``, or with ``overwrite`` ``RENAME_EXCHANGE`` and
-        removal of the old directory; then the parent's fsync). Elsewhere:
-        the index created by :meth:`put_file` (conditionally unless
-        ``overwrite``): that creation is the commit; then the objects
-        directly under ``path`` that are neither the index nor in ``keep`` (an
-        overwritten checkpoint's, a dead save's) are deleted, best effort."""
+        On a file system the staging directory is renamed onto ``path`` by the
+        core's one commit (include/treecask/commit.h); elsewhere the index's
+        conditional creation is the commit, then the objects directly under
+        ``path`` that are neither the index nor in ``keep`` are deleted, best
+        effort (docs/stores.md)."""
         local = self.local_path(path)
         if local is not None:
             tmp = self.local_path(staging) or staging

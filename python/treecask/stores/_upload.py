@@ -1,35 +1,17 @@
-"""Saving to object stores through obstore: an archive written to local scratch, uploaded in
-parallel parts and committed so that the object appears whole or not at all
-and never replaces a checkpoint (docs/remote.md "Saving to object stores").
+"""Saving to object stores through obstore: an archive written to local
+scratch, uploaded in parallel parts and committed so that the object appears
+whole or not at all and never replaces a checkpoint (docs/stores.md "What
+each store guarantees at commit"; docs/remote.md "Saving to object stores").
 
-The commit of one object (:func:`put_file`), through obstore:
-
-- at most ``SINGLE_PUT_BYTES``: one ``PutObject`` with ``If-None-Match: *``
-  (S3; GCS: ``ifGenerationMatch=0``), from a map of the scratch file;
-- larger: a multipart upload (``PART_BYTES`` parts, ``PARTS_IN_FLIGHT`` at
-  once) to a temporary object ``<key>.tmp.<host>.<pid>.<hex16>``, then a
-  server-side copy onto ``<key>`` that only succeeds if ``<key>`` does not
-  exist (S3: ``UploadPartCopy`` and ``CompleteMultipartUpload`` with
-  ``If-None-Match: *``; GCS: ``ifGenerationMatch=0``), then the temporary is
-  deleted. With ``overwrite`` the multipart upload goes straight to ``<key>``.
-  (On S3 with botocore installed, ``treecask.stores.ObjectStore`` uploads a
-  large archive straight to ``<key>`` instead, named by a marker while it
-  runs, its completion conditional unless ``overwrite``:
-  python/treecask/stores/_s3.py.)
-- after a create-only commit: :func:`confirm`, one ranged GET showing that
-  the object at ``<key>`` is this saver's (AlreadyExistsError otherwise).
-- a store without conditional writes (obstore answers NotImplemented /
-  NotSupported, e.g. S3 ``conditional_put="disabled"``): the documented
-  fallback, a HEAD of ``<key>`` just before an unconditional upload; two
-  savers racing inside that window can replace each other's object (the
-  object is still always whole).
-
-Memory: ``PART_BYTES * PARTS_IN_FLIGHT`` (128 MiB) of parts in flight, plus
-obstore's own buffering: bench/remote_save.py measured a peak of 162 MiB above
-the process's size for a 256 MiB archive (the same as a plain ``obstore.put``);
-(a single PUT reads the mapped scratch file). Local scratch: the archive's own
-bytes, in ``$TREECASK_SCRATCH_DIR`` (default: the system temporary
-directory), removed when the save returns or fails.
+:func:`put_file` commits one object: at most ``SINGLE_PUT_BYTES`` by one
+conditional PUT from a map of the scratch file; larger by a multipart upload
+to the temporary ``<key>.tmp.<host>.<pid>.<hex16>`` and a conditional
+server-side copy onto ``<key>`` (straight to ``<key>`` with ``overwrite``;
+on S3 with botocore, ``_s3.S3.put_new`` instead); then :func:`confirm`.
+A store without conditional writes gets :func:`_create`'s fallback. Memory:
+``PART_BYTES * PARTS_IN_FLIGHT`` (128 MiB) of parts in flight plus obstore's
+buffering; scratch: the archive's own bytes in :func:`scratch_dir`, removed
+when the save returns or fails.
 """
 
 from __future__ import annotations
@@ -39,7 +21,7 @@ import mmap
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import treecask._core as _core
 from ..errors import AlreadyExistsError, Error
@@ -222,15 +204,6 @@ def _put_parts(store: Any, key: str, path: str) -> None:
 
     with open(path, "rb") as f:
         obstore.put(store, key, f, use_multipart=True, chunk_size=PART_BYTES, max_concurrency=PARTS_IN_FLIGHT)
-
-
-def delete_objects(store: Any, keys: List[str]) -> None:
-    """Deletes ``keys`` (missing ones are no error); best effort."""
-    import obstore
-
-    for k in keys:
-        with contextlib.suppress(Exception):
-            obstore.delete(store, k)
 
 
 def named(e: Error, local: str, url: str) -> Error:

@@ -2,32 +2,12 @@
 
     from treecask.orbax import v1 as ocp     # instead of: from orbax.checkpoint import v1 as ocp
 
-The names and signatures are orbax-checkpoint 0.12.8's ``orbax.checkpoint.v1``:
-``save`` / ``load`` (``save_pytree`` / ``load_pytree``), ``save_checkpointables``
-/ ``load_checkpointables``, their ``_async`` forms (an :class:`AsyncResponse`
-with ``.result()``), ``metadata`` / ``pytree_metadata`` /
-``checkpointables_metadata``, ``delete``, ``PLACEHOLDER``, :class:`Context`
-with :mod:`options`, ``training.Checkpointer`` with
-``training.save_decision_policies`` and ``training.preservation_policies``,
-``arrays.to_shape_dtype_struct``, ``tree.merge``.
-
-A checkpoint is a directory at ``path``, as Orbax's: one entry per
-checkpointable, named after it (``save`` names the pytree "state"), each one
-treecask archive (``treecask.load(path / "state")`` reads it), committed
-whole with ``index.cask`` (``treecask/orbax/_layout.py``). A stateful
-checkpointable (an object with ``get_state()`` / ``set_state()``, e.g. a
-Grain iterator: :class:`StatefulCheckpointable`) is stored as its state's
-JSON and loaded into an instance given. A ``training.Checkpointer``'s steps are Orbax's ``<directory>/<n>/``, one
-archive per checkpointable and ``index.cask`` (the ``ITEM_DIRECTORIES``
-layout of :class:`treecask.CheckpointManager`). A load into an abstract tree
-follows Orbax's structure rule: the structures must agree, unless the
-context's ``pytree.loading.partial_load`` says otherwise (``StructureError``
-naming the key paths). What treecask does not
-support raises :class:`treecask.UnsupportedError` naming it; docs/python.md
-"Switching from Orbax in one line" lists the differences.
-
-``_api.py`` holds the free functions, ``_context.py`` the Context,
-``options.py`` the option classes, ``training/`` the Checkpointer and policies.
+orbax-checkpoint 0.12.8's ``orbax.checkpoint.v1`` names and signatures; what a
+checkpoint is on disk, the rules followed and what differs: docs/python.md
+"Orbax's v1 API" (format/SPEC.md "Item-directory steps" for a
+``training.Checkpointer``'s steps). ``_api.py`` holds the free functions,
+``_context.py`` the Context, ``options.py`` the option classes, ``training/``
+the Checkpointer and policies.
 """
 
 from . import options, training

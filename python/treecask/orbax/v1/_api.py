@@ -1,20 +1,10 @@
-"""Orbax v1's free functions over treecask archives: ``save`` / ``load`` (and
-``save_pytree`` / ``load_pytree``), ``save_checkpointables`` /
-``load_checkpointables``, their ``_async`` forms, ``metadata`` /
-``checkpointables_metadata``, ``delete``, and the objects they return
-(:class:`AsyncResponse`, :class:`CheckpointMetadata`).
-
-A v1 checkpoint at ``path`` is a directory as Orbax's: one archive per
-checkpointable named after it (``treecask.load(path / "state")``) and
-``index.cask`` (``_layout.py``), each checkpointable encoded as
-``treecask.orbax``'s items (``_items.py``: a pytree, a JSON value, a stateful
-checkpointable's state) and read through ``_items.Checkpoint`` and
-``_items._restore_pytree`` (which applies Orbax's structure rule). In a
-multi-process jax job each checkpointable is the core's sharded checkpoint
-``path/<name>/`` (``_layout.py``: every process writes its share, process 0
-commits). Any treecask archive loads: one written by ``treecask.save`` is
-one pytree at the root (a multi-process save of an earlier release: one
-sharded archive whose subtrees are the checkpointables).
+"""Orbax v1's free functions over treecask archives (``save`` / ``load``,
+``save_checkpointables`` / ``load_checkpointables``, their ``_async`` forms,
+``metadata``, ``delete``) and the objects they return. A checkpoint is a
+directory of one archive per checkpointable and ``index.cask``
+(``_layout.py``), each encoded as ``treecask.orbax``'s items (``_items.py``);
+any treecask archive loads (one written by ``treecask.save`` is one pytree at
+the root).
 """
 
 from __future__ import annotations
@@ -36,7 +26,7 @@ from .. import args as _args
 from ... import stores
 from .. import _layout as _L
 from .._items import DEFAULT_ITEM_NAME, PLACEHOLDER, Checkpoint, _encode_items, _is_stateful, _item_metadata
-from .._items import _key_path, Where, _restore_pytree
+from .._items import _fill_later, _key_path, _read_later, Where, _restore_pytree
 from .._metadata import ArrayMetadata, ScalarMetadata, StringMetadata
 from ...errors import InvalidArgumentError, KeyNotFoundError, NotFoundError, UnsupportedError
 from ._context import check_supported, get_context
@@ -274,14 +264,7 @@ def save_async(path: Any, state: Any, *, checkpointable_name: str = STATE_CHECKP
                                       custom_metadata=custom_metadata, store=store)
 
 
-def save_pytree(*args: Any, **kwargs: Any) -> None:
-    """:func:`save` (Orbax's former name)."""
-    return save(*args, **kwargs)
-
-
-def save_pytree_async(*args: Any, **kwargs: Any) -> AsyncResponse[None]:
-    """:func:`save_async` (Orbax's former name)."""
-    return save_async(*args, **kwargs)
+save_pytree, save_pytree_async = save, save_async  # Orbax's former names
 
 
 # ---------------------------------------------------------------- loading
@@ -391,27 +374,14 @@ def _load_one(ck: Checkpoint, name: Optional[str], abstract: Any) -> Any:
         return ck.set_state(item, abstract)
     partial = bool(get_context().pytree.loading.partial_load)
     resize = bool(get_context().array.loading.enable_padding_and_truncation)
-    typed = _typed_leaves(abstract)
-    target = _abstract(abstract)
-    if typed:  # a type leaf: loaded as saved, then converted (not a template)
-        jax = J.import_jax()
-        target = jax.tree_util.tree_map_with_path(lambda kp, x: PLACEHOLDER if _key_path(kp) in typed else x,
-                                                  abstract, is_leaf=lambda x: isinstance(x, type))
-        target = _abstract(target)
-    out = _restore_pytree(at, sub, target, None, None, partial_restore=partial, allow=_ALLOW_V1,
-                          jax_leaves=ck.jax_leaves(item), resize=resize)
-    if typed:
-        jax = J.import_jax()
-        with at.open() as a:
-            def conv(kp: Any, x: Any) -> Any:
-                key = _key_path(kp)
-                if key not in typed:
-                    return x
-                full = T.join_path([sub, key]) if sub and key else (sub or key)
-                first, count, _ = a.subtree(tuple(T.split_path(full)))
-                return _as_type(a.values(first, 1)[0], typed[key], at, key)
-            out = jax.tree_util.tree_map_with_path(conv, out)
-    return out
+    typed = _typed_leaves(abstract)  # a type leaf: loaded as saved, then converted (not a template)
+    out = _restore_pytree(at, sub, _abstract(_read_later(abstract, typed)), None, None, partial_restore=partial,
+                          allow=_ALLOW_V1, jax_leaves=ck.jax_leaves(item), resize=resize)
+
+    def typed_leaf(a: Any, full: str, key: str) -> Any:
+        first, _, _ = a.subtree(tuple(T.split_path(full)))
+        return _as_type(a.values(first, 1)[0], typed[key], at, key)
+    return _fill_later(at, sub, out, typed, typed_leaf) if typed else out
 
 
 def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY,
@@ -421,24 +391,13 @@ def load(path: Any, abstract_state: Any = None, *, checkpointable_name: Optional
     pytree by name, Orbax 0.12.8's rule; the root of an archive holding one
     pytree, e.g. written by :func:`treecask.save`).
 
-    Without ``abstract_state``: the tree as saved (dicts, lists and tuples;
-    a ``jax.Array`` for each leaf saved as one, on its saved sharding when
-    this process has those devices, else on the default device, as Orbax;
-    NumPy arrays and Python scalars as saved). A Python type as an abstract
-    leaf (``float``, ``int``, ``bool``, ``np.ndarray``) loads the saved
-    value as that type. The context's ``array.loading.enable_padding_and_truncation``
-    truncates or zero-pads an array to its abstract shape. With an abstract
-    tree (of ``jax.ShapeDtypeStruct``, arrays,
-    scalars, the :func:`metadata` tree, a :class:`CheckpointMetadata`): its
-    structure and leaf types, each ``ShapeDtypeStruct`` restored as a
-    ``jax.Array`` on its sharding (each device reading only its box), dtypes
-    cast to the abstract leaf's. Its structure must equal the checkpoint's
-    (Orbax's rule; ``StructureError`` naming the key paths otherwise): with
-    the context's ``pytree.loading.partial_load`` the checkpoint may hold more
-    fields (not read) and an abstract leaf the checkpoint lacks comes back as
-    given (an array or scalar; a ``ShapeDtypeStruct`` there raises
-    ``StructureError``, no value to keep); a leaf ``PLACEHOLDER`` (``...``) is
-    not loaded (it comes back as ``...``).
+    Without ``abstract_state``: the tree as saved (a ``jax.Array`` for each
+    leaf saved as one, as Orbax). With an abstract tree (of
+    ``jax.ShapeDtypeStruct``, arrays, scalars, Python types, the
+    :func:`metadata` tree, a :class:`CheckpointMetadata`): its structure and
+    leaf types, dtypes cast; the structures must agree (Orbax's rule) unless
+    the context's ``pytree.loading.partial_load``; a ``PLACEHOLDER`` leaf is
+    not loaded. The rules in full: docs/python.md "Orbax's v1 API".
 
     Raises ``NotFoundError`` (a ``FileNotFoundError``) for no checkpoint,
     ``KeyNotFoundError`` for no such checkpointable, ``StructureError``,
@@ -487,14 +446,7 @@ def load_checkpointables_async(path: Any, abstract_checkpointables: Any = None, 
     return AsyncResponse(lambda: load_checkpointables(path, abstract_checkpointables, store=store))
 
 
-def load_pytree(*args: Any, **kwargs: Any) -> Any:
-    """:func:`load` (Orbax's former name)."""
-    return load(*args, **kwargs)
-
-
-def load_pytree_async(*args: Any, **kwargs: Any) -> AsyncResponse[Any]:
-    """:func:`load_async` (Orbax's former name)."""
-    return load_async(*args, **kwargs)
+load_pytree, load_pytree_async = load, load_async  # Orbax's former names
 
 
 # ---------------------------------------------------------------- metadata
@@ -566,9 +518,7 @@ def checkpointables_metadata(path: Any, *, store: Any = None) -> CheckpointMetad
                               custom_metadata=custom)
 
 
-def pytree_metadata(*args: Any, **kwargs: Any) -> CheckpointMetadata:
-    """:func:`metadata` (Orbax's former name)."""
-    return metadata(*args, **kwargs)
+pytree_metadata = metadata  # Orbax's former name
 
 
 # ---------------------------------------------------------------- deleting, probing

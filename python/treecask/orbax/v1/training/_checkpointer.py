@@ -1,15 +1,7 @@
-"""Orbax v1's ``training.Checkpointer`` over a :class:`treecask.CheckpointManager`:
-one directory per step, ``<directory>/<n>/``, as Orbax's (the manager's
-``ITEM_DIRECTORIES`` layout, so ``treecask.orbax.CheckpointManager`` reads the
-same directory), each step holding its checkpointables as the v1 free
-functions lay them out (``_api.py``: one archive per checkpointable and
-``index.cask``), the Checkpointer's ``custom_metadata`` the run's entry
-``metadata`` (Orbax's ``metadata/``); the save decision and
-preservation policies of ``save_decision_policies.py`` /
-``preservation_policies.py`` (or any objects with their methods) decide which
-steps are written and kept. The run is ``treecask.orbax``'s one adapter over
-the manager's public calls (``_steps.Steps``); the preservation policy is the
-manager's ``keep_fn``, run in its background thread once a step is durable.
+"""Orbax v1's ``training.Checkpointer`` over ``_steps.Steps`` (the one adapter
+over :class:`treecask.CheckpointManager` that ``treecask.orbax``'s manager
+shares): each step laid out as the v1 free functions lay out a checkpoint
+(``_api.py``); the preservation policy is the manager's ``keep_fn``.
 """
 
 from __future__ import annotations
@@ -21,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ... import args as _args
 from ..._items import _encode_items
-from ..._steps import Steps
+from ..._steps import Run, Steps
 from .._api import (
     _INIT_KEY,
     STATE_CHECKPOINTABLE_KEY,
@@ -100,26 +92,23 @@ def _step_of(step: Any) -> Optional[int]:
     return step.step if isinstance(step, CheckpointMetadata) else step
 
 
-class Checkpointer:
+class Checkpointer(Run):
     """A sequence of checkpoints in a training loop (Orbax v1 ``training.Checkpointer``).
 
     ``Checkpointer(directory, *, context=None, save_decision_policy=None,
     preservation_policy=None, step_name_format=None, custom_metadata=None,
     cleanup_tmp_directories=False, lightweight_initialize=False, logger=None)``:
     steps are ``<directory>/<n>/`` (a directory, or an object-store URL), as
-    Orbax's, each holding one treecask archive per checkpointable (``save``:
-    the pytree as "state") and ``index.cask`` with the step's metrics and
-    custom metadata; ``custom_metadata`` is the run's entry ``metadata``.
-    ``save_decision_policy`` (default: the first step, then whenever no save is
-    in progress, as Orbax's) says which steps :meth:`save` writes;
-    ``preservation_policy`` (default: keep all) which steps are kept, applied
-    after each save is durable. Calls run under ``context`` (default: the
-    current one). ``step_name_format`` raises ``UnsupportedError`` (steps are
-    named ``<n>``, Orbax's default); ``cleanup_tmp_directories`` (temporaries are
-    always swept), ``lightweight_initialize`` and ``logger`` have no effect.
-    ``store`` (a treecask extension beyond Orbax's signature): a
-    :class:`treecask.stores.Store` that ``directory`` is a path inside
-    (docs/stores.md).
+    Orbax's (format/SPEC.md "Item-directory steps"; ``custom_metadata`` is
+    the run's entry ``metadata``). ``save_decision_policy`` (default: the
+    first step, then whenever no save is in progress, as Orbax's) says which
+    steps :meth:`save` writes; ``preservation_policy`` (default: keep all)
+    which are kept, applied after each save is durable. Calls run under
+    ``context`` (default: the current one). ``step_name_format`` raises
+    ``UnsupportedError``; ``cleanup_tmp_directories``,
+    ``lightweight_initialize`` and ``logger`` have no effect. ``store`` (a
+    treecask extension): a :class:`treecask.stores.Store` that ``directory``
+    is a path inside (docs/stores.md).
 
     Saves are asynchronous underneath: ``save_async`` returns once the
     state's bytes are safe from the caller; ``save`` waits until durable.
@@ -144,11 +133,6 @@ class Checkpointer:
             self._steps.save_root_metadata(custom_metadata)
 
     # ---- listing ----
-    @property
-    def directory(self) -> Any:
-        """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
-        return self._steps.directory
-
     @property
     def checkpoints(self) -> Sequence[CheckpointMetadata]:
         """The steps, ascending by step, as :class:`CheckpointMetadata` with
@@ -338,49 +322,17 @@ class Checkpointer:
     def reload(self) -> None:
         """Nothing to do: every listing reads the directory."""
 
-    def is_saving_in_progress(self) -> bool:
-        """Whether an asynchronous save is still running."""
-        return self._steps.is_saving_in_progress()
-
     def wait(self) -> None:
         """Blocks until the save in flight is durable and the preservation policy
         has run; raises its error, once."""
         self._steps.wait()
 
-    def close(self) -> None:
-        """Waits for the save in flight, then closes (later saves raise)."""
-        self._steps.close()
-
-    def __enter__(self) -> "Checkpointer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<treecask.orbax.v1.training.Checkpointer {str(self.directory)!r}>"
 
     # Orbax's former names.
-    def save_pytree(self, *args: Any, **kwargs: Any) -> bool:
-        """:meth:`save`."""
-        return self.save(*args, **kwargs)
-
-    def save_pytree_async(self, *args: Any, **kwargs: Any) -> Optional[AsyncResponse[bool]]:
-        """:meth:`save_async`."""
-        return self.save_async(*args, **kwargs)
-
-    def load_pytree(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`load`."""
-        return self.load(*args, **kwargs)
-
-    def load_pytree_async(self, *args: Any, **kwargs: Any) -> AsyncResponse[Any]:
-        """:meth:`load_async`."""
-        return self.load_async(*args, **kwargs)
-
-    def pytree_metadata(self, *args: Any, **kwargs: Any) -> CheckpointMetadata:
-        """:meth:`metadata`."""
-        return self.metadata(*args, **kwargs)
-
+    save_pytree, save_pytree_async, load_pytree, load_pytree_async = save, save_async, load, load_async
+    pytree_metadata = metadata
 
 for _cls in (CheckpointMetadata, RootMetadata, Checkpointer):
     _cls.__module__ = "treecask.orbax.v1.training"
