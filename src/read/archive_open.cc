@@ -297,6 +297,7 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   // page header) hashed before they are parsed (the header record lies in
   // a B-tree page the walk already hashed; the manifest's overflow run not).
   if (impl->guard && impl->map_base) {
+    impl->guard->use_map(impl->map_base);
     if (!hdr.empty()) impl->ensure_signed(static_cast<uint64_t>(hdr.data() - impl->map_base), hdr.size());
     if (!man.empty()) {
       const uint64_t man_at = static_cast<uint64_t>(man.data() - impl->map_base);

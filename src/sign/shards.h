@@ -92,6 +92,11 @@ class ShardGuard {
   void ensure_all(unsigned threads) const { ensure(0, table_.size(), threads); }
   // Verifies shard k (as ensure does for each shard it needs).
   void verify_shard(size_t k) const;
+  // From now on, hash shards through `base`, a read-only map of the whole
+  // file (the reader's, once LMDB has mapped it; it must outlive the guard's
+  // use): no copy, and the pages a read then uses are already mapped.
+  // Before it, shards are read with pread.
+  void use_map(const std::byte* base) const { map_.store(base, std::memory_order_release); }
   const ShardTable& table() const { return table_; }
   // Shards hashed by this guard so far (for tests of the cost rule).
   uint64_t hashed() const { return hashed_.load(std::memory_order_relaxed); }
@@ -103,6 +108,7 @@ class ShardGuard {
   FileId id_;
   std::unique_ptr<std::atomic<uint8_t>[]> state_;  // 0 unverified, 1 being hashed, 2 verified
   mutable std::atomic<uint64_t> hashed_{0};
+  mutable std::atomic<const std::byte*> map_{nullptr};
 };
 
 // Shards hashed by every ShardGuard of the process so far (the cost rule's
