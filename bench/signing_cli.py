@@ -3,7 +3,8 @@ through the two command-line tools (each timing a whole process: start, imports,
 as ratios measured in one run; bench/signing.py times the same goals through the Python
 API inside the process:
 
-- sign right after a save: `treecask sign A` (1 MiB shards, all cores) against
+- sign right after a save: `treecask sign A` (default shards: the size / 1024, a power of two in
+  [256 KiB, 2 MiB]; all cores) against
   `model_signing sign key A` (its default: file serialization);
 - full verify: `treecask verify A --signature` (every signed byte's SHA-256 on all cores,
   then every chunk's XXH3) against `model_signing verify key` of the same archive with a

@@ -64,7 +64,7 @@ struct SignCliOptions {
   std::string target;       // an archive file or a sharded checkpoint directory
   std::string private_key;  // PEM EC private key file
   std::string output;       // default: target + ".sig"
-  uint64_t shard_size = 0;  // 0: kDefaultSignShardSize
+  uint64_t shard_size = 0;  // 0: default_sign_shard_size of the model's bytes
   bool files = false;       // file serialization
   bool overwrite = false;
 };
