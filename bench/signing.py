@@ -318,7 +318,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="treecask-signing-") as tmp:
         d = Path(tmp)
         keys = make_keys(d)
-        small = bench_small(d, keys, max(args.reps, 5))
+        small = bench_small(d, keys, max(args.reps, 25))  # millisecond figures: many repetitions
         results = [bench_size(float(g), d, keys, args.reps) for g in args.gib.split(",")]
     section = report(results, small, args, started)
     print(section)

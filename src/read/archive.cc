@@ -140,15 +140,19 @@ std::vector<std::optional<std::span<const std::byte>>> Archive::view_many(std::s
     }
     // One raw part: its chunks are contiguous (checked at open), so the leaf
     // runs from its first chunk's first byte to its last chunk's last byte.
+    // A signed archive: every shard under the view and under its blob's
+    // headers (check_blob), in one pass on all cores, before it is handed out.
+    if (im.guard) {
+      const std::pair<uint64_t, uint64_t> ranges[2] = {{im.chunk_offset(indices[k], 0), r.byte_length},
+                                                       im.blob_head_range(r.chunks->Get(0)->blob())};
+      im.ensure_signed(std::span(ranges, 2), indices[k], resolve_threads(threads));
+    }
     const auto first = im.stored(indices[k], r.chunks->Get(0));
     const auto last = im.stored(indices[k], r.chunks->Get(r.num_chunks() - 1));
     out[k] = std::span<const std::byte>(first.data(), static_cast<size_t>(last.data() + last.size() - first.data()));
     if (out[k]->size() != r.byte_length)
       throw Error(ErrorCode::kCorruption, im.file, im.key(indices[k]),
                   "the chunks of a one-part leaf are not contiguous");
-    // A signed archive: every shard under the view, before it is handed out.
-    im.ensure_signed(static_cast<uint64_t>(first.data() - im.map_base), out[k]->size(), indices[k],
-                     resolve_threads(threads));
     if (check)
       for (uint32_t ci = 0; ci < r.num_chunks(); ++ci) jobs.push_back({indices[k], ci});
   }

@@ -7,6 +7,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <future>
+#include <memory>
 
 #include "read/archive_impl.h"
 #include "remote/url.h"
@@ -213,121 +216,125 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   if (!S_ISREG(st.st_mode)) open_fail(ErrorCode::kNotAnArchive, file, "not a regular file");
   impl->file_size = static_cast<uint64_t>(st.st_size);
 
-  // A signed open: the envelope checked, this file found in the statement,
-  // its signed ranges tiling it exactly (sign/shards.h). The structure walk
-  // is forced on: it finds the pages the open trusts. It runs on the file's
-  // bytes as they are (it is the check every unsigned open relies on, safe
-  // on any input), recording what it read; then the shards under those
-  // pages and under the meta database's values (the header record, the
-  // manifest with its overflow page header) are hashed in one pass on all
-  // cores, before LMDB or any parser sees a byte (docs/signing.md "What is
-  // verified when").
+  // A signed open (docs/signing.md "What is verified when"): the bundle's
+  // check (the envelope under the key, this file found in the statement, its
+  // signed ranges tiling the file exactly: sign/shards.h) runs on a thread of
+  // its own while this one opens the file as every unsigned open does, with
+  // the checks that make that safe on any bytes: the structure walk (forced
+  // on; it records what it reads) before LMDB sees the file, then the
+  // manifest's verifier. Then the shards under every page the walk read and
+  // under the meta database's values (the header record, the manifest with
+  // its overflow page header) are hashed in one pass on all cores. Only then
+  // does the open return: no byte is handed out, and no error but the
+  // signature's is reported, before they match.
+  std::future<std::shared_ptr<const sig::ShardGuard>> pending_guard;
   if (options.signature) {
-    const auto st = sig::checked_statement(options.signature->bundle_json, options.signature->public_key_pem, file);
-    impl->guard = std::make_shared<const sig::ShardGuard>(
-        sig::shard_table(*st, sig::resource_of(*st, file, file), impl->file_size, file), fd);
     impl->options.validate_structure = true;
+    pending_guard = std::async(std::launch::async, [&options, &file, size = impl->file_size, fd] {
+      const auto st = sig::checked_statement(options.signature->bundle_json, options.signature->public_key_pem, file);
+      sig::ShardTable table = sig::shard_table(*st, sig::resource_of(*st, file, file), size, file);
+      return std::make_shared<const sig::ShardGuard>(std::move(table), fd);
+    });
   }
 
-  // 1, 1b. The LMDB meta pages and every page the reads below can reach,
-  // before LMDB sees the file.
   lmdb::MetaInfo meta;
   lmdb::StructureStats structure;  // with the first page of every overflow run (its header: check_blob)
   const lmdb::FdReader fd_reader(fd);
-  if (impl->guard) {
-    const RecordingReader recording(fd_reader);
-    structure.record_values = true;
-    structure.record_only = format::kMetaDb;
-    impl->check_container(recording, &meta, &structure);
+  const RecordingReader recording(fd_reader);
+  std::exception_ptr failed;  // a signed open's error, reported once the signature is checked
+  try {
+    // 1, 1b. The LMDB meta pages and every page the reads below can reach,
+    // before LMDB sees the file.
+    if (pending_guard.valid()) {
+      structure.record_values = true;
+      structure.record_only = format::kMetaDb;
+      impl->check_container(recording, &meta, &structure);
+    } else {
+      impl->check_container(fd_reader, &meta, impl->options.validate_structure ? &structure : nullptr);
+    }
+
+    // 2. Map the very inode we checked (the path may be replaced meanwhile).
+    impl->env.create(file);
+    MDB_env* env = impl->env.get();
+    lmdb::check(mdb_env_set_maxdbs(env, 2), file, "mdb_env_set_maxdbs");
+    lmdb::check(mdb_env_set_mapsize(env, impl->file_size), file, "mdb_env_set_mapsize");
+    std::string fd_path = "/proc/self/fd/" + std::to_string(fd);
+    int rc = mdb_env_open(env, fd_path.c_str(), MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK, 0);
+    if (rc == MDB_INVALID) open_fail(ErrorCode::kNotAnArchive, file, "not an LMDB file");
+    if (rc == MDB_VERSION_MISMATCH) open_fail(ErrorCode::kCorruption, file, "LMDB version mismatch");
+    if (rc != 0) lmdb::fail(rc, file, "mdb_env_open", ErrorCode::kCorruption);
+    lmdb::check(mdb_txn_begin(env, nullptr, MDB_RDONLY, &impl->txn), file, "mdb_txn_begin",
+                ErrorCode::kCorruption);
+    MDB_txn* txn = impl->txn;
+    MDB_dbi meta_dbi, blob_dbi;
+    rc = mdb_dbi_open(txn, format::kMetaDb, 0, &meta_dbi);
+    if (rc == MDB_NOTFOUND) open_fail(ErrorCode::kNotAnArchive, file, "LMDB file without treecask databases");
+    if (rc != 0) lmdb::fail(rc, file, "mdb_dbi_open(meta)", ErrorCode::kCorruption);
+    rc = mdb_dbi_open(txn, format::kBlobDb, 0, &blob_dbi);
+    if (rc == MDB_NOTFOUND) open_fail(ErrorCode::kNotAnArchive, file, "LMDB file without treecask databases");
+    if (rc != 0) lmdb::fail(rc, file, "mdb_dbi_open(blobs)", ErrorCode::kCorruption);
+
+    auto get = [&](MDB_dbi dbi, std::span<const std::byte> key, const char* what) {
+      MDB_val k{key.size(), const_cast<std::byte*>(key.data())}, v;
+      int r = mdb_get(txn, dbi, &k, &v);
+      if (r == MDB_NOTFOUND) return std::span<const std::byte>();
+      if (r != 0) lmdb::fail(r, file, what, ErrorCode::kCorruption);
+      return std::span<const std::byte>(static_cast<const std::byte*>(v.mv_data), v.mv_size);
+    };
+
+    // 3. Header record: magic, version, manifest length and checksum.
+    auto hdr = get(meta_dbi, std::as_bytes(std::span(format::kHeaderKey)), "mdb_get(header)");
+    impl->take_header(hdr);
+    auto man = get(meta_dbi, std::as_bytes(std::span(format::kManifestKey)), "mdb_get(manifest)");
+    // The map base locates the LMDB overflow page headers of S11 (and lets
+    // reads copy with pread()). Without it those headers cannot be checked: an
+    // open that must check them fails instead.
+    std::string no_base;
+    ErrorCode no_base_code = ErrorCode::kIo;
+    impl->map_base = find_map_base(hdr, meta, fd, impl->file_size, &no_base, &no_base_code);
+    if (!impl->map_base && impl->options.validate_structure)
+      open_fail(no_base_code, file,
+                "cannot locate LMDB's map of the file, so its overflow page headers cannot be checked "
+                "(SPEC.md S11): " + no_base);
+    // A manifest in an LMDB overflow run: the run's first page header (S11),
+    // which the structure walk bounded but did not read, before its bytes are used.
+    if (auto pg = overflow_run_of(impl->map_base, man, meta, structure)) {
+      std::byte head[kOverflowPageHeader];
+      if (::pread(fd, head, sizeof head, static_cast<off_t>(*pg * meta.page_size)) != static_cast<ssize_t>(sizeof head))
+        open_fail(ErrorCode::kCorruption, file, "manifest: short read of LMDB overflow page " + std::to_string(*pg));
+      if (std::string why = lmdb::check_overflow_head(head, *pg, man.size(), meta.page_size, meta.last_page);
+          !why.empty())
+        open_fail(ErrorCode::kCorruption, file, "manifest: LMDB overflow page " + std::to_string(*pg) + " " + why);
+    }
+
+    // 4. Manifest: checksum, FlatBuffers verifier and every semantic invariant.
+    impl->take_manifest(man);
+
+    // 5. Blobs: count, headers, lengths, alignment.
+    MDB_stat bst;
+    lmdb::check(mdb_stat(txn, blob_dbi, &bst), file, "mdb_stat(blobs)", ErrorCode::kCorruption);
+    impl->take_blobs(bst.ms_entries, [&](uint32_t id) {
+      std::byte key[4];
+      format::put_blob_key(key, id);
+      auto v = get(blob_dbi, key, "mdb_get(blob)");
+      return Impl::BlobValue{v, overflow_run_of(impl->map_base, v, meta, structure).value_or(UINT64_MAX)};
+    });
+  } catch (...) {
+    if (!pending_guard.valid()) throw;
+    failed = std::current_exception();
+  }
+  if (pending_guard.valid()) {
+    std::shared_ptr<const sig::ShardGuard> guard = pending_guard.get();  // the bundle's error first
     auto& ranges = recording.ranges;
     for (const lmdb::ValueSite& v : structure.values) {
       const uint64_t head = v.overflow_page != UINT64_MAX ? kOverflowPageHeader : 0;
       ranges.emplace_back(v.offset - head, v.size + head);
     }
-    structure.values.clear();
-    impl->guard->ensure_ranges(ranges, 0);
-  } else {
-    impl->check_container(fd_reader, &meta, impl->options.validate_structure ? &structure : nullptr);
+    if (impl->map_base && !failed) guard->use_map(impl->map_base);
+    guard->ensure_ranges(ranges, 0);  // a mismatch: the signature's error, before the open's own
+    if (failed) std::rethrow_exception(failed);
+    impl->guard = std::move(guard);
   }
-
-  // 2. Map the very inode we checked (the path may be replaced meanwhile).
-  impl->env.create(file);
-  MDB_env* env = impl->env.get();
-  lmdb::check(mdb_env_set_maxdbs(env, 2), file, "mdb_env_set_maxdbs");
-  lmdb::check(mdb_env_set_mapsize(env, impl->file_size), file, "mdb_env_set_mapsize");
-  std::string fd_path = "/proc/self/fd/" + std::to_string(fd);
-  int rc = mdb_env_open(env, fd_path.c_str(), MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK, 0);
-  if (rc == MDB_INVALID) open_fail(ErrorCode::kNotAnArchive, file, "not an LMDB file");
-  if (rc == MDB_VERSION_MISMATCH) open_fail(ErrorCode::kCorruption, file, "LMDB version mismatch");
-  if (rc != 0) lmdb::fail(rc, file, "mdb_env_open", ErrorCode::kCorruption);
-  lmdb::check(mdb_txn_begin(env, nullptr, MDB_RDONLY, &impl->txn), file, "mdb_txn_begin",
-              ErrorCode::kCorruption);
-  MDB_txn* txn = impl->txn;
-  MDB_dbi meta_dbi, blob_dbi;
-  rc = mdb_dbi_open(txn, format::kMetaDb, 0, &meta_dbi);
-  if (rc == MDB_NOTFOUND) open_fail(ErrorCode::kNotAnArchive, file, "LMDB file without treecask databases");
-  if (rc != 0) lmdb::fail(rc, file, "mdb_dbi_open(meta)", ErrorCode::kCorruption);
-  rc = mdb_dbi_open(txn, format::kBlobDb, 0, &blob_dbi);
-  if (rc == MDB_NOTFOUND) open_fail(ErrorCode::kNotAnArchive, file, "LMDB file without treecask databases");
-  if (rc != 0) lmdb::fail(rc, file, "mdb_dbi_open(blobs)", ErrorCode::kCorruption);
-
-  auto get = [&](MDB_dbi dbi, std::span<const std::byte> key, const char* what) {
-    MDB_val k{key.size(), const_cast<std::byte*>(key.data())}, v;
-    int r = mdb_get(txn, dbi, &k, &v);
-    if (r == MDB_NOTFOUND) return std::span<const std::byte>();
-    if (r != 0) lmdb::fail(r, file, what, ErrorCode::kCorruption);
-    return std::span<const std::byte>(static_cast<const std::byte*>(v.mv_data), v.mv_size);
-  };
-
-  // 3. Header record: magic, version, manifest length and checksum.
-  auto hdr = get(meta_dbi, std::as_bytes(std::span(format::kHeaderKey)), "mdb_get(header)");
-  impl->take_header(hdr);
-  auto man = get(meta_dbi, std::as_bytes(std::span(format::kManifestKey)), "mdb_get(manifest)");
-  // The map base locates the LMDB overflow page headers of S11 (and lets
-  // reads copy with pread()). Without it those headers cannot be checked: an
-  // open that must check them fails instead.
-  std::string no_base;
-  ErrorCode no_base_code = ErrorCode::kIo;
-  impl->map_base = find_map_base(hdr, meta, fd, impl->file_size, &no_base, &no_base_code);
-  if (!impl->map_base && impl->options.validate_structure)
-    open_fail(no_base_code, file,
-              "cannot locate LMDB's map of the file, so its overflow page headers cannot be checked "
-              "(SPEC.md S11): " + no_base);
-  // A signed open: the header record and the manifest (with its overflow
-  // page header) hashed before they are parsed (the header record lies in
-  // a B-tree page the walk already hashed; the manifest's overflow run not).
-  if (impl->guard && impl->map_base) {
-    impl->guard->use_map(impl->map_base);
-    if (!hdr.empty()) impl->ensure_signed(static_cast<uint64_t>(hdr.data() - impl->map_base), hdr.size());
-    if (!man.empty()) {
-      const uint64_t man_at = static_cast<uint64_t>(man.data() - impl->map_base);
-      const uint64_t head = std::min<uint64_t>(man_at, kOverflowPageHeader);
-      impl->ensure_signed(man_at - head, man.size() + head, SIZE_MAX, 0);
-    }
-  }
-  // A manifest in an LMDB overflow run: the run's first page header (S11),
-  // which the structure walk bounded but did not read, before its bytes are used.
-  if (auto pg = overflow_run_of(impl->map_base, man, meta, structure)) {
-    std::byte head[kOverflowPageHeader];
-    if (::pread(fd, head, sizeof head, static_cast<off_t>(*pg * meta.page_size)) != static_cast<ssize_t>(sizeof head))
-      open_fail(ErrorCode::kCorruption, file, "manifest: short read of LMDB overflow page " + std::to_string(*pg));
-    if (std::string why = lmdb::check_overflow_head(head, *pg, man.size(), meta.page_size, meta.last_page);
-        !why.empty())
-      open_fail(ErrorCode::kCorruption, file, "manifest: LMDB overflow page " + std::to_string(*pg) + " " + why);
-  }
-
-  // 4. Manifest: checksum, FlatBuffers verifier and every semantic invariant.
-  impl->take_manifest(man);
-
-  // 5. Blobs: count, headers, lengths, alignment.
-  MDB_stat bst;
-  lmdb::check(mdb_stat(txn, blob_dbi, &bst), file, "mdb_stat(blobs)", ErrorCode::kCorruption);
-  impl->take_blobs(bst.ms_entries, [&](uint32_t id) {
-    std::byte key[4];
-    format::put_blob_key(key, id);
-    auto v = get(blob_dbi, key, "mdb_get(blob)");
-    return Impl::BlobValue{v, overflow_run_of(impl->map_base, v, meta, structure).value_or(UINT64_MAX)};
-  });
   impl->fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   return Archive(std::move(impl));
 }
