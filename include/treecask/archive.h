@@ -36,9 +36,11 @@ struct OpenOptions {
   // name in a signed directory named as its directory), then hands out and
   // trusts only bytes whose signed ranges it has hashed: the open hashes the
   // shards holding the LMDB meta pages, the B-tree pages, the header record
-  // and the manifest in one pass on all cores, before LMDB or any parser
-  // sees them (validate_structure is forced on: the walk, safe on any bytes,
-  // finds those pages first); each read, view, verify() and fetch hashes the shards
+  // and the manifest in one pass on all cores before it returns, having
+  // opened the file meanwhile as an unsigned open does (validate_structure is
+  // forced on: the walk, safe on any bytes, checks and finds those pages
+  // before LMDB sees them), and reports a mismatch before any other error;
+  // each read, view, verify() and fetch hashes the shards
   // covering the bytes it uses before using them (a read of S bytes hashes at
   // most S + 2 shards), each shard once per process (cached by file identity:
   // device, inode, size, mtime); zero-copy views only after. With file
