@@ -257,6 +257,11 @@ class TREECASK_API Archive final : public Reader {
   // the checkpoint with the shard files beside it (a missing one, one of
   // another save, overlapping boxes: thrown as that open throws them; a
   // damaged chunk: an Error naming its shard file), progress over their bytes.
+  // A signed local archive (OpenOptions::signature): every signed byte too,
+  // in one pass on all cores, shard by shard, each shard's chunks checked
+  // after it is hashed; a shard that does not match is an Error(kSignature)
+  // of each leaf with a chunk ending in it, else one naming no leaf, after
+  // the leaves' (docs/signing.md "What is verified when").
   std::vector<Error> verify(const std::function<void(uint64_t, uint64_t)>& progress = {}) const override;
 
   struct Impl;

@@ -275,7 +275,11 @@ class Reader(abc.ABC):
         checkpoint holds no leaf bytes: its verify is the checkpoint's, with
         the shard files beside it (raises NotFoundError naming a missing one,
         CorruptionError naming one of another save or the index for
-        overlapping boxes; errors in the list name the shard file)."""
+        overlapping boxes; errors in the list name the shard file). Opened
+        with a signature (a local archive): every signed byte too, in the same
+        pass on all cores; a shard that does not match is a SignatureError of
+        each leaf with a chunk in it, else one naming no leaf, last
+        (docs/signing.md "What is verified when")."""
         return list(self._c().verify())
 
     def load(self, like: Any = None, *, subtree: Optional[str] = None, shardings: Any = None,
