@@ -267,6 +267,43 @@ TEST_CASE("a read hashes only the shards under its bytes, each once") {
   CHECK(sig::shards_hashed() - before == hashed);
 }
 
+TEST_CASE("a signed open's two threads hash each shard it trusts once, and a mismatch either finds is reported") {
+  // The opening thread and SignedOpen's helper share the bundle's check and
+  // the hashing, whichever gets to each first (sign/shards.h). Copies of one
+  // file (each its own inode: the process-wide cache does not carry over)
+  // hash the same shards at open however the two threads split them.
+  TempDir tmp;
+  const std::string bundle = save_signed_64k(tmp / "model.cask");
+  std::vector<uint64_t> at_open;
+  for (int i = 0; i < 16; ++i) {
+    const fs::path copy = tmp / ("c" + std::to_string(i)) / "model.cask";
+    fs::create_directories(copy.parent_path());
+    fs::copy_file(tmp / "model.cask", copy);
+    const uint64_t before = sig::shards_hashed();
+    Archive a = Archive::open(copy, signed_open(bundle));
+    at_open.push_back(sig::shards_hashed() - before);
+  }
+  CHECK(at_open.front() > 0);
+  CHECK(std::count(at_open.begin(), at_open.end(), at_open.front()) == 16);
+  // Another archive of the same layout: its manifest's shards do not match,
+  // whichever thread hashes them; a bundle that does not verify is reported
+  // before anything else (and a wrong key too), every time.
+  fs::create_directories(tmp / "other");
+  tree(/*changed=*/true).save(tmp / "other" / "model.cask", save_options());
+  std::string tampered = bundle;  // one letter of the statement's base64 in the other case
+  size_t at = bundle.find("\"payload\":\"");
+  REQUIRE(at != std::string::npos);
+  for (at += 40; !std::isalpha(static_cast<unsigned char>(tampered[at]));) ++at;
+  tampered[at] ^= 0x20;
+  for (int i = 0; i < 16; ++i) {
+    CHECK(has(what_of([&] { Archive::open(tmp / "other" / "model.cask", signed_open(bundle)); }),
+              "do not match their signed SHA-256"));
+    CHECK(tc_test::expect_error(ErrorCode::kSignature, [&] {
+            Archive::open(tmp / "other" / "model.cask", signed_open(tampered));
+          }).message().find("do not match") == std::string::npos);
+  }
+}
+
 TEST_CASE("a signed archive's verify() hashes every shard once, its chunks checked in the same pass") {
   TempDir tmp;
   const std::string bundle = save_signed_64k(tmp / "model.cask");

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <future>
 #include <memory>
+#include <optional>
 
 #include "read/archive_impl.h"
 #include "remote/url.h"
@@ -218,25 +218,21 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
 
   // A signed open (docs/signing.md "What is verified when"): the bundle's
   // check (the envelope under the key, this file found in the statement, its
-  // signed ranges tiling the file exactly: sign/shards.h) runs on a thread of
-  // its own while this one opens the file as every unsigned open does, with
+  // signed ranges tiling the file exactly: sign/shards.h) starts on a helper
+  // thread while this one opens the file as every unsigned open does, with
   // the checks that make that safe on any bytes: the structure walk (forced
   // on; it records what it reads) before LMDB sees the file, then the
-  // manifest's verifier. Then the shards under every page the walk read and
-  // under the meta database's values (the header record, the manifest with
-  // its overflow page header) are hashed in one pass on all cores. Only then
-  // does the open return: no byte is handed out, and no error but the
-  // signature's is reported, before they match.
-  std::future<std::shared_ptr<const sig::ShardGuard>> pending_guard;
+  // manifest's verifier. The walk's ranges and the meta database's values
+  // (the header record, the manifest with its overflow page header) are
+  // handed over for hashing as soon as the walk ends; the two threads share
+  // the check and the hashing (SignedOpen: whichever gets to each first).
+  // Only then does the open return: no byte is handed out, and no error but
+  // the signature's is reported, before they match.
+  std::optional<sig::SignedOpen> signed_open;
   if (options.signature) {
     impl->options.validate_structure = true;
-    pending_guard = std::async(std::launch::async, [&options, &file, size = impl->file_size, fd] {
-      const auto st = sig::checked_statement(options.signature->bundle_json, options.signature->public_key_pem, file);
-      sig::ShardTable table = sig::shard_table(*st, sig::resource_of(*st, file, file), size, file);
-      return std::make_shared<const sig::ShardGuard>(std::move(table), fd);
-    });
+    signed_open.emplace(*options.signature, file, impl->file_size, fd);
   }
-
   lmdb::MetaInfo meta;
   lmdb::StructureStats structure;  // with the first page of every overflow run (its header: check_blob)
   const lmdb::FdReader fd_reader(fd);
@@ -245,10 +241,21 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
   try {
     // 1, 1b. The LMDB meta pages and every page the reads below can reach,
     // before LMDB sees the file.
-    if (pending_guard.valid()) {
+    if (signed_open) {
       structure.record_values = true;
       structure.record_only = format::kMetaDb;
-      impl->check_container(recording, &meta, &structure);
+      try {
+        impl->check_container(recording, &meta, &structure);
+      } catch (...) {
+        signed_open->trust(recording.ranges);  // what was read before the walk stopped
+        throw;
+      }
+      sig::SignedOpen::Ranges trusted = recording.ranges;
+      for (const lmdb::ValueSite& v : structure.values) {
+        const uint64_t head = v.overflow_page != UINT64_MAX ? kOverflowPageHeader : 0;
+        trusted.emplace_back(v.offset - head, v.size + head);
+      }
+      signed_open->trust(std::move(trusted));
     } else {
       impl->check_container(fd_reader, &meta, impl->options.validate_structure ? &structure : nullptr);
     }
@@ -292,6 +299,7 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
     std::string no_base;
     ErrorCode no_base_code = ErrorCode::kIo;
     impl->map_base = find_map_base(hdr, meta, fd, impl->file_size, &no_base, &no_base_code);
+    if (signed_open && impl->map_base) signed_open->use_map(impl->map_base);
     if (!impl->map_base && impl->options.validate_structure)
       open_fail(no_base_code, file,
                 "cannot locate LMDB's map of the file, so its overflow page headers cannot be checked "
@@ -320,20 +328,12 @@ Archive Archive::open_at(int dir_fd, const std::filesystem::path& path, const st
       return Impl::BlobValue{v, overflow_run_of(impl->map_base, v, meta, structure).value_or(UINT64_MAX)};
     });
   } catch (...) {
-    if (!pending_guard.valid()) throw;
+    if (!signed_open) throw;
     failed = std::current_exception();
   }
-  if (pending_guard.valid()) {
-    std::shared_ptr<const sig::ShardGuard> guard = pending_guard.get();  // the bundle's error first
-    auto& ranges = recording.ranges;
-    for (const lmdb::ValueSite& v : structure.values) {
-      const uint64_t head = v.overflow_page != UINT64_MAX ? kOverflowPageHeader : 0;
-      ranges.emplace_back(v.offset - head, v.size + head);
-    }
-    if (impl->map_base && !failed) guard->use_map(impl->map_base);
-    guard->ensure_ranges(ranges, 0);  // a mismatch: the signature's error, before the open's own
+  if (signed_open) {
+    impl->guard = signed_open->finish();  // the bundle's error, then a mismatch, before the open's own
     if (failed) std::rethrow_exception(failed);
-    impl->guard = std::move(guard);
   }
   impl->fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   return Archive(std::move(impl));

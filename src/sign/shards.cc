@@ -7,9 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
+#include <system_error>
+#include <thread>
 #include <unordered_set>
 
 #include "sign/sha256.h"
@@ -154,12 +158,15 @@ ShardGuard::~ShardGuard() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void ShardGuard::verify_shard(size_t k) const {
+void ShardGuard::verify_shard(size_t k) const { hash_shard(k, /*wait=*/true); }
+
+bool ShardGuard::hash_shard(size_t k, bool wait) const {
   std::atomic<uint8_t>& s = state_[k];
   for (;;) {
     uint8_t v = s.load(std::memory_order_acquire);
-    if (v == 2) return;
+    if (v == 2) return true;
     if (v == 1) {
+      if (!wait) return false;
       s.wait(1, std::memory_order_acquire);
       continue;
     }
@@ -199,6 +206,7 @@ void ShardGuard::verify_shard(size_t k) const {
   s.notify_all();
   if (!ok)
     bad(table_.file, table_.describe(k) + " do not match their signed SHA-256 digest");
+  return true;
 }
 
 void ShardGuard::ensure(uint64_t off, uint64_t n, unsigned threads) const {
@@ -208,7 +216,6 @@ void ShardGuard::ensure(uint64_t off, uint64_t n, unsigned threads) const {
 
 void ShardGuard::ensure_ranges(std::span<const std::pair<uint64_t, uint64_t>> ranges, unsigned threads) const {
   std::vector<size_t> todo;
-  uint64_t bytes = 0;
   for (auto [off, n] : ranges) {
     if (n == 0) continue;
     if (off > table_.size() || n > table_.size() - off)
@@ -216,23 +223,161 @@ void ShardGuard::ensure_ranges(std::span<const std::pair<uint64_t, uint64_t>> ra
                            ") lie past the signed length " + std::to_string(table_.size()));
     const size_t k0 = table_.shard_of(off), k1 = table_.shard_of(off + n - 1);
     for (size_t k = k0; k <= k1; ++k)
-      if (state_[k].load(std::memory_order_acquire) != 2) {
-        todo.push_back(k);
-        bytes += table_.start[k + 1] - table_.start[k];
-      }
+      if (state_[k].load(std::memory_order_acquire) != 2) todo.push_back(k);
   }
   if (todo.empty()) return;
   std::sort(todo.begin(), todo.end());
   todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  uint64_t bytes = 0;
+  for (size_t k : todo) bytes += table_.start[k + 1] - table_.start[k];
   // Below kParallelBytes the caller hashes alone: starting threads would
-  // cost more than they save.
+  // cost more than they save. Alone, it first hashes the shards no other
+  // thread is hashing, then waits for the rest: two threads ensuring the
+  // same ranges share the work instead of queueing behind each other.
   constexpr uint64_t kParallelBytes = 512 << 10;
   if (todo.size() == 1 || bytes < kParallelBytes || threads == 1) {
-    for (size_t k : todo) verify_shard(k);
+    for (size_t k : todo) hash_shard(k, /*wait=*/false);
+    for (size_t k : todo) hash_shard(k, /*wait=*/true);
     return;
   }
   parallel_for(todo.size(), std::min<unsigned>(resolve_threads(threads), static_cast<unsigned>(todo.size())),
                [&](size_t i) { verify_shard(todo[i]); });
+}
+
+// ---- SignedOpen ----
+
+struct SignedOpen::State {
+  SignatureCheck check;
+  std::string shown;
+  uint64_t size = 0;
+  int fd = -1;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool claimed = false;  // a thread has taken the bundle's check
+  bool made = false;     // ... and finished it: guard or error
+  std::shared_ptr<const ShardGuard> guard;
+  std::exception_ptr error;
+  std::optional<Ranges> ranges;
+  const std::byte* map = nullptr;
+  bool closed = false;  // finish() is over: the helper must not touch the file
+  int busy = 0;         // 1 while the helper works (close() waits for it)
+
+  // The bundle's check, on the calling thread; its outcome for both threads.
+  void make_guard() {
+    std::shared_ptr<const ShardGuard> g;
+    std::exception_ptr e;
+    try {
+      const auto st = checked_statement(check.bundle_json, check.public_key_pem, shown);
+      g = std::make_shared<const ShardGuard>(shard_table(*st, resource_of(*st, shown, shown), size, shown), fd);
+    } catch (...) {
+      e = std::current_exception();
+    }
+    std::lock_guard lock(mu);
+    guard = std::move(g);
+    error = e;
+    made = true;
+    cv.notify_all();
+  }
+
+  // True when this thread takes the bundle's check.
+  bool claim() {
+    std::lock_guard lock(mu);
+    return !std::exchange(claimed, true);
+  }
+
+  // The helper thread's work: the bundle's check unless taken, then the
+  // trusted ranges' shards no other thread is hashing. Its mismatches are
+  // not reported here: finish() waits for every shard and hashes a failed
+  // one again, reporting it.
+  static void help(const std::shared_ptr<State>& s) {
+    bool mine = false;
+    {
+      std::lock_guard lock(s->mu);
+      if (s->closed) return;
+      mine = !std::exchange(s->claimed, true);
+      ++s->busy;
+    }
+    struct Done {
+      State& s;
+      ~Done() {
+        std::lock_guard lock(s.mu);
+        --s.busy;
+        s.cv.notify_all();
+      }
+    } done{*s};
+    if (mine) s->make_guard();
+    std::shared_ptr<const ShardGuard> g;
+    Ranges rs;
+    {
+      std::unique_lock lock(s->mu);
+      s->cv.wait(lock, [&] { return s->closed || (s->made && s->ranges); });
+      if (s->closed || !s->guard) return;
+      g = s->guard;
+      rs = *s->ranges;
+      if (s->map) g->use_map(s->map);
+    }
+    try {
+      g->ensure_ranges(rs, 1);
+    } catch (...) {
+    }
+  }
+
+  // Stops the helper's use of the file and the map: after it, the helper
+  // has returned or will return without touching them.
+  void close() {
+    std::unique_lock lock(mu);
+    closed = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return busy == 0; });
+  }
+};
+
+SignedOpen::SignedOpen(const SignatureCheck& check, std::string shown, uint64_t size, int fd)
+    : state_(std::make_shared<State>()) {
+  state_->check = check;
+  state_->shown = std::move(shown);
+  state_->size = size;
+  state_->fd = fd;
+  try {
+    std::thread([s = state_] { State::help(s); }).detach();
+  } catch (const std::system_error&) {
+    // No thread: finish() does it all on the opening thread.
+  }
+}
+
+SignedOpen::~SignedOpen() { state_->close(); }
+
+void SignedOpen::trust(Ranges ranges) {
+  std::lock_guard lock(state_->mu);
+  state_->ranges = std::move(ranges);
+  state_->cv.notify_all();
+}
+
+void SignedOpen::use_map(const std::byte* base) {
+  std::lock_guard lock(state_->mu);
+  state_->map = base;
+  if (state_->guard) state_->guard->use_map(base);
+}
+
+std::shared_ptr<const ShardGuard> SignedOpen::finish() {
+  State& s = *state_;
+  struct Closer {
+    State& s;
+    ~Closer() { s.close(); }
+  } closer{s};
+  if (s.claim()) s.make_guard();
+  std::shared_ptr<const ShardGuard> g;
+  Ranges rs;
+  {
+    std::unique_lock lock(s.mu);
+    s.cv.wait(lock, [&] { return s.made; });
+    if (s.error) std::rethrow_exception(s.error);
+    g = s.guard;
+    if (s.map) g->use_map(s.map);
+    if (s.ranges) rs = *s.ranges;
+  }
+  g->ensure_ranges(rs, 1);  // beside the helper, on the shards it has not taken
+  return g;
 }
 
 // ---- verified_source ----

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "sign/bundle.h"
+#include "treecask/signing.h"
 #include "treecask/source.h"
 
 namespace treecask::sig {
@@ -86,7 +87,9 @@ class ShardGuard {
   void ensure(uint64_t off, uint64_t n, unsigned threads = 1) const;
   // ensure() for each of `ranges` ({offset, length} pairs) at once: the
   // shards they need, each once, hashed together on up to `threads` threads
-  // (0 = all cores) when they add up to 512 KiB or more, else by the caller.
+  // (0 = all cores) when they add up to 512 KiB or more, else by the caller
+  // (which hashes first the shards no other thread is hashing, then waits
+  // for those: threads ensuring the same ranges share the work).
   void ensure_ranges(std::span<const std::pair<uint64_t, uint64_t>> ranges, unsigned threads = 0) const;
   // Every shard (a full verify).
   void ensure_all(unsigned threads) const { ensure(0, table_.size(), threads); }
@@ -102,6 +105,10 @@ class ShardGuard {
   uint64_t hashed() const { return hashed_.load(std::memory_order_relaxed); }
 
  private:
+  // verify_shard(k); when another thread is hashing shard k and `wait` is
+  // false, returns false at once instead of waiting for it.
+  bool hash_shard(size_t k, bool wait) const;
+
   ShardTable table_;
   bool use_cache_ = true;
   int fd_ = -1;
@@ -109,6 +116,45 @@ class ShardGuard {
   std::unique_ptr<std::atomic<uint8_t>[]> state_;  // 0 unverified, 1 being hashed, 2 verified
   mutable std::atomic<uint64_t> hashed_{0};
   mutable std::atomic<const std::byte*> map_{nullptr};
+};
+
+// The signature's side of a signed local open (Archive::open with
+// OpenOptions::signature; docs/signing.md "What is verified when"), shared
+// by the opening thread and one helper thread: the bundle's check (envelope,
+// statement, this file's shard table: check_bundle, resource_of,
+// shard_table), then the shards under the ranges the open trusts, hashed.
+// Each step is taken by whichever thread gets to it first, so a helper that
+// starts late (waking an idle core can take a millisecond) only takes what
+// is left, and the opening thread never waits for it to start.
+class SignedOpen {
+ public:
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;  // {offset, length}
+
+  // Starts the helper thread on the check of `check` for `file` (shown as
+  // `shown`), `size` bytes open as `fd` (which must stay open until finish()
+  // returns).
+  SignedOpen(const SignatureCheck& check, std::string shown, uint64_t size, int fd);
+  // finish()'s end if it was not called: the helper stops touching the file.
+  ~SignedOpen();
+  SignedOpen(const SignedOpen&) = delete;
+  SignedOpen& operator=(const SignedOpen&) = delete;
+
+  // The ranges the open trusts (the pages it read, the values it uses), for
+  // the helper to hash once the shard table stands. Called at most once.
+  void trust(Ranges ranges);
+  // The reader's map of the whole file: shards are hashed through it from
+  // now on (ShardGuard::use_map). It must outlive finish().
+  void use_map(const std::byte* base);
+  // Checks the bundle here unless the helper has, then hashes the shards
+  // under the trusted ranges beside the helper, and returns the guard for
+  // the reads that follow. Throws the bundle's Error(kSignature) first, then
+  // the first shard that does not match (Error(kSignature)). When it returns
+  // or throws, the helper no longer touches the file or the map.
+  std::shared_ptr<const ShardGuard> finish();
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
 };
 
 // Shards hashed by every ShardGuard of the process so far (the cost rule's
