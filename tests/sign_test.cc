@@ -383,6 +383,42 @@ TEST_CASE("another archive of the same layout with one leaf changed, given the f
   tc_test::expect_error(ErrorCode::kChecksumMismatch, [&] { Archive::open(flipped).read(b, out); });
 }
 
+TEST_CASE("a blob header changed after signing: the read that needs it says the signature, not corruption") {
+  // A read does not hash the headers' shard when their check passes (they
+  // gate the check and are never handed out); when it fails, it hashes that
+  // shard first, so bytes that do not match the signature are reported as such.
+  TempDir tmp;
+  FlatTree t;  // two 1 MiB leaves: the second's blob header lies in a shard the open does not hash
+  t.add_random("x", DType::kFloat32, {1 << 18}, 5);
+  t.add_random("b", DType::kFloat32, {1 << 18}, 6);
+  t.save(tmp / "model.cask", save_options());
+  SignOptions so;
+  so.shard_size = 64 << 10;
+  const std::string bundle = sign(tmp / "model.cask", ec_keys().priv, so);
+  auto bytes = tc_test::read_file(tmp / "model.cask");
+  // The header of leaf b's blob: the last magic before b's first bytes.
+  const auto needle = std::span(t.data[1]).first(64);
+  const auto data = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
+  REQUIRE(data != bytes.end());
+  const std::string magic = "TCBLOB";
+  const auto* m = reinterpret_cast<const std::byte*>(magic.data());
+  const auto head = std::find_end(bytes.begin(), data, m, m + magic.size());
+  REQUIRE(head != data);
+  REQUIRE(head - bytes.begin() > 256 << 10);
+  head[1] ^= std::byte{0x20};  // "TcBLOB"
+  fs::create_directories(tmp / "h");
+  tc_test::write_file(tmp / "h" / "model.cask", bytes);
+  Archive a = Archive::open(tmp / "h" / "model.cask", signed_open(bundle));  // no blob header read at open
+  const size_t b = a.index_of("b");
+  std::vector<std::byte> out(a.leaf(b).byte_length);
+  treecask::Error e = tc_test::expect_error(ErrorCode::kSignature, [&] { a.read(b, out); });
+  CHECK(e.key_path() == "b");
+  CHECK(has(e.message(), "do not match their signed SHA-256 digest"));
+  tc_test::expect_error(ErrorCode::kSignature, [&] { a.view(b); });
+  // Unsigned, the same file's header check reports the corruption.
+  tc_test::expect_error(ErrorCode::kCorruption, [&] { Archive::open(tmp / "h" / "model.cask").read(b, out); });
+}
+
 TEST_CASE("a wrong public key, and a bundle changed after signing") {
   TempDir tmp;
   FlatTree t = tree();

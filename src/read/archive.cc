@@ -140,13 +140,9 @@ std::vector<std::optional<std::span<const std::byte>>> Archive::view_many(std::s
     }
     // One raw part: its chunks are contiguous (checked at open), so the leaf
     // runs from its first chunk's first byte to its last chunk's last byte.
-    // A signed archive: every shard under the view and under its blob's
-    // headers (check_blob), in one pass on all cores, before it is handed out.
-    if (im.guard) {
-      const std::pair<uint64_t, uint64_t> ranges[2] = {{im.chunk_offset(indices[k], 0), r.byte_length},
-                                                       im.blob_head_range(r.chunks->Get(0)->blob())};
-      im.ensure_signed(std::span(ranges, 2), indices[k], resolve_threads(threads));
-    }
+    // A signed archive: every shard under the view, on all cores, before it
+    // is handed out (its blob's headers: check_blob).
+    if (im.guard) im.ensure_signed(im.chunk_offset(indices[k], 0), r.byte_length, indices[k], resolve_threads(threads));
     const auto first = im.stored(indices[k], r.chunks->Get(0));
     const auto last = im.stored(indices[k], r.chunks->Get(r.num_chunks() - 1));
     out[k] = std::span<const std::byte>(first.data(), static_cast<size_t>(last.data() + last.size() - first.data()));

@@ -158,11 +158,7 @@ struct Archive::Impl {
     const uint32_t b = c->blob();
     const std::byte* at = blob_data[b] + c->offset();
     const bool unchecked = blob_checked[b].load(std::memory_order_acquire) == 0;
-    if (guard) {  // the chunk's shards and, on the blob's first use, its headers' (check_blob), in one pass
-      const std::pair<uint64_t, uint64_t> ranges[2] = {
-          {static_cast<uint64_t>(at - map_base), c->stored_size()}, blob_head_range(b)};
-      ensure_signed(std::span(ranges, unchecked ? 2 : 1), li, 1);
-    }
+    if (guard) ensure_signed(static_cast<uint64_t>(at - map_base), c->stored_size(), li);  // headers: check_blob
     if (unchecked) check_blob(b, li);
     return {at, c->stored_size()};
   }
@@ -173,7 +169,9 @@ struct Archive::Impl {
   // 48-byte header (magic, id, reserved bytes, payload length = the
   // manifest's). Read with pread(), so a check maps no page (through the map
   // when there is no map base). Throws Error(kCorruption) naming the file and
-  // leaf `li`, whose read needed the blob.
+  // leaf `li`, whose read needed the blob; in a signed archive, when the
+  // headers' shard does not match, Error(kSignature) instead (that shard is
+  // hashed only then: the headers gate the check and are never handed out).
   void check_blob(uint32_t id, size_t li) const;
   // Throws kChecksumMismatch unless `digest` is chunk `ci`'s stored checksum.
   void expect_checksum(size_t li, uint64_t ci, const fb::Chunk* c, uint64_t digest) const {
