@@ -550,6 +550,17 @@ TEST_CASE("unsupported key types and hash algorithms are named") {
   CHECK(has(what_of([&] { sign(tmp / "model.cask", rsa.priv); }, ErrorCode::kUnsupported), "RSA"));
   Keys k1 = make_keys("EC", "secp256k1");
   CHECK(has(what_of([&] { sign(tmp / "model.cask", k1.priv); }, ErrorCode::kUnsupported), "secp256k1"));
+  CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {bundle, k1.pub}); }),
+            "unsupported elliptic curve secp256k1"));
+  // A P-256 public key whose point is not on the curve (one base64 letter of
+  // its last line in the other case), and text that is no key: refused, named.
+  std::string off_curve = ec_keys().pub;
+  size_t at = off_curve.rfind("-----END") - 6;
+  while (!std::isalpha(static_cast<unsigned char>(off_curve[at]))) --at;
+  off_curve[at] ^= 0x20;
+  for (const std::string& pub : {off_curve, std::string("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")})
+    CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {bundle, pub}); }),
+              "the public key is not a PEM public key"));
   // A statement hashed with another algorithm (signed, so only the algorithm is wrong).
   sig::Envelope e = sig::parse_bundle(bundle, "b");
   for (const char* alg : {"blake2", "blake3"}) {
