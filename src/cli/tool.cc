@@ -112,8 +112,9 @@ int run(int argc, char** argv) {
   verify->footer(
       "Prints \"DAMAGED <key path>: <error>: <message>\" for each damaged leaf, then\n"
       "\"OK: <n> leaves, <bytes> raw bytes verified\" or \"FAILED: <k> of <n> leaves damaged\".\n"
-      "With --signature: first \"signature OK: ...\" once every signed byte matches its SHA-256\n"
-      "(hashed on all cores), then the chunk check through the signed open.\n"
+      "With --signature: \"signature OK: ...\" once every signed byte matches its SHA-256; an\n"
+      "archive file's signed bytes and chunks are checked in one pass on all cores, a directory's\n"
+      "or URL's signed bytes first (all cores), then the chunks through the signed open.\n"
       "Exit status: 0 intact; 5 damaged leaves or manifest; 12 the signature does not verify;\n"
       "2, 3, 4, 8 as for info.\n");
 
