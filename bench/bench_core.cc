@@ -6,7 +6,7 @@
 // Usage: treecask_bench_core [DIR] [--gib N]   (DIR: scratch directory, default /tmp)
 //        treecask_bench_core --open-first PATH KEY N   (see open_first)
 //        treecask_bench_core --read-limits PATH N      (see read_limits)
-//        treecask_bench_core --open-signed PATH KEY SIG PUB   (see open_signed)
+//        treecask_bench_core --open-signed PATH KEY SIG PUB [WARM WARM_SIG]   (see open_signed)
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -151,16 +151,25 @@ int open_first(const char* path, const char* key, int n) {
   return 0;
 }
 
-// `--open-signed PATH KEY SIG PUB`: one verified open (OpenOptions::signature:
-// the bundle SIG checked with the PEM public key PUB) + index_of + a verified
-// view of KEY, in ms on stdout; SIG "-": the same open unsigned. Once: the
-// verified-shard cache is per process, so a caller runs it in fresh
-// processes (bench/signing.py's C++ row).
-int open_signed(const char* path, const char* key, const char* sig, const char* pub) {
+// `--open-signed PATH KEY SIG PUB [WARM WARM_SIG]`: one verified open
+// (OpenOptions::signature: the bundle SIG checked with the PEM public key
+// PUB) + index_of + a verified view of KEY, in ms on stdout; SIG "-": the
+// same open unsigned. Once: the verified-shard cache is per process, so a
+// caller runs it in fresh processes (bench/signing.py's C++ rows). With WARM,
+// a signed open of that archive and a view of its first leaf come first,
+// untimed: OpenSSL's one-time set-up done, as in a server's second open.
+int open_signed(const char* path, const char* key, const char* sig, const char* pub, const char* warm = nullptr,
+                const char* warm_sig = nullptr) {
   auto slurp = [](const char* f) {
     std::ifstream in(f, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
+  if (warm) {
+    treecask::OpenOptions w;
+    w.signature = treecask::SignatureCheck{slurp(warm_sig), slurp(pub)};
+    treecask::Archive a = treecask::Archive::open(warm, w);
+    (void)a.view(0, treecask::Verify::kYes);
+  }
   treecask::OpenOptions o;
   if (std::string(sig) != "-") o.signature = treecask::SignatureCheck{slurp(sig), slurp(pub)};
   const auto t0 = Clock::now();
@@ -262,7 +271,8 @@ int read_limits(const char* path, int reps) {
 int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--partial") return partial_read(argv[2], argv[3]);
   if (argc == 5 && std::string(argv[1]) == "--open-first") return open_first(argv[2], argv[3], std::atoi(argv[4]));
-  if (argc == 6 && std::string(argv[1]) == "--open-signed") return open_signed(argv[2], argv[3], argv[4], argv[5]);
+  if ((argc == 6 || argc == 8) && std::string(argv[1]) == "--open-signed")
+    return open_signed(argv[2], argv[3], argv[4], argv[5], argc == 8 ? argv[6] : nullptr, argc == 8 ? argv[7] : nullptr);
   if (argc == 4 && std::string(argv[1]) == "--read-limits") return read_limits(argv[2], std::atoi(argv[3]));
   fs::path dir = "/tmp";
   double gib = 1.0;

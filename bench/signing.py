@@ -23,7 +23,9 @@ process; the timed region excludes the interpreter's start and imports; medians 
 3. Open-to-first-tensor at 10,000 leaves (bench/peers.py's small tree): verified
    `open(p, signature=, public_key=)[key]` against unverified `open(p)[key]`, in a fresh
    process and in one that verified another archive first (OpenSSL's one-time set-up
-   done), and with 1 MiB shards instead of the default. [goal verified <= 2x unverified]
+   done), and with 1 MiB shards instead of the default; and the same in C++
+   (`treecask_bench_core --open-signed`, $TREECASK_BENCH_CORE or build/bench/, when
+   built). [goal verified <= 2x unverified]
 4. Sign right after a save (the file in the page cache): `treecask.sign(p, private_key=)`
    (shards, the default) against model_signing's `sign key` of the same file (the Python
    API call its CLI makes; file serialization). [goal >= 1.0x]
@@ -53,6 +55,8 @@ import peers  # noqa: E402  (build, leaf_key, machine_info, versions, write_doc)
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
+# The C++ figure of row 3 (`treecask_bench_core --open-signed`, built by `cmake --build build`).
+CORE = Path(os.environ.get("TREECASK_BENCH_CORE", ROOT / "build" / "bench" / "treecask_bench_core"))
 
 
 # ---- what one child process measures ----------------------------------------------------
@@ -226,11 +230,23 @@ def bench_small(d: Path, keys: Dict[str, str], reps: int) -> Dict[str, Any]:
                      dict(kind="first_tc_warm", sig=sig, warm=warm, **base),
                  "verified open + leaf, 1 MiB shards": dict(kind="first_tc", sig=sig1m, **base),
                  "unverified open + leaf": dict(kind="first_plain", **base)}, reps)
+    cpp: Dict[str, float] = {}
+    if CORE.exists():  # the same in C++: Archive::open + index_of + a verified view, each in a fresh process
+        key = peers.leaf_key("small", 0)
+        runs: Dict[str, List[float]] = {"verified": [], "verified, OpenSSL loaded": [], "unverified": []}
+        for _ in range(reps):
+            for k, extra in (("verified", [sig, keys["pub"]]),
+                             ("verified, OpenSSL loaded", [sig, keys["pub"], warm, warm + ".sig"]),
+                             ("unverified", ["-", "-"])):
+                out = subprocess.run([str(CORE), "--open-signed", path, key, *extra], capture_output=True, text=True,
+                                     check=True).stdout
+                runs[k].append(float(out) / 1e3)
+        cpp = {k: statistics.median(v) for k, v in runs.items()}
     size = os.path.getsize(path)
     shard = shard_size_of(sig)
     for f in (path, sig, sig1m, warm, warm + ".sig"):
         os.unlink(f)
-    return {"first": r, "size": size, "shard": shard}
+    return {"first": r, "cpp": cpp, "size": size, "shard": shard}
 
 
 def report(results: List[Dict[str, Any]], small: Dict[str, Any], args, started: str) -> str:
@@ -291,6 +307,10 @@ def report(results: List[Dict[str, Any]], small: Dict[str, Any], args, started: 
               "from its second archive on.", "",
               "| | time | ÷ unverified |", "|---|---:|---:|"]
     lines += [f"| open to first tensor, {k} | {fmt(t)} | {t / su:.2f}× |" for k, t in small["first"].items()]
+    if small["cpp"]:
+        cu = small["cpp"]["unverified"]
+        lines += [f"| C++ `treecask_bench_core --open-signed` (Archive::open + a verified view, a fresh "
+                  f"process), {k} | {fmt(t)} | {t / cu:.2f}× C++ unverified |" for k, t in small["cpp"].items()]
     lines.append("")
     targets.append(("open to first tensor at 10,000 leaves: verified ≤ 2× unverified, a fresh process",
                     f"{sv / su:.2f}× ({fmt(sv)} vs {fmt(su)})", sv / su <= 2.0))
