@@ -339,7 +339,12 @@ SignedOpen::SignedOpen(const SignatureCheck& check, std::string shown, uint64_t 
   state_->size = size;
   state_->fd = fd;
   try {
-    std::thread([s = state_] { State::help(s); }).detach();
+    std::thread([s = state_] {
+      try {
+        State::help(s);
+      } catch (...) {  // std::bad_alloc: finish() does what is left
+      }
+    }).detach();
   } catch (const std::system_error&) {
     // No thread: finish() does it all on the opening thread.
   }
