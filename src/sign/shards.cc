@@ -373,10 +373,15 @@ std::shared_ptr<const ShardGuard> SignedOpen::finish() {
   if (s.claim()) s.make_guard();
   std::shared_ptr<const ShardGuard> g;
   Ranges rs;
+  std::exception_ptr error;  // taken out of the state, which the helper may be the last to hold
   {
     std::unique_lock lock(s.mu);
     s.cv.wait(lock, [&] { return s.made; });
-    if (s.error) std::rethrow_exception(s.error);
+    error = std::exchange(s.error, nullptr);
+  }
+  if (error) std::rethrow_exception(error);
+  {
+    std::lock_guard lock(s.mu);
     g = s.guard;
     if (s.map) g->use_map(s.map);
     if (s.ranges) rs = *s.ranges;
