@@ -6,8 +6,8 @@ API inside the process:
 - sign right after a save: `treecask sign A` (default shards: the size / 1024, a power of two in
   [256 KiB, 2 MiB]; all cores) against
   `model_signing sign key A` (its default: file serialization);
-- full verify: `treecask verify A --signature` (every signed byte's SHA-256 on all cores,
-  then every chunk's XXH3) against `model_signing verify key` of the same archive with a
+- full verify: `treecask verify A --signature` (every signed byte's SHA-256 and every
+  chunk's XXH3 in one pass on all cores) against `model_signing verify key` of the same archive with a
   bundle model_signing made (file serialization), and against the limit of SHA-256 on all
   cores (`sha256sum`-style: OpenSSL's SHA-256 of the file split over the cores, measured in
   this process with hashlib, which uses OpenSSL);
