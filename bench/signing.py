@@ -14,8 +14,8 @@ process; the timed region excludes the interpreter's start and imports; medians 
    `verify key` of the whole file (the Python API call its CLI makes, file
    serialization, the CLI's default) followed by an unverified `treecask.open(p)[key]`.
    [goal >= 20x at 1 GiB, growing with the size]
-2. Full verify: `treecask.verify(p, signature=, public_key=)` (every shard's SHA-256 on
-   all cores, then every chunk's XXH3) against model_signing's verification of the same
+2. Full verify: `treecask.verify(p, signature=, public_key=)` (every shard's SHA-256,
+   then the chunks ending in it, one pass on all cores) against model_signing's verification of the same
    archive with the same bundle (treecask's shards bundle, which its Python API reads;
    its CLI cannot, docs/signing.md) and with its own file-serialization bundle; the limit
    is SHA-256 of every shard on all cores (hashlib over an mmap in one thread per core:
