@@ -397,43 +397,28 @@ class CheckpointManager:
         if self._signer is not None and not single:
             raise UnsupportedError("sign_with signs in one process: in a jax.distributed job sign each step's "
                                    "directory after the save with treecask.sign", file=str(self.path(step)))
-        if self._run.layout.index:  # a directory of item archives (Orbax's layout)
-            return self._save_items(step, entry, tree, md, stored_metrics, committed, single)
-        if not self.async_save:
-            if single:
-                self._run.sweep()
+        sweep = self._run.sweep if single else None
+        if self._run.layout.index:  # a directory of item archives (Orbax's layout, through the store seam)
+            from .orbax import _layout  # (no import cycle at load time)
+
+            if not isinstance(tree, Mapping) or not all(isinstance(v, tuple) and len(v) == 2 for v in tree.values()):
+                raise InvalidArgumentError("a step of item directories is {item name: (pytree, archive metadata)}",
+                                           file=str(self.path(step)))
+            job = _layout.save_directory(self._run.store, entry, tree, md, overwrite=False,
+                                         asynchronous=self.async_save, meanwhile=sweep, after=committed, step=step,
+                                         metrics=stored_metrics)
+        elif not self.async_save:
+            if sweep is not None:
+                sweep()
             save(entry, tree, metadata=md, store=self._run.store, **self._save_options)
             committed()
-            return True
-        job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool,
-                         meanwhile=self._run.sweep if single else None, after=committed, step=step,
-                         metrics=stored_metrics, **self._save_options)
-        with self._lock:
-            self._job = job
-        return True
-
-    def _save_items(self, step: int, entry: str, items: Any, md: Dict[str, str], metrics: Any,
-                    committed: Callable[[], None], single: bool) -> bool:
-        """:meth:`save` of step ``step`` in the ``ITEM_DIRECTORIES`` layout:
-        ``items`` ``{item name: (pytree, archive metadata)}`` written as the
-        directory ``entry`` of one archive per item, committed by its
-        ``index.cask`` holding ``md`` (``treecask/orbax/_layout.py``, through
-        the store seam); in a multi-process jax job each item the core's
-        sharded checkpoint directory, written by every process (``_layout``)."""
-        from .orbax import _layout  # the writer of a directory of items (no import cycle at load time)
-
-        if not isinstance(items, Mapping) or not all(isinstance(v, tuple) and len(v) == 2 for v in items.values()):
-            raise InvalidArgumentError("a step of item directories is {item name: (pytree, archive metadata)}",
-                                       file=str(self.path(step)))
-        sweep = self._run.sweep if single else None  # (a multi-process job sweeps nothing, as below)
-        if not self.async_save:
-            _layout.save_directory(self._run.store, entry, items, md, overwrite=False, asynchronous=False,
-                                   meanwhile=sweep, after=committed)
-            return True
-        job = _layout.save_directory(self._run.store, entry, items, md, overwrite=False, asynchronous=True,
-                                     meanwhile=sweep, after=committed, step=step, metrics=metrics)
-        with self._lock:
-            self._job = job
+            job = None
+        else:
+            job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool, meanwhile=sweep,
+                             after=committed, step=step, metrics=stored_metrics, **self._save_options)
+        if job is not None:
+            with self._lock:
+                self._job = job
         return True
 
     def _signature_of(self, entry: str) -> bytes:
