@@ -260,7 +260,8 @@ class CheckpointManager(Run):
 
     def best_step(self) -> Optional[int]:
         """With ``best_fn``: the best step among those saved with metrics; else the latest."""
-        return self._steps.best_step()
+        self._steps.wait_quietly()
+        return self._steps.manager.best_step()
 
     def reload(self) -> None:
         """Forgets what :meth:`should_save` knew: every listing reads the directory (Orbax API)."""
@@ -360,13 +361,8 @@ class CheckpointManager(Run):
                 step = self._steps.latest_step()
             if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
                 raise NotFoundError("no steps found", file=str(self.directory))
-            where = self._steps.where(step)
-            shown = str(self.directory)
-        else:
-            if step is None:
-                step = self._steps.latest_in(directory)
-            where = None if step is None else self._steps.where(step, directory)
-            shown = str(Where(directory, self._store))
+        where = self._steps.where(step, directory)
+        shown = str(self.directory) if directory is None else str(Where(directory, self._store))
         if where is None:
             raise NotFoundError(f"no step {step} in the directory", file=shown)
         return where
@@ -422,7 +418,7 @@ class CheckpointManager(Run):
     # ---- lifetime ----
     def check_for_errors(self) -> None:
         """Raises the error of a finished asynchronous save, once, without blocking."""
-        self._steps.check_for_errors()
+        self._steps.manager.check_for_errors()
 
     def wait_until_finished(self) -> None:
         """Blocks until the save in flight is durable and retention has run;

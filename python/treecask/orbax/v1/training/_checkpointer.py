@@ -173,7 +173,7 @@ class Checkpointer(Run):
         previous = self.checkpoints
         if previous and previous[-1].step >= step:
             return False
-        now = CheckpointMetadata(step, self._steps.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
+        now = CheckpointMetadata(step, self._steps.manager.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
         ctx = _sd.DecisionContext(is_saving_in_progress=self.is_saving_in_progress(),
                                   reached_preemption=self._steps.manager.reached_preemption(step),
                                   multiprocessing_options=self._context.multiprocessing)
@@ -199,7 +199,7 @@ class Checkpointer(Run):
             if any(c.step == step for c in self.checkpoints):  # a step in flight included
                 if not overwrite:
                     raise StepAlreadyExistsError(f"step {step} already exists (overwrite=True replaces it)",
-                                                 file=str(self._steps.path(step)))
+                                                 file=str(self._steps.manager.path(step)))
                 self.delete(step)
             if not force and not self.should_save(step):  # asked before waiting, as Orbax
                 return None
