@@ -400,10 +400,9 @@ class CheckpointManager(Run):
         if step is None:
             custom = self._root_metadata
             return RootMetadata(custom if custom is not None else self._steps.root_metadata())
-        path = self._step_path(step, None)
+        ck = Checkpoint(self._step_path(step, None))
         metrics = self.metrics(step)  # Orbax's: the step's metrics item, else {}
-        return StepMetadata(_item_metadata(path), {} if metrics is None else metrics,
-                            Checkpoint(path).custom_metadata())
+        return StepMetadata(_item_metadata(ck), {} if metrics is None else metrics, ck.custom_metadata())
 
     def delete(self, step: int) -> None:
         """Deletes ``step`` (a save in flight is waited for first). Raises

@@ -811,9 +811,10 @@ def _tree_metadata(at: Where, sub: Optional[str], custom: Any) -> TreeMetadata:
 
 
 def _item_metadata(path: Any) -> Any:
-    """A checkpoint's item metadata (``path``: a :class:`Where`, or a path or
-    URL): a TreeMetadata (one item) or a Composite of them (None for JSON items)."""
-    ck = Checkpoint(path)
+    """A checkpoint's item metadata (``path``: a :class:`Checkpoint`, a
+    :class:`Where`, or a path or URL): a TreeMetadata (one item) or a
+    Composite of them (None for JSON items)."""
+    ck = path if isinstance(path, Checkpoint) else Checkpoint(path)
     custom = ck.custom_metadata()
     out = {}
     for name, kind in ck.kinds.items():
