@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextvars
 import datetime
 import inspect
-import json
 import pprint
 import threading
 import time
