@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -140,6 +140,26 @@ def _raise(text: str, path: str):
     raise getattr(E, cls, Error)(msg, file=path)
 
 
+def from_zero(client: Any, key: str, timeout_ms: int, shown: str, work: Optional[Callable[[], str]],
+              on_error: Optional[Callable[[], None]] = None) -> str:
+    """Process 0's answer in every process: ``work()`` (a str; ``work`` is
+    None in the other processes) run on process 0 and published under
+    ``key`` of the coordination service, or its error, which every process
+    raises (naming ``shown``) after ``on_error()``."""
+    if work is not None:
+        try:
+            answer = "ok:" + work()
+        except Exception as e:
+            answer = "err:" + _error_text(e)
+        client.key_value_set(key, answer)
+    answer = client.blocking_key_value_get(key, timeout_ms)
+    if answer.startswith("err:"):
+        if on_error is not None:
+            on_error()
+        _raise(answer[4:], shown)
+    return answer[3:]
+
+
 class _Save:
     """One multi-process save: everything taken from the caller's tree in the
     caller's thread (:func:`prepare`), so that :func:`run` -- the collective
@@ -234,21 +254,14 @@ def run(s: _Save):
     st, pid, key, p, o = s.store, s.pid, s.key, s.path, s.options
     timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
 
-    # Step 1: process 0 checks the target and stages the checkpoint.
-    if pid == 0:
-        try:
-            # The save's identity (SPEC.md "Sharded checkpoints"): in every file's metadata,
-            # so that no two saves write the same manifest, whatever their trees.
-            save_id = secrets.token_hex(16)
-            staging = st.stage_directory(p, overwrite=o["overwrite"])
-            answer = "ok:" + save_id + ":" + staging
-        except Exception as e:
-            answer = "err:" + _error_text(e)
-        client.key_value_set(key + "/dir", answer)
-    answer = client.blocking_key_value_get(key + "/dir", timeout_ms)
-    if answer.startswith("err:"):
-        _raise(answer[4:], s.shown)
-    save_id, _, staging = answer[3:].partition(":")
+    # Step 1: process 0 checks the target and stages the checkpoint, under the save's identity
+    # (SPEC.md "Sharded checkpoints"): in every file's metadata, so that no two saves write the
+    # same manifest, whatever their trees.
+    def stage() -> str:
+        return secrets.token_hex(16) + ":" + st.stage_directory(p, overwrite=o["overwrite"])
+
+    save_id, _, staging = from_zero(client, key + "/dir", timeout_ms, s.shown,
+                                    stage if pid == 0 else None).partition(":")
     s.md = s.md + [(SAVE_ID_KEY, save_id)]
     unique = not st.supports_atomic_directories  # files at their final names: this save's own
     names = [process_file(k, save_id, unique) for k in range(s.nproc)]
@@ -272,18 +285,19 @@ def run(s: _Save):
     client.wait_at_barrier(key + "/written", timeout_ms)
 
     # Step 3: process 0 builds the index from what was written and commits.
-    if pid == 0:
+    def commit() -> str:
         try:
-            result = "ok:" + json.dumps(_commit(s, staging, names, client, timeout_ms))
-        except Exception as e:
+            return json.dumps(_commit(s, staging, names, client, timeout_ms))
+        except Exception:
             st.discard_directory(staging, names)  # this save's files, whatever got written
-            result = "err:" + _error_text(e)
-        client.key_value_set(key + "/result", result)
-    result = client.blocking_key_value_get(key + "/result", timeout_ms)
-    client.wait_at_barrier(key + "/done", timeout_ms)
-    if result.startswith("err:"):
-        _raise(result[4:], s.shown)
-    return SaveStats(**json.loads(result[3:]))
+            raise
+
+    def done() -> None:
+        client.wait_at_barrier(key + "/done", timeout_ms)
+
+    result = from_zero(client, key + "/result", timeout_ms, s.shown, commit if pid == 0 else None, on_error=done)
+    done()
+    return SaveStats(**json.loads(result))
 
 
 def save(path: Any, tree: Any, **options: Any):

@@ -181,19 +181,13 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
     def write_all() -> None:
         client = _distributed._client()
         # Process 0 stages the checkpoint and names the staging to the others.
-        if pid == 0:
-            try:
-                staging = store.stage_directory(key, overwrite=overwrite)
-                if overwrite and not store.supports_atomic_directories:
-                    store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items
-                answer = "ok:" + staging
-            except Exception as e:
-                answer = "err:" + _distributed._error_text(e)
-            client.key_value_set(coord + "/dir", answer)
-        answer = client.blocking_key_value_get(coord + "/dir", timeout_ms)
-        if answer.startswith("err:"):
-            _distributed._raise(answer[4:], shown)
-        staging = answer[3:]
+        def stage() -> str:
+            staging = store.stage_directory(key, overwrite=overwrite)
+            if overwrite and not store.supports_atomic_directories:
+                store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items
+            return staging
+
+        staging = _distributed.from_zero(client, coord + "/dir", timeout_ms, shown, stage if pid == 0 else None)
         # Every item: the core's multi-process save into the staging (it raises in every
         # process what failed in any, so every process leaves this loop at the same item).
         written: List[str] = []
@@ -209,33 +203,33 @@ def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, 
                 store.discard_directory(staging, written)
             raise
         # Process 0 commits the checkpoint with its index; every process returns or raises that.
-        if pid == 0:
-            def write_index(local: str, in_place: bool) -> None:
-                # This process alone: the core's single-file save (treecask.save would be collective here).
-                md = metadata_items({**index_md, MARK_KEY: "1"}, shown)
-                request, _ = SaveRequest.of_tree(local, None, overwrite=not in_place, durable=in_place,
-                                                 metadata=md)
-                _core.save(local, request)
+        def write_index(local: str, in_place: bool) -> None:
+            # This process alone: the core's single-file save (treecask.save would be collective here).
+            md = metadata_items({**index_md, MARK_KEY: "1"}, shown)
+            request, _ = SaveRequest.of_tree(local, None, overwrite=not in_place, durable=in_place, metadata=md)
+            _core.save(local, request)
 
+        def commit() -> str:
             try:
                 store.publish_directory(staging, key, write_index, overwrite=overwrite, durable=True,
                                         keep=list(items))
-                result = "ok:"
-            except Exception as e:
+            except Exception:
                 store.discard_directory(staging, written)
-                result = "err:" + _distributed._error_text(e)
-            client.key_value_set(coord + "/result", result)
-        result = client.blocking_key_value_get(coord + "/result", timeout_ms)
-        if result.startswith("err:"):
+                raise
+            return ""
+
+        def done() -> None:
             client.wait_at_barrier(coord + "/done", timeout_ms)
-            _distributed._raise(result[4:], shown)
+
+        _distributed.from_zero(client, coord + "/result", timeout_ms, shown, commit if pid == 0 else None,
+                               on_error=done)
         # `after` (a manager's retention: process 0 deletes) in every process, then a barrier:
         # once any process's save is finished, every process lists the same steps.
         try:
             if after is not None:
                 after()
         finally:
-            client.wait_at_barrier(coord + "/done", timeout_ms)
+            done()
 
     return write_all
 
