@@ -22,6 +22,7 @@ from .. import stores
 from .._async import SaveJob, _start
 import treecask._core as _core
 
+from .._open import ITEMS_DIRECTORY_KEY
 from .._request import SaveRequest, compression_code, metadata_items
 from .._save import save as _save
 from ..stores import _upload
@@ -33,7 +34,7 @@ INDEX = stores.COMMIT_OBJECT
 KIND_KEY = "treecask.orbax.kind"
 #: The index's metadata key that marks a checkpoint directory of items (a
 #: multi-process save's sharded checkpoint also has an ``index.cask``).
-MARK_KEY = "treecask.orbax.items_directory"
+MARK_KEY = ITEMS_DIRECTORY_KEY
 
 
 def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
