@@ -340,45 +340,29 @@ class S3:
             return False
 
     def _parts(self, key: str, upload: str, local_file: str) -> List[dict]:
-        """Uploads the file's parts, each read by its worker; raises the first
-        failure (botocore's)."""
-        part, inflight = _upload.PART_BYTES, _upload.PARTS_IN_FLIGHT
-        size = os.path.getsize(local_file)
-        count = max(1, -(-size // part))
+        """Uploads the file's parts, each read by its worker when it starts
+        (at most ``PARTS_IN_FLIGHT`` read and in flight); raises the first
+        failure (botocore's), the parts not yet started cancelled."""
+        part = _upload.PART_BYTES
+        count = max(1, -(-os.path.getsize(local_file) // part))
         fd = os.open(local_file, os.O_RDONLY)
-        try:
-            def send(i: int) -> dict:
-                body = os.pread(fd, part, i * part)
-                r = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload,
-                                            PartNumber=i + 1, Body=body)
-                return {"PartNumber": i + 1, "ETag": r["ETag"]}
 
-            done: List[dict] = []
-            err: Optional[BaseException] = None
-            with concurrent.futures.ThreadPoolExecutor(inflight, thread_name_prefix="treecask-s3-part") as ex:
-                pending = set()
-                for i in range(count):
-                    if len(pending) >= inflight:  # at most `inflight` parts read and in flight
-                        finished, pending = concurrent.futures.wait(
-                            pending, return_when=concurrent.futures.FIRST_COMPLETED)
-                        for f in finished:
-                            if f.exception() is not None:
-                                err = f.exception()
-                            else:
-                                done.append(f.result())
-                        if err is not None:
-                            break
-                    pending.add(ex.submit(send, i))
-                for f in concurrent.futures.as_completed(pending):
-                    if f.exception() is not None:
-                        err = err or f.exception()
-                    else:
-                        done.append(f.result())
+        def send(i: int) -> dict:
+            r = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=i + 1,
+                                        Body=os.pread(fd, part, i * part))
+            return {"PartNumber": i + 1, "ETag": r["ETag"]}
+
+        try:
+            with concurrent.futures.ThreadPoolExecutor(_upload.PARTS_IN_FLIGHT,
+                                                       thread_name_prefix="treecask-s3-part") as ex:
+                futures = [ex.submit(send, i) for i in range(count)]
+                try:
+                    return [f.result() for f in futures]
+                finally:
+                    for f in futures:
+                        f.cancel()
         finally:
             os.close(fd)
-        if err is not None:
-            raise err
-        return sorted(done, key=lambda p: p["PartNumber"])
 
     def abort_dead_uploads(self, path: str, markers: Sequence[str],
                            relist: Callable[[], Sequence[str]]) -> List[str]:
