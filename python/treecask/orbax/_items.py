@@ -67,11 +67,11 @@ class Where(str):
         return _load(self.key, *args, store=self.store, **kwargs)
 
 
-def _unsupported(feature: str, why: str, file: str = "") -> UnsupportedError:
-    return UnsupportedError(f"Orbax {feature} is not supported by treecask.orbax: {why}", file=file)
+def _unsupported(feature: str, why: str, file: str = "", by: str = "treecask.orbax") -> UnsupportedError:
+    return UnsupportedError(f"Orbax {feature} is not supported by {by}: {why}", file=file)
 
 
-def _unsupported_names(module: str, prefix: str, table: Mapping[str, str]) -> Any:
+def _unsupported_names(module: str, prefix: str, table: Mapping[str, str], by: str = "treecask.orbax") -> Any:
     """A module ``__getattr__`` for Orbax's names that ``module`` does not
     provide: UnsupportedError saying why and what to use instead (``table``:
     name -> reason), AttributeError for any other name, as Python's own."""
@@ -79,7 +79,7 @@ def _unsupported_names(module: str, prefix: str, table: Mapping[str, str]) -> An
         why = table.get(name)
         if why is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        raise _unsupported(f"{prefix}{name}", why)
+        raise _unsupported(f"{prefix}{name}", why, by=by)
     return __getattr__
 
 
