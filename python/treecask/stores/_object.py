@@ -244,26 +244,22 @@ class ObjectStore(Store):
         import obstore
 
         self.writable(prefix)
-        parent = prefix.rpartition("/")[0]
-        whole = not prefix or prefix.endswith("/")
-        out: List[str] = []
-        err: Optional[Error] = None
-        try:
-            if whole:
-                return [m["path"] for batch in obstore.list(self.store, prefix or None, chunk_size=1000)
-                        for m in batch]
-            for batch in obstore.list(self.store, parent or None, offset=prefix[:-1], chunk_size=1000):
+        if not prefix or prefix.endswith("/"):
+            return _errors.mapped(self.display(prefix), lambda: [
+                m["path"] for batch in obstore.list(self.store, prefix or None, chunk_size=1000) for m in batch])
+
+        def listing() -> List[str]:
+            out: List[str] = []
+            for batch in obstore.list(self.store, prefix.rpartition("/")[0] or None, offset=prefix[:-1],
+                                      chunk_size=1000):
                 for m in batch:
-                    k = m["path"]
-                    if k.startswith(prefix):
-                        out.append(k)
-                    elif k > prefix:
+                    if m["path"].startswith(prefix):
+                        out.append(m["path"])
+                    elif m["path"] > prefix:
                         return out
-        except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-            err = _errors.of_obstore(self.display(prefix), e)
-        if err is not None:
-            raise err  # outside the except: obstore's text may quote a signed URL
-        return out
+            return out
+
+        return _errors.mapped(self.display(prefix), listing)
 
     def sweep_uploads(self, path: str, names: Sequence[str]) -> Sequence[str]:
         """On S3 with botocore: aborts the multipart uploads of ``path``
