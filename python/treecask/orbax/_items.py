@@ -539,16 +539,9 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     jax_set = set(jax_leaves) if item is None else set()
     head = (sub + "/") if sub else ""
 
-    def rel(kp: str) -> str:
-        return kp[len(head):] if head and kp.startswith(head) else kp
-
-    def shardings(kp: str, info: Any) -> Any:
-        k = rel(kp)
-        if k in placed:
-            return placed[k]
-        if k in jax_set:
-            return _saved_sharding(info)
-        return None
+    def shardings(kp: str, info: Any) -> Any:  # kp: the leaf's key path in the archive
+        k = kp[len(head):] if head and kp.startswith(head) else kp
+        return placed[k] if k in placed else _saved_sharding(info) if k in jax_set else None
 
     use = shardings if (placed or jax_set) else None
     if item is None:
@@ -719,16 +712,10 @@ def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict
     items: Dict[str, Tuple[Any, Dict[str, str]]] = {}
     for name, kind in kinds.items():
         imd = {_L.KIND_KEY: kind}
-        for key in (_JAX_PREFIX + name, _STATE_PREFIX + name):
+        for key in (_JAX_PREFIX + name, _STATE_PREFIX + name, _JSON_PREFIX + name):
             if key in md:
                 imd[key] = md[key]
-        if kind == "stateful":
-            items[name] = (None, imd)
-        elif kind == "json":
-            imd[_JSON_PREFIX + name] = md[_JSON_PREFIX + name]
-            items[name] = (None, imd)
-        else:
-            items[name] = ((tree if default else tree[name]), imd)
+        items[name] = (None if kind in ("json", "stateful") else tree if default else tree[name], imd)
     own = {_CUSTOM_KEY: md[_CUSTOM_KEY]} if _CUSTOM_KEY in md else {}
     if default:  # one item saved without a name (a manager's "default"): restored as the item itself
         own[_LAYOUT_KEY] = json.dumps({"default": True, "items": kinds}, sort_keys=True)
@@ -782,8 +769,7 @@ def _restore(path: Any, ra: Any) -> Any:
     elif ra is None:
         want = {n: None for n in ck.kinds}
     elif len(ck.kinds) == 1:  # a directory of one item: Orbax restores it with the item's own arguments
-        want = {next(iter(ck.kinds)): ra}
-        return _restore_item(ck, next(iter(want)), ra)
+        return _restore_item(ck, next(iter(ck.kinds)), ra)
     else:
         raise InvalidArgumentError(f"the checkpoint holds items {sorted(ck.kinds)}: restore with "
                                    "args=Composite(name=...)", file=ck.where)
