@@ -146,23 +146,18 @@ class Checkpointer(Run):
         cps = self.checkpoints
         return cps[-1] if cps else None
 
-    def _resolve(self, step: Any) -> CheckpointMetadata:
+    def _at(self, step: Any) -> Any:
+        """(the :class:`CheckpointMetadata` of step ``step``, None: the latest, and
+        where it is); the save in flight waited for first. StepNotFoundError when none."""
+        self._steps.wait_quietly()
+        cps = self.checkpoints
         step = _step_of(step)
-        if step is None:
-            latest = self.latest
-            if latest is None:
-                raise StepNotFoundError("step=None, but no checkpoints were found", file=str(self.directory))
-            return latest
-        for c in self.checkpoints:
-            if c.step == step:
-                return c
-        raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
-
-    def _where(self, step: int) -> Any:
-        where = self._steps.where(step)
+        c = (cps[-1] if cps else None) if step is None else next((c for c in cps if c.step == step), None)
+        where = None if c is None else self._steps.where(c.step)
         if where is None:
-            raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
-        return where
+            raise StepNotFoundError("step=None, but no checkpoints were found" if step is None else
+                                    f"no checkpoint at step {step}", file=str(self.directory))
+        return c, where
 
     def should_save(self, step: int) -> bool:
         """Whether :meth:`save` writes ``step``: above the latest step, and the
@@ -240,10 +235,8 @@ class Checkpointer(Run):
         """Step ``step``'s checkpointables (None: the latest), as
         :func:`treecask.orbax.v1.load_checkpointables`. A save in flight is
         waited for first. Raises :class:`StepNotFoundError` for no such step."""
-        self._steps.wait_quietly()
         with self._context:
-            c = self._resolve(step)
-            return _load_checkpointables(self._where(c.step), abstract_checkpointables)
+            return _load_checkpointables(self._at(step)[1], abstract_checkpointables)
 
     def load(self, step: Any = None, abstract_state: Any = None, *,
              checkpointable_name: str = STATE_CHECKPOINTABLE_KEY) -> Any:
@@ -262,10 +255,9 @@ class Checkpointer(Run):
 
     # ---- metadata ----
     def _step_metadata(self, step: Any, fn: Any) -> CheckpointMetadata:
-        self._steps.wait_quietly()
         with self._context:
-            c = self._resolve(step)
-            m = fn(self._where(c.step))
+            c, where = self._at(step)
+            m = fn(where)
         return CheckpointMetadata(c.step, m.path, metadata=m.metadata, init_timestamp_nsecs=m.init_timestamp_nsecs,
                                   commit_timestamp_nsecs=m.commit_timestamp_nsecs, custom_metadata=m.custom_metadata,
                                   metrics=c.metrics)
