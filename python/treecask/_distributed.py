@@ -104,26 +104,9 @@ def _is_global(x: Any) -> bool:
 def _leaf_meta(key_path: str, x: Any, ex) -> Tuple[Dict[str, Any], Any]:
     """(index meta, array whose shards are saved) of a global jax.Array leaf."""
     metadata: Dict[str, str] = dict(ex.metadata) if ex is not None else {}
-    arr = x
-    if J.is_prng_dtype(x.dtype):
-        import jax
-
-        metadata[J.KEY_IMPL_META] = J.key_impl_name(x)
-        arr = jax.random.key_data(x)
+    arr = _codec.key_data(x, metadata)
     name = _dtypes.to_name(np.dtype(arr.dtype), key_path=key_path)
-    ndim = len(arr.shape)
-    logical = list(ex.logical_axes) if ex is not None and ex.logical_axes is not None else []
-    if logical and len(logical) != ndim:
-        logical = []
-    meta = {
-        "value_kind": _codec.ARRAY,
-        "dtype": name,
-        "shape": [int(d) for d in arr.shape],
-        "logical_axes": logical,
-        "sharding": _codec._sharding(ex, x, ndim),
-        "metadata": sorted(metadata.items()),
-    }
-    return meta, arr
+    return _codec.describe(key_path, _codec.ARRAY, name, arr.shape, ex, metadata, x), arr
 
 
 def _flat_nodes(keys: Sequence[str]) -> list:
