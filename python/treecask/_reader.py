@@ -144,7 +144,10 @@ class Reader(abc.ABC):
         type_name, keys)`` tuples), or None when no node is there. The core
         walks to it; only its own nodes become Python objects.
         Raises InvalidArgumentError for a str that is not a valid key path."""
-        return self._c().subtree_nodes(T.split_path(prefix) if isinstance(prefix, str) else list(prefix))
+        return self._subtree(T.split_path(prefix) if isinstance(prefix, str) else list(prefix))
+
+    def _subtree(self, comps: Sequence[str]) -> Optional[Subtree]:  # (a test counts these calls)
+        return self._c().subtree_nodes(list(comps))
 
     def _infos(self) -> "_LeafInfos":
         if self._raw_infos is None:
