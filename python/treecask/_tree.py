@@ -160,18 +160,8 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
         return PNode(LEAF, obj=obj, leaf_kind=DATA, extras=extras)
 
     t = type(obj)
-    if t is dict:
-        keys = _sorted_keys(obj)
-        children = [build(obj[k], path=path + (str(k),), extras=None, strict=strict) for k in keys]
-
-        def rebuild_dict(ch, _obj=obj, _keys=keys):
-            new = dict(zip(_keys, ch))
-            return {k: new[k] for k in _obj}  # the template's own key order
-
-        return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_dict)
-    if t is list or t is tuple:
-        children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
-        return PNode(LIST if t is list else TUPLE, "", [], children, obj, rebuild=t)
+    if t is dict or t is list or t is tuple:
+        return _container(obj, path, strict, plain=True)
     if _is_namedtuple(obj):
         names = [str(f) for f in type(obj)._fields]
         children = [build(c, path=path + (n,), strict=strict) for n, c in zip(names, obj)]
@@ -192,30 +182,8 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
         return PNode(kind, _boxes.qualname(obj) if kind == DATACLASS else "", names, children, obj,
                      rebuild=lambda ch, _t=tdef: _t.unflatten(ch))
 
-    # dict / list / tuple subclasses that jax does not know: their base kind.
-    if isinstance(obj, dict):
-        keys = _sorted_keys(obj)
-        children = [build(obj[k], path=path + (str(k),), strict=strict) for k in keys]
-
-        def rebuild_mapping(ch, _obj=obj, _keys=keys):
-            new = dict(zip(_keys, ch))
-            try:
-                return type(_obj)((k, new[k]) for k in _obj)
-            except Exception:
-                return {k: new[k] for k in _obj}
-
-        return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_mapping)
-    if isinstance(obj, (list, tuple)):
-        children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
-        kind = LIST if isinstance(obj, list) else TUPLE
-
-        def rebuild_seq(ch, _t=type(obj), _kind=kind):
-            try:
-                return _t(ch)
-            except Exception:
-                return list(ch) if _kind == LIST else tuple(ch)
-
-        return PNode(kind, "", [], children, obj, rebuild=rebuild_seq)
+    if isinstance(obj, (dict, list, tuple)):  # a subclass jax does not know: its base kind
+        return _container(obj, path, strict, plain=False)
 
     if callable(obj) or not strict:
         return PNode(LEAF, obj=obj, leaf_kind=STATIC)
@@ -224,6 +192,34 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
         "scalars, strings or None (filter the tree first, e.g. eqx.filter(tree, eqx.is_array))",
         key_path=join_path(path),
     )
+
+
+def _container(obj: Any, path: Tuple[str, ...], strict: bool, plain: bool) -> PNode:
+    """The PNode of a dict, list or tuple, or (not ``plain``) a subclass of one rebuilt as its own type if it can."""
+    if isinstance(obj, dict):
+        keys = _sorted_keys(obj)
+        children = [build(obj[k], path=path + (str(k),), strict=strict) for k in keys]
+
+        def rebuild_mapping(ch, _obj=obj, _keys=keys):
+            new = dict(zip(_keys, ch))
+            if not plain:
+                try:
+                    return type(_obj)((k, new[k]) for k in _obj)
+                except Exception:
+                    pass
+            return {k: new[k] for k in _obj}
+
+        return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_mapping)
+    children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
+    kind = LIST if isinstance(obj, list) else TUPLE
+
+    def rebuild_seq(ch, _t=type(obj)):
+        try:
+            return _t(ch)
+        except Exception:
+            return list(ch) if kind == LIST else tuple(ch)
+
+    return PNode(kind, "", [], children, obj, rebuild=type(obj) if plain else rebuild_seq)
 
 
 def iter_leaves(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], PNode]]:
