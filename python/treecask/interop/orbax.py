@@ -267,8 +267,7 @@ def _restore_item(ocp, d: str, prefix: Tuple[str, ...]):
         for path, m in flat:
             if not _is_value_metadata(m):
                 continue
-            comps = prefix + tuple(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))
-                                   for k in path)
+            comps = prefix + tuple(T._key_component(k) for k in path)
             ex = _sharding_extras(getattr(m, "sharding", None), len(tuple(m.shape)))
             if ex is not None:
                 extras[T.join_path(comps)] = ex
