@@ -94,10 +94,6 @@ def parse_shard_key(component: str) -> Tuple[str, List[int], List[int]]:
     return kp, start, stop
 
 
-def _is_global(x: Any) -> bool:
-    return J.is_jax_array(x) and not getattr(x, "is_fully_addressable", True)
-
-
 # ---- save ------------------------------------------------------------------------------
 
 
@@ -107,10 +103,6 @@ def _leaf_meta(key_path: str, x: Any, ex) -> Tuple[Dict[str, Any], Any]:
     arr = _codec.key_data(x, metadata)
     name = _dtypes.to_name(np.dtype(arr.dtype), key_path=key_path)
     return _codec.describe(key_path, _codec.ARRAY, name, arr.shape, ex, metadata, x), arr
-
-
-def _flat_nodes(keys: Sequence[str]) -> list:
-    return [(T.DICT, len(keys), "", tuple(keys))] + [(T.LEAF, 0, "", ())] * len(keys)
 
 
 def _error_text(e: BaseException) -> str:
@@ -190,7 +182,7 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
                      threads=int(threads), durable=bool(durable), max_part_bytes=max_part_bytes,
                      shuffle=bool(shuffle))
     s.nodes, s.key_paths, objs, extras = T.to_treedef(tree)
-    s.is_global = [_is_global(x) for x in objs]
+    s.is_global = [J.is_jax_array(x) and not getattr(x, "is_fully_addressable", True) for x in objs]
     # The index's description of every leaf: of a global array from its global
     # shape and sharding; of a host leaf (written whole by process 0) as a
     # single-process save encodes it, with the tree's annotations.
@@ -254,7 +246,8 @@ def run(s: _Save):
     try:
         def write(local: str, in_place: bool):
             return _core.save(local, SaveRequest(
-                _flat_nodes(s.keys), [T.escape_key(k) for k in s.keys], s.kinds, s.names, s.shapes, s.datas,
+                [(T.DICT, len(s.keys), "", tuple(s.keys))] + [(T.LEAF, 0, "", ())] * len(s.keys),
+                [T.escape_key(k) for k in s.keys], s.kinds, s.names, s.shapes, s.datas,
                 compression=o["compression"], chunk_size=o["chunk_size"], threads=o["threads"],
                 durable=o["durable"] and in_place, metadata=[(SAVE_ID_KEY, save_id)],
                 max_part_bytes=o["max_part_bytes"], shuffle=o["shuffle"]))
@@ -281,13 +274,6 @@ def run(s: _Save):
     result = from_zero(client, key + "/result", timeout_ms, s.shown, commit if pid == 0 else None, on_error=done)
     done()
     return SaveStats(**json.loads(result))
-
-
-def save(path: Any, tree: Any, **options: Any):
-    """The multi-process treecask.save (module docstring): :func:`prepare`
-    then :func:`run` in the calling thread; the tree must not change meanwhile
-    (it is this call's argument). Options as :func:`prepare`'s."""
-    return run(prepare(path, tree, **options))
 
 
 def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -> Dict[str, int]:
