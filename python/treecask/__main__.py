@@ -209,14 +209,10 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m treecask") -> 
                 return status
         return EXIT_INTERNAL
     except Exception as e:  # noqa: BLE001 -- a bug, or a library's own error: one line, never a traceback
-        print(f"treecask: internal error: {type(e).__name__}: {_core.redact_urls_in(_first_line(e))}",
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"treecask: internal error: {type(e).__name__}: {_core.redact_urls_in(first)}",
               file=sys.stderr)
         return EXIT_INTERNAL
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""
 
 
 if __name__ == "__main__":

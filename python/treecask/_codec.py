@@ -20,17 +20,6 @@ VALUE_KIND_NAMES = {value: name for name, value in _core.VALUE_KINDS.items()}  #
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _host_array(x: Any, key_path: str) -> np.ndarray:
-    """A NumPy array with the data of a jax.Array (gathering its shards)."""
-    if not getattr(x, "is_fully_addressable", True):
-        raise InvalidArgumentError(
-            "the array is not fully addressable from this process (multi-host); "
-            "gather it first (jax.experimental.multihost_utils.process_allgather)",
-            key_path=key_path,
-        )
-    return np.asarray(x)
-
-
 def encode(key_path: str, x: Any, extras: Optional[Extras]) -> Tuple[Dict[str, Any], np.ndarray]:
     """(meta dict for _core.save, uint8 bytes) of one data leaf."""
     metadata: Dict[str, str] = dict(extras.metadata) if extras is not None else {}
@@ -54,8 +43,11 @@ def encode(key_path: str, x: Any, extras: Optional[Extras]) -> Tuple[Dict[str, A
     elif J.is_shape_dtype_struct(x):
         raise InvalidArgumentError("a jax.ShapeDtypeStruct has no data to save", key_path=key_path)
     elif J.is_jax_array(x):
-        kind, sharding_src = ARRAY, x
-        arr = _host_array(key_data(x, metadata), key_path)
+        if not getattr(x, "is_fully_addressable", True):
+            raise InvalidArgumentError("the array is not fully addressable from this process (multi-host); gather "
+                                       "it first (jax.experimental.multihost_utils.process_allgather)",
+                                       key_path=key_path)
+        kind, sharding_src, arr = ARRAY, x, np.asarray(key_data(x, metadata))  # its shards gathered
     else:
         kind = ARRAY
         arr = np.asarray(x)
@@ -71,7 +63,7 @@ def key_data(x: Any, metadata: Dict[str, str]) -> Any:
         return x
     import jax
 
-    metadata[J.KEY_IMPL_META] = J.key_impl_name(x)
+    metadata[J.KEY_IMPL_META] = str(jax.random.key_impl(x))
     return jax.random.key_data(x)
 
 

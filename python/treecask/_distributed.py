@@ -110,11 +110,6 @@ def _error_text(e: BaseException) -> str:
     return f"{cls}:{e}"
 
 
-def _raise(text: str, path: str):
-    cls, _, msg = text.partition(":")
-    raise getattr(E, cls, Error)(msg, file=path)
-
-
 def from_zero(client: Any, key: str, timeout_ms: int, shown: str, work: Optional[Callable[[], str]],
               on_error: Optional[Callable[[], None]] = None) -> str:
     """Process 0's answer in every process: ``work()`` (a str; ``work`` is
@@ -131,7 +126,8 @@ def from_zero(client: Any, key: str, timeout_ms: int, shown: str, work: Optional
     if answer.startswith("err:"):
         if on_error is not None:
             on_error()
-        _raise(answer[4:], shown)
+        cls, _, msg = answer[4:].partition(":")
+        raise getattr(E, cls, Error)(msg, file=shown)
     return answer[3:]
 
 

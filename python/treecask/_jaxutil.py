@@ -97,11 +97,6 @@ def is_prng_dtype(dtype: Any) -> bool:
         return False
 
 
-def key_impl_name(x: Any) -> str:
-    jax = jax_loaded()
-    return str(jax.random.key_impl(x))
-
-
 def wrap_key(data, impl: str):
     jax = import_jax()
     return jax.random.wrap_key_data(data, impl=impl)

@@ -73,13 +73,6 @@ def _json_default(x: Any) -> Any:
     raise TypeError(f"{type(x).__name__} is not JSON-serialisable")
 
 
-def _metrics_json(metrics: Any, file: str) -> str:
-    try:
-        return json.dumps(metrics, default=_json_default, sort_keys=True)
-    except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"metrics must be JSON-serialisable: {e}", file=file) from None
-
-
 class CheckpointManager:
     """Saves, lists, retains and restores the steps of a training run in one directory.
 
@@ -390,7 +383,11 @@ class CheckpointManager:
         md[STEP_KEY] = str(step)
         stored_metrics = None
         if metrics is not None:
-            md[METRICS_KEY] = _metrics_json(metrics, str(self.path(step)))
+            try:
+                md[METRICS_KEY] = json.dumps(metrics, default=_json_default, sort_keys=True)
+            except (TypeError, ValueError) as e:
+                raise InvalidArgumentError(f"metrics must be JSON-serialisable: {e}",
+                                           file=str(self.path(step))) from None
             stored_metrics = json.loads(md[METRICS_KEY])
         committed = functools.partial(self._committed, step, name, stored_metrics)
         single = processes()[1] == 1  # (a multi-process job sweeps nothing: another process may be saving)
@@ -420,15 +417,6 @@ class CheckpointManager:
             with self._lock:
                 self._job = job
         return True
-
-    def _signature_of(self, entry: str) -> bytes:
-        """The bundle of the step at ``entry`` (``sign_with``), read through the
-        store; NotFoundError naming it when the step was never signed."""
-        data = self._run.store.read_object(entry + _SIGNATURE_SUFFIX)
-        if not data:
-            raise NotFoundError("the step's signature bundle is empty",
-                                file=self._run.store.display(entry + _SIGNATURE_SUFFIX))
-        return data
 
     def _committed(self, step: int, name: str, metrics: Any) -> None:
         """After step ``step`` (entry ``name``) is committed: its metrics
@@ -552,8 +540,11 @@ class CheckpointManager:
         saved), the items as the step's directory lists them."""
         if not self._run.layout.index:
             if self._signer is not None and "signature" not in load_options and "public_key" not in load_options:
-                load_options = dict(load_options, public_key=self._signer[1].encode(),
-                                    signature=self._signature_of(entry))
+                bundle = self._run.store.read_object(entry + _SIGNATURE_SUFFIX)  # sign_with's, beside the step
+                if not bundle:
+                    raise NotFoundError("the step's signature bundle is empty",
+                                        file=self._run.store.display(entry + _SIGNATURE_SUFFIX))
+                load_options = dict(load_options, public_key=self._signer[1].encode(), signature=bundle)
             return load(entry, like, **load_options)
         from .orbax import _layout
 

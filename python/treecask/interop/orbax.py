@@ -230,12 +230,6 @@ def _quiet_absl():
         log.setLevel(old)
 
 
-def _metadata_tree(ocp, d: str):
-    md = ocp.PyTreeCheckpointer().metadata(d)
-    md = getattr(md, "item_metadata", md)  # 0.11+: StepMetadata(item_metadata=TreeMetadata)
-    return getattr(md, "tree", md)
-
-
 def _is_value_metadata(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "sharding")
 
@@ -261,7 +255,9 @@ def _restore_item(ocp, d: str, prefix: Tuple[str, ...]):
     import jax
 
     with _quiet_absl():
-        md = _metadata_tree(ocp, d)
+        md = ocp.PyTreeCheckpointer().metadata(d)
+        md = getattr(md, "item_metadata", md)  # 0.11+: StepMetadata(item_metadata=TreeMetadata)
+        md = getattr(md, "tree", md)
         flat, _ = jax.tree_util.tree_flatten_with_path(md, is_leaf=_is_value_metadata)
         extras: Dict[str, Extras] = {}
         for path, m in flat:

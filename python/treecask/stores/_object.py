@@ -27,18 +27,13 @@ from ._source import ObjectSource
 from ._store import Store
 
 
-def _retry_config() -> dict:
-    """obstore's ``retry_config`` from the core's RetryPolicy (remote.h): a
-    connection error, 429, 500, 502, 503 (SlowDown) or 504 retried at most
-    ``max_retries`` times with exponential backoff, none after
-    ``timeout_s``, then the failure."""
-    r = _core.RETRY_POLICY
-    return {"max_retries": r["max_retries"], "retry_timeout": datetime.timedelta(seconds=r["timeout_s"]),
-            "backoff": {"init_backoff": datetime.timedelta(seconds=r["initial_backoff_s"]),
-                        "max_backoff": datetime.timedelta(seconds=r["max_backoff_s"]), "base": r["backoff_base"]}}
-
-
-_RETRY = _retry_config()
+# obstore's retry_config from the core's RetryPolicy (remote.h): a connection error, 429, 500,
+# 502, 503 (SlowDown) or 504 retried at most max_retries times with exponential backoff, none
+# after timeout_s, then the failure.
+_R = _core.RETRY_POLICY
+_RETRY = {"max_retries": _R["max_retries"], "retry_timeout": datetime.timedelta(seconds=_R["timeout_s"]),
+          "backoff": {"init_backoff": datetime.timedelta(seconds=_R["initial_backoff_s"]),
+                      "max_backoff": datetime.timedelta(seconds=_R["max_backoff_s"]), "base": _R["backoff_base"]}}
 
 
 def is_url(path: Any) -> bool:
@@ -106,7 +101,7 @@ def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, An
         options.setdefault("skip_signature", True)
         # An emulator takes any bearer token: without one object_store would ask the
         # cloud metadata server for a token before every write.
-        provider = _emulator_token
+        provider = _emulator_token  # a GCS emulator checks no token
     if scheme == "s3" and str(options.get("conditional_put", "")).lower() != "disabled":
         # The conditional commit of a multipart upload (_upload.put_file): If-None-Match
         # on CompleteMultipartUpload, as on PutObject; a store configured without
