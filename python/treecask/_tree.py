@@ -88,10 +88,6 @@ def is_data_leaf(x: Any) -> bool:
     return False
 
 
-def _is_namedtuple(x: Any) -> bool:
-    return isinstance(x, tuple) and hasattr(type(x), "_fields")
-
-
 def _sorted_keys(d: dict) -> List[Any]:
     try:
         return sorted(d.keys())
@@ -162,7 +158,7 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
     t = type(obj)
     if t is dict or t is list or t is tuple:
         return _container(obj, path, strict, plain=True)
-    if _is_namedtuple(obj):
+    if isinstance(obj, tuple) and hasattr(t, "_fields"):  # a namedtuple
         names = [str(f) for f in type(obj)._fields]
         children = [build(c, path=path + (n,), strict=strict) for n, c in zip(names, obj)]
         return PNode(NAMEDTUPLE, _boxes.qualname(obj), names, children, obj,

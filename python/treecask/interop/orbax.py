@@ -68,16 +68,6 @@ class OrbaxImport:
     stats: SaveStats
 
 
-def _require_orbax():
-    try:
-        import orbax.checkpoint as ocp  # noqa: F401
-    except ImportError as e:
-        raise UnsupportedError(
-            f"treecask.import_orbax needs the orbax-checkpoint package ({e}); "
-            "install it with: pip install orbax-checkpoint (or treecask[orbax])") from None
-    return ocp
-
-
 def _is_item_dir(d: str) -> bool:
     return os.path.isdir(d) and any(os.path.exists(os.path.join(d, m)) for m in _ITEM_MARKERS)
 
@@ -339,7 +329,11 @@ def _read(src: PathLike, item: Optional[str], step: Optional[int]) -> _Read:
     """Finds and restores the checkpoint as ``import_orbax`` does (same errors)."""
     s = os.path.abspath(os.fspath(src))
     checkpoint, step_no, items, skipped = _resolve(s, item, step)
-    ocp = _require_orbax()
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:
+        raise UnsupportedError(f"treecask.import_orbax needs the orbax-checkpoint package ({e}); "
+                               "install it with: pip install orbax-checkpoint (or treecask[orbax])") from None
 
     if len(items) == 1:
         tree, extras = _restore_item(ocp, items[0][1], ())

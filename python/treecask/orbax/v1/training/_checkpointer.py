@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from ... import args as _args
 from ..._items import _encode_items
@@ -80,14 +80,6 @@ def _metadata_of(info: Any) -> CheckpointMetadata:
                               metrics=info.metrics)
 
 
-def _keep_fn(policy: Any):
-    """A preservation policy (``should_preserve(checkpoints, context=...)``)
-    as the ``keep_fn`` of :class:`treecask.CheckpointManager`."""
-    def keep(infos: List[Any]) -> List[bool]:
-        return list(policy.should_preserve([_metadata_of(i) for i in infos], context=_pp.PreservationContext()))
-    return keep
-
-
 def _step_of(step: Any) -> Optional[int]:
     return step.step if isinstance(step, CheckpointMetadata) else step
 
@@ -127,7 +119,8 @@ class Checkpointer(Run):
         self._save_policy = save_decision_policy if save_decision_policy is not None else _sd.AnySavePolicy([
             _sd.InitialSavePolicy(), _sd.ContinuousCheckpointingPolicy(), _sd.PreemptionCheckpointingPolicy()])
         policy = preservation_policy if preservation_policy is not None else _pp.PreserveAll()
-        self._steps = Steps(d, store, async_save=True, keep_fn=_keep_fn(policy))
+        self._steps = Steps(d, store, async_save=True, keep_fn=lambda infos: list(policy.should_preserve(
+            [_metadata_of(i) for i in infos], context=_pp.PreservationContext())))  # the manager's keep_fn
         self._custom = custom_metadata
         if custom_metadata is not None:  # the run's entry "metadata", written once (Orbax's metadata/)
             self._steps.save_root_metadata(custom_metadata)
