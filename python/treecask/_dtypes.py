@@ -42,16 +42,11 @@ def to_numpy(name: str) -> np.dtype:
 def to_name(dtype, *, key_path: str = "") -> str:
     """The treecask dtype name of a NumPy dtype; InvalidArgumentError if unsupported."""
     dt = np.dtype(dtype)
-    name = _DTYPE_TO_NAME.get(dt)
+    # (a non-native byte order of a supported type: the caller converts)
+    name = _DTYPE_TO_NAME.get(dt) or _DTYPE_TO_NAME.get(dt.newbyteorder("="))
     if name is None:
-        # Non-native byte order of a supported type: the caller converts.
-        native = dt.newbyteorder("=")
-        name = _DTYPE_TO_NAME.get(native)
-        if name is None:
-            raise InvalidArgumentError(
-                f"dtype {dt} is not supported (supported: {', '.join(_NAME_TO_DTYPE)})",
-                key_path=key_path,
-            )
+        raise InvalidArgumentError(f"dtype {dt} is not supported (supported: {', '.join(_NAME_TO_DTYPE)})",
+                                   key_path=key_path)
     return name
 
 

@@ -163,6 +163,8 @@ def _client(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
     with _CLIENTS_LOCK:
         if key in _CLIENTS:
             return _CLIENTS[key]
+        import botocore
+        import botocore.config
         import botocore.session
 
         session = botocore.session.get_session()
@@ -170,8 +172,20 @@ def _client(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
         if "IfNoneMatch" not in model.input_shape.members:  # botocore before S3's conditional writes
             _CLIENTS[key] = None
             return None
+        # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
+        # (_object._RETRY), or the store's own retry_config and timeouts (deadline()): botocore's
+        # standard mode retries the same throttles, 5xx and dropped connections with capped
+        # exponential backoff; total_max_attempts counts the first try (botocore's max_attempts
+        # would count retries only); _keep_deadline caps the backoff and stops the retries at timeout_s.
         try:
-            conf = _config(cfg, limits)
+            conf = botocore.config.Config(
+                retries={"mode": "standard", "total_max_attempts": 1 + int(limits["max_retries"])},
+                connect_timeout=limits["connect_timeout_s"], read_timeout=limits["stall_timeout_s"],
+                max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
+                # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
+                request_checksum_calculation="when_required", response_checksum_validation="when_required",
+                s3={"addressing_style": "virtual" if _true(cfg.get("virtual_hosted_style_request", "")) else "path"},
+                signature_version=botocore.UNSIGNED if _true(cfg.get("skip_signature", "")) else None)
         except TypeError:  # botocore before 1.36 (no request_checksum_calculation): obstore's path
             _CLIENTS[key] = None
             return None
@@ -216,25 +230,6 @@ def _keep_deadline(client: Any, limits: Dict[str, float]) -> None:
 
     events.register("before-call.s3", started)
     events.register("needs-retry.s3", needs_retry, unique_id=unique_id)
-
-
-def _config(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
-    import botocore
-    import botocore.config
-
-    # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
-    # (_object._RETRY), or the store's own retry_config and timeouts (deadline()): botocore's
-    # standard mode retries the same throttles, 5xx and dropped connections with capped
-    # exponential backoff; total_max_attempts counts the first try (botocore's max_attempts
-    # would count retries only); _keep_deadline caps the backoff and stops the retries at timeout_s.
-    return botocore.config.Config(
-        retries={"mode": "standard", "total_max_attempts": 1 + int(limits["max_retries"])},
-        connect_timeout=limits["connect_timeout_s"], read_timeout=limits["stall_timeout_s"],
-        max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
-        # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
-        request_checksum_calculation="when_required", response_checksum_validation="when_required",
-        s3={"addressing_style": "virtual" if _true(cfg.get("virtual_hosted_style_request", "")) else "path"},
-        signature_version=botocore.UNSIGNED if _true(cfg.get("skip_signature", "")) else None)
 
 
 class S3:
