@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from .. import stores
 from .._open import open as _open
@@ -39,22 +39,18 @@ ROOT_KEY = "treecask.orbax.root_metadata"
 class Steps:
     """A run's steps as Orbax's managers see them.
 
-    ``Steps(directory, store=None, *, async_save, read_only=False, max_to_keep=None,
-    keep_period=None, best_fn=None, best_mode="max", keep_fn=None)``: a
-    :class:`treecask.CheckpointManager` of ``directory`` with Orbax's
-    retention (``keep_newest=False``: exactly the ``max_to_keep`` best with
+    ``Steps(directory, store=None, **options)``: a
+    :class:`treecask.CheckpointManager` of ``directory`` with ``options``
+    (``async_save``, ``read_only``, ``max_to_keep``, ``keep_period``,
+    ``best_fn``, ``best_mode``, ``keep_fn``), Orbax's retention
+    (``keep_newest=False``: exactly the ``max_to_keep`` best with
     ``best_fn``) and no save interval (the Orbax layers decide which steps
     are due). Raises what that constructor raises."""
 
-    def __init__(self, directory: Any, store: Any = None, *, async_save: bool, read_only: bool = False,
-                 max_to_keep: Optional[int] = None, keep_period: Optional[int] = None,
-                 best_fn: Optional[Callable[[Any], float]] = None, best_mode: str = "max",
-                 keep_fn: Optional[Callable[[List[StepInfo]], Sequence[bool]]] = None):
+    def __init__(self, directory: Any, store: Any = None, **options: Any):
         loc = stores.resolve(directory, store)  # once: the manager receives the Location
-        self.manager = _Manager(loc, max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
-                                best_mode=best_mode, keep_newest=False, save_interval_steps=1,
-                                async_save=async_save, read_only=read_only, keep_fn=keep_fn,
-                                step_layout=ITEM_DIRECTORIES)
+        self.manager = _Manager(loc, keep_newest=False, save_interval_steps=1, step_layout=ITEM_DIRECTORIES,
+                                **options)
         self._store = store
         self._started: Dict[int, int] = {}  # step -> time.time_ns() when its save began
         self._root = stores.join(loc.path, ROOT_METADATA)
