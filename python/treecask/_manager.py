@@ -249,8 +249,7 @@ class CheckpointManager:
         secrets redacted). Lists the directory once. Treat it as opaque: a
         file today, a directory for a multi-process step.
         Raises InvalidArgumentError for a bad step."""
-        step = _check_step(step, str(self.directory))
-        return self._run.store.shown(self._run.entry(self._name(step)))
+        return self._run.store.shown(self.location(step)[1])
 
     def location(self, step: int) -> Tuple[stores.Store, str]:
         """``(store, path inside it)`` of ``step``, as :meth:`path` chooses

@@ -42,8 +42,7 @@ def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
     when ``key`` is not a committed checkpoint directory (no ``index.cask``:
     a single archive file, or nothing). Entries that are not items (the
     index, temporaries ``*.tmp.*``) are left out."""
-    head = stores.join(key, "")
-    head = head + "/" if head and not head.endswith("/") else head
+    head = key + "/" if key and not key.endswith("/") else key
     try:
         names = store.list_prefix(head)
     except UnsupportedError:  # a store that lists nothing (http(s)): one object, never a directory

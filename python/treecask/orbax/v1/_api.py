@@ -308,10 +308,8 @@ def _abstract(tree: Any) -> Any:
         return tree
 
     def conv(x: Any) -> Any:
-        if isinstance(x, StringMetadata):
-            return ""
-        if isinstance(x, ScalarMetadata):
-            return _scalar_zero(x.dtype)
+        if isinstance(x, (StringMetadata, ScalarMetadata)):
+            return _v1_tree(x)
         if isinstance(x, ArrayMetadata):
             s = None
             if x.sharding is not None:
