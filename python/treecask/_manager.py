@@ -457,7 +457,7 @@ class CheckpointManager:
     def _remove(self, name: str) -> None:
         """Deletes the step entry ``name`` (a file, a directory, or a bucket's
         objects: its commit object first) and forgets its cached metrics."""
-        self._run.remove(name)
+        self._run.store.delete_tree(self._run.entry(name))  # leaves every listing at once
         self._metrics_cache.pop(name, None)
         if self._signer is not None:  # its bundle after it: a listed step always has its own
             self._run.store.delete([self._run.entry(name) + _SIGNATURE_SUFFIX])

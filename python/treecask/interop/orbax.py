@@ -145,9 +145,7 @@ def _latest_step(root: str, step: Optional[int]) -> Optional[Tuple[int, str]]:
             found.setdefault(int(m.group(1)), d)
     if not found:
         return None
-    if step is None:
-        s = max(found)
-        return s, found[s]
+    step = max(found) if step is None else step
     if step not in found:
         raise NotFoundError(f"no step {step} here; steps found: {sorted(found)}", file=root)
     return step, found[step]

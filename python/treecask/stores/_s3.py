@@ -42,10 +42,10 @@ def options_from_env() -> Dict[str, str]:
 # reads for them (object_store's AmazonS3Builder::from_env); and obstore's name of the
 # fallback region.
 _OBSTORE_ENV = {
-    "default_region": ("AWS_DEFAULT_REGION",),
-    "virtual_hosted_style_request": ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST",),
-    "skip_signature": ("AWS_SKIP_SIGNATURE",),
-    "conditional_put": ("AWS_CONDITIONAL_PUT",),
+    "default_region": "AWS_DEFAULT_REGION",
+    "virtual_hosted_style_request": "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+    "skip_signature": "AWS_SKIP_SIGNATURE",
+    "conditional_put": "AWS_CONDITIONAL_PUT",
 }
 # Keys that change nothing botocore does here (obstore's own commit options).
 _IGNORED = {"bucket", "copy_if_not_exists"}
@@ -88,11 +88,9 @@ def for_store(store: Any) -> Optional["S3"]:
     except ImportError:
         return None
     cfg: Dict[str, str] = options_from_env()
-    for k, names in _OBSTORE_ENV.items():
-        for n in names:
-            if os.environ.get(n):
-                cfg[k] = os.environ[n]
-                break
+    for k, n in _OBSTORE_ENV.items():
+        if os.environ.get(n):
+            cfg[k] = os.environ[n]
     for k, v in (store.config or {}).items():
         if k not in CORE_OPTIONS and k not in _OBSTORE_ENV and k not in _IGNORED:
             return None
