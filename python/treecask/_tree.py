@@ -227,16 +227,14 @@ def iter_leaves(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple
         yield from iter_leaves(c, path + (n,))
 
 
-def box_components(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], Tuple[bool, ...]]]:
+def box_components(node: PNode, path: Tuple[str, ...] = (),
+                   flags: Tuple[bool, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], Tuple[bool, ...]]]:
     """For each LEAF: its components and, per component, whether it is the field of a box."""
-    def rec(n: PNode, comps, flags):
-        if n.kind == LEAF:
-            yield comps, flags
-            return
-        isbox = n.box is not None
-        for name, c in zip(child_names(n.kind, n.keys, len(n.children)), n.children):
-            yield from rec(c, comps + (name,), flags + (isbox,))
-    yield from rec(node, path, ())
+    if node.kind == LEAF:
+        yield path, flags
+        return
+    for name, c in zip(child_names(node.kind, node.keys, len(node.children)), node.children):
+        yield from box_components(c, path + (name,), flags + (node.box is not None,))
 
 
 def to_treedef(tree: Any) -> Tuple[list, List[str], List[Any], List[Optional[_boxes.Extras]]]:

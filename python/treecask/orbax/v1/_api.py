@@ -126,14 +126,8 @@ class CheckpointMetadata(Generic[T_]):
     init_timestamp_nsecs = property(lambda self: self._init, doc="When the save began (ns), or None.")
     commit_timestamp_nsecs = property(lambda self: self._commit, doc="When it was committed (ns), or None.")
     custom_metadata = property(lambda self: self._custom, doc="The save's custom_metadata.")
-
-    @property
-    def init_timestamp(self) -> Optional[datetime.datetime]:
-        return _to_datetime(self._init)
-
-    @property
-    def commit_timestamp(self) -> Optional[datetime.datetime]:
-        return _to_datetime(self._commit)
+    init_timestamp = property(lambda self: _to_datetime(self._init), doc="When the save began (UTC), or None.")
+    commit_timestamp = property(lambda self: _to_datetime(self._commit), doc="When it was committed (UTC), or None.")
 
     def _properties(self) -> Dict[str, str]:
         return {"metadata": str(self.metadata), "init_timestamp_nsecs": str(self._init),

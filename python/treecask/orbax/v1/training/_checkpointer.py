@@ -55,7 +55,7 @@ class CheckpointMetadata(_BaseMetadata):
         if self.commit_timestamp_nsecs is None:
             raise UnsupportedError("the commit time of a step in an object store is not read by treecask: use "
                                    "a policy by step, not by time", file=str(self.path))
-        return datetime.datetime.fromtimestamp(self.commit_timestamp_nsecs / 1e9, tz=datetime.timezone.utc)
+        return self.commit_timestamp
 
     def _properties(self) -> Dict[str, str]:
         return {"step": str(self.step), **super()._properties(), "metrics": str(self.metrics)}
