@@ -105,6 +105,10 @@ def _leaf_meta(key_path: str, x: Any, ex) -> Tuple[Dict[str, Any], Any]:
     return _codec.describe(key_path, _codec.ARRAY, name, arr.shape, ex, metadata, x), arr
 
 
+def _flat_nodes(keys: Sequence[str]) -> list:
+    return [(T.DICT, len(keys), "", tuple(keys))] + [(T.LEAF, 0, "", ())] * len(keys)
+
+
 def _error_text(e: BaseException) -> str:
     cls = type(e).__name__ if isinstance(e, Error) else "IoError" if isinstance(e, OSError) else "Error"
     return f"{cls}:{e}"
@@ -242,8 +246,7 @@ def run(s: _Save):
     try:
         def write(local: str, in_place: bool):
             return _core.save(local, SaveRequest(
-                [(T.DICT, len(s.keys), "", tuple(s.keys))] + [(T.LEAF, 0, "", ())] * len(s.keys),
-                [T.escape_key(k) for k in s.keys], s.kinds, s.names, s.shapes, s.datas,
+                _flat_nodes(s.keys), [T.escape_key(k) for k in s.keys], s.kinds, s.names, s.shapes, s.datas,
                 compression=o["compression"], chunk_size=o["chunk_size"], threads=o["threads"],
                 durable=o["durable"] and in_place, metadata=[(SAVE_ID_KEY, save_id)],
                 max_part_bytes=o["max_part_bytes"], shuffle=o["shuffle"]))
