@@ -47,8 +47,7 @@ class _Parser(argparse.ArgumentParser):
 def _key_value(text: str):
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    k, v = text.split("=", 1)
-    return k, v
+    return tuple(text.split("=", 1))
 
 
 def _parser(prog: str = "python -m treecask") -> argparse.ArgumentParser:

@@ -563,9 +563,7 @@ class CheckpointManager:
         or :meth:`close`."""
         job = self._job
         if job is not None and job.done():
-            err = job.take_error()
-            if err is not None:
-                raise err
+            job.wait()  # ended: raises its error, once
 
     def wait_until_finished(self, *, raise_error: bool = True) -> None:
         """Blocks until the save in flight (if any) is committed and retention
@@ -575,10 +573,7 @@ class CheckpointManager:
         :meth:`restore` does before reading)."""
         job = self._job
         if job is not None:
-            if raise_error:
-                job.wait()
-            else:
-                job.join()
+            (job.wait if raise_error else job.join)()
 
     def _check_writable(self) -> None:
         if self._closed:

@@ -307,8 +307,7 @@ def import_orbax(src: PathLike, dst: PathLike, *, item: Optional[str] = None,
       Orbax's own exceptions for a damaged checkpoint (Orbax has no checksums),
       and what ``treecask.save`` raises (e.g. AlreadyExistsError).
     """
-    r = _read(src, item, step)
-    return _write(r, dst, metadata, save_options)
+    return _write(_read(src, item, step), dst, metadata, save_options)
 
 
 @dataclass
