@@ -99,11 +99,8 @@ def _sharding_resolver(shardings: Any, a: Reader) -> Callable[[Tuple[str, ...], 
     table: Dict[Tuple[str, ...], Any] = {}
 
     def collect(n: T.PNode, comps: Tuple[str, ...]):
-        if n.kind == T.LEAF:
+        if n.kind in (T.LEAF, T.NONE):  # (a None node's obj is None)
             table[comps] = n.obj
-            return
-        if n.kind == T.NONE:
-            table[comps] = None
             return
         for name, c in zip(T.child_names(n.kind, n.keys, len(n.children)), n.children):
             collect(c, comps + (name,))
