@@ -125,14 +125,10 @@ def _sharding(extras: Optional[Extras], arr: Any, rank: int):
     return (list(names), [int(s) for s in sizes], [list(d) for d in spec])
 
 
-def to_value(info: Dict[str, Any], arr: np.ndarray) -> Any:
-    """The Python value of a leaf from its array (as read): scalars and strings
-    for the scalar value kinds, the array itself otherwise."""
-    return kind_value(info["value_kind"], arr)
-
-
 def kind_value(kind: int, arr: np.ndarray) -> Any:
-    """to_value() for a leaf of value kind `kind`."""
+    """The Python value of a leaf of value kind `kind` from its array (as
+    read): scalars and strings for the scalar value kinds, the array itself
+    otherwise."""
     if kind == STR:
         return bytes(np.asarray(arr, np.uint8)).decode("utf-8")
     if kind == INT:

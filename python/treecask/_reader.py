@@ -345,7 +345,7 @@ class Reader(abc.ABC):
         impl = d["metadata"].get(J.KEY_IMPL_META)
         if impl is not None and d["value_kind"] == _codec.ARRAY:
             return J.wrap_key(array, impl)
-        return _codec.to_value(d, array)
+        return _codec.kind_value(d["value_kind"], array)
 
     def place(self, key: Union[str, int], sharding: Any) -> Any:
         """The leaf as a jax.Array on `sharding` (a concrete jax Sharding): every
