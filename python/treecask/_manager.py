@@ -26,6 +26,7 @@ from ._open import load
 from ._open import open as open_archive
 from ._retention import Retention
 from ._run import ARCHIVES, Run, StepLayout, refuse_orbax_run, refuse_other_layout, step_name
+from ._request import metadata_items
 from ._save import save
 from ._types import PathLike
 from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError, UnsupportedError, _with_file
@@ -596,9 +597,7 @@ class CheckpointManager:
 
 
 def _check_metadata(md: Mapping[str, str], file: str) -> None:
-    for k, v in md.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise InvalidArgumentError("archive metadata must map str to str", file=file)
+    for k, _ in metadata_items(md, file):  # str to str
         if k in (STEP_KEY, METRICS_KEY):
             raise InvalidArgumentError(f"metadata key '{k}' is reserved for the manager", file=file)
 
