@@ -29,12 +29,11 @@ from ._signing import sign
 from ._types import LeafInfo, SaveStats, ShardBox, ShardingInfo, TreeNode
 # CheckpointManager (python/treecask/_manager.py; its parts _run.py, _retention.py, _async.py)
 from ._manager import CheckpointManager, StepInfo
-from . import errors
+from . import errors, interop
 from .errors import *  # noqa: F401,F403 -- every error class, errors.__all__
 
 # ---- interop: Orbax and legacy Flax checkpoints in, Hugging Face safetensors layouts in and out ----
-from .interop import (FlaxImport, OrbaxImport, SafetensorsExport, SafetensorsImport, export_safetensors,
-                      import_flax, import_orbax, import_safetensors)
+from .interop import *  # noqa: F401,F403 -- interop.__all__
 
 # ---- multi-process (jax.distributed) sharded checkpoints: docs/python.md ----
 from ._sharded import ShardedArchive  # noqa: E402
@@ -68,8 +67,5 @@ def library_version() -> str:
 __all__ = [
     "Reader", "Archive", "ShardedArchive", "stores", "LeafInfo", "SaveStats", "ShardingInfo", "ShardBox", "TreeNode",
     "save", "load", "open", "sign", "verify", "library_version", "CheckpointManager", "StepInfo", "FORMAT_VERSION",
-    *errors.__all__,
-    # interop
-    "OrbaxImport", "import_orbax", "FlaxImport", "import_flax", "SafetensorsImport", "SafetensorsExport",
-    "import_safetensors", "export_safetensors",
+    *errors.__all__, *interop.__all__,
 ]

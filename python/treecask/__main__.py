@@ -47,8 +47,7 @@ class _Parser(argparse.ArgumentParser):
 def _key_value(text: str):
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    k, v = text.split("=", 1)
-    return k, v
+    return tuple(text.split("=", 1))
 
 
 def _parser(prog: str = "python -m treecask") -> argparse.ArgumentParser:
@@ -152,28 +151,29 @@ def _save_arguments(o: argparse.ArgumentParser) -> None:
 def _import_orbax(a: argparse.Namespace) -> int:
     from .interop.orbax import import_orbax
 
-    r = import_orbax(a.src, a.dst, item=a.item, step=a.step, metadata=dict(a.metadata),
-                     compression=a.compression, chunk_size=a.chunk_size, shuffle=a.shuffle,
-                     overwrite=a.overwrite)
-    step = f" step {r.step}" if r.step is not None else ""
+    r = import_orbax(a.src, a.dst, item=a.item, step=a.step, **_save_options(a))
     names = ",".join(n or "(root)" for n, _ in r.items)
     skipped = f" (skipped non-PyTree items: {','.join(r.skipped)})" if r.skipped else ""
-    print(f"wrote {a.dst} from {r.checkpoint}{step} items {names}{skipped}: {r.num_leaves} leaves "
-          f"({r.num_sharded} sharded), {r.stats.raw_bytes} raw bytes, {r.stats.stored_bytes} "
-          f"stored bytes, {r.stats.file_bytes} file bytes")
-    return 0
+    return _wrote(a, r, f" items {names}{skipped}")
 
 
 def _import_flax(a: argparse.Namespace) -> int:
     from .interop.flax import import_flax
 
-    r = import_flax(a.src, a.dst, step=a.step, prefix=a.prefix, metadata=dict(a.metadata),
-                    compression=a.compression, chunk_size=a.chunk_size, shuffle=a.shuffle,
-                    overwrite=a.overwrite)
+    r = import_flax(a.src, a.dst, step=a.step, prefix=a.prefix, **_save_options(a))
+    return _wrote(a, r, f" ({r.backend})")
+
+
+def _save_options(a: argparse.Namespace) -> dict:
+    return dict(metadata=dict(a.metadata), compression=a.compression, chunk_size=a.chunk_size, shuffle=a.shuffle,
+                overwrite=a.overwrite)
+
+
+def _wrote(a: argparse.Namespace, r, what: str) -> int:
+    """Prints what an import wrote (the epilog's line); exit status 0."""
     step = f" step {r.step}" if r.step is not None else ""
-    print(f"wrote {a.dst} from {r.checkpoint}{step} ({r.backend}): {r.num_leaves} leaves "
-          f"({r.num_sharded} sharded), {r.stats.raw_bytes} raw bytes, {r.stats.stored_bytes} "
-          f"stored bytes, {r.stats.file_bytes} file bytes")
+    print(f"wrote {a.dst} from {r.checkpoint}{step}{what}: {r.num_leaves} leaves ({r.num_sharded} sharded), "
+          f"{r.stats.raw_bytes} raw bytes, {r.stats.stored_bytes} stored bytes, {r.stats.file_bytes} file bytes")
     return 0
 
 
@@ -200,12 +200,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m treecask") -> 
     point, treecask/_cli.py, passes ``"treecask"``)."""
     a = _parser(prog).parse_args(argv)
     try:
-        if a.command == "import-orbax":
-            return _import_orbax(a)
-        if a.command == "import-flax":
-            return _import_flax(a)
-        if a.command == "gc":
-            return _gc(a)
+        return {"import-orbax": _import_orbax, "import-flax": _import_flax, "gc": _gc}[a.command](a)
     except errors.Error as e:
         print(f"treecask: {e}", file=sys.stderr)
         for cls, status in _EXIT:
@@ -213,15 +208,10 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m treecask") -> 
                 return status
         return EXIT_INTERNAL
     except Exception as e:  # noqa: BLE001 -- a bug, or a library's own error: one line, never a traceback
-        print(f"treecask: internal error: {type(e).__name__}: {_core.redact_urls_in(_first_line(e))}",
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"treecask: internal error: {type(e).__name__}: {_core.redact_urls_in(first)}",
               file=sys.stderr)
         return EXIT_INTERNAL
-    return EXIT_USAGE  # unreachable: the subcommand is required
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""
 
 
 if __name__ == "__main__":

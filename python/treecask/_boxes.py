@@ -240,28 +240,32 @@ class NnxVariableBox(Box):
 # ---- Penzai: NamedArray / NamedArrayView / Parameter ---------------------------
 
 
-def _pz_named_axes():
-    return sys.modules.get("penzai.core.named_axes")
+class _PenzaiNamedBox(Box):
+    """A Penzai named-axes array class (``_name``) and the mapping of its axis
+    names (``_axes``), which must all be str to be boxed."""
 
-
-def _pz_variables():
-    return sys.modules.get("penzai.core.variables")
-
-
-class PenzaiNamedArrayBox(Box):
     family = "penzai"
+    _name = _axes = ""
 
     def matches(self, obj):
-        na = _pz_named_axes()
-        return (
-            na is not None
-            and isinstance(obj, na.NamedArray)
-            and _array_like(obj.data_array)
-            and all(isinstance(n, str) for n in obj.named_axes)
-        )
+        na = sys.modules.get("penzai.core.named_axes")
+        return (na is not None and isinstance(obj, getattr(na, self._name)) and _array_like(obj.data_array)
+                and all(isinstance(n, str) for n in getattr(obj, self._axes)))
 
     def fields(self, obj):
         return [("data_array", obj.data_array)]
+
+    def known_types(self):
+        try:
+            from penzai.core import named_axes as na
+        except ImportError:
+            return {}
+        cls = getattr(na, self._name)
+        return {qualname(cls): cls}
+
+
+class PenzaiNamedArrayBox(_PenzaiNamedBox):
+    _name, _axes = "NamedArray", "named_axes"
 
     def extras(self, obj):
         names = list(obj.named_axes.keys())
@@ -270,13 +274,6 @@ class PenzaiNamedArrayBox(Box):
         ex.metadata[PZ_POSITIONAL] = str(npos)
         ex.metadata[PZ_NAMES] = _static.encode(names)
         return ex
-
-    def known_types(self):
-        try:
-            from penzai.core import named_axes as na
-        except ImportError:
-            return {}
-        return {qualname(na.NamedArray): na.NamedArray}
 
     def rebuild(self, cls, children, meta):
         md = meta.get("metadata", {})
@@ -291,20 +288,8 @@ class PenzaiNamedArrayBox(Box):
         return cls(named_axes=named, data_array=data)
 
 
-class PenzaiNamedArrayViewBox(Box):
-    family = "penzai"
-
-    def matches(self, obj):
-        na = _pz_named_axes()
-        return (
-            na is not None
-            and isinstance(obj, na.NamedArrayView)
-            and _array_like(obj.data_array)
-            and all(isinstance(n, str) for n in obj.data_axis_for_name)
-        )
-
-    def fields(self, obj):
-        return [("data_array", obj.data_array)]
+class PenzaiNamedArrayViewBox(_PenzaiNamedBox):
+    _name, _axes = "NamedArrayView", "data_axis_for_name"
 
     def extras(self, obj):
         rank = len(obj.data_shape)
@@ -316,23 +301,12 @@ class PenzaiNamedArrayViewBox(Box):
         ex.metadata[PZ_BY_NAME] = _static.encode([[n, int(a)] for n, a in obj.data_axis_for_name.items()])
         return ex
 
-    def known_types(self):
-        try:
-            from penzai.core import named_axes as na
-        except ImportError:
-            return {}
-        return {qualname(na.NamedArrayView): na.NamedArrayView}
-
     def rebuild(self, cls, children, meta):
         md = meta.get("metadata", {})
         logical = tuple(_static.decode(md[PZ_LOGICAL])) if PZ_LOGICAL in md else ()
         by_name = {n: a for n, a in _static.decode(md[PZ_BY_NAME])} if PZ_BY_NAME in md else {}
-        return cls(
-            data_shape=tuple(meta["shape"]),
-            data_axis_for_logical_axis=logical,
-            data_axis_for_name=by_name,
-            data_array=children["data_array"],
-        )
+        return cls(data_shape=tuple(meta["shape"]), data_axis_for_logical_axis=logical, data_axis_for_name=by_name,
+                   data_array=children["data_array"])
 
 
 class PenzaiVariableBox(Box):
@@ -344,7 +318,7 @@ class PenzaiVariableBox(Box):
     _NAMES = ("Parameter", "ParameterValue", "StateVariable", "StateVariableValue")
 
     def _classes(self):
-        v = _pz_variables()
+        v = sys.modules.get("penzai.core.variables")
         if v is None:
             return ()
         return tuple(getattr(v, n) for n in self._NAMES if hasattr(v, n))
@@ -377,12 +351,9 @@ class PenzaiVariableBox(Box):
         md = meta.get("metadata", {})
         label = md.get(PZ_LABEL)
         metadata = _static.decode(md[PZ_METADATA]) if PZ_METADATA in md else {}
-        value = children["value"]
-        if cls.__name__ in ("Parameter",):
-            return cls(label=label, value=value, metadata=metadata)
         if cls.__name__ == "StateVariable":
-            return cls(value, label=label, metadata=metadata)
-        return cls(label=label, value=value, metadata=metadata)
+            return cls(children["value"], label=label, metadata=metadata)
+        return cls(label=label, value=children["value"], metadata=metadata)
 
     def rebuild_like(self, like, children):
         value = children[0]

@@ -96,12 +96,11 @@ def _run_in_process(args: List[str]) -> int:
         return 10
     sys.stdout.flush()
     sys.stderr.flush()
-    return _core.run_tool(["treecask", *args], lambda url: _source_of(stores.resolve(url)))
+    def source(url: str) -> object:  # the core's Source of an object a command names, through its store
+        st, path = stores.resolve(url)
+        return st.source(path)
 
-
-def _source_of(loc):
-    """The core's Source of one object a command names (``stores.Location``)."""
-    return loc.store.source(loc.path)
+    return _core.run_tool(["treecask", *args], source)
 
 
 if __name__ == "__main__":

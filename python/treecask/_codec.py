@@ -20,17 +20,6 @@ VALUE_KIND_NAMES = {value: name for name, value in _core.VALUE_KINDS.items()}  #
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _host_array(x: Any, key_path: str) -> np.ndarray:
-    """A NumPy array with the data of a jax.Array (gathering its shards)."""
-    if not getattr(x, "is_fully_addressable", True):
-        raise InvalidArgumentError(
-            "the array is not fully addressable from this process (multi-host); "
-            "gather it first (jax.experimental.multihost_utils.process_allgather)",
-            key_path=key_path,
-        )
-    return np.asarray(x)
-
-
 def encode(key_path: str, x: Any, extras: Optional[Extras]) -> Tuple[Dict[str, Any], np.ndarray]:
     """(meta dict for _core.save, uint8 bytes) of one data leaf."""
     metadata: Dict[str, str] = dict(extras.metadata) if extras is not None else {}
@@ -54,37 +43,39 @@ def encode(key_path: str, x: Any, extras: Optional[Extras]) -> Tuple[Dict[str, A
     elif J.is_shape_dtype_struct(x):
         raise InvalidArgumentError("a jax.ShapeDtypeStruct has no data to save", key_path=key_path)
     elif J.is_jax_array(x):
-        kind = ARRAY
-        sharding_src = x
-        if J.is_prng_dtype(x.dtype):
-            import jax
-
-            metadata[J.KEY_IMPL_META] = J.key_impl_name(x)
-            arr = _host_array(jax.random.key_data(x), key_path)
-        else:
-            arr = _host_array(x, key_path)
+        if not getattr(x, "is_fully_addressable", True):
+            raise InvalidArgumentError("the array is not fully addressable from this process (multi-host); gather "
+                                       "it first (jax.experimental.multihost_utils.process_allgather)",
+                                       key_path=key_path)
+        kind, sharding_src, arr = ARRAY, x, np.asarray(key_data(x, metadata))  # its shards gathered
     else:
         kind = ARRAY
         arr = np.asarray(x)
     if arr.dtype == object or arr.dtype.kind in "USOMm":
         raise InvalidArgumentError(f"dtype {arr.dtype} cannot be saved", key_path=key_path)
     name = _dtypes.to_name(arr.dtype, key_path=key_path)
-    data = _dtypes.as_bytes(arr, name)
+    return describe(key_path, kind, name, arr.shape, extras, metadata, sharding_src), _dtypes.as_bytes(arr, name)
 
+
+def key_data(x: Any, metadata: Dict[str, str]) -> Any:
+    """A jax PRNG key array's key data, its impl recorded in ``metadata``; any other array as it is."""
+    if not J.is_prng_dtype(x.dtype):
+        return x
+    import jax
+
+    metadata[J.KEY_IMPL_META] = str(jax.random.key_impl(x))
+    return jax.random.key_data(x)
+
+
+def describe(key_path: str, kind: int, name: str, shape: Any, extras: Optional[Extras], metadata: Dict[str, str],
+             sharding_src: Any) -> Dict[str, Any]:
+    """The meta dict of a leaf (of dtype name ``name``) for _core.save: the
+    boxes' logical axes (dropped unless one per dimension) and sharding, or
+    ``sharding_src``'s (a jax.Array), and the metadata pairs."""
     logical = list(extras.logical_axes) if extras is not None and extras.logical_axes is not None else []
-    if logical and len(logical) != arr.ndim:
-        logical = []
-    sharding = _sharding(extras, sharding_src, arr.ndim)
-    meta = {
-        "key_path": key_path,
-        "value_kind": kind,
-        "dtype": name,
-        "shape": [int(d) for d in arr.shape],
-        "logical_axes": logical,
-        "sharding": sharding,
-        "metadata": sorted(metadata.items()),
-    }
-    return meta, data
+    return {"key_path": key_path, "value_kind": kind, "dtype": name, "shape": [int(d) for d in shape],
+            "logical_axes": logical if len(logical) == len(shape) else [],
+            "sharding": _sharding(extras, sharding_src, len(shape)), "metadata": sorted(metadata.items())}
 
 
 def encode_all(key_paths: List[str], objs: List[Any], extras: List[Optional[Extras]]):
@@ -134,14 +125,10 @@ def _sharding(extras: Optional[Extras], arr: Any, rank: int):
     return (list(names), [int(s) for s in sizes], [list(d) for d in spec])
 
 
-def to_value(info: Dict[str, Any], arr: np.ndarray) -> Any:
-    """The Python value of a leaf from its array (as read): scalars and strings
-    for the scalar value kinds, the array itself otherwise."""
-    return kind_value(info["value_kind"], arr)
-
-
 def kind_value(kind: int, arr: np.ndarray) -> Any:
-    """to_value() for a leaf of value kind `kind`."""
+    """The Python value of a leaf of value kind `kind` from its array (as
+    read): scalars and strings for the scalar value kinds, the array itself
+    otherwise."""
     if kind == STR:
         return bytes(np.asarray(arr, np.uint8)).decode("utf-8")
     if kind == INT:

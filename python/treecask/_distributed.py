@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -94,36 +94,15 @@ def parse_shard_key(component: str) -> Tuple[str, List[int], List[int]]:
     return kp, start, stop
 
 
-def _is_global(x: Any) -> bool:
-    return J.is_jax_array(x) and not getattr(x, "is_fully_addressable", True)
-
-
 # ---- save ------------------------------------------------------------------------------
 
 
 def _leaf_meta(key_path: str, x: Any, ex) -> Tuple[Dict[str, Any], Any]:
     """(index meta, array whose shards are saved) of a global jax.Array leaf."""
     metadata: Dict[str, str] = dict(ex.metadata) if ex is not None else {}
-    arr = x
-    if J.is_prng_dtype(x.dtype):
-        import jax
-
-        metadata[J.KEY_IMPL_META] = J.key_impl_name(x)
-        arr = jax.random.key_data(x)
+    arr = _codec.key_data(x, metadata)
     name = _dtypes.to_name(np.dtype(arr.dtype), key_path=key_path)
-    ndim = len(arr.shape)
-    logical = list(ex.logical_axes) if ex is not None and ex.logical_axes is not None else []
-    if logical and len(logical) != ndim:
-        logical = []
-    meta = {
-        "value_kind": _codec.ARRAY,
-        "dtype": name,
-        "shape": [int(d) for d in arr.shape],
-        "logical_axes": logical,
-        "sharding": _codec._sharding(ex, x, ndim),
-        "metadata": sorted(metadata.items()),
-    }
-    return meta, arr
+    return _codec.describe(key_path, _codec.ARRAY, name, arr.shape, ex, metadata, x), arr
 
 
 def _flat_nodes(keys: Sequence[str]) -> list:
@@ -135,9 +114,25 @@ def _error_text(e: BaseException) -> str:
     return f"{cls}:{e}"
 
 
-def _raise(text: str, path: str):
-    cls, _, msg = text.partition(":")
-    raise getattr(E, cls, Error)(msg, file=path)
+def from_zero(client: Any, key: str, timeout_ms: int, shown: str, work: Optional[Callable[[], str]],
+              on_error: Optional[Callable[[], None]] = None) -> str:
+    """Process 0's answer in every process: ``work()`` (a str; ``work`` is
+    None in the other processes) run on process 0 and published under
+    ``key`` of the coordination service, or its error, which every process
+    raises (naming ``shown``) after ``on_error()``."""
+    if work is not None:
+        try:
+            answer = "ok:" + work()
+        except Exception as e:
+            answer = "err:" + _error_text(e)
+        client.key_value_set(key, answer)
+    answer = client.blocking_key_value_get(key, timeout_ms)
+    if answer.startswith("err:"):
+        if on_error is not None:
+            on_error()
+        cls, _, msg = answer[4:].partition(":")
+        raise getattr(E, cls, Error)(msg, file=shown)
+    return answer[3:]
 
 
 class _Save:
@@ -187,7 +182,7 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
                      threads=int(threads), durable=bool(durable), max_part_bytes=max_part_bytes,
                      shuffle=bool(shuffle))
     s.nodes, s.key_paths, objs, extras = T.to_treedef(tree)
-    s.is_global = [_is_global(x) for x in objs]
+    s.is_global = [J.is_jax_array(x) and not getattr(x, "is_fully_addressable", True) for x in objs]
     # The index's description of every leaf: of a global array from its global
     # shape and sharding; of a host leaf (written whole by process 0) as a
     # single-process save encodes it, with the tree's annotations.
@@ -234,21 +229,14 @@ def run(s: _Save):
     st, pid, key, p, o = s.store, s.pid, s.key, s.path, s.options
     timeout_ms = int(BARRIER_TIMEOUT_S * 1000)
 
-    # Step 1: process 0 checks the target and stages the checkpoint.
-    if pid == 0:
-        try:
-            # The save's identity (SPEC.md "Sharded checkpoints"): in every file's metadata,
-            # so that no two saves write the same manifest, whatever their trees.
-            save_id = secrets.token_hex(16)
-            staging = st.stage_directory(p, overwrite=o["overwrite"])
-            answer = "ok:" + save_id + ":" + staging
-        except Exception as e:
-            answer = "err:" + _error_text(e)
-        client.key_value_set(key + "/dir", answer)
-    answer = client.blocking_key_value_get(key + "/dir", timeout_ms)
-    if answer.startswith("err:"):
-        _raise(answer[4:], s.shown)
-    save_id, _, staging = answer[3:].partition(":")
+    # Step 1: process 0 checks the target and stages the checkpoint, under the save's identity
+    # (SPEC.md "Sharded checkpoints"): in every file's metadata, so that no two saves write the
+    # same manifest, whatever their trees.
+    def stage() -> str:
+        return secrets.token_hex(16) + ":" + st.stage_directory(p, overwrite=o["overwrite"])
+
+    save_id, _, staging = from_zero(client, key + "/dir", timeout_ms, s.shown,
+                                    stage if pid == 0 else None).partition(":")
     s.md = s.md + [(SAVE_ID_KEY, save_id)]
     unique = not st.supports_atomic_directories  # files at their final names: this save's own
     names = [process_file(k, save_id, unique) for k in range(s.nproc)]
@@ -272,25 +260,19 @@ def run(s: _Save):
     client.wait_at_barrier(key + "/written", timeout_ms)
 
     # Step 3: process 0 builds the index from what was written and commits.
-    if pid == 0:
+    def commit() -> str:
         try:
-            result = "ok:" + json.dumps(_commit(s, staging, names, client, timeout_ms))
-        except Exception as e:
+            return json.dumps(_commit(s, staging, names, client, timeout_ms))
+        except Exception:
             st.discard_directory(staging, names)  # this save's files, whatever got written
-            result = "err:" + _error_text(e)
-        client.key_value_set(key + "/result", result)
-    result = client.blocking_key_value_get(key + "/result", timeout_ms)
-    client.wait_at_barrier(key + "/done", timeout_ms)
-    if result.startswith("err:"):
-        _raise(result[4:], s.shown)
-    return SaveStats(**json.loads(result[3:]))
+            raise
 
+    def done() -> None:
+        client.wait_at_barrier(key + "/done", timeout_ms)
 
-def save(path: Any, tree: Any, **options: Any):
-    """The multi-process treecask.save (module docstring): :func:`prepare`
-    then :func:`run` in the calling thread; the tree must not change meanwhile
-    (it is this call's argument). Options as :func:`prepare`'s."""
-    return run(prepare(path, tree, **options))
+    result = from_zero(client, key + "/result", timeout_ms, s.shown, commit if pid == 0 else None, on_error=done)
+    done()
+    return SaveStats(**json.loads(result))
 
 
 def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -> Dict[str, int]:

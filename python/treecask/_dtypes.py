@@ -16,41 +16,10 @@ import numpy as np
 import treecask._core as _core
 from .errors import InvalidArgumentError
 
-# The NumPy / ml_dtypes dtype of each of the core's dtype names (Python-only
-# knowledge; tests/python/test_basic.py checks the names are the core's).
-_NAME_TO_DTYPE: Dict[str, np.dtype] = {
-    "bool": np.dtype(np.bool_),
-    "int8": np.dtype(np.int8),
-    "int16": np.dtype(np.int16),
-    "int32": np.dtype(np.int32),
-    "int64": np.dtype(np.int64),
-    "uint8": np.dtype(np.uint8),
-    "uint16": np.dtype(np.uint16),
-    "uint32": np.dtype(np.uint32),
-    "uint64": np.dtype(np.uint64),
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
-    "complex64": np.dtype(np.complex64),
-    "complex128": np.dtype(np.complex128),
-    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
-    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "int4": np.dtype(ml_dtypes.int4),
-    "uint4": np.dtype(ml_dtypes.uint4),
-    # Format 4.0 (SPEC.md "Dtypes", values 20-30).
-    "float4_e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
-    "float6_e2m3fn": np.dtype(ml_dtypes.float6_e2m3fn),
-    "float6_e3m2fn": np.dtype(ml_dtypes.float6_e3m2fn),
-    "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
-    "float8_e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
-    "float8_e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
-    "int2": np.dtype(ml_dtypes.int2),
-    "uint2": np.dtype(ml_dtypes.uint2),
-    "float8_e3m4": np.dtype(ml_dtypes.float8_e3m4),
-    "float8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
-    "float8_e4m3b11fnuz": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
-}
+# The NumPy / ml_dtypes dtype of each of the core's dtype names (in the core's order): the
+# format names each dtype as ml_dtypes, else NumPy, does (tests/python/test_basic.py and
+# test_dtype_rule.py check every one).
+_NAME_TO_DTYPE: Dict[str, np.dtype] = {n: np.dtype(getattr(ml_dtypes, n, n)) for n in _core.dtype_names()}
 _DTYPE_TO_NAME: Dict[np.dtype, str] = {v: k for k, v in _NAME_TO_DTYPE.items()}
 
 # Bits per element of the packed sub-byte dtypes, from the core (treecask::dtype_bits,
@@ -73,16 +42,11 @@ def to_numpy(name: str) -> np.dtype:
 def to_name(dtype, *, key_path: str = "") -> str:
     """The treecask dtype name of a NumPy dtype; InvalidArgumentError if unsupported."""
     dt = np.dtype(dtype)
-    name = _DTYPE_TO_NAME.get(dt)
+    # (a non-native byte order of a supported type: the caller converts)
+    name = _DTYPE_TO_NAME.get(dt) or _DTYPE_TO_NAME.get(dt.newbyteorder("="))
     if name is None:
-        # Non-native byte order of a supported type: the caller converts.
-        native = dt.newbyteorder("=")
-        name = _DTYPE_TO_NAME.get(native)
-        if name is None:
-            raise InvalidArgumentError(
-                f"dtype {dt} is not supported (supported: {', '.join(_NAME_TO_DTYPE)})",
-                key_path=key_path,
-            )
+        raise InvalidArgumentError(f"dtype {dt} is not supported (supported: {', '.join(_NAME_TO_DTYPE)})",
+                                   key_path=key_path)
     return name
 
 

@@ -97,11 +97,6 @@ def is_prng_dtype(dtype: Any) -> bool:
         return False
 
 
-def key_impl_name(x: Any) -> str:
-    jax = jax_loaded()
-    return str(jax.random.key_impl(x))
-
-
 def wrap_key(data, impl: str):
     jax = import_jax()
     return jax.random.wrap_key_data(data, impl=impl)
@@ -126,15 +121,8 @@ def spec_to_lists(spec: Sequence[Any]) -> Optional[List[List[str]]]:
 
 
 def lists_to_spec(spec: Sequence[Sequence[str]]) -> Tuple[Any, ...]:
-    out = []
-    for e in spec:
-        if len(e) == 0:
-            out.append(None)
-        elif len(e) == 1:
-            out.append(e[0])
-        else:
-            out.append(tuple(e))
-    return tuple(out)
+    """Lists of axis names (:func:`spec_to_lists`) -> PartitionSpec entries."""
+    return tuple(None if not e else e[0] if len(e) == 1 else tuple(e) for e in spec)
 
 
 def mesh_to_lists(mesh: Any) -> Optional[Tuple[List[str], List[int]]]:
@@ -185,7 +173,6 @@ def concrete_sharding(s: Any) -> Any:
         return s
     names = tuple(mesh.axis_names)
     sizes = tuple(dict(mesh.shape)[n] for n in names)
-    cur = None
     try:
         cur = jax.sharding.get_mesh()
     except Exception:

@@ -26,6 +26,7 @@ from ._open import load
 from ._open import open as open_archive
 from ._retention import Retention
 from ._run import ARCHIVES, Run, StepLayout, refuse_orbax_run, refuse_other_layout, step_name
+from ._request import metadata_items
 from ._save import save
 from ._types import PathLike
 from .errors import AlreadyExistsError, Error, InvalidArgumentError, NotFoundError, UnsupportedError, _with_file
@@ -71,13 +72,6 @@ def _json_default(x: Any) -> Any:
     if hasattr(x, "tolist"):
         return x.tolist()
     raise TypeError(f"{type(x).__name__} is not JSON-serialisable")
-
-
-def _metrics_json(metrics: Any, file: str) -> str:
-    try:
-        return json.dumps(metrics, default=_json_default, sort_keys=True)
-    except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"metrics must be JSON-serialisable: {e}", file=file) from None
 
 
 class CheckpointManager:
@@ -256,8 +250,7 @@ class CheckpointManager:
         secrets redacted). Lists the directory once. Treat it as opaque: a
         file today, a directory for a multi-process step.
         Raises InvalidArgumentError for a bad step."""
-        step = _check_step(step, str(self.directory))
-        return self._run.store.shown(self._run.entry(self._name(step)))
+        return self._run.store.shown(self.location(step)[1])
 
     def location(self, step: int) -> Tuple[stores.Store, str]:
         """``(store, path inside it)`` of ``step``, as :meth:`path` chooses
@@ -390,60 +383,40 @@ class CheckpointManager:
         md[STEP_KEY] = str(step)
         stored_metrics = None
         if metrics is not None:
-            md[METRICS_KEY] = _metrics_json(metrics, str(self.path(step)))
+            try:
+                md[METRICS_KEY] = json.dumps(metrics, default=_json_default, sort_keys=True)
+            except (TypeError, ValueError) as e:
+                raise InvalidArgumentError(f"metrics must be JSON-serialisable: {e}",
+                                           file=str(self.path(step))) from None
             stored_metrics = json.loads(md[METRICS_KEY])
         committed = functools.partial(self._committed, step, name, stored_metrics)
         single = processes()[1] == 1  # (a multi-process job sweeps nothing: another process may be saving)
         if self._signer is not None and not single:
             raise UnsupportedError("sign_with signs in one process: in a jax.distributed job sign each step's "
                                    "directory after the save with treecask.sign", file=str(self.path(step)))
-        if self._run.layout.index:  # a directory of item archives (Orbax's layout)
-            return self._save_items(step, entry, tree, md, stored_metrics, committed, single)
-        if not self.async_save:
-            if single:
-                self._run.sweep()
+        sweep = self._run.sweep if single else None
+        if self._run.layout.index:  # a directory of item archives (Orbax's layout, through the store seam)
+            from .orbax import _layout  # (no import cycle at load time)
+
+            if not isinstance(tree, Mapping) or not all(isinstance(v, tuple) and len(v) == 2 for v in tree.values()):
+                raise InvalidArgumentError("a step of item directories is {item name: (pytree, archive metadata)}",
+                                           file=str(self.path(step)))
+            job = _layout.save_directory(self._run.store, entry, tree, md, overwrite=False,
+                                         asynchronous=self.async_save, meanwhile=sweep, after=committed, step=step,
+                                         metrics=stored_metrics)
+        elif not self.async_save:
+            if sweep is not None:
+                sweep()
             save(entry, tree, metadata=md, store=self._run.store, **self._save_options)
             committed()
-            return True
-        job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool,
-                         meanwhile=self._run.sweep if single else None, after=committed, step=step,
-                         metrics=stored_metrics, **self._save_options)
-        with self._lock:
-            self._job = job
+            job = None
+        else:
+            job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool, meanwhile=sweep,
+                             after=committed, step=step, metrics=stored_metrics, **self._save_options)
+        if job is not None:
+            with self._lock:
+                self._job = job
         return True
-
-    def _save_items(self, step: int, entry: str, items: Any, md: Dict[str, str], metrics: Any,
-                    committed: Callable[[], None], single: bool) -> bool:
-        """:meth:`save` of step ``step`` in the ``ITEM_DIRECTORIES`` layout:
-        ``items`` ``{item name: (pytree, archive metadata)}`` written as the
-        directory ``entry`` of one archive per item, committed by its
-        ``index.cask`` holding ``md`` (``treecask/orbax/_layout.py``, through
-        the store seam); in a multi-process jax job each item the core's
-        sharded checkpoint directory, written by every process (``_layout``)."""
-        from .orbax import _layout  # the writer of a directory of items (no import cycle at load time)
-
-        if not isinstance(items, Mapping) or not all(isinstance(v, tuple) and len(v) == 2 for v in items.values()):
-            raise InvalidArgumentError("a step of item directories is {item name: (pytree, archive metadata)}",
-                                       file=str(self.path(step)))
-        sweep = self._run.sweep if single else None  # (a multi-process job sweeps nothing, as below)
-        if not self.async_save:
-            _layout.save_directory(self._run.store, entry, items, md, overwrite=False, asynchronous=False,
-                                   meanwhile=sweep, after=committed)
-            return True
-        job = _layout.save_directory(self._run.store, entry, items, md, overwrite=False, asynchronous=True,
-                                     meanwhile=sweep, after=committed, step=step, metrics=metrics)
-        with self._lock:
-            self._job = job
-        return True
-
-    def _signature_of(self, entry: str) -> bytes:
-        """The bundle of the step at ``entry`` (``sign_with``), read through the
-        store; NotFoundError naming it when the step was never signed."""
-        data = self._run.store.read_object(entry + _SIGNATURE_SUFFIX)
-        if not data:
-            raise NotFoundError("the step's signature bundle is empty",
-                                file=self._run.store.display(entry + _SIGNATURE_SUFFIX))
-        return data
 
     def _committed(self, step: int, name: str, metrics: Any) -> None:
         """After step ``step`` (entry ``name``) is committed: its metrics
@@ -485,7 +458,7 @@ class CheckpointManager:
     def _remove(self, name: str) -> None:
         """Deletes the step entry ``name`` (a file, a directory, or a bucket's
         objects: its commit object first) and forgets its cached metrics."""
-        self._run.remove(name)
+        self._run.store.delete_tree(self._run.entry(name))  # leaves every listing at once
         self._metrics_cache.pop(name, None)
         if self._signer is not None:  # its bundle after it: a listed step always has its own
             self._run.store.delete([self._run.entry(name) + _SIGNATURE_SUFFIX])
@@ -567,8 +540,11 @@ class CheckpointManager:
         saved), the items as the step's directory lists them."""
         if not self._run.layout.index:
             if self._signer is not None and "signature" not in load_options and "public_key" not in load_options:
-                load_options = dict(load_options, public_key=self._signer[1].encode(),
-                                    signature=self._signature_of(entry))
+                bundle = self._run.store.read_object(entry + _SIGNATURE_SUFFIX)  # sign_with's, beside the step
+                if not bundle:
+                    raise NotFoundError("the step's signature bundle is empty",
+                                        file=self._run.store.display(entry + _SIGNATURE_SUFFIX))
+                load_options = dict(load_options, public_key=self._signer[1].encode(), signature=bundle)
             return load(entry, like, **load_options)
         from .orbax import _layout
 
@@ -588,9 +564,7 @@ class CheckpointManager:
         or :meth:`close`."""
         job = self._job
         if job is not None and job.done():
-            err = job.take_error()
-            if err is not None:
-                raise err
+            job.wait()  # ended: raises its error, once
 
     def wait_until_finished(self, *, raise_error: bool = True) -> None:
         """Blocks until the save in flight (if any) is committed and retention
@@ -600,10 +574,7 @@ class CheckpointManager:
         :meth:`restore` does before reading)."""
         job = self._job
         if job is not None:
-            if raise_error:
-                job.wait()
-            else:
-                job.join()
+            (job.wait if raise_error else job.join)()
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -626,9 +597,7 @@ class CheckpointManager:
 
 
 def _check_metadata(md: Mapping[str, str], file: str) -> None:
-    for k, v in md.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise InvalidArgumentError("archive metadata must map str to str", file=file)
+    for k, _ in metadata_items(md, file):  # str to str
         if k in (STEP_KEY, METRICS_KEY):
             raise InvalidArgumentError(f"metadata key '{k}' is reserved for the manager", file=file)
 

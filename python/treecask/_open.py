@@ -68,45 +68,26 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
     if signature is not None or public_key is not None:  # read once, here (a URL included)
         check = _signing.signature_check(signature, public_key, storage_options, file=os.fspath(path))
         signature, public_key = check[0].encode(), check[1].encode()
-    reader = _open(path, verify_checksums=verify_checksums, validate_structure=validate_structure,
-                   storage_options=storage_options, store=store, signature=signature, public_key=public_key)
+    loc = stores.resolve(path, store, storage_options)  # resolved once: the readers receive the Location
+    reader = _open_any(loc, dict(verify_checksums=verify_checksums, validate_structure=validate_structure,
+                                 signature=signature, public_key=public_key), signature is not None)
+    if isinstance(reader, ShardedArchive) and ITEMS_DIRECTORY_KEY in reader.metadata:
+        reader.close()
+        raise InvalidArgumentError("a treecask.orbax checkpoint directory (one archive per item), not one archive: "
+                                   "open or load one of its items (each entry but index.cask is an archive, "
+                                   "e.g. <path>/state), or restore it with treecask.orbax", file=reader.path)
     reader._single_read = bool(single_read)
     return reader
 
 
 #: The index metadata key of a treecask.orbax checkpoint directory of items
-#: (treecask/orbax/_layout.py), which is not one archive.
-_ITEMS_DIRECTORY_KEY = "treecask.orbax.items_directory"
+#: (treecask/orbax/_layout.py), which is not one archive: open() refuses it.
+ITEMS_DIRECTORY_KEY = "treecask.orbax.items_directory"
 
 
-def _not_items_directory(reader: Reader) -> Reader:
-    """`reader`, unless it opened the index of a treecask.orbax checkpoint
-    directory of items (one archive per item): then InvalidArgumentError
-    saying to open an item, instead of an empty tree."""
-    if isinstance(reader, ShardedArchive) and _ITEMS_DIRECTORY_KEY in reader.metadata:
-        shown = reader.path
-        reader.close()
-        raise InvalidArgumentError("a treecask.orbax checkpoint directory (one archive per item), not one archive: "
-                                   "open or load one of its items (each entry but index.cask is an archive, "
-                                   "e.g. <path>/state), or restore it with treecask.orbax", file=shown)
-    return reader
-
-
-def _open(path: PathLike, **options: Any) -> Reader:
-    """open() without its reader options: the reader `path` names (keyword
-    arguments as :func:`_open_any`)."""
-    return _not_items_directory(_open_any(path, **options))
-
-
-def _open_any(path: PathLike, *, verify_checksums: bool, validate_structure: bool,
-              storage_options: Optional[dict], store: Optional[stores.Store],
-              signature: Optional[KeySource] = None, public_key: Optional[KeySource] = None) -> Reader:
-    """The reader `path` names, resolved once (``stores.resolve``); the readers
-    receive that Location."""
-    loc = stores.resolve(path, store, storage_options)
+def _open_any(loc: stores.Location, kw: Any, signed: bool) -> Reader:
+    """The reader of ``loc``: an archive or a sharded checkpoint, whichever it is."""
     sharded = loc.is_sharded()
-    kw = dict(verify_checksums=verify_checksums, validate_structure=validate_structure,
-              signature=signature, public_key=public_key)
     if sharded is not None:
         return (ShardedArchive if sharded else Archive)(loc, **kw)
     try:  # an object store: an archive, else a "directory" holding index.cask
@@ -114,7 +95,7 @@ def _open_any(path: PathLike, *, verify_checksums: bool, validate_structure: boo
     except (NotFoundError, SignatureError) as e:
         # No such object; or, signed, a statement that is not for an object of this
         # name (the core checks that before any request): a directory's.
-        if isinstance(e, SignatureError) and signature is None:
+        if isinstance(e, SignatureError) and not signed:
             raise
         try:
             return ShardedArchive(loc, **kw)

@@ -130,17 +130,12 @@ class Reader(abc.ABC):
         """Archive-level user key-values (``save(metadata=...)``)."""
         return dict(self._c().metadata)
 
-    def _raw_treedef(self):
-        if self._treedef_raw is None:
-            self._treedef_raw = self._c().treedef
-        return self._treedef_raw
-
     @property
     def treedef(self) -> Tuple[TreeNode, ...]:
         """The tree's nodes in pre-order."""
-        return tuple(
-            TreeNode(T.KIND_NAMES[k], int(a), tn, tuple(keys)) for k, a, tn, keys in self._raw_treedef()
-        )
+        if self._treedef_raw is None:
+            self._treedef_raw = self._c().treedef
+        return tuple(TreeNode(T.KIND_NAMES[k], int(a), tn, tuple(keys)) for k, a, tn, keys in self._treedef_raw)
 
     def subtree(self, prefix: Union[str, Sequence[str]]) -> Optional[Subtree]:
         """The subtree at key path `prefix` (a key path str, or its unescaped
@@ -149,10 +144,9 @@ class Reader(abc.ABC):
         type_name, keys)`` tuples), or None when no node is there. The core
         walks to it; only its own nodes become Python objects.
         Raises InvalidArgumentError for a str that is not a valid key path."""
-        comps = T.split_path(prefix) if isinstance(prefix, str) else list(prefix)
-        return self._subtree(comps)
+        return self._subtree(T.split_path(prefix) if isinstance(prefix, str) else list(prefix))
 
-    def _subtree(self, comps: Sequence[str]) -> Optional[Subtree]:
+    def _subtree(self, comps: Sequence[str]) -> Optional[Subtree]:  # (a test counts these calls)
         return self._c().subtree_nodes(list(comps))
 
     def _infos(self) -> "_LeafInfos":
@@ -244,7 +238,14 @@ class Reader(abc.ABC):
         InvalidArgumentError (an int key out of range, a bad range, rank 0),
         ChecksumError."""
         i = self._index(key)
-        return self._read_rows(i, self._infos()[i], int(start), int(stop))
+        d = self._infos()[i]
+        start, stop, shape = int(start), int(stop), tuple(d["shape"])
+        if len(shape) == 0:
+            raise InvalidArgumentError("read_rows needs an array of rank >= 1", file=self._path,
+                                       key_path=d["key_path"])
+        out = np.empty((max(0, stop - start),) + shape[1:], _dtypes.to_numpy(d["dtype"]))
+        self._c().read_slice(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]), out)
+        return out
 
     def read_slice(self, key: Union[str, int], index: Any = (), *,
                    verify: Optional[bool] = None) -> np.ndarray:
@@ -344,7 +345,7 @@ class Reader(abc.ABC):
         impl = d["metadata"].get(J.KEY_IMPL_META)
         if impl is not None and d["value_kind"] == _codec.ARRAY:
             return J.wrap_key(array, impl)
-        return _codec.to_value(d, array)
+        return _codec.kind_value(d["value_kind"], array)
 
     def place(self, key: Union[str, int], sharding: Any) -> Any:
         """The leaf as a jax.Array on `sharding` (a concrete jax Sharding): every
@@ -371,13 +372,10 @@ class Reader(abc.ABC):
         placed = self._place_read_once(i, d, sharding)
         if placed is not None:
             return placed
-        boxes = self._read_boxes(i, dtype, {_index_box(index, shape)
+        boxes = self._read_boxes(i, dtype, {_replicas.box_of(index, shape)
                                             for index in sharding.addressable_devices_indices_map(shape).values()})
-
-        def fetch(index):
-            return boxes[_index_box(index, shape)]
-
-        return jax.make_array_from_callback(shape, sharding, fetch, dtype=dtype)
+        return jax.make_array_from_callback(shape, sharding, lambda index: boxes[_replicas.box_of(index, shape)],
+                                            dtype=dtype)
 
     @property
     def single_read(self) -> bool:
@@ -442,14 +440,6 @@ class Reader(abc.ABC):
             self._c().read(i, out, verify=verify)
         return out
 
-    def _read_rows(self, i: int, d: Dict[str, Any], start: int, stop: int) -> np.ndarray:
-        name, shape = d["dtype"], tuple(d["shape"])
-        if len(shape) == 0:
-            raise InvalidArgumentError("read_rows needs an array of rank >= 1", file=self._path,
-                                       key_path=d["key_path"])
-        out = np.empty((max(0, stop - start),) + shape[1:], _dtypes.to_numpy(name))
-        self._c().read_slice(i, [start] + [0] * (len(shape) - 1), [stop] + list(shape[1:]), out)
-        return out
 
 
 def _index_bounds(index: Any, shape: Tuple[int, ...]) -> Tuple[List[int], List[int], Optional[Tuple[Any, ...]]]:
@@ -474,16 +464,6 @@ def _index_bounds(index: Any, shape: Tuple[int, ...]) -> Tuple[List[int], List[i
             rest.append(sl)
             plain = False
     return start, stop, None if plain else tuple(rest)
-
-
-def _index_box(index: Any, shape: Tuple[int, ...]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
-    """(start, stop) of a shard index of step-1 slices (_index_bounds);
-    InvalidArgumentError for a slice of another step."""
-    start, stop, rest = _index_bounds(index, shape)
-    if rest is not None:
-        k, sl = next((k, sl) for k, sl in enumerate(rest) if sl != slice(None))
-        raise InvalidArgumentError(f"a shard index with step {sl.indices(shape[k])[2]} along dimension {k}")
-    return tuple(start), tuple(stop)
 
 
 def _basic_box(index: Any, shape: Tuple[int, ...], file: str, key_path: str):

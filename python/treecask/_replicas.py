@@ -233,9 +233,7 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
                 break
     if not added:
         return None
-    P = jax.sharding.PartitionSpec
-    return jax.sharding.NamedSharding(mesh, P(*[None if not ax else ax[0] if len(ax) == 1 else tuple(ax)
-                                                for ax in axes]))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*J.lists_to_spec(axes)))
 
 
 _RESHARD: Dict[Any, Any] = {}

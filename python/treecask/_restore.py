@@ -54,27 +54,20 @@ def restore(a: Reader, like: Any, *, subtree: Optional[str], shardings: Any, mis
         raise InvalidArgumentError(f"extra must be 'ignore' or 'error', got {extra!r}", file=file)
     try:
         prefix = tuple(T.split_path(subtree)) if subtree else ()
-    except Error as e:
-        raise _with_file(e, file) from None
-
-    sub = a.subtree(prefix)  # only the subtree's nodes and leaves reach Python
-    if sub is None:
-        raise KeyNotFoundError(f"no subtree '{subtree}' in the archive", file=file, key_path=subtree or "")
-    first, count, nodes = sub
-    if like is None:
-        resolver = _sharding_resolver(shardings, a) if shardings is not None else None
-        try:
+        sub = a.subtree(prefix)  # only the subtree's nodes and leaves reach Python
+        if sub is None:
+            raise KeyNotFoundError(f"no subtree '{subtree}' in the archive", file=file, key_path=subtree or "")
+        first, count, nodes = sub
+        if like is None:
+            resolver = _sharding_resolver(shardings, a) if shardings is not None else None
             if resolver is None:
                 values = a.values(first, count, copy=copy)
             else:
                 values = [_placed(a, i, resolver, len(prefix)) for i in range(first, first + count)]
             return _assemble(a, nodes, first, values, prefix)
-        except Error as e:
-            raise _with_file(e, file) from None
-    start = T.index_treedef(nodes, path=prefix, first_leaf=first)
-    resolver = _sharding_resolver(shardings, a)
-    try:
-        return _like(a, start, prefix, like, resolver, missing, extra, bulk=shardings is None, cast=bool(cast))
+        start = T.index_treedef(nodes, path=prefix, first_leaf=first)
+        return _like(a, start, prefix, like, _sharding_resolver(shardings, a), missing, extra,
+                     bulk=shardings is None, cast=bool(cast))
     except Error as e:
         raise _with_file(e, file) from None
 
@@ -106,11 +99,8 @@ def _sharding_resolver(shardings: Any, a: Reader) -> Callable[[Tuple[str, ...], 
     table: Dict[Tuple[str, ...], Any] = {}
 
     def collect(n: T.PNode, comps: Tuple[str, ...]):
-        if n.kind == T.LEAF:
+        if n.kind in (T.LEAF, T.NONE):  # (a None node's obj is None)
             table[comps] = n.obj
-            return
-        if n.kind == T.NONE:
-            table[comps] = None
             return
         for name, c in zip(T.child_names(n.kind, n.keys, len(n.children)), n.children):
             collect(c, comps + (name,))
@@ -165,10 +155,6 @@ def _rebuild_box(a: Reader, type_name: str, fields: Dict[str, Any], first_leaf: 
             warnings.warn(f"treecask: could not rebuild {type_name} at "
                           f"'{T.join_path(path)}' ({e}); returning its fields as a dict")
     return fields
-
-
-def _is_box_node(n: T.TNode) -> bool:
-    return n.kind == T.DATACLASS and n.num_leaves == 1 and _boxes.known(n.type_name) is not None
 
 
 def _like(a: Reader, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolver,
@@ -236,12 +222,9 @@ def _like(a: Reader, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolve
 
 def _resolve(start: T.TNode, comps: Tuple[str, ...], flags: Tuple[bool, ...]) -> Optional[int]:
     n = T.find_node(start, comps)
-    if n is not None:
-        if n.kind == T.LEAF:
-            return n.first_leaf
-        if _is_box_node(n):  # saved boxed, template unboxed
-            return n.first_leaf
-        return None
+    if n is not None:  # a leaf, or saved boxed and the template unboxed
+        box = n.kind == T.DATACLASS and n.num_leaves == 1 and _boxes.known(n.type_name) is not None
+        return n.first_leaf if n.kind == T.LEAF or box else None
     if any(flags):  # template boxed, saved unboxed
         bare = tuple(c for c, f in zip(comps, flags) if not f)
         n = T.find_node(start, bare)

@@ -11,6 +11,7 @@ read their metrics, and deletes what :meth:`Retention.to_delete` names.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
@@ -21,19 +22,17 @@ from .errors import InvalidArgumentError, NotFoundError
 MetricsOf = Callable[[int], Optional[Any]]
 
 
+@dataclasses.dataclass(frozen=True)
 class Retention:
     """One run's retention rule (the arguments of :class:`treecask.CheckpointManager`
     of the same names; checked there)."""
 
-    def __init__(self, *, max_to_keep: Optional[int], keep_period: Optional[int],
-                 best_fn: Optional[Callable[[Any], float]], best_mode: str, keep_newest: bool,
-                 keep_fn: Optional[Callable[[List[Any]], Sequence[bool]]] = None):
-        self.max_to_keep = max_to_keep
-        self.keep_period = keep_period
-        self.best_fn = best_fn
-        self.best_mode = best_mode
-        self.keep_newest = keep_newest
-        self.keep_fn = keep_fn
+    max_to_keep: Optional[int]
+    keep_period: Optional[int]
+    best_fn: Optional[Callable[[Any], float]]
+    best_mode: str
+    keep_newest: bool
+    keep_fn: Optional[Callable[[List[Any]], Sequence[bool]]] = None
 
     @property
     def deletes(self) -> bool:

@@ -2,7 +2,7 @@
 layout (:data:`ARCHIVES`, :data:`ITEM_DIRECTORIES`; format/SPEC.md
 "Checkpoint directories"), from one listing of the directory's store; the
 listing is the only record of which steps exist. :class:`treecask.CheckpointManager`
-lists, sweeps and deletes through :class:`Run`.
+lists and sweeps through :class:`Run`.
 """
 
 from __future__ import annotations
@@ -166,11 +166,6 @@ class Run:
                 temps.setdefault(m.group(1), []).append(self.entry(name))
         for step, found in sorted(temps.items()):
             self.store.remove_stale(self.entry(step), found)
-
-    def remove(self, name: str) -> None:
-        """Deletes entry ``name`` so that it leaves every listing at once
-        (:meth:`treecask.stores.Store.delete_tree`)."""
-        self.store.delete_tree(self.entry(name))
 
 
 def refuse_other_layout(directory: str, layout: StepLayout, found: List[str]) -> None:

@@ -93,9 +93,10 @@ def save(path: PathLike, tree: Any, *, metadata: Optional[Mapping[str, str]] = N
 
     if _distributed.active():
         try:
-            return _distributed.save(loc, tree, metadata=dict(md), compression=code,
-                                     overwrite=bool(overwrite), chunk_size=chunk_size, threads=int(threads),
-                                     durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle))
+            # prepare then run in this thread: the tree is this call's argument, unchanged meanwhile
+            return _distributed.run(_distributed.prepare(
+                loc, tree, metadata=dict(md), compression=code, overwrite=bool(overwrite), chunk_size=chunk_size,
+                threads=int(threads), durable=bool(durable), max_part_bytes=max_part_bytes, shuffle=bool(shuffle)))
         except Error as e:
             raise _with_file(e, p) from None
 

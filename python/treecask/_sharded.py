@@ -16,7 +16,6 @@ import treecask._core as _core
 from . import _dtypes, _replicas, stores
 from . import _jaxutil as J
 from ._reader import Reader, _index_bounds
-from .errors import Error
 
 
 class ShardedArchive(Reader):
@@ -56,12 +55,6 @@ class ShardedArchive(Reader):
         """Bytes of the index and every shard file together."""
         s = self._c()
         return int(s.index.file_size) + sum(int(s.file(f).file_size) for f in s.files())
-
-    def verify(self) -> List[Error]:
-        """Checks every chunk of every shard file (the tiling of each leaf
-        was checked when the directory was opened): one Error per damaged
-        leaf of a shard file; empty means intact."""
-        return super().verify()
 
     def read_slice(self, key, index: Any = (), *, verify: Optional[bool] = None) -> np.ndarray:
         """``checkpoint.read(key)[index]`` for NumPy basic indexing with step 1

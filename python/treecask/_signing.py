@@ -15,8 +15,7 @@ import treecask._core as _core
 
 from . import stores
 from ._types import PathLike
-from .errors import (InvalidArgumentError, NotFoundError, SignatureError,
-                     UnsupportedError)
+from .errors import InvalidArgumentError, IoError, NotFoundError, SignatureError, UnsupportedError
 
 #: What ``signature=`` and ``public_key=`` take: a path (a URL too, for the
 #: signature) or the file's bytes.
@@ -40,18 +39,7 @@ def _read_local(path: str, what: str) -> bytes:
     except IsADirectoryError:
         raise InvalidArgumentError(f"the {what} is a directory, not a file", file=path) from None
     except OSError as e:
-        from .errors import IoError
-
         raise IoError(f"cannot read the {what}: {e.strerror}", file=path) from None
-
-
-def _read_object(url: str, storage_options: Optional[Mapping[str, Any]]) -> bytes:
-    """The whole object `url` names, read through the store layer (treecask.stores)."""
-    loc = stores.resolve(url, None, storage_options)
-    data = loc.store.read_object(loc.path, _FIRST_READ)
-    if not data:
-        raise SignatureError("the signature object is empty", file=loc.shown)
-    return data
 
 
 def _text(data: bytes, what: str, file: str) -> str:
@@ -72,8 +60,12 @@ def read_signature(signature: KeySource, storage_options: Optional[Mapping[str, 
     if not isinstance(signature, (str, os.PathLike)):
         raise InvalidArgumentError(f"signature must be a path, a URL or bytes, got {type(signature).__name__}")
     s = os.fspath(signature)
-    if _core.is_url(s):
-        return _text(_read_object(s, storage_options), "signature", _core.redact_url(s))
+    if _core.is_url(s):  # the whole object, read through the store layer
+        loc = stores.resolve(s, None, storage_options)
+        data = loc.store.read_object(loc.path, _FIRST_READ)
+        if not data:
+            raise SignatureError("the signature object is empty", file=loc.shown)
+        return _text(data, "signature", loc.shown)
     return _text(_read_local(s, "signature"), "signature", s)
 
 

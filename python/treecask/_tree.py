@@ -88,10 +88,6 @@ def is_data_leaf(x: Any) -> bool:
     return False
 
 
-def _is_namedtuple(x: Any) -> bool:
-    return isinstance(x, tuple) and hasattr(type(x), "_fields")
-
-
 def _sorted_keys(d: dict) -> List[Any]:
     try:
         return sorted(d.keys())
@@ -160,19 +156,9 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
         return PNode(LEAF, obj=obj, leaf_kind=DATA, extras=extras)
 
     t = type(obj)
-    if t is dict:
-        keys = _sorted_keys(obj)
-        children = [build(obj[k], path=path + (str(k),), extras=None, strict=strict) for k in keys]
-
-        def rebuild_dict(ch, _obj=obj, _keys=keys):
-            new = dict(zip(_keys, ch))
-            return {k: new[k] for k in _obj}  # the template's own key order
-
-        return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_dict)
-    if t is list or t is tuple:
-        children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
-        return PNode(LIST if t is list else TUPLE, "", [], children, obj, rebuild=t)
-    if _is_namedtuple(obj):
+    if t is dict or t is list or t is tuple:
+        return _container(obj, path, strict, plain=True)
+    if isinstance(obj, tuple) and hasattr(t, "_fields"):  # a namedtuple
         names = [str(f) for f in type(obj)._fields]
         children = [build(c, path=path + (n,), strict=strict) for n, c in zip(names, obj)]
         return PNode(NAMEDTUPLE, _boxes.qualname(obj), names, children, obj,
@@ -192,30 +178,8 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
         return PNode(kind, _boxes.qualname(obj) if kind == DATACLASS else "", names, children, obj,
                      rebuild=lambda ch, _t=tdef: _t.unflatten(ch))
 
-    # dict / list / tuple subclasses that jax does not know: their base kind.
-    if isinstance(obj, dict):
-        keys = _sorted_keys(obj)
-        children = [build(obj[k], path=path + (str(k),), strict=strict) for k in keys]
-
-        def rebuild_mapping(ch, _obj=obj, _keys=keys):
-            new = dict(zip(_keys, ch))
-            try:
-                return type(_obj)((k, new[k]) for k in _obj)
-            except Exception:
-                return {k: new[k] for k in _obj}
-
-        return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_mapping)
-    if isinstance(obj, (list, tuple)):
-        children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
-        kind = LIST if isinstance(obj, list) else TUPLE
-
-        def rebuild_seq(ch, _t=type(obj), _kind=kind):
-            try:
-                return _t(ch)
-            except Exception:
-                return list(ch) if _kind == LIST else tuple(ch)
-
-        return PNode(kind, "", [], children, obj, rebuild=rebuild_seq)
+    if isinstance(obj, (dict, list, tuple)):  # a subclass jax does not know: its base kind
+        return _container(obj, path, strict, plain=False)
 
     if callable(obj) or not strict:
         return PNode(LEAF, obj=obj, leaf_kind=STATIC)
@@ -224,6 +188,34 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
         "scalars, strings or None (filter the tree first, e.g. eqx.filter(tree, eqx.is_array))",
         key_path=join_path(path),
     )
+
+
+def _container(obj: Any, path: Tuple[str, ...], strict: bool, plain: bool) -> PNode:
+    """The PNode of a dict, list or tuple, or (not ``plain``) a subclass of one rebuilt as its own type if it can."""
+    if isinstance(obj, dict):
+        keys = _sorted_keys(obj)
+        children = [build(obj[k], path=path + (str(k),), strict=strict) for k in keys]
+
+        def rebuild_mapping(ch, _obj=obj, _keys=keys):
+            new = dict(zip(_keys, ch))
+            if not plain:
+                try:
+                    return type(_obj)((k, new[k]) for k in _obj)
+                except Exception:
+                    pass
+            return {k: new[k] for k in _obj}
+
+        return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_mapping)
+    children = [build(c, path=path + (str(i),), strict=strict) for i, c in enumerate(obj)]
+    kind = LIST if isinstance(obj, list) else TUPLE
+
+    def rebuild_seq(ch, _t=type(obj)):
+        try:
+            return _t(ch)
+        except Exception:
+            return list(ch) if kind == LIST else tuple(ch)
+
+    return PNode(kind, "", [], children, obj, rebuild=type(obj) if plain else rebuild_seq)
 
 
 def iter_leaves(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], PNode]]:
@@ -235,16 +227,14 @@ def iter_leaves(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple
         yield from iter_leaves(c, path + (n,))
 
 
-def box_components(node: PNode, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], Tuple[bool, ...]]]:
+def box_components(node: PNode, path: Tuple[str, ...] = (),
+                   flags: Tuple[bool, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], Tuple[bool, ...]]]:
     """For each LEAF: its components and, per component, whether it is the field of a box."""
-    def rec(n: PNode, comps, flags):
-        if n.kind == LEAF:
-            yield comps, flags
-            return
-        isbox = n.box is not None
-        for name, c in zip(child_names(n.kind, n.keys, len(n.children)), n.children):
-            yield from rec(c, comps + (name,), flags + (isbox,))
-    yield from rec(node, path, ())
+    if node.kind == LEAF:
+        yield path, flags
+        return
+    for name, c in zip(child_names(node.kind, node.keys, len(node.children)), node.children):
+        yield from box_components(c, path + (name,), flags + (node.box is not None,))
 
 
 def to_treedef(tree: Any) -> Tuple[list, List[str], List[Any], List[Optional[_boxes.Extras]]]:

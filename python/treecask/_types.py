@@ -116,29 +116,15 @@ class LeafInfo:
 def leaf_info(d: Dict[str, Any]) -> LeafInfo:
     """The LeafInfo of a leaf description as ``_core.Archive.leaf`` gives it."""
     sh = d["sharding"]
-    sharding = None
-    if sh is not None:
-        sharding = ShardingInfo(tuple(sh[0]), tuple(int(s) for s in sh[1]), tuple(tuple(a) for a in sh[2]))
+    sharding = None if sh is None else ShardingInfo(tuple(sh[0]), tuple(int(s) for s in sh[1]),
+                                                    tuple(tuple(a) for a in sh[2]))
     return LeafInfo(
-        key_path=d["key_path"],
-        index=int(d["index"]),
-        dtype=_dtypes.to_numpy(d["dtype"]),
-        dtype_name=d["dtype"],
-        shape=tuple(int(s) for s in d["shape"]),
-        value_kind=_codec.VALUE_KIND_NAMES[d["value_kind"]],
-        codec=d["codec"],
-        filter=d["filter"],
-        byte_length=int(d["byte_length"]),
-        stored_bytes=int(d["stored_bytes"]),
-        chunk_size=int(d["chunk_size"]),
-        num_chunks=int(d["num_chunks"]),
-        num_parts=int(d["num_parts"]),
-        logical_axes=tuple(d["logical_axes"]),
-        sharding=sharding,
-        metadata=dict(d["metadata"]),
-        shards=tuple(ShardBox(f, k, tuple(b), tuple(e)) for f, k, b, e in d["shards"]),
+        key_path=d["key_path"], dtype=_dtypes.to_numpy(d["dtype"]), dtype_name=d["dtype"],
+        shape=tuple(int(s) for s in d["shape"]), value_kind=_codec.VALUE_KIND_NAMES[d["value_kind"]],
+        codec=d["codec"], filter=d["filter"], logical_axes=tuple(d["logical_axes"]), sharding=sharding,
+        metadata=dict(d["metadata"]), shards=tuple(ShardBox(f, k, tuple(b), tuple(e)) for f, k, b, e in d["shards"]),
         zero_copy=bool(d["zero_copy"]),
-    )
+        **{k: int(d[k]) for k in ("index", "byte_length", "stored_bytes", "chunk_size", "num_chunks", "num_parts")})
 
 
 @dataclass(frozen=True)

@@ -52,19 +52,6 @@ class FlaxImport:
     stats: SaveStats
 
 
-def _require_flax():
-    try:
-        # flax.io logs "Tensorflow library not found" on import: not this import's concern.
-        with _orbax._quiet_absl():
-            from flax import serialization
-            from flax.training import checkpoints
-    except ImportError as e:
-        raise UnsupportedError(
-            f"treecask.import_flax needs the flax package ({e}); install it with: pip install flax"
-        ) from None
-    return serialization, checkpoints
-
-
 def _is_orbax_checkpoint(path: str) -> bool:
     # flax.training.checkpoints._is_orbax_checkpoint
     return any(os.path.exists(os.path.join(path, m)) for m in _ORBAX_MARKERS)
@@ -198,7 +185,13 @@ def import_flax(src: PathLike, dst: PathLike, *, step: Optional[Step] = None,
       What ``import_orbax`` raises for an Orbax-backend checkpoint, and what
       ``treecask.save`` raises (e.g. AlreadyExistsError).
     """
-    serialization, checkpoints = _require_flax()
+    try:
+        with _orbax._quiet_absl():  # flax.io logs "Tensorflow library not found" on import
+            from flax import serialization
+            from flax.training import checkpoints
+    except ImportError as e:
+        raise UnsupportedError(f"treecask.import_flax needs the flax package ({e}); install it with: "
+                               "pip install flax") from None
     s = os.path.abspath(os.fspath(src))
     path = os.path.normpath(_find(s, step, prefix, checkpoints))
     step_no = _parse_step(os.path.basename(path), prefix)

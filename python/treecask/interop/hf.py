@@ -16,6 +16,7 @@ import treecask._core as _core
 from .. import stores
 from .._request import compression_code
 from .._types import PathLike, SaveStats
+from ..errors import InvalidArgumentError
 
 
 #: Archive metadata key holding a sharded checkpoint's index "metadata" (JSON).
@@ -55,13 +56,9 @@ def parse_size(size: Union[int, str]) -> int:
     "1.5GB" allowed as huggingface_hub allows them). Raises
     InvalidArgumentError for anything else or a size under one byte."""
     if isinstance(size, bool) or not isinstance(size, (int, str)):
-        from ..errors import InvalidArgumentError
-
         raise InvalidArgumentError(f"max_shard_size must be an int or a str, got {type(size).__name__}")
     if isinstance(size, int):
         if not 1 <= size < 2**63:
-            from ..errors import InvalidArgumentError
-
             raise InvalidArgumentError(f"max_shard_size must be in [1, 2**63) bytes, got {size}")
         return size
     return int(_core.parse_size(size))

@@ -68,16 +68,6 @@ class OrbaxImport:
     stats: SaveStats
 
 
-def _require_orbax():
-    try:
-        import orbax.checkpoint as ocp  # noqa: F401
-    except ImportError as e:
-        raise UnsupportedError(
-            f"treecask.import_orbax needs the orbax-checkpoint package ({e}); "
-            "install it with: pip install orbax-checkpoint (or treecask[orbax])") from None
-    return ocp
-
-
 def _is_item_dir(d: str) -> bool:
     return os.path.isdir(d) and any(os.path.exists(os.path.join(d, m)) for m in _ITEM_MARKERS)
 
@@ -155,9 +145,7 @@ def _latest_step(root: str, step: Optional[int]) -> Optional[Tuple[int, str]]:
             found.setdefault(int(m.group(1)), d)
     if not found:
         return None
-    if step is None:
-        s = max(found)
-        return s, found[s]
+    step = max(found) if step is None else step
     if step not in found:
         raise NotFoundError(f"no step {step} here; steps found: {sorted(found)}", file=root)
     return step, found[step]
@@ -230,12 +218,6 @@ def _quiet_absl():
         log.setLevel(old)
 
 
-def _metadata_tree(ocp, d: str):
-    md = ocp.PyTreeCheckpointer().metadata(d)
-    md = getattr(md, "item_metadata", md)  # 0.11+: StepMetadata(item_metadata=TreeMetadata)
-    return getattr(md, "tree", md)
-
-
 def _is_value_metadata(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "sharding")
 
@@ -261,14 +243,15 @@ def _restore_item(ocp, d: str, prefix: Tuple[str, ...]):
     import jax
 
     with _quiet_absl():
-        md = _metadata_tree(ocp, d)
+        md = ocp.PyTreeCheckpointer().metadata(d)
+        md = getattr(md, "item_metadata", md)  # 0.11+: StepMetadata(item_metadata=TreeMetadata)
+        md = getattr(md, "tree", md)
         flat, _ = jax.tree_util.tree_flatten_with_path(md, is_leaf=_is_value_metadata)
         extras: Dict[str, Extras] = {}
         for path, m in flat:
             if not _is_value_metadata(m):
                 continue
-            comps = prefix + tuple(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))
-                                   for k in path)
+            comps = prefix + tuple(T._key_component(k) for k in path)
             ex = _sharding_extras(getattr(m, "sharding", None), len(tuple(m.shape)))
             if ex is not None:
                 extras[T.join_path(comps)] = ex
@@ -324,8 +307,7 @@ def import_orbax(src: PathLike, dst: PathLike, *, item: Optional[str] = None,
       Orbax's own exceptions for a damaged checkpoint (Orbax has no checksums),
       and what ``treecask.save`` raises (e.g. AlreadyExistsError).
     """
-    r = _read(src, item, step)
-    return _write(r, dst, metadata, save_options)
+    return _write(_read(src, item, step), dst, metadata, save_options)
 
 
 @dataclass
@@ -344,7 +326,11 @@ def _read(src: PathLike, item: Optional[str], step: Optional[int]) -> _Read:
     """Finds and restores the checkpoint as ``import_orbax`` does (same errors)."""
     s = os.path.abspath(os.fspath(src))
     checkpoint, step_no, items, skipped = _resolve(s, item, step)
-    ocp = _require_orbax()
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:
+        raise UnsupportedError(f"treecask.import_orbax needs the orbax-checkpoint package ({e}); "
+                               "install it with: pip install orbax-checkpoint (or treecask[orbax])") from None
 
     if len(items) == 1:
         tree, extras = _restore_item(ocp, items[0][1], ())

@@ -260,7 +260,8 @@ class CheckpointManager(Run):
 
     def best_step(self) -> Optional[int]:
         """With ``best_fn``: the best step among those saved with metrics; else the latest."""
-        return self._steps.best_step()
+        self._steps.wait_quietly()
+        return self._steps.manager.best_step()
 
     def reload(self) -> None:
         """Forgets what :meth:`should_save` knew: every listing reads the directory (Orbax API)."""
@@ -360,13 +361,8 @@ class CheckpointManager(Run):
                 step = self._steps.latest_step()
             if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
                 raise NotFoundError("no steps found", file=str(self.directory))
-            where = self._steps.where(step)
-            shown = str(self.directory)
-        else:
-            if step is None:
-                step = self._steps.latest_in(directory)
-            where = None if step is None else self._steps.where(step, directory)
-            shown = str(Where(directory, self._store))
+        where = self._steps.where(step, directory)
+        shown = str(self.directory) if directory is None else str(Where(directory, self._store))
         if where is None:
             raise NotFoundError(f"no step {step} in the directory", file=shown)
         return where
@@ -404,10 +400,9 @@ class CheckpointManager(Run):
         if step is None:
             custom = self._root_metadata
             return RootMetadata(custom if custom is not None else self._steps.root_metadata())
-        path = self._step_path(step, None)
+        ck = Checkpoint(self._step_path(step, None))
         metrics = self.metrics(step)  # Orbax's: the step's metrics item, else {}
-        return StepMetadata(_item_metadata(path), {} if metrics is None else metrics,
-                            Checkpoint(path).custom_metadata())
+        return StepMetadata(_item_metadata(ck), {} if metrics is None else metrics, ck.custom_metadata())
 
     def delete(self, step: int) -> None:
         """Deletes ``step`` (a save in flight is waited for first). Raises
@@ -422,7 +417,7 @@ class CheckpointManager(Run):
     # ---- lifetime ----
     def check_for_errors(self) -> None:
         """Raises the error of a finished asynchronous save, once, without blocking."""
-        self._steps.check_for_errors()
+        self._steps.manager.check_for_errors()
 
     def wait_until_finished(self) -> None:
         """Blocks until the save in flight is durable and retention has run;

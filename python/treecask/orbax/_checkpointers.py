@@ -205,9 +205,7 @@ class Checkpointer:
         """Raises the error of a finished asynchronous save, once (never blocks)."""
         job = self._job
         if job is not None and job.done():
-            err = job.take_error()
-            if err is not None:
-                raise err
+            job.wait()  # ended: raises its error, once
 
     def close(self) -> None:
         """Waits for the save in flight."""

@@ -67,11 +67,11 @@ class Where(str):
         return _load(self.key, *args, store=self.store, **kwargs)
 
 
-def _unsupported(feature: str, why: str, file: str = "") -> UnsupportedError:
-    return UnsupportedError(f"Orbax {feature} is not supported by treecask.orbax: {why}", file=file)
+def _unsupported(feature: str, why: str, file: str = "", by: str = "treecask.orbax") -> UnsupportedError:
+    return UnsupportedError(f"Orbax {feature} is not supported by {by}: {why}", file=file)
 
 
-def _unsupported_names(module: str, prefix: str, table: Mapping[str, str]) -> Any:
+def _unsupported_names(module: str, prefix: str, table: Mapping[str, str], by: str = "treecask.orbax") -> Any:
     """A module ``__getattr__`` for Orbax's names that ``module`` does not
     provide: UnsupportedError saying why and what to use instead (``table``:
     name -> reason), AttributeError for any other name, as Python's own."""
@@ -79,7 +79,7 @@ def _unsupported_names(module: str, prefix: str, table: Mapping[str, str]) -> An
         why = table.get(name)
         if why is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        raise _unsupported(f"{prefix}{name}", why)
+        raise _unsupported(f"{prefix}{name}", why, by=by)
     return __getattr__
 
 
@@ -151,10 +151,6 @@ def _is_restore_arg(x: Any) -> bool:
     return not isinstance(x, type) and hasattr(x, "restore_type") and hasattr(x, "dtype")
 
 
-def _is_array_restore_arg(x: Any) -> bool:
-    return _is_restore_arg(x) and (hasattr(x, "sharding") or hasattr(x, "mesh"))
-
-
 def _sharding_of(ra: Any) -> Any:
     """The jax Sharding an (Array)RestoreArgs asks for, or None."""
     s = getattr(ra, "sharding", None)
@@ -177,15 +173,6 @@ def _sharding_of(ra: Any) -> Any:
 def _key_path(entries: Sequence[Any]) -> str:
     """A jax key path as a treecask key path (SPEC.md "Key paths")."""
     return T.join_path([T._key_component(k) for k in entries])
-
-
-def _flat_restore_args(restore_args: Any) -> Dict[str, Any]:
-    """{treecask key path: (Array)RestoreArgs} of a restore_args tree."""
-    jax = J.import_jax()
-    if jax is None:
-        raise _unsupported("restore_args", "they need jax")
-    pairs, _ = jax.tree_util.tree_flatten_with_path(restore_args, is_leaf=_is_restore_arg)
-    return {_key_path(p): ra for p, ra in pairs if _is_restore_arg(ra)}
 
 
 def _apply_save_args(item: Any, save_args: Any) -> Any:
@@ -227,7 +214,8 @@ def _apply_leaf_args(tree: Any, flat: Mapping[str, Any]) -> Any:
         rt = getattr(ra, "restore_type", None)
         if rt is np.ndarray and J.is_jax_array(v):
             return np.asarray(v)
-        if (rt is jax.Array or (rt is None and _is_array_restore_arg(ra))) and not J.is_jax_array(v):
+        array_ra = hasattr(ra, "sharding") or hasattr(ra, "mesh")  # an ArrayRestoreArgs
+        if (rt is jax.Array or (rt is None and array_ra)) and not J.is_jax_array(v):
             return J.to_jax(v)
         return v
 
@@ -330,7 +318,11 @@ def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[
                                            file=file) from None
         else:
             tree[name] = _apply_save_args(a.item, getattr(a, "save_args", None))
-            jl = _jax_leaves(tree[name])
+            # the key paths of its jax.Array leaves: Orbax restores those as jax arrays when no
+            # target says otherwise, so a save records them
+            jax = J.jax_loaded()
+            jl = [] if jax is None else [_key_path(kp) for kp, x in jax.tree_util.tree_flatten_with_path(tree[name])[0]
+                                         if J.is_jax_array(x)]
             if jl:
                 md[_JAX_PREFIX + name] = json.dumps(jl)
             if getattr(a, "custom_metadata", None) is not None and custom is None:
@@ -347,15 +339,6 @@ def _is_stateful(c: Any) -> bool:
     """Orbax's StatefulCheckpointable: an object with ``get_state()`` /
     ``set_state(state)`` (a Grain dataset iterator), saved as its state."""
     return callable(getattr(c, "get_state", None)) and callable(getattr(c, "set_state", None))
-
-
-def _jax_leaves(tree: Any) -> List[str]:
-    """The key paths of `tree`'s jax.Array leaves: Orbax restores those as
-    jax arrays when no target says otherwise, so a save records them."""
-    jax = J.jax_loaded()
-    if jax is None:
-        return []
-    return [_key_path(kp) for kp, x in jax.tree_util.tree_flatten_with_path(tree)[0] if J.is_jax_array(x)]
 
 
 #: Orbax's placeholder leaf (``...``): a target leaf that is not restored and comes back as ``...``.
@@ -529,7 +512,13 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     (Orbax's ``strict=False``). A target leaf ``...`` is not read and comes
     back as ``...``."""
     path = Where(path)
-    flat = _flat_restore_args(restore_args) if restore_args is not None else {}
+    flat: Dict[str, Any] = {}  # {key path: (Array)RestoreArgs} of the restore_args tree
+    if restore_args is not None:
+        jax = J.import_jax()
+        if jax is None:
+            raise _unsupported("restore_args", "they need jax")
+        pairs, _ = jax.tree_util.tree_flatten_with_path(restore_args, is_leaf=_is_restore_arg)
+        flat = {_key_path(p): ra for p, ra in pairs if _is_restore_arg(ra)}
     placed = {k: s for k, s in ((k, _sharding_of(ra)) for k, ra in flat.items()) if s is not None}
     if transforms and item is not None:
         tree = _apply_transforms(path, sub, item, transforms)
@@ -539,16 +528,9 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     jax_set = set(jax_leaves) if item is None else set()
     head = (sub + "/") if sub else ""
 
-    def rel(kp: str) -> str:
-        return kp[len(head):] if head and kp.startswith(head) else kp
-
-    def shardings(kp: str, info: Any) -> Any:
-        k = rel(kp)
-        if k in placed:
-            return placed[k]
-        if k in jax_set:
-            return _saved_sharding(info)
-        return None
+    def shardings(kp: str, info: Any) -> Any:  # kp: the leaf's key path in the archive
+        k = kp[len(head):] if head and kp.startswith(head) else kp
+        return placed[k] if k in placed else _saved_sharding(info) if k in jax_set else None
 
     use = shardings if (placed or jax_set) else None
     if item is None:
@@ -719,16 +701,10 @@ def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict
     items: Dict[str, Tuple[Any, Dict[str, str]]] = {}
     for name, kind in kinds.items():
         imd = {_L.KIND_KEY: kind}
-        for key in (_JAX_PREFIX + name, _STATE_PREFIX + name):
+        for key in (_JAX_PREFIX + name, _STATE_PREFIX + name, _JSON_PREFIX + name):
             if key in md:
                 imd[key] = md[key]
-        if kind == "stateful":
-            items[name] = (None, imd)
-        elif kind == "json":
-            imd[_JSON_PREFIX + name] = md[_JSON_PREFIX + name]
-            items[name] = (None, imd)
-        else:
-            items[name] = ((tree if default else tree[name]), imd)
+        items[name] = (None if kind in ("json", "stateful") else tree if default else tree[name], imd)
     own = {_CUSTOM_KEY: md[_CUSTOM_KEY]} if _CUSTOM_KEY in md else {}
     if default:  # one item saved without a name (a manager's "default"): restored as the item itself
         own[_LAYOUT_KEY] = json.dumps({"default": True, "items": kinds}, sort_keys=True)
@@ -782,8 +758,7 @@ def _restore(path: Any, ra: Any) -> Any:
     elif ra is None:
         want = {n: None for n in ck.kinds}
     elif len(ck.kinds) == 1:  # a directory of one item: Orbax restores it with the item's own arguments
-        want = {next(iter(ck.kinds)): ra}
-        return _restore_item(ck, next(iter(want)), ra)
+        return _restore_item(ck, next(iter(ck.kinds)), ra)
     else:
         raise InvalidArgumentError(f"the checkpoint holds items {sorted(ck.kinds)}: restore with "
                                    "args=Composite(name=...)", file=ck.where)
@@ -811,9 +786,10 @@ def _tree_metadata(at: Where, sub: Optional[str], custom: Any) -> TreeMetadata:
 
 
 def _item_metadata(path: Any) -> Any:
-    """A checkpoint's item metadata (``path``: a :class:`Where`, or a path or
-    URL): a TreeMetadata (one item) or a Composite of them (None for JSON items)."""
-    ck = Checkpoint(path)
+    """A checkpoint's item metadata (``path``: a :class:`Checkpoint`, a
+    :class:`Where`, or a path or URL): a TreeMetadata (one item) or a
+    Composite of them (None for JSON items)."""
+    ck = path if isinstance(path, Checkpoint) else Checkpoint(path)
     custom = ck.custom_metadata()
     out = {}
     for name, kind in ck.kinds.items():

@@ -22,6 +22,7 @@ from .. import stores
 from .._async import SaveJob, _start
 import treecask._core as _core
 
+from .._open import ITEMS_DIRECTORY_KEY
 from .._request import SaveRequest, compression_code, metadata_items
 from .._save import save as _save
 from ..stores import _upload
@@ -33,7 +34,7 @@ INDEX = stores.COMMIT_OBJECT
 KIND_KEY = "treecask.orbax.kind"
 #: The index's metadata key that marks a checkpoint directory of items (a
 #: multi-process save's sharded checkpoint also has an ``index.cask``).
-MARK_KEY = "treecask.orbax.items_directory"
+MARK_KEY = ITEMS_DIRECTORY_KEY
 
 
 def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
@@ -41,8 +42,7 @@ def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
     when ``key`` is not a committed checkpoint directory (no ``index.cask``:
     a single archive file, or nothing). Entries that are not items (the
     index, temporaries ``*.tmp.*``) are left out."""
-    head = stores.join(key, "")
-    head = head + "/" if head and not head.endswith("/") else head
+    head = key + "/" if key and not key.endswith("/") else key
     try:
         names = store.list_prefix(head)
     except UnsupportedError:  # a store that lists nothing (http(s)): one object, never a directory
@@ -74,6 +74,9 @@ def _snapshot(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, tree)
 
 
+_items_counter = 0  # multi-process saves of a directory of items so far (the coordination keys)
+
+
 def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, Mapping[str, str]]],
                    index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
                    meanwhile: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
@@ -85,7 +88,15 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
     AlreadyExistsError here unless ``overwrite``. Returns None once durable,
     or (``asynchronous``) a :class:`treecask._async.SaveJob` once the trees'
     NumPy bytes are copied. ``meanwhile``, ``after``, ``step`` and ``metrics``
-    as for ``treecask._async.save_async``."""
+    as for ``treecask._async.save_async``.
+
+    In a multi-process jax job it must be called in every process in the same
+    order (the coordination keys are numbered per call): the boxes are taken
+    here (``_distributed.prepare``), the staging and the commit are process
+    0's, an error in any process is raised in every process, and ``after``
+    runs in every process before the save ends for all (a manager's
+    retention, which process 0 runs, is then seen by all)."""
+    global _items_counter
     for name in items:
         if not isinstance(name, str) or not name or "/" in name or name == INDEX or name.startswith("."):
             from ..errors import InvalidArgumentError
@@ -93,40 +104,89 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
             raise InvalidArgumentError(f"an item name is a non-empty str without '/', not '{INDEX}', got {name!r}",
                                        file=store.display(key))
     store.make_directory(key.rpartition("/")[0])  # a file system's parents; nothing in an object store
+    shown, overwrite, pid, client = store.display(key), bool(overwrite), 0, None
     if _distributed.active():
-        write_all = _save_sharded(store, key, items, index_md, overwrite=bool(overwrite), asynchronous=asynchronous,
-                                  after=after)
+        import jax
+
+        _items_counter += 1
+        coord, pid, client = f"treecask/orbax/items/{_items_counter}", jax.process_index(), _distributed._client()
+        timeout_ms = int(_distributed.BARRIER_TIMEOUT_S * 1000)
+        writes: List[Tuple[str, Any]] = []
+        for name, (tree, md) in items.items():
+            final = stores.Location(store, stores.join(key, name), store.display(stores.join(key, name)))
+            try:
+                writes.append((name, _distributed.prepare(
+                    final, tree, metadata=dict(md), compression=compression_code("auto", shown), overwrite=False,
+                    chunk_size=None, threads=0, durable=True, max_part_bytes=None, shuffle=False,
+                    snapshot=asynchronous)))
+            except Error as e:
+                raise _with_file(e, final.shown) from None
     else:
-        staging = store.stage_directory(key, overwrite=bool(overwrite))
+        writes = [(n, (_snapshot(t) if asynchronous else t, md)) for n, (t, md) in items.items()]
+
+    def stage() -> str:
+        staging = store.stage_directory(key, overwrite=overwrite)
         if overwrite and not store.supports_atomic_directories:
             store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items are rewritten
-        if asynchronous:
-            items = {n: (_snapshot(t), md) for n, (t, md) in items.items()}
+        return staging
 
-        def write_all() -> None:
-            written: List[str] = []
-            try:
-                for name, (tree, md) in items.items():
+    def done() -> None:
+        if client is not None:
+            client.wait_at_barrier(coord + "/done", timeout_ms)
+
+    staging = stage() if client is None else ""  # one process: refused here, before anything is written
+
+    def write_all() -> None:
+        nonlocal staging
+        if client is not None:  # process 0 stages the checkpoint and names the staging to the others
+            staging = _distributed.from_zero(client, coord + "/dir", timeout_ms, shown, stage if pid == 0 else None)
+        written: List[str] = []
+        try:
+            while writes:
+                name, w = writes.pop(0)
+                path = stores.join(staging, name)
+                if client is not None:  # the core's multi-process save: every process raises what failed in any
+                    w.path = path
+                    _distributed.run(w)
+                else:
                     try:
-                        _save(stores.join(staging, name), tree, store=store, metadata=dict(md),
-                              overwrite=bool(overwrite))
+                        _save(path, w[0], store=store, metadata=dict(w[1]), overwrite=overwrite)
                     except Error as e:  # named as the item it was to be, not its staging
-                        raise _upload.named(e, store.display(stores.join(staging, name)),
-                                            store.display(stores.join(key, name))) from None
-                    written.append(name)
+                        raise _upload.named(e, store.display(path), store.display(stores.join(key, name))) from None
+                written.append(name)
+        except BaseException:
+            writes.clear()
+            if pid == 0:
+                store.discard_directory(staging, written)
+            raise
 
-                def write_index(path: str, in_place: bool) -> None:
-                    _save(path, None, metadata={**index_md, MARK_KEY: "1"}, overwrite=not in_place)
+        def write_index(local: str, in_place: bool) -> None:
+            # This process alone: the core's single-file save (treecask.save would be collective).
+            md = metadata_items({**index_md, MARK_KEY: "1"}, shown)
+            request, _ = SaveRequest.of_tree(local, None, overwrite=not in_place, durable=in_place, metadata=md)
+            _core.save(local, request)
 
-                store.publish_directory(staging, key, write_index, overwrite=bool(overwrite), durable=True,
+        def commit() -> str:  # process 0's; every process returns or raises its outcome
+            try:
+                store.publish_directory(staging, key, write_index, overwrite=overwrite, durable=True,
                                         keep=list(items))
             except BaseException:
                 store.discard_directory(staging, written)
                 raise
+            return ""
+
+        if client is None:
+            commit()
+        else:
+            _distributed.from_zero(client, coord + "/result", timeout_ms, shown, commit if pid == 0 else None,
+                                   on_error=done)
+        try:  # `after` in every process, then a barrier: every process then lists the same steps
             if after is not None:
                 after()
+        finally:
+            done()
 
-    def run() -> None:  # both paths: `meanwhile` first, its error the save's once the checkpoint is written
+    def run() -> None:  # `meanwhile` first, its error the save's once the checkpoint is written
         swept: Optional[BaseException] = None
         if meanwhile is not None:
             try:
@@ -140,104 +200,9 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
     if not asynchronous:
         run()
         return None
-    job = SaveJob(store.display(key), step=step, metrics=metrics)
+    job = SaveJob(shown, step=step, metrics=metrics)
     _start(job, run)
     return job
-
-
-_items_counter = 0  # multi-process saves of a directory of items so far (the coordination keys)
-
-
-def _save_sharded(store: stores.Store, key: str, items: Mapping[str, Tuple[Any, Mapping[str, str]]],
-                  index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
-                  after: Optional[Callable[[], None]]) -> Callable[[], None]:
-    """The writing of :func:`save_directory` in a multi-process jax job
-    (module docstring), returned to run now or in the background; the boxes
-    are taken here (``_distributed.prepare``, copied when ``asynchronous``).
-    Must be called in every process in the same order (the coordination keys
-    are numbered per call). An error in any process is raised in every
-    process; ``after`` runs in every process, and the save ends for all once
-    it has (a manager's retention, which process 0 runs, is then seen by all)."""
-    global _items_counter
-    import jax
-
-    _items_counter += 1
-    coord = f"treecask/orbax/items/{_items_counter}"
-    pid = jax.process_index()
-    timeout_ms = int(_distributed.BARRIER_TIMEOUT_S * 1000)
-    shown = store.display(key)
-    code = compression_code("auto", shown)
-    plans = []
-    for name, (tree, md) in items.items():
-        final = stores.Location(store, stores.join(key, name), store.display(stores.join(key, name)))
-        try:
-            plans.append((name, _distributed.prepare(final, tree, metadata=dict(md), compression=code,
-                                                     overwrite=False, chunk_size=None, threads=0, durable=True,
-                                                     max_part_bytes=None, shuffle=False,
-                                                     snapshot=asynchronous)))
-        except Error as e:
-            raise _with_file(e, final.shown) from None
-
-    def write_all() -> None:
-        client = _distributed._client()
-        # Process 0 stages the checkpoint and names the staging to the others.
-        if pid == 0:
-            try:
-                staging = store.stage_directory(key, overwrite=overwrite)
-                if overwrite and not store.supports_atomic_directories:
-                    store.delete([stores.join(key, INDEX)])  # the old checkpoint is gone before its items
-                answer = "ok:" + staging
-            except Exception as e:
-                answer = "err:" + _distributed._error_text(e)
-            client.key_value_set(coord + "/dir", answer)
-        answer = client.blocking_key_value_get(coord + "/dir", timeout_ms)
-        if answer.startswith("err:"):
-            _distributed._raise(answer[4:], shown)
-        staging = answer[3:]
-        # Every item: the core's multi-process save into the staging (it raises in every
-        # process what failed in any, so every process leaves this loop at the same item).
-        written: List[str] = []
-        try:
-            while plans:
-                name, plan = plans.pop(0)
-                plan.path = stores.join(staging, name)
-                _distributed.run(plan)
-                written.append(name)
-        except BaseException:
-            plans.clear()
-            if pid == 0:
-                store.discard_directory(staging, written)
-            raise
-        # Process 0 commits the checkpoint with its index; every process returns or raises that.
-        if pid == 0:
-            def write_index(local: str, in_place: bool) -> None:
-                # This process alone: the core's single-file save (treecask.save would be collective here).
-                md = metadata_items({**index_md, MARK_KEY: "1"}, shown)
-                request, _ = SaveRequest.of_tree(local, None, overwrite=not in_place, durable=in_place,
-                                                 metadata=md)
-                _core.save(local, request)
-
-            try:
-                store.publish_directory(staging, key, write_index, overwrite=overwrite, durable=True,
-                                        keep=list(items))
-                result = "ok:"
-            except Exception as e:
-                store.discard_directory(staging, written)
-                result = "err:" + _distributed._error_text(e)
-            client.key_value_set(coord + "/result", result)
-        result = client.blocking_key_value_get(coord + "/result", timeout_ms)
-        if result.startswith("err:"):
-            client.wait_at_barrier(coord + "/done", timeout_ms)
-            _distributed._raise(result[4:], shown)
-        # `after` (a manager's retention: process 0 deletes) in every process, then a barrier:
-        # once any process's save is finished, every process lists the same steps.
-        try:
-            if after is not None:
-                after()
-        finally:
-            client.wait_at_barrier(coord + "/done", timeout_ms)
-
-    return write_all
 
 
 __all__ = ["INDEX", "KIND_KEY", "MARK_KEY", "item_names", "save_directory"]

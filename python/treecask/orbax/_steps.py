@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from .. import stores
 from .._open import open as _open
 from .._save import save as _save
 
 from .._manager import CheckpointManager as _Manager
-from .._manager import StepInfo
+from .._manager import StepInfo, _json_default
 from ..errors import InvalidArgumentError
 from . import _layout as _L
 from .._run import ITEM_DIRECTORIES, committed
@@ -39,22 +39,18 @@ ROOT_KEY = "treecask.orbax.root_metadata"
 class Steps:
     """A run's steps as Orbax's managers see them.
 
-    ``Steps(directory, store=None, *, async_save, read_only=False, max_to_keep=None,
-    keep_period=None, best_fn=None, best_mode="max", keep_fn=None)``: a
-    :class:`treecask.CheckpointManager` of ``directory`` with Orbax's
-    retention (``keep_newest=False``: exactly the ``max_to_keep`` best with
+    ``Steps(directory, store=None, **options)``: a
+    :class:`treecask.CheckpointManager` of ``directory`` with ``options``
+    (``async_save``, ``read_only``, ``max_to_keep``, ``keep_period``,
+    ``best_fn``, ``best_mode``, ``keep_fn``), Orbax's retention
+    (``keep_newest=False``: exactly the ``max_to_keep`` best with
     ``best_fn``) and no save interval (the Orbax layers decide which steps
     are due). Raises what that constructor raises."""
 
-    def __init__(self, directory: Any, store: Any = None, *, async_save: bool, read_only: bool = False,
-                 max_to_keep: Optional[int] = None, keep_period: Optional[int] = None,
-                 best_fn: Optional[Callable[[Any], float]] = None, best_mode: str = "max",
-                 keep_fn: Optional[Callable[[List[StepInfo]], Sequence[bool]]] = None):
+    def __init__(self, directory: Any, store: Any = None, **options: Any):
         loc = stores.resolve(directory, store)  # once: the manager receives the Location
-        self.manager = _Manager(loc, max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
-                                best_mode=best_mode, keep_newest=False, save_interval_steps=1,
-                                async_save=async_save, read_only=read_only, keep_fn=keep_fn,
-                                step_layout=ITEM_DIRECTORIES)
+        self.manager = _Manager(loc, keep_newest=False, save_interval_steps=1, step_layout=ITEM_DIRECTORIES,
+                                **options)
         self._store = store
         self._started: Dict[int, int] = {}  # step -> time.time_ns() when its save began
         self._root = stores.join(loc.path, ROOT_METADATA)
@@ -88,11 +84,6 @@ class Steps:
         directory."""
         return committed(st, self._root, st.list_prefix(self._root))
 
-    @property
-    def directory(self) -> Any:
-        """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
-        return self.manager.directory
-
     # ---- listing ----
     def all_steps(self) -> List[int]:
         """The committed steps and the step being saved, ascending."""
@@ -117,29 +108,22 @@ class Steps:
             infos.sort(key=lambda i: i.step)
         return infos
 
-    def where(self, step: int, directory: Any = None) -> Optional[Where]:
-        """Where committed step ``step`` is (its store and path), in this run
-        or in ``directory`` (a path or URL, or a path in the store this run
-        was given); None when there is no such step. A save in flight here is
-        waited for first."""
+    def where(self, step: Optional[int], directory: Any = None) -> Optional[Where]:
+        """Where committed step ``step`` (None: the latest) is (its store and
+        path), in this run or in ``directory`` (a path or URL, or a path in
+        the store this run was given); None when there is no such step. A
+        save in flight here is waited for first."""
         if directory is None:
             self.wait_quietly()
-            if step not in self.manager.all_steps():
-                return None
-            return Where(*_swap(self.manager.location(step)))
-        with _Manager(directory, store=self._store, read_only=True, step_layout=ITEM_DIRECTORIES) as other:
-            if step not in other.all_steps():
-                return None
-            return Where(*_swap(other.location(step)))
-
-    def latest_in(self, directory: Any) -> Optional[int]:
-        """The latest committed step of ``directory`` (as :meth:`where`), or None."""
-        with _Manager(directory, store=self._store, read_only=True, step_layout=ITEM_DIRECTORIES) as other:
-            return other.latest_step()
-
-    def path(self, step: int) -> Any:
-        """What users are shown as step ``step``'s path (``CheckpointManager.path``)."""
-        return self.manager.path(step)
+            m = self.manager
+        else:
+            m = _Manager(directory, store=self._store, read_only=True, step_layout=ITEM_DIRECTORIES)
+        steps = m.all_steps()
+        step = (steps[-1] if steps else None) if step is None else step
+        if step not in steps:
+            return None
+        store, path = m.location(step)
+        return Where(path, store)
 
     # ---- saving, deleting ----
     def save(self, step: int, items: Any, *, metrics: Any, metadata: Dict[str, str],
@@ -154,10 +138,10 @@ class Steps:
         if metrics is not None and metrics_entry:
             if METRICS_ITEM in items:
                 raise InvalidArgumentError(f"the item name '{METRICS_ITEM}' is the step's metrics' (Orbax reserves it)",
-                                           file=str(self.path(step)))
+                                           file=str(self.manager.path(step)))
             imd = {_L.KIND_KEY: METRICS_KIND}
             try:
-                imd[METRICS_JSON_KEY] = json.dumps(metrics, sort_keys=True, default=_plain)
+                imd[METRICS_JSON_KEY] = json.dumps(metrics, sort_keys=True, default=_json_default)
             except (TypeError, ValueError):
                 pass  # not JSON: the manager's save refuses the metrics, naming the step
             items = {**items, METRICS_ITEM: (None, imd)}
@@ -179,25 +163,12 @@ class Steps:
         for ``wait`` / ``check_for_errors`` / the next save)."""
         self.manager.wait_until_finished(raise_error=False)
 
-    def is_saving_in_progress(self) -> bool:
-        """Whether a save is still running."""
-        return self.manager.is_saving_in_progress()
-
     def wait(self) -> None:
         """Blocks until the save in flight is committed and retention has run; raises its error, once."""
         try:
             self.manager.wait_until_finished()
         finally:
             self._started.clear()
-
-    def check_for_errors(self) -> None:
-        """Raises the error of a finished save, once; never blocks."""
-        self.manager.check_for_errors()
-
-    def metrics(self, step: int) -> Any:
-        """The metrics saved with committed step ``step`` (the save in flight waited for first)."""
-        self.wait_quietly()
-        return self.manager.metrics(step)
 
     def metrics_entry(self, step: int) -> Any:
         """The metrics in committed step ``step``'s entry ``metrics`` (JSON-decoded),
@@ -216,28 +187,6 @@ class Steps:
         raw = md.get(METRICS_JSON_KEY)
         return json.loads(raw) if md.get(_L.KIND_KEY) == METRICS_KIND and raw is not None else None
 
-    def best_step(self) -> Optional[int]:
-        """The manager's ``best_step`` once the save in flight is committed."""
-        self.wait_quietly()
-        return self.manager.best_step()
-
-    def close(self) -> None:
-        """Waits for the save in flight, then closes (later saves raise)."""
-        self.manager.close()
-
-
-def _plain(x: Any) -> Any:
-    """A NumPy / jax scalar or array as Python values (``json.dumps``'s ``default``)."""
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    raise TypeError(f"{type(x).__name__} is not JSON-serialisable")
-
-
-def _swap(location: Any) -> Any:
-    """(store, path) -> (path, store): Where's argument order."""
-    store, path = location
-    return path, store
-
 
 class Run:
     """What ``treecask.orbax.CheckpointManager`` and
@@ -249,15 +198,15 @@ class Run:
     @property
     def directory(self) -> Any:
         """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
-        return self._steps.directory
+        return self._steps.manager.directory
 
     def is_saving_in_progress(self) -> bool:
         """Whether an asynchronous save is still running."""
-        return self._steps.is_saving_in_progress()
+        return self._steps.manager.is_saving_in_progress()
 
     def close(self) -> None:
         """Waits for the save in flight, then closes (later saves raise)."""
-        self._steps.close()
+        self._steps.manager.close()
 
     def __enter__(self) -> Any:
         return self

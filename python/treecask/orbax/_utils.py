@@ -183,14 +183,10 @@ class tree:  # noqa: N801 - Orbax's module name
     merge_trees = staticmethod(merge_trees)
 
 
-def _process_index() -> int:
-    jax = J.jax_loaded()
-    return int(jax.process_index()) if jax is not None else 0
-
-
 def is_primary_host(primary_host: Optional[int] = 0) -> bool:
     """Whether this process is ``primary_host`` (None: every process is; Orbax ``utils.is_primary_host``)."""
-    return primary_host is None or _process_index() == primary_host
+    jax = J.jax_loaded()
+    return primary_host is None or (int(jax.process_index()) if jax is not None else 0) == primary_host
 
 
 def sync_global_processes(name: str, *args: Any, **kwargs: Any) -> None:

@@ -14,6 +14,7 @@ the save or restore runs, naming the Orbax argument.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
@@ -148,7 +149,7 @@ class ArrayRestoreArgs(CheckpointArgs):
     restore_args: Optional[Any] = None
 
 
-class CompositeArgs(CheckpointArgs):
+class CompositeArgs(CheckpointArgs, collections.abc.Mapping):
     """Several named items in one step (Orbax ``args.Composite``):
     ``Composite(state=StandardSave(s), meta=JsonSave(m))``. Also what a
     composite restore returns: item name -> restored item, read as
@@ -170,26 +171,11 @@ class CompositeArgs(CheckpointArgs):
     def __getitem__(self, name: str) -> Any:
         return self._items[name]
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._items
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
 
     def __len__(self) -> int:
         return len(self._items)
-
-    def keys(self):
-        return self._items.keys()
-
-    def values(self):
-        return self._items.values()
-
-    def items(self):
-        return self._items.items()
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._items.get(name, default)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CompositeArgs) and dict(self.items()) == dict(other.items())

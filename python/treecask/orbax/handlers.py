@@ -56,8 +56,13 @@ class CheckpointHandlerRegistry:
         a = args if isinstance(args, type) else type(args)
         if (item, a) in self._entries:
             raise AlreadyExistsError(f"entry for item={item!r} and args={a.__name__} already exists in the registry")
-        if handler is None:
-            handler = _handler_for_args(a)
+        if handler is None:  # the handler whose save or restore argument class `a` is
+            names = {c.__name__ for c in a.__mro__}
+            handler = next((h for h in (StandardCheckpointHandler, PyTreeCheckpointHandler, JsonCheckpointHandler,
+                                        ArrayCheckpointHandler, CompositeCheckpointHandler)
+                            if h.save_args_cls.__name__ in names or h.restore_args_cls.__name__ in names), None)
+            if handler is None:
+                raise UnsupportedError(f"no treecask.orbax handler takes {a.__name__}: give the handler")
         self._entries[(item, a)] = _handler_class(handler)
         return self
 
@@ -86,15 +91,6 @@ class CheckpointHandlerRegistry:
 class DefaultCheckpointHandlerRegistry(CheckpointHandlerRegistry):
     """The registry the guides build (Orbax ``DefaultCheckpointHandlerRegistry``):
     ``registry.add('state', ocp.args.StandardRestore, ocp.StandardCheckpointHandler)``."""
-
-
-def _handler_for_args(a: type) -> Any:
-    names = {c.__name__ for c in a.__mro__}
-    for h in (StandardCheckpointHandler, PyTreeCheckpointHandler, JsonCheckpointHandler, ArrayCheckpointHandler,
-              CompositeCheckpointHandler):
-        if h.save_args_cls.__name__ in names or h.restore_args_cls.__name__ in names:
-            return h
-    raise UnsupportedError(f"no treecask.orbax handler takes {a.__name__}: give the handler")
 
 
 def create_default_handler_registry(**handlers: Any) -> DefaultCheckpointHandlerRegistry:

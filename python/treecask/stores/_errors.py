@@ -12,14 +12,27 @@ chained to nothing: the client's text may quote a signed URL.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple, TypeVar
 
 from ..errors import AlreadyExistsError, CorruptionError, Error, InvalidArgumentError, IoError, NotFoundError
 
 #: What an "access denied" tells the user to check.
 _CREDENTIALS = ("check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
                 "GOOGLE_APPLICATION_CREDENTIALS or storage_options)")
+T = TypeVar("T")
 _EXISTS = "the object exists (a checkpoint is never replaced; pass overwrite=True to replace it)"
+
+
+def mapped(url: str, call: Callable[[], T], etag: Optional[str] = None) -> T:
+    """``call()``, an obstore failure raised as :func:`of_obstore`'s error
+    (chained to nothing); a treecask error as it is."""
+    try:
+        return call()
+    except Error:
+        raise
+    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
+        err = of_obstore(url, e, etag)
+    raise err
 
 
 def first_line(exc: BaseException) -> str:

@@ -66,16 +66,8 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
     base = prefix.strip("/")
     base = base + "/" if base else ""
     now = datetime.datetime.now(datetime.timezone.utc)
-    metas: Dict[str, Any] = {}
-    err: Optional[Error] = None
-    try:
-        for batch in obstore.list(store.store, base or None, chunk_size=1000):
-            for m in batch:
-                metas[m["path"]] = m
-    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-        err = _errors.of_obstore(store.display(prefix), e)
-    if err is not None:
-        raise err
+    metas: Dict[str, Any] = _errors.mapped(store.display(prefix), lambda: {
+        m["path"]: m for batch in obstore.list(store.store, base or None, chunk_size=1000) for m in batch})
     out: List[Leftover] = []
     shards: Dict[str, List[Any]] = {}
     for path, m in sorted(metas.items()):
@@ -94,6 +86,7 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
             out += [Leftover("uncommitted shard", m["path"], a, int(m.get("size", 0))) for m, a in zip(ms, ages)]
     s3 = _s3.for_store(store.store)
     if s3 is not None:
+        err: Optional[Error] = None
         try:
             uploads = s3.uploads(base)
         except Exception as e:  # noqa: BLE001

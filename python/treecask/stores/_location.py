@@ -69,15 +69,13 @@ def resolve(path: Any, store: Optional[Store] = None,
             raise InvalidArgumentError("storage_options configure a store made from a URL; configure a store "
                                        "object with its own client options", file=store.display())
         text = "" if path is None else _text(path)
-        p = store.normalize(text)
-        return Location(store, p, store.display(p), text.endswith("/"))
-    text = _text(path)
-    if is_url(text):
+        st, p = store, store.normalize(text)
+    elif is_url(text := _text(path)):
         st, key = ObjectStore.from_url(text, storage_options)
         p = key.rstrip("/")  # the key verbatim; a trailing "/" names a "directory"
-        return Location(st, p, st.display(p), text.endswith("/"))
-    p = _LOCAL.normalize(text)
-    return Location(_LOCAL, p, _LOCAL.display(p), text.endswith("/"))
+    else:
+        st, p = _LOCAL, _LOCAL.normalize(text)
+    return Location(st, p, st.display(p), text.endswith("/"))
 
 
 def _text(path: Any) -> str:

@@ -27,18 +27,13 @@ from ._source import ObjectSource
 from ._store import Store
 
 
-def _retry_config() -> dict:
-    """obstore's ``retry_config`` from the core's RetryPolicy (remote.h): a
-    connection error, 429, 500, 502, 503 (SlowDown) or 504 retried at most
-    ``max_retries`` times with exponential backoff, none after
-    ``timeout_s``, then the failure."""
-    r = _core.RETRY_POLICY
-    return {"max_retries": r["max_retries"], "retry_timeout": datetime.timedelta(seconds=r["timeout_s"]),
-            "backoff": {"init_backoff": datetime.timedelta(seconds=r["initial_backoff_s"]),
-                        "max_backoff": datetime.timedelta(seconds=r["max_backoff_s"]), "base": r["backoff_base"]}}
-
-
-_RETRY = _retry_config()
+# obstore's retry_config from the core's RetryPolicy (remote.h): a connection error, 429, 500,
+# 502, 503 (SlowDown) or 504 retried at most max_retries times with exponential backoff, none
+# after timeout_s, then the failure.
+_R = _core.RETRY_POLICY
+_RETRY = {"max_retries": _R["max_retries"], "retry_timeout": datetime.timedelta(seconds=_R["timeout_s"]),
+          "backoff": {"init_backoff": datetime.timedelta(seconds=_R["initial_backoff_s"]),
+                      "max_backoff": datetime.timedelta(seconds=_R["max_backoff_s"]), "base": _R["backoff_base"]}}
 
 
 def is_url(path: Any) -> bool:
@@ -106,7 +101,7 @@ def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, An
         options.setdefault("skip_signature", True)
         # An emulator takes any bearer token: without one object_store would ask the
         # cloud metadata server for a token before every write.
-        provider = _emulator_token
+        provider = _emulator_token  # a GCS emulator checks no token
     if scheme == "s3" and str(options.get("conditional_put", "")).lower() != "disabled":
         # The conditional commit of a multipart upload (_upload.put_file): If-None-Match
         # on CompleteMultipartUpload, as on PutObject; a store configured without
@@ -244,26 +239,22 @@ class ObjectStore(Store):
         import obstore
 
         self.writable(prefix)
-        parent = prefix.rpartition("/")[0]
-        whole = not prefix or prefix.endswith("/")
-        out: List[str] = []
-        err: Optional[Error] = None
-        try:
-            if whole:
-                return [m["path"] for batch in obstore.list(self.store, prefix or None, chunk_size=1000)
-                        for m in batch]
-            for batch in obstore.list(self.store, parent or None, offset=prefix[:-1], chunk_size=1000):
+        if not prefix or prefix.endswith("/"):
+            return _errors.mapped(self.display(prefix), lambda: [
+                m["path"] for batch in obstore.list(self.store, prefix or None, chunk_size=1000) for m in batch])
+
+        def listing() -> List[str]:
+            out: List[str] = []
+            for batch in obstore.list(self.store, prefix.rpartition("/")[0] or None, offset=prefix[:-1],
+                                      chunk_size=1000):
                 for m in batch:
-                    k = m["path"]
-                    if k.startswith(prefix):
-                        out.append(k)
-                    elif k > prefix:
+                    if m["path"].startswith(prefix):
+                        out.append(m["path"])
+                    elif m["path"] > prefix:
                         return out
-        except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-            err = _errors.of_obstore(self.display(prefix), e)
-        if err is not None:
-            raise err  # outside the except: obstore's text may quote a signed URL
-        return out
+            return out
+
+        return _errors.mapped(self.display(prefix), listing)
 
     def sweep_uploads(self, path: str, names: Sequence[str]) -> Sequence[str]:
         """On S3 with botocore: aborts the multipart uploads of ``path``

@@ -42,10 +42,10 @@ def options_from_env() -> Dict[str, str]:
 # reads for them (object_store's AmazonS3Builder::from_env); and obstore's name of the
 # fallback region.
 _OBSTORE_ENV = {
-    "default_region": ("AWS_DEFAULT_REGION",),
-    "virtual_hosted_style_request": ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST",),
-    "skip_signature": ("AWS_SKIP_SIGNATURE",),
-    "conditional_put": ("AWS_CONDITIONAL_PUT",),
+    "default_region": "AWS_DEFAULT_REGION",
+    "virtual_hosted_style_request": "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+    "skip_signature": "AWS_SKIP_SIGNATURE",
+    "conditional_put": "AWS_CONDITIONAL_PUT",
 }
 # Keys that change nothing botocore does here (obstore's own commit options).
 _IGNORED = {"bucket", "copy_if_not_exists"}
@@ -88,11 +88,9 @@ def for_store(store: Any) -> Optional["S3"]:
     except ImportError:
         return None
     cfg: Dict[str, str] = options_from_env()
-    for k, names in _OBSTORE_ENV.items():
-        for n in names:
-            if os.environ.get(n):
-                cfg[k] = os.environ[n]
-                break
+    for k, n in _OBSTORE_ENV.items():
+        if os.environ.get(n):
+            cfg[k] = os.environ[n]
     for k, v in (store.config or {}).items():
         if k not in CORE_OPTIONS and k not in _OBSTORE_ENV and k not in _IGNORED:
             return None
@@ -163,6 +161,8 @@ def _client(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
     with _CLIENTS_LOCK:
         if key in _CLIENTS:
             return _CLIENTS[key]
+        import botocore
+        import botocore.config
         import botocore.session
 
         session = botocore.session.get_session()
@@ -170,8 +170,20 @@ def _client(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
         if "IfNoneMatch" not in model.input_shape.members:  # botocore before S3's conditional writes
             _CLIENTS[key] = None
             return None
+        # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
+        # (_object._RETRY), or the store's own retry_config and timeouts (deadline()): botocore's
+        # standard mode retries the same throttles, 5xx and dropped connections with capped
+        # exponential backoff; total_max_attempts counts the first try (botocore's max_attempts
+        # would count retries only); _keep_deadline caps the backoff and stops the retries at timeout_s.
         try:
-            conf = _config(cfg, limits)
+            conf = botocore.config.Config(
+                retries={"mode": "standard", "total_max_attempts": 1 + int(limits["max_retries"])},
+                connect_timeout=limits["connect_timeout_s"], read_timeout=limits["stall_timeout_s"],
+                max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
+                # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
+                request_checksum_calculation="when_required", response_checksum_validation="when_required",
+                s3={"addressing_style": "virtual" if _true(cfg.get("virtual_hosted_style_request", "")) else "path"},
+                signature_version=botocore.UNSIGNED if _true(cfg.get("skip_signature", "")) else None)
         except TypeError:  # botocore before 1.36 (no request_checksum_calculation): obstore's path
             _CLIENTS[key] = None
             return None
@@ -216,25 +228,6 @@ def _keep_deadline(client: Any, limits: Dict[str, float]) -> None:
 
     events.register("before-call.s3", started)
     events.register("needs-retry.s3", needs_retry, unique_id=unique_id)
-
-
-def _config(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
-    import botocore
-    import botocore.config
-
-    # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
-    # (_object._RETRY), or the store's own retry_config and timeouts (deadline()): botocore's
-    # standard mode retries the same throttles, 5xx and dropped connections with capped
-    # exponential backoff; total_max_attempts counts the first try (botocore's max_attempts
-    # would count retries only); _keep_deadline caps the backoff and stops the retries at timeout_s.
-    return botocore.config.Config(
-        retries={"mode": "standard", "total_max_attempts": 1 + int(limits["max_retries"])},
-        connect_timeout=limits["connect_timeout_s"], read_timeout=limits["stall_timeout_s"],
-        max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
-        # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
-        request_checksum_calculation="when_required", response_checksum_validation="when_required",
-        s3={"addressing_style": "virtual" if _true(cfg.get("virtual_hosted_style_request", "")) else "path"},
-        signature_version=botocore.UNSIGNED if _true(cfg.get("skip_signature", "")) else None)
 
 
 class S3:
@@ -340,45 +333,29 @@ class S3:
             return False
 
     def _parts(self, key: str, upload: str, local_file: str) -> List[dict]:
-        """Uploads the file's parts, each read by its worker; raises the first
-        failure (botocore's)."""
-        part, inflight = _upload.PART_BYTES, _upload.PARTS_IN_FLIGHT
-        size = os.path.getsize(local_file)
-        count = max(1, -(-size // part))
+        """Uploads the file's parts, each read by its worker when it starts
+        (at most ``PARTS_IN_FLIGHT`` read and in flight); raises the first
+        failure (botocore's), the parts not yet started cancelled."""
+        part = _upload.PART_BYTES
+        count = max(1, -(-os.path.getsize(local_file) // part))
         fd = os.open(local_file, os.O_RDONLY)
-        try:
-            def send(i: int) -> dict:
-                body = os.pread(fd, part, i * part)
-                r = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload,
-                                            PartNumber=i + 1, Body=body)
-                return {"PartNumber": i + 1, "ETag": r["ETag"]}
 
-            done: List[dict] = []
-            err: Optional[BaseException] = None
-            with concurrent.futures.ThreadPoolExecutor(inflight, thread_name_prefix="treecask-s3-part") as ex:
-                pending = set()
-                for i in range(count):
-                    if len(pending) >= inflight:  # at most `inflight` parts read and in flight
-                        finished, pending = concurrent.futures.wait(
-                            pending, return_when=concurrent.futures.FIRST_COMPLETED)
-                        for f in finished:
-                            if f.exception() is not None:
-                                err = f.exception()
-                            else:
-                                done.append(f.result())
-                        if err is not None:
-                            break
-                    pending.add(ex.submit(send, i))
-                for f in concurrent.futures.as_completed(pending):
-                    if f.exception() is not None:
-                        err = err or f.exception()
-                    else:
-                        done.append(f.result())
+        def send(i: int) -> dict:
+            r = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=i + 1,
+                                        Body=os.pread(fd, part, i * part))
+            return {"PartNumber": i + 1, "ETag": r["ETag"]}
+
+        try:
+            with concurrent.futures.ThreadPoolExecutor(_upload.PARTS_IN_FLIGHT,
+                                                       thread_name_prefix="treecask-s3-part") as ex:
+                futures = [ex.submit(send, i) for i in range(count)]
+                try:
+                    return [f.result() for f in futures]
+                finally:
+                    for f in futures:
+                        f.cancel()
         finally:
             os.close(fd)
-        if err is not None:
-            raise err
-        return sorted(done, key=lambda p: p["PartNumber"])
 
     def abort_dead_uploads(self, path: str, markers: Sequence[str],
                            relist: Callable[[], Sequence[str]]) -> List[str]:

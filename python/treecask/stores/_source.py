@@ -50,20 +50,12 @@ class ObjectSource:
 
         if self._etag is not None:
             options = dict(options, if_match=self._etag)
-        try:
-            return obstore.get(self._store, self._path, options=options)
-        except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-            err = _errors.of_obstore(self.name, e, self._etag)
-        raise err  # outside the except: obstore's exception is chained to nothing (_errors)
+        return _errors.mapped(self.name, lambda: obstore.get(self._store, self._path, options=options), self._etag)
 
     def _bytes(self, got: Any) -> Any:
         """The body of answer ``got``; a body cut short, or any failure while
         it streams, is the treecask error of the one map (one line)."""
-        try:
-            return got.bytes()
-        except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-            err = _errors.of_obstore(self.name, e, self._etag)
-        raise err
+        return _errors.mapped(self.name, got.bytes, self._etag)
 
     def _empty(self) -> bool:
         """Whether the object has 0 bytes (a HEAD request; False if it fails)."""

@@ -82,30 +82,25 @@ def put_file(store: Any, key: str, path: str, *, url: str, overwrite: bool) -> N
     import obstore
 
     size = os.path.getsize(path)
-    etag: Optional[str] = None
-    try:
+
+    def commit() -> Optional[str]:
         if size <= SINGLE_PUT_BYTES:
-            etag = _put_single(store, key, path, size, overwrite)
-        elif overwrite:
-            _put_parts(store, key, path)
-        else:
-            tmp = _core.temporary_path(key)
-            try:
-                _put_parts(store, tmp, path)
-                _create(store, key, lambda: obstore.copy(store, tmp, key, overwrite=False),
-                        lambda: obstore.copy(store, tmp, key, overwrite=True))
-            finally:
-                with contextlib.suppress(Exception):
-                    obstore.delete(store, tmp)
-    except Error:
-        raise
-    except Exception as e:  # noqa: BLE001
-        err = _errors.of_obstore(url, e)
-    else:
-        if not overwrite:
-            confirm(store, key, path, url=url, etag=etag)
-        return
-    raise err  # outside the except: obstore's exception is chained to nothing
+            return _put_single(store, key, path, size, overwrite)
+        if overwrite:
+            return _put_parts(store, key, path)
+        tmp = _core.temporary_path(key)
+        try:
+            _put_parts(store, tmp, path)
+            _create(store, key, lambda: obstore.copy(store, tmp, key, overwrite=False),
+                    lambda: obstore.copy(store, tmp, key, overwrite=True))
+        finally:
+            with contextlib.suppress(Exception):
+                obstore.delete(store, tmp)
+        return None
+
+    etag = _errors.mapped(url, commit)
+    if not overwrite:
+        confirm(store, key, path, url=url, etag=etag)
 
 
 #: How many of an object's last bytes :func:`confirm` compares (bytes).
@@ -132,14 +127,12 @@ def confirm(store: Any, key: str, path: str, *, url: str, etag: Optional[str] = 
 
     size = os.path.getsize(path)
     n = min(size, CONFIRM_BYTES)
-    err: Optional[Error] = None
-    try:
+
+    def tail() -> Any:
         r = obstore.get(store, key, options={"range": {"suffix": n}}) if n else obstore.get(store, key)
-        meta, got = r.meta, bytes(r.bytes())
-    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-        err = _errors.of_obstore(url, e)
-    if err is not None:
-        raise err  # outside the except: nothing chained
+        return r.meta, bytes(r.bytes())
+
+    meta, got = _errors.mapped(url, tail)
     if meta["size"] == size:
         if etag and meta.get("e_tag"):
             if _bare_etag(etag) == _bare_etag(meta["e_tag"]):

@@ -37,7 +37,7 @@ from ._api import (
     save_pytree_async,
 )
 from ._context import Context, get_context
-from .._items import _to_shape_dtype_struct
+from .._items import _to_shape_dtype_struct, _unsupported_names
 from .._utils import merge_trees as _merge_trees
 
 #: A pytree's metadata is the tree itself (Orbax's ``PyTreeMetadata``).
@@ -87,13 +87,7 @@ _UNSUPPORTED = {
 }
 
 
-def __getattr__(name: str):
-    why = _UNSUPPORTED.get(name)
-    if why is None:
-        raise AttributeError(f"module 'treecask.orbax.v1' has no attribute {name!r}")
-    from ...errors import UnsupportedError
-
-    raise UnsupportedError(f"Orbax v1 ocp.{name} is not supported by treecask.orbax.v1: {why}")
+__getattr__ = _unsupported_names("treecask.orbax.v1", "v1 ocp.", _UNSUPPORTED, by="treecask.orbax.v1")
 
 __all__ = [
     "save", "save_async", "save_pytree", "save_pytree_async", "save_checkpointables", "save_checkpointables_async",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextvars
 import datetime
 import inspect
-import json
 import pprint
 import threading
 import time
@@ -127,14 +126,8 @@ class CheckpointMetadata(Generic[T_]):
     init_timestamp_nsecs = property(lambda self: self._init, doc="When the save began (ns), or None.")
     commit_timestamp_nsecs = property(lambda self: self._commit, doc="When it was committed (ns), or None.")
     custom_metadata = property(lambda self: self._custom, doc="The save's custom_metadata.")
-
-    @property
-    def init_timestamp(self) -> Optional[datetime.datetime]:
-        return _to_datetime(self._init)
-
-    @property
-    def commit_timestamp(self) -> Optional[datetime.datetime]:
-        return _to_datetime(self._commit)
+    init_timestamp = property(lambda self: _to_datetime(self._init), doc="When the save began (UTC), or None.")
+    commit_timestamp = property(lambda self: _to_datetime(self._commit), doc="When it was committed (UTC), or None.")
 
     def _properties(self) -> Dict[str, str]:
         return {"metadata": str(self.metadata), "init_timestamp_nsecs": str(self._init),
@@ -309,10 +302,8 @@ def _abstract(tree: Any) -> Any:
         return tree
 
     def conv(x: Any) -> Any:
-        if isinstance(x, StringMetadata):
-            return ""
-        if isinstance(x, ScalarMetadata):
-            return _scalar_zero(x.dtype)
+        if isinstance(x, (StringMetadata, ScalarMetadata)):
+            return _v1_tree(x)
         if isinstance(x, ArrayMetadata):
             s = None
             if x.sharding is not None:
@@ -468,28 +459,26 @@ def _v1_tree(tree: Any) -> Any:
     return tree
 
 
-def _stamps(ck: Checkpoint):
-    """(init time, commit time: the modification time of the checkpoint's
-    commit object where the store has one (a file system's), custom metadata), ns."""
-    init = ck.md.get(_INIT_KEY)
-    commit = None
-    key = stores.join(ck.where.key, _L.INDEX) if ck.directory else ck.where.key
+def _checkpoint_metadata(path: Any, store: Any, name: Optional[str], one: bool) -> CheckpointMetadata:
+    """:func:`metadata` (``one``: of checkpointable ``name``) or
+    :func:`checkpointables_metadata`: the commit time is the modification
+    time of the checkpoint's commit object where the store has one (a file
+    system's)."""
+    ck = Checkpoint(Where(path, store))
+    im = _item_metadata(ck)
+    items = {DEFAULT_ITEM_NAME: im} if ck.default else dict(im.items())
+    trees: Any = {n: (None if m is None else _v1_tree(m.tree)) for n, m in items.items()}
+    if one:
+        name = _pytree_name(ck, name)
+        trees = trees[DEFAULT_ITEM_NAME if name is None else name]
     try:
-        stamp = ck.where.store.stamp(key)
+        stamp = ck.where.store.stamp(stores.join(ck.where.key, _L.INDEX) if ck.directory else ck.where.key)
     except Exception:
         stamp = None
-    if isinstance(stamp, tuple) and len(stamp) == 2:
-        commit = int(stamp[1])
-    custom = ck.custom_metadata()
-    return (int(init) if init is not None else None), commit, ({} if custom is None else custom)
-
-
-def _all_metadata(path: Where):
-    ck = Checkpoint(path)
-    im = _item_metadata(path)
-    items = {DEFAULT_ITEM_NAME: im} if ck.default else dict(im.items())
-    trees = {n: (None if m is None else _v1_tree(m.tree)) for n, m in items.items()}
-    return ck, trees
+    init, custom = ck.md.get(_INIT_KEY), ck.custom_metadata()
+    return CheckpointMetadata(str(ck.where), metadata=trees, init_timestamp_nsecs=None if init is None else int(init),
+                              commit_timestamp_nsecs=int(stamp[1]) if isinstance(stamp, tuple) and len(stamp) == 2
+                              else None, custom_metadata={} if custom is None else custom)
 
 
 def metadata(path: Any, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE_KEY, *,
@@ -499,23 +488,14 @@ def metadata(path: Any, checkpointable_name: Optional[str] = AUTO_CHECKPOINTABLE
     a ``treecask.orbax.ArrayMetadata`` (``shape``, ``dtype``, ``sharding``) per
     array, ``0`` / ``0.0`` / ``False`` per scalar and ``""`` per string;
     ``load(path, metadata(path))`` loads it. Raises as :func:`load`."""
-    p = Where(path, store)
-    ck, trees = _all_metadata(p)
-    name = _pytree_name(ck, checkpointable_name)
-    init, commit, custom = _stamps(ck)
-    return CheckpointMetadata(str(p), metadata=trees[DEFAULT_ITEM_NAME if name is None else name],
-                              init_timestamp_nsecs=init, commit_timestamp_nsecs=commit, custom_metadata=custom)
+    return _checkpoint_metadata(path, store, checkpointable_name, True)
 
 
 def checkpointables_metadata(path: Any, *, store: Any = None) -> CheckpointMetadata:
     """Every checkpointable's metadata (Orbax ``checkpointables_metadata``):
     ``.metadata`` is ``{name: tree}`` (trees as :func:`metadata`'s; None for a
     JSON item of ``treecask.orbax``)."""
-    p = Where(path, store)
-    ck, trees = _all_metadata(p)
-    init, commit, custom = _stamps(ck)
-    return CheckpointMetadata(str(p), metadata=trees, init_timestamp_nsecs=init, commit_timestamp_nsecs=commit,
-                              custom_metadata=custom)
+    return _checkpoint_metadata(path, store, None, False)
 
 
 pytree_metadata = metadata  # Orbax's former name

@@ -13,7 +13,7 @@ import copy
 from typing import Any, Optional
 
 from . import options as O
-from ...errors import UnsupportedError
+from .._items import _unsupported
 
 _CURRENT: contextvars.ContextVar[Optional["Context"]] = contextvars.ContextVar("treecask_orbax_v1_context",
                                                                                  default=None)
@@ -112,8 +112,8 @@ def get_context(default: Optional[Context] = None) -> Context:
 
 def check_supported(ctx: Context, file: str = "") -> None:
     """Raises UnsupportedError naming the first option of `ctx` that treecask cannot honour."""
-    def refuse(name: str, why: str) -> UnsupportedError:
-        return UnsupportedError(f"Orbax v1 option {name} is not supported by treecask.orbax.v1: {why}", file=file)
+    def refuse(name: str, why: str) -> Exception:
+        return _unsupported(f"v1 option {name}", why, file, by="treecask.orbax.v1")
 
     if ctx.checkpoint_layout == O.CheckpointLayout.SAFETENSORS:
         raise refuse("checkpoint_layout=SAFETENSORS", "convert the file once with treecask.import_safetensors")

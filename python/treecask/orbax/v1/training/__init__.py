@@ -7,15 +7,11 @@ the policies (``save_decision_policies``, ``preservation_policies``) and
 
 from . import errors, preservation_policies, save_decision_policies
 from ._checkpointer import Checkpointer, CheckpointMetadata, RootMetadata
+from ..._items import _unsupported_names
 
 __all__ = ["Checkpointer", "CheckpointMetadata", "RootMetadata", "save_decision_policies",
            "preservation_policies", "errors"]
 
 
-def __getattr__(name: str):
-    if name == "pathways":
-        from ....errors import UnsupportedError
-
-        raise UnsupportedError("Orbax v1 ocp.training.pathways is not supported by treecask.orbax.v1: "
-                               "it drives Pathways' own checkpointing")
-    raise AttributeError(f"module 'treecask.orbax.v1.training' has no attribute {name!r}")
+__getattr__ = _unsupported_names("treecask.orbax.v1.training", "v1 ocp.training.",
+                                 {"pathways": "it drives Pathways' own checkpointing"}, by="treecask.orbax.v1")

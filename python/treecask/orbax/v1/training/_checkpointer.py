@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from ... import args as _args
 from ..._items import _encode_items
@@ -55,7 +55,7 @@ class CheckpointMetadata(_BaseMetadata):
         if self.commit_timestamp_nsecs is None:
             raise UnsupportedError("the commit time of a step in an object store is not read by treecask: use "
                                    "a policy by step, not by time", file=str(self.path))
-        return datetime.datetime.fromtimestamp(self.commit_timestamp_nsecs / 1e9, tz=datetime.timezone.utc)
+        return self.commit_timestamp
 
     def _properties(self) -> Dict[str, str]:
         return {"step": str(self.step), **super()._properties(), "metrics": str(self.metrics)}
@@ -78,14 +78,6 @@ def _metadata_of(info: Any) -> CheckpointMetadata:
     """A :class:`treecask.StepInfo` as v1's :class:`CheckpointMetadata` (``metadata`` None)."""
     return CheckpointMetadata(info.step, info.path, metadata=None, commit_timestamp_nsecs=info.commit_time_ns,
                               metrics=info.metrics)
-
-
-def _keep_fn(policy: Any):
-    """A preservation policy (``should_preserve(checkpoints, context=...)``)
-    as the ``keep_fn`` of :class:`treecask.CheckpointManager`."""
-    def keep(infos: List[Any]) -> List[bool]:
-        return list(policy.should_preserve([_metadata_of(i) for i in infos], context=_pp.PreservationContext()))
-    return keep
 
 
 def _step_of(step: Any) -> Optional[int]:
@@ -127,7 +119,8 @@ class Checkpointer(Run):
         self._save_policy = save_decision_policy if save_decision_policy is not None else _sd.AnySavePolicy([
             _sd.InitialSavePolicy(), _sd.ContinuousCheckpointingPolicy(), _sd.PreemptionCheckpointingPolicy()])
         policy = preservation_policy if preservation_policy is not None else _pp.PreserveAll()
-        self._steps = Steps(d, store, async_save=True, keep_fn=_keep_fn(policy))
+        self._steps = Steps(d, store, async_save=True, keep_fn=lambda infos: list(policy.should_preserve(
+            [_metadata_of(i) for i in infos], context=_pp.PreservationContext())))  # the manager's keep_fn
         self._custom = custom_metadata
         if custom_metadata is not None:  # the run's entry "metadata", written once (Orbax's metadata/)
             self._steps.save_root_metadata(custom_metadata)
@@ -146,23 +139,18 @@ class Checkpointer(Run):
         cps = self.checkpoints
         return cps[-1] if cps else None
 
-    def _resolve(self, step: Any) -> CheckpointMetadata:
+    def _at(self, step: Any) -> Any:
+        """(the :class:`CheckpointMetadata` of step ``step``, None: the latest, and
+        where it is); the save in flight waited for first. StepNotFoundError when none."""
+        self._steps.wait_quietly()
+        cps = self.checkpoints
         step = _step_of(step)
-        if step is None:
-            latest = self.latest
-            if latest is None:
-                raise StepNotFoundError("step=None, but no checkpoints were found", file=str(self.directory))
-            return latest
-        for c in self.checkpoints:
-            if c.step == step:
-                return c
-        raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
-
-    def _where(self, step: int) -> Any:
-        where = self._steps.where(step)
+        c = (cps[-1] if cps else None) if step is None else next((c for c in cps if c.step == step), None)
+        where = None if c is None else self._steps.where(c.step)
         if where is None:
-            raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
-        return where
+            raise StepNotFoundError("step=None, but no checkpoints were found" if step is None else
+                                    f"no checkpoint at step {step}", file=str(self.directory))
+        return c, where
 
     def should_save(self, step: int) -> bool:
         """Whether :meth:`save` writes ``step``: above the latest step, and the
@@ -173,7 +161,7 @@ class Checkpointer(Run):
         previous = self.checkpoints
         if previous and previous[-1].step >= step:
             return False
-        now = CheckpointMetadata(step, self._steps.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
+        now = CheckpointMetadata(step, self._steps.manager.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
         ctx = _sd.DecisionContext(is_saving_in_progress=self.is_saving_in_progress(),
                                   reached_preemption=self._steps.manager.reached_preemption(step),
                                   multiprocessing_options=self._context.multiprocessing)
@@ -199,7 +187,7 @@ class Checkpointer(Run):
             if any(c.step == step for c in self.checkpoints):  # a step in flight included
                 if not overwrite:
                     raise StepAlreadyExistsError(f"step {step} already exists (overwrite=True replaces it)",
-                                                 file=str(self._steps.path(step)))
+                                                 file=str(self._steps.manager.path(step)))
                 self.delete(step)
             if not force and not self.should_save(step):  # asked before waiting, as Orbax
                 return None
@@ -240,10 +228,8 @@ class Checkpointer(Run):
         """Step ``step``'s checkpointables (None: the latest), as
         :func:`treecask.orbax.v1.load_checkpointables`. A save in flight is
         waited for first. Raises :class:`StepNotFoundError` for no such step."""
-        self._steps.wait_quietly()
         with self._context:
-            c = self._resolve(step)
-            return _load_checkpointables(self._where(c.step), abstract_checkpointables)
+            return _load_checkpointables(self._at(step)[1], abstract_checkpointables)
 
     def load(self, step: Any = None, abstract_state: Any = None, *,
              checkpointable_name: str = STATE_CHECKPOINTABLE_KEY) -> Any:
@@ -262,10 +248,9 @@ class Checkpointer(Run):
 
     # ---- metadata ----
     def _step_metadata(self, step: Any, fn: Any) -> CheckpointMetadata:
-        self._steps.wait_quietly()
         with self._context:
-            c = self._resolve(step)
-            m = fn(self._where(c.step))
+            c, where = self._at(step)
+            m = fn(where)
         return CheckpointMetadata(c.step, m.path, metadata=m.metadata, init_timestamp_nsecs=m.init_timestamp_nsecs,
                                   commit_timestamp_nsecs=m.commit_timestamp_nsecs, custom_metadata=m.custom_metadata,
                                   metrics=c.metrics)

@@ -20,8 +20,8 @@ __all__ = ["DecisionContext", "SaveDecisionPolicy", "FixedIntervalPolicy", "Spec
 @dataclasses.dataclass(kw_only=True)
 class DecisionContext:
     """What a save decision may consult: ``is_saving_in_progress`` (an
-    asynchronous save still running), ``reached_preemption`` (always False:
-    treecask does not watch for preemption notices),
+    asynchronous save still running), ``reached_preemption`` (every process
+    reached the preemption sync point: ``treecask.CheckpointManager.reached_preemption``),
     ``multiprocessing_options`` (the Checkpointer context's)."""
 
     is_saving_in_progress: bool
@@ -74,25 +74,21 @@ class ContinuousCheckpointingPolicy:
         return step.time - previous_steps[-1].time >= datetime.timedelta(seconds=self.minimum_interval_secs)
 
 
+@dataclasses.dataclass
 class PreemptionCheckpointingPolicy:
-    """Saves when a preemption notice has arrived (``context.reached_preemption``;
-    never, as treecask does not watch for them)."""
+    """Saves when every process has reached the preemption sync point
+    (``context.reached_preemption``)."""
 
     def should_save(self, step, previous_steps, *, context):
         return bool(context.reached_preemption)
 
-    def __repr__(self) -> str:
-        return "PreemptionCheckpointingPolicy()"
 
-
+@dataclasses.dataclass
 class InitialSavePolicy:
     """Saves the first step of a run: when no step has been saved."""
 
     def should_save(self, step, previous_steps, *, context):
         return not previous_steps
-
-    def __repr__(self) -> str:
-        return "InitialSavePolicy()"
 
 
 @dataclasses.dataclass
