@@ -7,8 +7,8 @@
 // that is kSignature or tiles [0, its signed length) in increasing ranges
 // with every shard found by shard_of; and a parsed statement written back
 // with make_statement parses to the same resources. An input that starts as
-// a PEM block is a public key instead: decoded (the EC fast path or
-// OpenSSL's decoders) or refused with kSignature, never anything else.
+// a PEM block is a public key instead: decoded (OpenSSL's EC decoders,
+// then all of them) or refused with kSignature, never anything else.
 #include <cstddef>
 #include <cstdint>
 #include <map>
