@@ -278,13 +278,13 @@ int run_verify(const std::string& file, const SignatureArgs& sig) {
   const OpenOptions options = open_options(sig);
   // A signed local archive: its verify() checks every signed byte and every
   // chunk in one pass on all cores (docs/signing.md "What is verified when").
-  const bool one_pass = options.signature && !is_url(file);
-  if (!one_pass) verify_signed(file, options);
+  const bool local_signed = options.signature && !is_url(file);
+  if (!local_signed) verify_signed(file, options);
   Archive archive = Archive::open(file, options);
   // The index of a sharded checkpoint holds no leaf bytes: verifying it is
   // verifying the checkpoint, with the shard files beside it.
   if (ShardedArchive::is_index(archive)) {
-    if (one_pass) verify_signed(file, options);
+    if (local_signed) verify_signed(file, options);
     return report_sharded(ShardedArchive::open_index(archive, options), file);
   }
   uint64_t raw = 0;
@@ -297,7 +297,7 @@ int run_verify(const std::string& file, const SignatureArgs& sig) {
   }
   // Bytes that do not match the signature: a signature failure (exit 12),
   // as when the open finds them, naming the first leaf and byte range.
-  if (one_pass)
+  if (local_signed)
     for (const Error& e : damaged)
       if (e.code() == ErrorCode::kSignature) throw e;
   for (const Error& e : damaged) {
@@ -305,7 +305,7 @@ int run_verify(const std::string& file, const SignatureArgs& sig) {
               << ": " << escape_for_terminal(e.message()) << '\n';
   }
   if (damaged.empty()) {
-    if (one_pass) std::cout << kSignatureOk;
+    if (local_signed) std::cout << kSignatureOk;
     std::cout << "OK: " << archive.size() << " leaves, " << raw << " raw bytes verified\n";
     return kExitOk;
   }
