@@ -447,6 +447,26 @@ TEST_CASE("a wrong public key, and a bundle changed after signing") {
   forged.replace(forged.find(old_b64), old_b64.size(), new_b64);
   CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {forged, ec_keys().pub}); }),
             "does not verify"));
+  // A signed open checks the signature beside the statement's table and the
+  // hashing (sign/shards.h, SignedOpen): an edited statement is reported as
+  // the signature's failure, never as what the edit causes (a shard that
+  // does not match its digest; a statement for another file; not JSON).
+  CHECK(has(what_of([&] { Archive::open(tmp / "model.cask", signed_open(forged)); }), "does not verify"));
+  auto edited = [&](std::string from, std::string to) {
+    std::string p = e.payload, b = bundle;
+    const size_t at = p.find(from);
+    REQUIRE(at != std::string::npos);
+    p.replace(at, from.size(), to);
+    b.replace(b.find(old_b64), old_b64.size(), b64(p));
+    return b;
+  };
+  for (const std::string& b : {edited("\"name\": \"model.cask\"", "\"name\": \"other.cask\""),
+                               edited("{", "[")}) {
+    const Error err = tc_test::expect_error(ErrorCode::kSignature, [&] {
+      Archive::open(tmp / "model.cask", signed_open(b));
+    });
+    CHECK(has(err.what(), "does not verify"));
+  }
   // Not a PEM key; not JSON.
   CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {bundle, "not a key"}); }), "not a PEM public key"));
   CHECK(has(what_of([&] { verify_signature(tmp / "model.cask", {"{", ec_keys().pub}); }), "not valid JSON"));

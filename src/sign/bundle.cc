@@ -391,25 +391,42 @@ Statement check_bundle(std::string_view json_text, std::string_view public_key_p
   return parse_statement(e.payload, shown);
 }
 
-std::shared_ptr<const Statement> checked_statement(std::string_view json_text, std::string_view public_key_pem,
-                                                   const std::string& shown) {
-  static std::mutex mu;
-  static std::vector<std::pair<Digest, std::shared_ptr<const Statement>>> recent;  // most recent first
+namespace {
+// The last 4 statements checked, most recent first, keyed by bundle_key.
+std::mutex g_statements_mu;
+std::vector<std::pair<Digest, std::shared_ptr<const Statement>>> g_statements;
+}  // namespace
+
+Digest bundle_key(std::string_view json_text, std::string_view public_key_pem) {
   Sha256 h;
   const uint64_t n = json_text.size();
   h.update(std::as_bytes(std::span(&n, 1)));
   h.update(bytes_of(json_text));
   h.update(bytes_of(public_key_pem));
-  const Digest key = h.finish();
-  {
-    std::lock_guard lock(mu);
-    for (const auto& [k, st] : recent)
-      if (k == key) return st;
-  }
+  return h.finish();
+}
+
+std::shared_ptr<const Statement> cached_statement(const Digest& key) {
+  std::lock_guard lock(g_statements_mu);
+  for (const auto& [k, st] : g_statements)
+    if (k == key) return st;
+  return nullptr;
+}
+
+void remember_statement(const Digest& key, std::shared_ptr<const Statement> st) {
+  std::lock_guard lock(g_statements_mu);
+  for (const auto& [k, _] : g_statements)
+    if (k == key) return;
+  g_statements.insert(g_statements.begin(), {key, std::move(st)});
+  if (g_statements.size() > 4) g_statements.pop_back();
+}
+
+std::shared_ptr<const Statement> checked_statement(std::string_view json_text, std::string_view public_key_pem,
+                                                   const std::string& shown) {
+  const Digest key = bundle_key(json_text, public_key_pem);
+  if (auto st = cached_statement(key)) return st;
   auto st = std::make_shared<const Statement>(check_bundle(json_text, public_key_pem, shown));
-  std::lock_guard lock(mu);
-  recent.insert(recent.begin(), {key, st});
-  if (recent.size() > 4) recent.pop_back();
+  remember_statement(key, st);
   return st;
 }
 

@@ -93,6 +93,16 @@ Statement check_bundle(std::string_view json, std::string_view public_key_pem, c
 std::shared_ptr<const Statement> checked_statement(std::string_view json, std::string_view public_key_pem,
                                                    const std::string& shown);
 
+// The cache under checked_statement, for a caller that checks a bundle's
+// parts itself (SignedOpen: the signature and the statement on two
+// threads). bundle_key: the SHA-256 of the bundle's length, the bundle and
+// the key. cached_statement: the statement checked under that key, or null.
+// remember_statement: records `statement`, which the caller has parsed from
+// an envelope whose signature it checked with that key.
+Digest bundle_key(std::string_view json, std::string_view public_key_pem);
+std::shared_ptr<const Statement> cached_statement(const Digest& key);
+void remember_statement(const Digest& key, std::shared_ptr<const Statement> statement);
+
 // Signs `statement_json` (the payload) with the PEM EC private key and
 // returns the bundle JSON. Throws Error(kInvalidArgument) for a PEM that is
 // no private key, Error(kUnsupported) for a key type or curve model_signing
