@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Container, Dict, Mapping, Optional, Sequence
 
 from .. import _core
 from . import args as args
@@ -48,7 +48,7 @@ from ._items import (
     _restore,
     _unsupported,
 )
-from ._steps import Run, Steps
+from ._steps import Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
 from ._items import Transform, _unsupported_names
 from . import handlers
@@ -171,7 +171,7 @@ _UNSUPPORTED_OPTIONS = (
 )
 
 
-class CheckpointManager(Run):
+class CheckpointManager(Steps):
     """A directory of checkpoint steps (Orbax ``CheckpointManager``) over a
     :class:`treecask.CheckpointManager`: step ``n`` is the directory
     ``<directory>/<n>/`` of one archive per item and ``index.cask``
@@ -238,40 +238,22 @@ class CheckpointManager(Run):
             self._default = False
             for n in item_names:
                 self._handlers.setdefault(n, PyTreeCheckpointHandler)
-        self._root_metadata = dict(metadata) if metadata is not None else None
         self._read_only = bool(getattr(opts, "read_only", False))
-        self._steps = Steps(d, store, async_save=async_save, read_only=self._read_only,
-                            max_to_keep=getattr(opts, "max_to_keep", None),
-                            keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
-                            best_mode=getattr(opts, "best_mode", "max"))
-        self._store = store
+        super().__init__(d, store, dict(metadata) if metadata is not None else None, async_save=async_save,
+                         read_only=self._read_only, max_to_keep=getattr(opts, "max_to_keep", None),
+                         keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
+                         best_mode=getattr(opts, "best_mode", "max"))
         self._has_steps = False  # known to hold a step (then a step off the schedule lists nothing)
-        if self._root_metadata is not None:  # the run's entry "metadata", written once (Orbax's metadata/)
-            self._steps.save_root_metadata(self._root_metadata)
 
     # ---- listing ----
-    def all_steps(self, read: bool = False) -> List[int]:
-        """The steps, ascending: the directory's, plus a step still being saved."""
-        return self._steps.all_steps()
-
-    def latest_step(self) -> Optional[int]:
-        """The highest step (one being saved included), or None."""
-        return self._steps.latest_step()
-
     def best_step(self) -> Optional[int]:
         """With ``best_fn``: the best step among those saved with metrics; else the latest."""
-        self._steps.wait_quietly()
-        return self._steps.manager.best_step()
+        self._wait_quietly()
+        return self._mgr.best_step()
 
     def reload(self) -> None:
         """Forgets what :meth:`should_save` knew: every listing reads the directory (Orbax API)."""
         self._has_steps = False
-
-    def reached_preemption(self, step: int) -> bool:
-        """Whether every process has reached the preemption sync point ``step``
-        (:meth:`treecask.CheckpointManager.reached_preemption`, jax's rule as
-        Orbax's): False without a ``jax.distributed`` job."""
-        return self._steps.manager.reached_preemption(step)
 
     def should_save(self, step: int) -> bool:
         """Whether ``save(step)`` writes: Orbax's default save decision
@@ -347,8 +329,8 @@ class CheckpointManager(Run):
             self._default = _LAYOUT_KEY in md  # one item saved without a name
         if getattr(self._opts, "prevent_write_metrics", False):
             metrics = None
-        self._steps.save(step, items, metrics=metrics, metadata=md,
-                         metrics_entry=getattr(self._opts, "best_fn", None) is not None)  # Orbax's rule
+        self._save_step(step, items, metrics=metrics, metadata=md,
+                        metrics_entry=getattr(self._opts, "best_fn", None) is not None)  # Orbax's rule
         return True
 
     # ---- restore ----
@@ -358,10 +340,10 @@ class CheckpointManager(Run):
         given one)."""
         if directory is None:
             if step is None:
-                step = self._steps.latest_step()
+                step = self.latest_step()
             if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
                 raise NotFoundError("no steps found", file=str(self.directory))
-        where = self._steps.where(step, directory)
+        where = self._where(step, directory)
         shown = str(self.directory) if directory is None else str(Where(directory, self._store))
         if where is None:
             raise NotFoundError(f"no step {step} in the directory", file=shown)
@@ -391,15 +373,14 @@ class CheckpointManager(Run):
         when it has none (a step saved without ``best_fn``, as Orbax 0.12.8
         writes its ``metrics/`` item only then, or no such step). A save in
         flight is waited for first."""
-        return self._steps.metrics_entry(step)
+        return self._metrics_entry(step)
 
     def metadata(self, step: Optional[int] = None) -> Any:
         """``step`` None: a :class:`RootMetadata`, the manager's ``metadata``
         (or the run's record of it, its entry ``metadata``) as
         ``.custom_metadata``; a step: its :class:`StepMetadata`."""
         if step is None:
-            custom = self._root_metadata
-            return RootMetadata(custom if custom is not None else self._steps.root_metadata())
+            return RootMetadata(self._run_metadata())
         ck = Checkpoint(self._step_path(step, None))
         metrics = self.metrics(step)  # Orbax's: the step's metrics item, else {}
         return StepMetadata(_item_metadata(ck), {} if metrics is None else metrics, ck.custom_metadata())
@@ -410,19 +391,11 @@ class CheckpointManager(Run):
         deletes nothing (Orbax: skipped)."""
         if self._read_only:
             return
-        if not self._steps.delete(step):
+        if not self._delete_step(step):
             raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
         self._has_steps = False  # listed again by the next should_save
 
-    # ---- lifetime ----
-    def check_for_errors(self) -> None:
-        """Raises the error of a finished asynchronous save, once, without blocking."""
-        self._steps.manager.check_for_errors()
-
-    def wait_until_finished(self) -> None:
-        """Blocks until the save in flight is durable and retention has run;
-        raises its error, once."""
-        self._steps.wait()
+    wait_until_finished = Steps.wait
 
     def __repr__(self) -> str:
         return f"<treecask.orbax.CheckpointManager {_core.redact_url(str(self.directory))!r}>"
