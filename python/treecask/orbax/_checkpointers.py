@@ -161,7 +161,7 @@ class Checkpointer:
         if composite:
             items, own = _encode_items(a, custom_metadata, path)
         else:
-            tree, md, _ = _encode(a, custom_metadata, path)
+            tree, md = _encode(a, custom_metadata, path)
         self.wait_until_finished()
         try:
             if composite:

@@ -279,60 +279,72 @@ def _layout(md: Mapping[str, str]) -> Tuple[bool, Dict[str, str]]:
     return bool(d["default"]), dict(d["items"])
 
 
-def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[str, str], bool]:
-    """(tree, archive metadata, default-item mode) of a save's argument."""
+def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict[str, Tuple[Any, Dict[str, str]]],
+                                                                               Dict[str, str]]:
+    """The items of a save as the directory layout writes them: ({name:
+    (tree, archive metadata)}, the checkpoint's own metadata: custom
+    metadata, and for one item saved without a name, e.g.
+    ``args.StandardSave`` to a manager, the mark that it is restored as the
+    item itself, as Orbax restores its ``default`` item)."""
     op, kind = args.kind(save_args)
     if kind == "composite":
-        items, default = args.composite_items(save_args), False
-        if not items:
+        named, default = args.composite_items(save_args), False
+        if not named:
             raise InvalidArgumentError("Composite() holds no item to save", file=file)
     elif op == "save":
-        items, default = {DEFAULT_ITEM_NAME: save_args}, True
+        named, default = {DEFAULT_ITEM_NAME: save_args}, True
     else:
         raise InvalidArgumentError(f"save needs Orbax save arguments (args.StandardSave(...)...), got {kind}",
                                    file=file)
-    tree: Dict[str, Any] = {}
-    md: Dict[str, str] = {}
-    kinds: Dict[str, str] = {}
+    items: Dict[str, Tuple[Any, Dict[str, str]]] = {}
     custom = custom_metadata
-    for name, a in items.items():
+    for name, a in named.items():
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"an item name is a non-empty str, got {name!r}", file=file)
         op, k = args.kind(a)
         if op != "save":
             raise InvalidArgumentError(f"item '{name}': Orbax save arguments expected, got {k}", file=file)
-        kinds[name] = k
+        imd, tree = {_L.KIND_KEY: "pytree" if default and k == "array" else k}, None
         if k == "pytree" and _is_stateful(a.item):
-            kinds[name] = "stateful"
+            imd[_L.KIND_KEY] = "stateful"
             try:
-                md[_STATE_PREFIX + name] = json.dumps(a.item.get_state())
+                imd[_STATE_PREFIX + name] = json.dumps(a.item.get_state())
             except (TypeError, ValueError) as e:
                 raise UnsupportedError(f"item '{name}': get_state() of {type(a.item).__name__} is not JSON ({e}); "
                                        "treecask.orbax stores a stateful checkpointable's state as JSON, as Orbax "
                                        "stores Grain's", file=file) from None
         elif k == "json":
             try:
-                md[_JSON_PREFIX + name] = json.dumps(a.item)
+                imd[_JSON_PREFIX + name] = json.dumps(a.item)
             except (TypeError, ValueError) as e:
                 raise InvalidArgumentError(f"item '{name}' (JsonSave) is not JSON-serialisable: {e}",
                                            file=file) from None
         else:
-            tree[name] = _apply_save_args(a.item, getattr(a, "save_args", None))
+            tree = _apply_save_args(a.item, getattr(a, "save_args", None))
             # the key paths of its jax.Array leaves: Orbax restores those as jax arrays when no
             # target says otherwise, so a save records them
             jax = J.jax_loaded()
-            jl = [] if jax is None else [_key_path(kp) for kp, x in jax.tree_util.tree_flatten_with_path(tree[name])[0]
+            jl = [] if jax is None else [_key_path(kp) for kp, x in jax.tree_util.tree_flatten_with_path(tree)[0]
                                          if J.is_jax_array(x)]
             if jl:
-                md[_JAX_PREFIX + name] = json.dumps(jl)
+                imd[_JAX_PREFIX + name] = json.dumps(jl)
             if getattr(a, "custom_metadata", None) is not None and custom is None:
                 custom = a.custom_metadata
-    if custom is not None:
-        md[_CUSTOM_KEY] = json.dumps(custom)
-    if default and kinds[DEFAULT_ITEM_NAME] not in ("json", "stateful"):
-        return tree[DEFAULT_ITEM_NAME], md, True  # one PyTree at the root: what treecask.load reads
-    md[_LAYOUT_KEY] = json.dumps({"default": default, "items": kinds}, sort_keys=True)
-    return (tree or None), md, default
+        items[name] = (tree, imd)
+    own = {_CUSTOM_KEY: json.dumps(custom)} if custom is not None else {}
+    if default:  # one item saved without a name (a manager's "default"): restored as the item itself
+        own[_LAYOUT_KEY] = json.dumps({"default": True, "items": {DEFAULT_ITEM_NAME: imd[_L.KIND_KEY]}},
+                                      sort_keys=True)
+    return items, own
+
+
+def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[str, str]]:
+    """(tree, archive metadata) of a save of one item as one archive: a pytree at its root, or a JSON or
+    stateful item in its metadata with the layout."""
+    items, own = _encode_items(save_args, custom_metadata, file)
+    ((tree, imd),) = items.values()
+    leafless = imd[_L.KIND_KEY] in ("json", "stateful")
+    return tree, {k: v for k, v in {**imd, **own}.items() if k != _L.KIND_KEY and (leafless or k != _LAYOUT_KEY)}
 
 
 def _is_stateful(c: Any) -> bool:
@@ -687,28 +699,6 @@ class Checkpoint:
     def custom_metadata(self) -> Any:
         """The save's custom_metadata, or None."""
         return json.loads(self.md[_CUSTOM_KEY]) if _CUSTOM_KEY in self.md else None
-
-
-def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict[str, Tuple[Any, Dict[str, str]]],
-                                                                               Dict[str, str]]:
-    """The items of a save as the directory layout writes them: ({name:
-    (tree, archive metadata)}, the checkpoint's own metadata: custom
-    metadata, and for one item saved without a name, e.g.
-    ``args.StandardSave`` to a manager, the mark that it is restored as the
-    item itself, as Orbax restores its ``default`` item)."""
-    tree, md, default = _encode(save_args, custom_metadata, file)
-    kinds = _layout(md)[1]
-    items: Dict[str, Tuple[Any, Dict[str, str]]] = {}
-    for name, kind in kinds.items():
-        imd = {_L.KIND_KEY: kind}
-        for key in (_JAX_PREFIX + name, _STATE_PREFIX + name, _JSON_PREFIX + name):
-            if key in md:
-                imd[key] = md[key]
-        items[name] = (None if kind in ("json", "stateful") else tree if default else tree[name], imd)
-    own = {_CUSTOM_KEY: md[_CUSTOM_KEY]} if _CUSTOM_KEY in md else {}
-    if default:  # one item saved without a name (a manager's "default"): restored as the item itself
-        own[_LAYOUT_KEY] = json.dumps({"default": True, "items": kinds}, sort_keys=True)
-    return items, own
 
 
 def _restore_item(ck: Checkpoint, name: str, ra: Any) -> Any:
