@@ -50,7 +50,7 @@ from ._items import (
 )
 from ._steps import Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
-from ._items import Transform, _unsupported_names
+from ._items import Transform, _publish, _unsupported_names
 from . import handlers
 from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
 from ..errors import InvalidArgumentError, NotFoundError
@@ -422,3 +422,4 @@ _NOT_PROVIDED = {
 
 
 __getattr__ = _unsupported_names("treecask.orbax", "ocp.", _NOT_PROVIDED)
+_publish(globals())

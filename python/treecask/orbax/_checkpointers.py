@@ -269,11 +269,3 @@ class StandardCheckpointer(AsyncCheckpointer):
 
 def _is_async(checkpointer: Any) -> bool:
     return any(c.__name__ == "AsyncCheckpointer" for c in type(checkpointer).__mro__)
-
-
-# The classes are treecask.orbax's, where users import them from (repr, pickles, help).
-for _cls in (CheckpointHandler, PyTreeCheckpointHandler, StandardCheckpointHandler, JsonCheckpointHandler,
-             ArrayCheckpointHandler, CompositeCheckpointHandler, Checkpointer, AsyncCheckpointer,
-             PyTreeCheckpointer, StandardCheckpointer):
-    _cls.__module__ = "treecask.orbax"
-del _cls

@@ -67,6 +67,15 @@ class Where(str):
         return _load(self.key, *args, store=self.store, **kwargs)
 
 
+def _publish(namespace: Dict[str, Any]) -> None:
+    """Names the classes of a package's ``__all__`` defined in its private modules as the package's, where
+    users import them from (repr, pickles, help)."""
+    for name in namespace["__all__"]:
+        cls = namespace[name]
+        if isinstance(cls, type) and cls.__module__.startswith(namespace["__name__"] + "._"):
+            cls.__module__ = namespace["__name__"]
+
+
 def _unsupported(feature: str, why: str, file: str = "", by: str = "treecask.orbax") -> UnsupportedError:
     return UnsupportedError(f"Orbax {feature} is not supported by {by}: {why}", file=file)
 
@@ -789,9 +798,3 @@ def _item_metadata(path: Any) -> Any:
         at, sub, _ = ck.item(name)
         out[name] = _tree_metadata(at, sub, custom)
     return out[DEFAULT_ITEM_NAME] if ck.default else args.Composite(**out)
-
-
-# The classes are treecask.orbax's, where users import them from (repr, pickles, help).
-for _cls in (SaveArgs, RestoreArgs, ArrayRestoreArgs, Transform):
-    _cls.__module__ = "treecask.orbax"
-del _cls

@@ -125,11 +125,6 @@ _UNSUPPORTED = {
 
 __getattr__ = _unsupported_names("treecask.orbax.handlers", "handlers.", _UNSUPPORTED)
 
-
-for _cls in (CheckpointHandlerRegistry, DefaultCheckpointHandlerRegistry):
-    _cls.__module__ = "treecask.orbax.handlers"
-del _cls
-
 __all__ = [
     "ArrayCheckpointHandler", "CheckpointHandler", "CompositeCheckpointHandler", "JsonCheckpointHandler",
     "PyTreeCheckpointHandler", "StandardCheckpointHandler", "StandardSaveArgs", "StandardRestoreArgs",

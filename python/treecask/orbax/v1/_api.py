@@ -551,7 +551,4 @@ def is_orbax_checkpoint(path: Any, *, store: Any = None) -> bool:
         return False
 
 
-for _cls in (AsyncResponse, CheckpointMetadata):
-    _cls.__module__ = "treecask.orbax.v1"
-del _cls
 _ = PLACEHOLDER  # re-exported by the package

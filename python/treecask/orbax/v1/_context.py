@@ -126,6 +126,3 @@ def check_supported(ctx: Context, file: str = "") -> None:
     loading = ctx.array.loading
     if getattr(loading, "use_load_and_broadcast", False):
         raise refuse("array.loading.use_load_and_broadcast", "every process reads the boxes it needs")
-
-
-Context.__module__ = "treecask.orbax.v1"

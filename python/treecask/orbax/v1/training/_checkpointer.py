@@ -308,7 +308,3 @@ class Checkpointer(Steps):
     # Orbax's former names.
     save_pytree, save_pytree_async, load_pytree, load_pytree_async = save, save_async, load, load_async
     pytree_metadata = metadata
-
-for _cls in (CheckpointMetadata, RootMetadata, Checkpointer):
-    _cls.__module__ = "treecask.orbax.v1.training"
-del _cls

@@ -190,9 +190,3 @@ class AnyPreservationPolicy:
     def should_preserve(self, checkpoints, *, context):
         votes = [list(p.should_preserve(checkpoints, context=context)) for p in self.policies]
         return [any(v[i] for v in votes) for i in range(len(checkpoints))]
-
-
-for _cls in (PreservationContext, PreserveAll, LatestN, EveryNSeconds, EveryNSteps, EveryNStepsClosest, CustomSteps,
-             BestN, LatestDuration, AnyPreservationPolicy):
-    _cls.__module__ = __name__
-del _cls
