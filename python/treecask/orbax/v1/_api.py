@@ -77,17 +77,8 @@ class AsyncResponse(Generic[T_]):
         self._thread = threading.Thread(target=target, name="treecask-orbax-v1", daemon=False)
         self._thread.start()
 
-    @classmethod
-    def _completed(cls, value: T_) -> "AsyncResponse[T_]":
-        """A response to work already done (no thread)."""
-        r = cls.__new__(cls)
-        r._value, r._error, r._callbacks, r._lock, r._thread, r._done = value, None, [], threading.Lock(), None, True
-        return r
-
     def result(self, timeout: Optional[float] = None) -> T_:
         """The work's value, once it is done (raises its error)."""
-        if self._thread is None:
-            return self._value
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"the operation did not finish within {timeout} s")
@@ -194,8 +185,6 @@ def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, c
     own[_INIT_KEY] = str(time.time_ns())
     pending = _L.save_directory(p.store, p.key, enc, own, overwrite=bool(overwrite), asynchronous=asynchronous)
     callback = ctx.asynchronous.post_finalization_callback if asynchronous else None
-    if pending is None and callback is None:
-        return AsyncResponse._completed(None)
 
     def finish() -> None:
         if pending is not None:
