@@ -186,10 +186,7 @@ def _key_path(entries: Sequence[Any]) -> str:
 
 def _apply_save_args(item: Any, save_args: Any) -> Any:
     """`item` with each leaf whose SaveArgs has a dtype cast to it."""
-    if save_args is None:
-        return item
-    jax = J.import_jax()
-    if jax is None:
+    if save_args is None or (jax := J.import_jax()) is None:
         return item
     leaves = jax.tree_util.tree_leaves(save_args, is_leaf=lambda x: hasattr(x, "aggregate"))
     if not any(getattr(sa, "dtype", None) is not None for sa in leaves):
@@ -271,9 +268,7 @@ def _construct_restore_args(target: Any, sharding_tree: Any = None, set_global_s
             return RestoreArgs(restore_type=np.ndarray, dtype=x.dtype)
         return RestoreArgs(restore_type=type(x))
 
-    if sharding_tree is None:
-        return jax.tree_util.tree_map(one, target)
-    return jax.tree_util.tree_map(one, target, sharding_tree)
+    return jax.tree_util.tree_map(one, target, *([] if sharding_tree is None else [sharding_tree]))
 
 
 # ---------------------------------------------------------------- items in an archive
@@ -516,8 +511,7 @@ def _apply_transforms(path: Where, sub: Optional[str], item: Any, transforms: Ma
 
 
 def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any, transforms: Any,
-                    partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0,
-                    fill_missing: Optional[bool] = None, jax_leaves: Sequence[str] = (),
+                    partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0, jax_leaves: Sequence[str] = (),
                     resize: bool = False) -> Any:
     """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler
     restores it. Without a target, the leaves saved as jax arrays
@@ -527,8 +521,7 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     _check_structure) unless `partial_restore` (the checkpoint's other fields
     are not read; a target field it lacks keeps the target's value) or
     `transforms` (``{}``: the same, as Orbax's default-to-original rule;
-    with rules: :func:`_apply_transforms`) say otherwise; `fill_missing`
-    False refuses a target field the checkpoint lacks even then. `resize`:
+    with rules: :func:`_apply_transforms`) say otherwise. `resize`:
     an array whose target shape differs is truncated or zero-padded to it
     (Orbax's ``strict=False``). A target leaf ``...`` is not read and comes
     back as ``...``."""
@@ -557,11 +550,10 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     if item is None:
         tree = path.load(subtree=sub, shardings=use)
     else:
-        lenient = bool(partial_restore) or transforms is not None
-        fill = lenient if fill_missing is None else bool(fill_missing)
+        fill = bool(partial_restore) or transforms is not None
         resized = _resized_leaves(path, sub, item) if resize else {}
         item = _read_later(item, resized)
-        _check_structure(path, sub, item, extra_ok=lenient, missing_ok=fill, allow=allow)
+        _check_structure(path, sub, item, extra_ok=fill, missing_ok=fill, allow=allow)
         tree = path.load(item, subtree=sub, shardings=use, cast=True, missing="from_like" if fill else "error")
         if resized:  # each read whole, cast, truncated or zero-padded and placed as its target
             jax = J.import_jax()
@@ -604,20 +596,17 @@ def _in_archive(sub: Optional[str], key: str) -> str:
 def _tree_of(item: Any) -> Any:
     """A restore target; a TreeMetadata (treecask's or Orbax's, e.g. of
     ShapeDtypeStructs) stands for its ``.tree``, as Orbax restores it."""
-    if any(c.__name__ in ("TreeMetadata", "_TreeMetadataImpl") for c in type(item).__mro__):
-        return item.tree
-    return item
+    return item.tree if any(c.__name__ in ("TreeMetadata", "_TreeMetadataImpl") for c in type(item).__mro__) else item
 
 
-def _orbax_hint(path: str) -> None:
+def _orbax_hint(path: Where) -> None:
     """Raises InvalidArgumentError saying how to convert it when `path` is a
     checkpoint directory written by Orbax itself: treecask.import_orbax for
     Orbax's v0 API; for its v1 API (an ``orbax.checkpoint`` marker file in the
     checkpoint directory or its parent), which import_orbax does not read, a
     load with Orbax's v1 and a save with treecask.orbax.v1. Looked at through
     the store's listing (any store)."""
-    w = Where(path)
-    st, key = w.store, w.key
+    st, key = path.store, path.key
     head = stores.join(key, "") + "/" if key else ""
     try:
         names = set(st.list_prefix(head))
@@ -628,11 +617,8 @@ def _orbax_hint(path: str) -> None:
     parent = key.rpartition("/")[0]
     marks = [stores.join(key, "orbax.checkpoint"), stores.join(parent, "orbax.checkpoint")]
     v1 = marks[0] in names or marks[1] in st.list_prefix(marks[1])
-    if v1:
-        how = ("load it once with orbax.checkpoint.v1 and save the tree with treecask.orbax.v1 "
-               "(treecask.import_orbax reads checkpoints of Orbax's v0 API)")
-    else:
-        how = "convert it once with treecask.import_orbax(src, dst)"
+    how = ("load it once with orbax.checkpoint.v1 and save the tree with treecask.orbax.v1 (treecask.import_orbax "
+           "reads checkpoints of Orbax's v0 API)" if v1 else "convert it once with treecask.import_orbax(src, dst)")
     raise InvalidArgumentError("this is a checkpoint written by Orbax itself (a directory), not a treecask "
                                f"archive: {how}", file=path)
 
