@@ -238,11 +238,9 @@ class CheckpointManager(Steps):
             self._default = False
             for n in item_names:
                 self._handlers.setdefault(n, PyTreeCheckpointHandler)
-        self._read_only = bool(getattr(opts, "read_only", False))
         super().__init__(d, store, dict(metadata) if metadata is not None else None, async_save=async_save,
-                         read_only=self._read_only, max_to_keep=getattr(opts, "max_to_keep", None),
-                         keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
-                         best_mode=getattr(opts, "best_mode", "max"))
+                         read_only=bool(getattr(opts, "read_only", False)), best_mode=getattr(opts, "best_mode", "max"),
+                         **{k: getattr(opts, k, None) for k in ("max_to_keep", "keep_period", "best_fn")})
         self._has_steps = False  # known to hold a step (then a step off the schedule lists nothing)
 
     # ---- listing ----
@@ -319,7 +317,7 @@ class CheckpointManager(Steps):
         asynchronous save."""
         if items is None and args is None:
             raise ValueError("Must provide `args` for `save`.")
-        if self._read_only:  # Orbax: skipped (with a warning in its log)
+        if self._mgr.read_only:  # Orbax: skipped (with a warning in its log)
             return False
         a = args if args is not None else self._legacy_args("save", items, save_kwargs)
         if not force and not self.should_save(step):
@@ -389,7 +387,7 @@ class CheckpointManager(Steps):
         """Deletes ``step`` (a save in flight is waited for first). Raises
         NotFoundError when it does not exist; a ``read_only`` manager
         deletes nothing (Orbax: skipped)."""
-        if self._read_only:
+        if self._mgr.read_only:
             return
         if not self._delete_step(step):
             raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
