@@ -68,8 +68,7 @@ class Where(str):
 
 
 def _publish(namespace: Dict[str, Any]) -> None:
-    """Names the classes of a package's ``__all__`` defined in its private modules as the package's, where
-    users import them from (repr, pickles, help)."""
+    """Names the classes of a package's ``__all__`` from its private modules as the package's."""
     for name in namespace["__all__"]:
         cls = namespace[name]
         if isinstance(cls, type) and cls.__module__.startswith(namespace["__name__"] + "._"):
@@ -81,9 +80,8 @@ def _unsupported(feature: str, why: str, file: str = "", by: str = "treecask.orb
 
 
 def _unsupported_names(module: str, prefix: str, table: Mapping[str, str], by: str = "treecask.orbax") -> Any:
-    """A module ``__getattr__`` for Orbax's names that ``module`` does not
-    provide: UnsupportedError saying why and what to use instead (``table``:
-    name -> reason), AttributeError for any other name, as Python's own."""
+    """A module ``__getattr__``: UnsupportedError saying why for Orbax's names in `table`
+    (name -> reason), AttributeError for any other."""
     def __getattr__(name: str) -> Any:
         why = table.get(name)
         if why is None:
@@ -285,11 +283,9 @@ def _layout(md: Mapping[str, str]) -> Tuple[bool, Dict[str, str]]:
 
 def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict[str, Tuple[Any, Dict[str, str]]],
                                                                                Dict[str, str]]:
-    """The items of a save as the directory layout writes them: ({name:
-    (tree, archive metadata)}, the checkpoint's own metadata: custom
-    metadata, and for one item saved without a name, e.g.
-    ``args.StandardSave`` to a manager, the mark that it is restored as the
-    item itself, as Orbax restores its ``default`` item)."""
+    """({name: (tree, archive metadata)} of a save's items as the directory layout writes
+    them, the checkpoint's own metadata: custom metadata, and for one item saved without a name the mark
+    that it is restored as the item itself, as Orbax restores its ``default``)."""
     op, kind = args.kind(save_args)
     if kind == "composite":
         named, default = args.composite_items(save_args), False
@@ -343,8 +339,8 @@ def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict
 
 
 def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[str, str]]:
-    """(tree, archive metadata) of a save of one item as one archive: a pytree at its root, or a JSON or
-    stateful item in its metadata with the layout."""
+    """(tree, archive metadata) of a save of one item as one archive: a pytree at its root, or
+    a JSON or stateful item in its metadata with the layout."""
     items, own = _encode_items(save_args, custom_metadata, file)
     ((tree, imd),) = items.values()
     leafless = imd[_L.KIND_KEY] in ("json", "stateful")
@@ -352,8 +348,7 @@ def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[
 
 
 def _is_stateful(c: Any) -> bool:
-    """Orbax's StatefulCheckpointable: an object with ``get_state()`` /
-    ``set_state(state)`` (a Grain dataset iterator), saved as its state."""
+    """Orbax's StatefulCheckpointable (``get_state()`` / ``set_state(state)``: a Grain iterator)."""
     return callable(getattr(c, "get_state", None)) and callable(getattr(c, "set_state", None))
 
 
@@ -363,13 +358,10 @@ PLACEHOLDER = ...
 
 def _check_structure(path: str, sub: Optional[str], item: Any, *, extra_ok: bool, missing_ok: bool,
                      allow: str) -> None:
-    """Orbax's structure rule for a restore into the target `item`, from the
-    manifest alone (no array bytes read): raises StructureError naming the key
-    paths of the checkpoint's leaves the target lacks (unless `extra_ok`) and
-    of the target's leaves the checkpoint lacks (unless `missing_ok`); `allow`
-    says what permits each. A target leaf ``...`` (PLACEHOLDER) covers the
-    checkpoint's leaves at and under its key path. Leaves are matched as
-    treecask.load matches them (a Flax box and its bare value are one leaf)."""
+    """Orbax's structure rule for a restore into the target `item`, from the manifest alone:
+    StructureError naming the checkpoint's leaves the target lacks (unless `extra_ok`) and the target's the
+    checkpoint lacks (unless `missing_ok`), `allow` saying what permits each; a target leaf ``...`` covers
+    the leaves under its key path; leaves matched as treecask.load matches them."""
     with Where(path).open() as a:
         prefix = tuple(T.split_path(sub)) if sub else ()
         found = a.subtree(prefix)
@@ -423,10 +415,9 @@ _ALLOW_V0 = ("PyTreeRestore(partial_restore=True) restores only the target's fie
 
 
 def _saved_sharding(info: Any) -> Any:
-    """Where Orbax puts a leaf that was saved as a jax.Array when no target
-    says: on the sharding it was saved with when this process has its devices
-    (``ShardingInfo.to_jax``), else on the default device; None (NumPy) for a
-    64-bit dtype while jax's x64 mode is off (no jax.Array holds it)."""
+    """Where Orbax puts a leaf saved as a jax.Array when no target says: on its saved
+    sharding where this process has the devices, else the default device; None (NumPy) for a 64-bit dtype
+    without jax's x64 mode."""
     jax = J.import_jax()
     dt = np.dtype(getattr(info, "dtype", None) or "float32")
     if dt.itemsize == 8 and dt.kind in "iuf" and not jax.config.jax_enable_x64:
@@ -441,8 +432,7 @@ def _saved_sharding(info: Any) -> Any:
 
 
 def _pad_or_truncate(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
-    """`x` cut to `shape` along each axis, zero-padded at the end where
-    `shape` is longer (Orbax's ``strict=False`` / ``enable_padding_and_truncation``)."""
+    """`x` cut or zero-padded at the end of each axis to `shape` (Orbax's ``strict=False``)."""
     x = x[tuple(slice(0, n) for n in shape)]
     if x.shape == tuple(shape):
         return x
@@ -450,8 +440,7 @@ def _pad_or_truncate(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
 
 
 def _resized_leaves(path: Where, sub: Optional[str], item: Any) -> Dict[str, Tuple[Any, Tuple[int, ...]]]:
-    """{key path (in the item): (target leaf, target shape)} of the target's
-    array leaves whose shape differs from the saved one."""
+    """{key path in the item: (target leaf, its shape)} of the array leaves whose shape differs from the saved one."""
     jax = J.import_jax()
     out: Dict[str, Tuple[Any, Tuple[int, ...]]] = {}
     with path.open() as a:
@@ -469,13 +458,8 @@ def _resized_leaves(path: Where, sub: Optional[str], item: Any) -> Dict[str, Tup
 
 
 def _apply_transforms(path: Where, sub: Optional[str], item: Any, transforms: Mapping[str, Any]) -> Any:
-    """The target `item` filled as Orbax's ``transforms`` say: each target
-    leaf whose key path (``a/b/0``) fully matches a transforms key (a regular
-    expression) takes the checkpoint's leaf ``original_key`` (``\\1``... refer
-    to the key's groups; default: its own key path) through ``value_fn``, or
-    keeps the target's value (``use_fallback``); any other leaf takes the
-    checkpoint's leaf at its own key path, or keeps the target's value where
-    the checkpoint has none (Orbax's default-to-original rule)."""
+    """The target `item` filled as Orbax's ``transforms`` say (:class:`Transform`); a leaf no
+    rule matches takes the checkpoint's leaf at its key path, else keeps the target's (default-to-original)."""
     import re
 
     jax = J.import_jax()
@@ -513,18 +497,11 @@ def _apply_transforms(path: Where, sub: Optional[str], item: Any, transforms: Ma
 def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any, transforms: Any,
                     partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0, jax_leaves: Sequence[str] = (),
                     resize: bool = False) -> Any:
-    """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler
-    restores it. Without a target, the leaves saved as jax arrays
-    (`jax_leaves`, key paths in the item) come back as jax arrays where Orbax
-    puts them (:func:`_saved_sharding`), the others as saved (NumPy, Python
-    scalars). With a target, the structures must agree (Orbax's rule,
-    _check_structure) unless `partial_restore` (the checkpoint's other fields
-    are not read; a target field it lacks keeps the target's value) or
-    `transforms` (``{}``: the same, as Orbax's default-to-original rule;
-    with rules: :func:`_apply_transforms`) say otherwise. `resize`:
-    an array whose target shape differs is truncated or zero-padded to it
-    (Orbax's ``strict=False``). A target leaf ``...`` is not read and comes
-    back as ``...``."""
+    """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler restores it.
+    Without a target, the leaves saved as jax arrays (`jax_leaves`) come back as jax arrays
+    (:func:`_saved_sharding`). With one, the structures must agree (:func:`_check_structure`) unless
+    `partial_restore` or `transforms` (``{}``: the same; rules: :func:`_apply_transforms`); `resize`
+    truncates or zero-pads an array to the target's shape (Orbax's ``strict=False``); a leaf ``...`` is not read."""
     path = Where(path)
     flat: Dict[str, Any] = {}  # {key path: (Array)RestoreArgs} of the restore_args tree
     if restore_args is not None:
@@ -570,8 +547,7 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
 
 
 def _read_later(tree: Any, keys: Collection[str]) -> Any:
-    """`tree` with its leaves at the key paths `keys` replaced by
-    :data:`PLACEHOLDER` (not read by a load; :func:`_fill_later` reads them)."""
+    """`tree` with the leaves at key paths `keys` as PLACEHOLDER (:func:`_fill_later` reads them)."""
     if not keys:
         return tree
     return J.import_jax().tree_util.tree_map_with_path(
@@ -580,8 +556,7 @@ def _read_later(tree: Any, keys: Collection[str]) -> Any:
 
 def _fill_later(path: Where, sub: Optional[str], tree: Any, keys: Collection[str],
                 leaf: Callable[[Any, str, str], Any]) -> Any:
-    """`tree` with each leaf at a key path of `keys` replaced by
-    ``leaf(archive, its key path in the archive, its key path in the item)``."""
+    """`tree` with each leaf at a key path of `keys` as ``leaf(archive, key path in it, key path in the item)``."""
     with path.open() as a:
         return J.import_jax().tree_util.tree_map_with_path(
             lambda kp, x: leaf(a, _in_archive(sub, _key_path(kp)), _key_path(kp)) if _key_path(kp) in keys else x,
@@ -594,18 +569,14 @@ def _in_archive(sub: Optional[str], key: str) -> str:
 
 
 def _tree_of(item: Any) -> Any:
-    """A restore target; a TreeMetadata (treecask's or Orbax's, e.g. of
-    ShapeDtypeStructs) stands for its ``.tree``, as Orbax restores it."""
+    """A restore target; a TreeMetadata (treecask's or Orbax's) stands for its ``.tree``, as in Orbax."""
     return item.tree if any(c.__name__ in ("TreeMetadata", "_TreeMetadataImpl") for c in type(item).__mro__) else item
 
 
 def _orbax_hint(path: Where) -> None:
-    """Raises InvalidArgumentError saying how to convert it when `path` is a
-    checkpoint directory written by Orbax itself: treecask.import_orbax for
-    Orbax's v0 API; for its v1 API (an ``orbax.checkpoint`` marker file in the
-    checkpoint directory or its parent), which import_orbax does not read, a
-    load with Orbax's v1 and a save with treecask.orbax.v1. Looked at through
-    the store's listing (any store)."""
+    """Raises InvalidArgumentError saying how to convert `path` when it is a checkpoint
+    directory of Orbax's own (its v0 API: treecask.import_orbax; its v1 API, with an ``orbax.checkpoint``
+    marker here or in the parent: Orbax's v1 load, then treecask.orbax.v1's save)."""
     st, key = path.store, path.key
     head = stores.join(key, "") + "/" if key else ""
     try:
@@ -728,9 +699,8 @@ def _restore_item(ck: Checkpoint, name: str, ra: Any) -> Any:
 
 
 def _restore(path: Any, ra: Any) -> Any:
-    """A checkpoint (one archive or a directory of item archives; a
-    :class:`Where`, or a path or URL) restored with a restore argument
-    (None: every item as saved)."""
+    """A checkpoint (a :class:`Where`, path or URL) restored with a restore argument (None:
+    every item as saved)."""
     ck = Checkpoint(path)
     want: Dict[str, Any]
     if ra is not None and args.kind(ra)[1] == "composite":
@@ -771,9 +741,8 @@ def _tree_metadata(at: Where, sub: Optional[str], custom: Any) -> TreeMetadata:
 
 
 def _item_metadata(path: Any) -> Any:
-    """A checkpoint's item metadata (``path``: a :class:`Checkpoint`, a
-    :class:`Where`, or a path or URL): a TreeMetadata (one item) or a
-    Composite of them (None for JSON items)."""
+    """A checkpoint's item metadata (a :class:`Checkpoint`, :class:`Where`, path or URL): a
+    TreeMetadata (one item) or a Composite of them (None for JSON items)."""
     ck = path if isinstance(path, Checkpoint) else Checkpoint(path)
     custom = ck.custom_metadata()
     out = {}
