@@ -82,11 +82,8 @@ def _read_json(path: str) -> Optional[Dict[str, Any]]:
 
 
 def _step_items(step_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
-    """([(name, dir)] of the PyTree items, [names of the other items]) of a step directory.
-
-    The item names and handlers come from the step's _CHECKPOINT_METADATA
-    ("item_handlers": {name: handler class}) when Orbax wrote one, else every
-    subdirectory that looks like a PyTree item counts."""
+    """([(name, dir)] of the PyTree items, [names of the other items]) of a step directory: by
+    its _CHECKPOINT_METADATA's "item_handlers" when Orbax wrote one, else every PyTree item subdirectory."""
     meta = _read_json(os.path.join(step_dir, _STEP_METADATA)) or {}
     handlers = meta.get("item_handlers")
     items: List[Tuple[str, str]] = []
@@ -115,12 +112,8 @@ def is_step_dir(d: str) -> bool:
 
 
 def _holds_steps_only(src: str, items: List[Tuple[str, str]], other: List[str]) -> bool:
-    """True when the "items" found in `src` are really steps: `src` has no step
-    metadata of its own (no _CHECKPOINT_METADATA naming item handlers) and every
-    item-like subdirectory is named like a step ("checkpoint_5", "7"). Flax's
-    ``save_checkpoint`` (Orbax backend) writes each step as one PyTree item
-    directory ``<ckpt_dir>/checkpoint_<N>``, so such a parent directory is a
-    collection of steps, never one step holding them all as items."""
+    """Whether the "items" of `src` are steps: no step metadata of its own and each named
+    like a step (Flax's ``save_checkpoint`` writes each step as one item directory ``checkpoint_<N>``)."""
     if other or not items:
         return False
     meta = _read_json(os.path.join(src, _STEP_METADATA)) or {}
@@ -130,13 +123,9 @@ def _holds_steps_only(src: str, items: List[Tuple[str, str]], other: List[str]) 
 
 
 def _latest_step(root: str, step: Optional[int]) -> Optional[Tuple[int, str]]:
-    """(step, directory) of `step` (or the highest step) among the step directories
-    of a CheckpointManager root or of a Flax checkpoint directory
-    (``checkpoint_<N>`` subdirectories, as ``flax.training.checkpoints.
-    restore_checkpoint`` picks the latest); None when `root` holds no step
-    directory. Orbax's temporary directories ("<step>.orbax-checkpoint-tmp-<n>")
-    and Flax's multi-process array directories ("checkpoint_<N>_gda") are not
-    steps."""
+    """(step, directory) of `step` (None: the highest) among the step directories of a
+    CheckpointManager root or a Flax checkpoint directory (not Orbax's temporaries, not Flax's
+    ``checkpoint_<N>_gda``); None when there is none."""
     found: Dict[int, str] = {}
     for name in sorted(os.listdir(root)):
         m = _STEP_NAME.match(name)
@@ -223,9 +212,8 @@ def _is_value_metadata(x: Any) -> bool:
 
 
 def _sharding_extras(sharding: Any, rank: int) -> Optional[Extras]:
-    """Extras(mesh, spec) from Orbax's NamedShardingMetadata (mesh ``shape``,
-    ``axis_names``, ``partition_spec``); None for other shardings (a single
-    device) and for specs treecask does not model (UNCONSTRAINED)."""
+    """Extras(mesh, spec) of Orbax's NamedShardingMetadata; None for other shardings and
+    specs treecask does not model (UNCONSTRAINED)."""
     if sharding is None or not hasattr(sharding, "axis_names") or not hasattr(sharding, "partition_spec"):
         return None
     names = [str(n) for n in sharding.axis_names]

@@ -284,9 +284,8 @@ class CheckpointManager(Steps):
 
     # ---- save ----
     def _legacy_args(self, op: str, items: Any, kwargs: Any) -> Any:
-        """The argument object of a legacy ``save(step, items, save_kwargs)`` or
-        ``restore(step, items, restore_kwargs)`` (``op``): each item's
-        handler's argument class, of ``items`` and its keyword arguments."""
+        """The argument object of a legacy ``save(step, items, save_kwargs)`` / ``restore(step,
+    items, restore_kwargs)``: each item's handler's argument class."""
         if op == "restore" and items is None and not kwargs:
             return None
         make = "save_args_cls" if op == "save" else "restore_args_cls"
@@ -333,9 +332,7 @@ class CheckpointManager(Steps):
 
     # ---- restore ----
     def _step_path(self, step: Optional[int], directory: Any) -> Where:
-        """Where step ``step`` (None: the latest) is: in this manager's
-        directory, or in ``directory`` (in this manager's store, if it was
-        given one)."""
+        """Where step ``step`` (None: the latest) is, here or in ``directory`` (of this manager's store)."""
         if directory is None:
             if step is None:
                 step = self.latest_step()

@@ -95,8 +95,7 @@ def _handler_class(h: Any) -> type:
 
 
 def _build_args(handler: type, op: str, pos: Tuple[Any, ...], kw: Dict[str, Any]) -> Any:
-    """The argument object of a checkpointer call: ``args=`` as given, or
-    (legacy) the handler's argument class built from the other arguments."""
+    """The argument object of a checkpointer call: ``args=`` as given, or the handler's legacy argument class."""
     if "args" in kw:
         a = kw.pop("args")
         if pos or kw:

@@ -149,10 +149,8 @@ def _validate_checkpointables(checkpointables: Any, file: str) -> Dict[str, Any]
 
 
 def _storage_cast(tree: Any) -> Any:
-    """`tree` with each array leaf cast to the dtype the context's
-    ``array.saving.storage_options`` / ``scoped_storage_options_creator``
-    give it (Orbax's rule: the creator's non-None dtype for that leaf, else
-    the global one)."""
+    """`tree`'s array leaves cast to the context's ``storage_options`` dtype, the
+    ``scoped_storage_options_creator``'s for a leaf when it gives one (Orbax's rule)."""
     saving = get_context().array.saving
     base = getattr(saving.storage_options, "dtype", None)
     creator = getattr(saving, "scoped_storage_options_creator", None)
@@ -163,11 +161,8 @@ def _storage_cast(tree: Any) -> Any:
     def one(kp: Any, x: Any) -> Any:
         if not (hasattr(x, "astype") and hasattr(x, "dtype")):
             return x
-        dt = base
-        if creator is not None:
-            so = creator(kp, x)
-            if so is not None and getattr(so, "dtype", None) is not None:
-                dt = so.dtype
+        so = creator(kp, x) if creator is not None else None
+        dt = so.dtype if getattr(so, "dtype", None) is not None else base
         return x if dt is None or x.dtype == np.dtype(dt) else x.astype(dt)
 
     return jax.tree_util.tree_map_with_path(one, tree)
@@ -253,9 +248,8 @@ save_pytree, save_pytree_async = save, save_async  # Orbax's former names
 
 
 def _pytree_name(ck: Checkpoint, name: Optional[str]) -> Optional[str]:
-    """The checkpointable `load` reads: None for the archive root (one pytree saved by treecask.save or
-    a single-item treecask.orbax checkpoint), else its name. "AUTO" is Orbax 0.12.8's rule
-    (``OrbaxLayout.get_checkpointable_names``): "state" if present, else the first pytree by name."""
+    """The checkpointable `load` reads: None for the archive root, else its name; "AUTO"
+    is Orbax 0.12.8's rule: "state" if present, else the first pytree by name."""
     path = ck.where
     if ck.default:
         if name in (None, AUTO_CHECKPOINTABLE_KEY, DEFAULT_ITEM_NAME):
@@ -277,11 +271,9 @@ def _pytree_name(ck: Checkpoint, name: Optional[str]) -> Optional[str]:
 
 
 def _abstract(tree: Any) -> Any:
-    """An abstract tree as a treecask.load template: a CheckpointMetadata stands
-    for its ``.metadata``; an ArrayMetadata leaf (from :func:`metadata`) for a
-    ``jax.ShapeDtypeStruct`` on the NamedSharding it was saved with (rebuilt
-    over the current devices), or a NumPy template when it was saved without
-    one; a ScalarMetadata for its Python type's zero, a StringMetadata for ""."""
+    """An abstract tree as a treecask.load template: a CheckpointMetadata's ``.metadata``, an
+    ArrayMetadata as a ShapeDtypeStruct on its saved mesh (else a NumPy template), a Scalar / StringMetadata
+    as its type's zero / ""."""
     if isinstance(tree, CheckpointMetadata):
         tree = tree.metadata
     if tree is None:
@@ -294,15 +286,10 @@ def _abstract(tree: Any) -> Any:
         if isinstance(x, (StringMetadata, ScalarMetadata)):
             return _v1_tree(x)
         if isinstance(x, ArrayMetadata):
-            s = None
-            if x.sharding is not None:
-                try:
-                    s = x.sharding.to_jax()
-                except Exception:  # a mesh this process cannot build: a NumPy array instead
-                    s = None
-            if s is not None:
-                return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=s)
-            return np.broadcast_to(np.zeros((), x.dtype), tuple(x.shape))
+            try:  # on its saved mesh; without one, or one this process cannot build: a NumPy array
+                return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=x.sharding.to_jax())
+            except Exception:
+                return np.broadcast_to(np.zeros((), x.dtype), tuple(x.shape))
         return x
 
     return jax.tree_util.tree_map(conv, tree, is_leaf=lambda x: isinstance(x, (ArrayMetadata, StringMetadata)))
@@ -433,8 +420,7 @@ load_pytree, load_pytree_async = load, load_async  # Orbax's former names
 
 
 def _v1_tree(tree: Any) -> Any:
-    """A TreeMetadata's tree with Orbax v1's leaves: ArrayMetadata as is, a
-    scalar as its type's zero (0, 0.0, False), a string as ""."""
+    """A TreeMetadata's tree with Orbax v1's leaves: a scalar as its type's zero, a string as ""."""
     if isinstance(tree, dict):
         return {k: _v1_tree(v) for k, v in tree.items()}
     if isinstance(tree, list):
@@ -450,9 +436,7 @@ def _v1_tree(tree: Any) -> Any:
 
 def _checkpoint_metadata(path: Any, store: Any, name: Optional[str], one: bool) -> CheckpointMetadata:
     """:func:`metadata` (``one``: of checkpointable ``name``) or
-    :func:`checkpointables_metadata`: the commit time is the modification
-    time of the checkpoint's commit object where the store has one (a file
-    system's)."""
+    :func:`checkpointables_metadata`; the commit time is the commit object's (a file system's)."""
     ck = Checkpoint(Where(path, store))
     im = _item_metadata(ck)
     items = {DEFAULT_ITEM_NAME: im} if ck.default else dict(im.items())

@@ -137,8 +137,8 @@ class Checkpointer(Steps):
         return cps[-1] if cps else None
 
     def _at(self, step: Any) -> Any:
-        """(the :class:`CheckpointMetadata` of step ``step``, None: the latest, and
-        where it is); the save in flight waited for first. StepNotFoundError when none."""
+        """(CheckpointMetadata, Where) of step ``step`` (None: the latest), a save in flight waited
+    for first; StepNotFoundError when none."""
         self._wait_quietly()
         cps = self.checkpoints
         step = _step_of(step)
