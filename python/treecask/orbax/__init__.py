@@ -285,7 +285,7 @@ class CheckpointManager(Steps):
     # ---- save ----
     def _legacy_args(self, op: str, items: Any, kwargs: Any) -> Any:
         """The argument object of a legacy ``save(step, items, save_kwargs)`` / ``restore(step,
-    items, restore_kwargs)``: each item's handler's argument class."""
+        items, restore_kwargs)``: each item's handler's argument class."""
         if op == "restore" and items is None and not kwargs:
             return None
         make = "save_args_cls" if op == "save" else "restore_args_cls"

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from . import args as _args
+from .args import (ArrayRestoreArgs, ArraySaveArgs, CompositeArgs, JsonRestoreArgs, JsonSaveArgs,
+                   PyTreeRestoreArgs, PyTreeSaveArgs, StandardRestoreArgs, StandardSaveArgs)
 from ._checkpointers import (
     ArrayCheckpointHandler,
     CheckpointHandler,
@@ -23,16 +24,7 @@ from ._checkpointers import (
 from ..errors import AlreadyExistsError, KeyNotFoundError, UnsupportedError
 from ._items import _unsupported_names
 
-StandardSaveArgs = _args.StandardSaveArgs
-StandardRestoreArgs = _args.StandardRestoreArgs
-PyTreeSaveArgs = _args.PyTreeSaveArgs
-PyTreeRestoreArgs = _args.PyTreeRestoreArgs
-JsonSaveArgs = _args.JsonSaveArgs
-JsonRestoreArgs = _args.JsonRestoreArgs
-ArraySaveArgs = _args.ArraySaveArgs
-ArrayRestoreArgs = _args.ArrayRestoreArgs
-CompositeArgs = _args.CompositeArgs
-CompositeResults = _args.CompositeArgs
+CompositeResults = CompositeArgs
 
 
 class CheckpointHandlerRegistry:

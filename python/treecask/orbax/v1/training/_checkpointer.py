@@ -138,7 +138,7 @@ class Checkpointer(Steps):
 
     def _at(self, step: Any) -> Any:
         """(CheckpointMetadata, Where) of step ``step`` (None: the latest), a save in flight waited
-    for first; StepNotFoundError when none."""
+        for first; StepNotFoundError when none."""
         self._wait_quietly()
         cps = self.checkpoints
         step = _step_of(step)
@@ -181,7 +181,7 @@ class Checkpointer(Steps):
             check_supported(self._context, d)
             items = _validate_checkpointables(checkpointables, d)
             step = int(_step_of(step))
-            if any(c.step == step for c in self.checkpoints):  # a step in flight included
+            if step in self.all_steps():  # a step in flight included
                 if not overwrite:
                     raise StepAlreadyExistsError(f"step {step} already exists (overwrite=True replaces it)",
                                                  file=str(self._mgr.path(step)))
