@@ -84,24 +84,13 @@ def _read_json(path: str) -> Optional[Dict[str, Any]]:
 def _step_items(step_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
     """([(name, dir)] of the PyTree items, [names of the other items]) of a step directory: by
     its _CHECKPOINT_METADATA's "item_handlers" when Orbax wrote one, else every PyTree item subdirectory."""
-    meta = _read_json(os.path.join(step_dir, _STEP_METADATA)) or {}
-    handlers = meta.get("item_handlers")
-    items: List[Tuple[str, str]] = []
-    other: List[str] = []
-    if isinstance(handlers, dict):
-        for name in sorted(handlers):
-            d = os.path.join(step_dir, name)
-            h = str(handlers[name] or "")
-            if any(p in h for p in _PYTREE_HANDLERS) and _is_item_dir(d):
-                items.append((name, d))
-            else:
-                other.append(name)
-        return items, other
-    for name in sorted(os.listdir(step_dir)):
-        d = os.path.join(step_dir, name)
-        if _is_item_dir(d):
-            items.append((name, d))
-    return items, other
+    handlers = (_read_json(os.path.join(step_dir, _STEP_METADATA)) or {}).get("item_handlers")
+    if not isinstance(handlers, dict):
+        dirs = [(n, os.path.join(step_dir, n)) for n in sorted(os.listdir(step_dir))]
+        return [(n, d) for n, d in dirs if _is_item_dir(d)], []
+    items = [(n, os.path.join(step_dir, n)) for n in sorted(handlers)
+             if any(p in str(handlers[n] or "") for p in _PYTREE_HANDLERS) and _is_item_dir(os.path.join(step_dir, n))]
+    return items, [n for n in sorted(handlers) if n not in dict(items)]
 
 
 def is_step_dir(d: str) -> bool:
@@ -114,12 +103,9 @@ def is_step_dir(d: str) -> bool:
 def _holds_steps_only(src: str, items: List[Tuple[str, str]], other: List[str]) -> bool:
     """Whether the "items" of `src` are steps: no step metadata of its own and each named
     like a step (Flax's ``save_checkpoint`` writes each step as one item directory ``checkpoint_<N>``)."""
-    if other or not items:
-        return False
     meta = _read_json(os.path.join(src, _STEP_METADATA)) or {}
-    if isinstance(meta.get("item_handlers"), dict):
-        return False
-    return all(_STEP_NAME.match(name) for name, _ in items)
+    return (bool(items) and not other and not isinstance(meta.get("item_handlers"), dict)
+            and all(_STEP_NAME.match(name) for name, _ in items))
 
 
 def _latest_step(root: str, step: Optional[int]) -> Optional[Tuple[int, str]]:
