@@ -136,10 +136,8 @@ def _resolve(src: str, item: Optional[str], step: Optional[int]):
             "directory, CheckpointManager step or root)", file=src)
     if _is_item_dir(src):
         if item is not None:
-            raise InvalidArgumentError(
-                f"item={item!r} given, but this directory is itself one PyTree item", file=src)
+            raise InvalidArgumentError(f"item={item!r} given, but this directory is itself one PyTree item", file=src)
         return src, None, [("", src)], []
-    step_no: Optional[int] = None
     step_dir = src
     items, other = _step_items(src)
     if _holds_steps_only(src, items, other):
@@ -153,14 +151,11 @@ def _resolve(src: str, item: Optional[str], step: Optional[int]):
                 "subdirectory (a CheckpointManager root, or a Flax directory of checkpoint_<N>)",
                 file=src)
         step_no, step_dir = latest
-        if _is_item_dir(step_dir):  # Flax's checkpoint_<N>: the step is one bare item
-            items, other = [("", step_dir)], []
-        else:
-            items, other = _step_items(step_dir)
+        # Flax's checkpoint_<N>: the step is one bare item
+        items, other = ([("", step_dir)], []) if _is_item_dir(step_dir) else _step_items(step_dir)
     else:
         if step is not None:
-            raise InvalidArgumentError(f"step={step} given, but this is already a step directory",
-                                       file=src)
+            raise InvalidArgumentError(f"step={step} given, but this is already a step directory", file=src)
         m = _STEP_NAME.match(os.path.basename(os.path.normpath(src)))
         step_no = int(m.group(1)) if m else None
     if item is not None:
@@ -170,8 +165,7 @@ def _resolve(src: str, item: Optional[str], step: Optional[int]):
                 raise UnsupportedError(
                     f"item {item!r} was not written by StandardCheckpointHandler or "
                     "PyTreeCheckpointHandler; only PyTree items can be imported", file=step_dir)
-            raise NotFoundError(
-                f"no item {item!r}; PyTree items here: {[n for n, _ in items]}", file=step_dir)
+            raise NotFoundError(f"no item {item!r}; PyTree items here: {[n for n, _ in items]}", file=step_dir)
         return step_dir, step_no, chosen, [n for n, _ in items if n != item] + other
     if not items:
         raise UnsupportedError(
@@ -325,9 +319,8 @@ def _read(src: PathLike, item: Optional[str], step: Optional[int]) -> _Read:
 
 def _write(r: _Read, dst: PathLike, metadata: Optional[Mapping[str, str]],
            save_options: Mapping[str, Any]) -> OrbaxImport:
-    md = dict(r.metadata)
-    md.update(metadata or {})
-    stats = _save.save(os.fspath(dst), r.tree, metadata=md, _leaf_extras=r.extras, **save_options)
+    stats = _save.save(os.fspath(dst), r.tree, metadata={**r.metadata, **(metadata or {})}, _leaf_extras=r.extras,
+                       **save_options)
     return OrbaxImport(checkpoint=r.checkpoint, step=r.step, items=tuple(r.items),
                        skipped=tuple(r.skipped), num_leaves=stats.num_leaves,
                        num_sharded=len(r.extras), stats=stats)
