@@ -54,13 +54,8 @@ def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
     with _open(stores.join(key, INDEX), store=store) as a:
         if MARK_KEY not in a.metadata:
             return None  # a sharded checkpoint: one archive
-    out = set()
-    for n in names:
-        rest = n[len(head):]
-        first = rest.split("/", 1)[0]
-        if first and first != INDEX and ".tmp." not in first:
-            out.add(first)
-    return sorted(out)
+    firsts = {n[len(head):].split("/", 1)[0] for n in names}
+    return sorted(f for f in firsts if f and f != INDEX and ".tmp." not in f)
 
 
 def _snapshot(tree: Any) -> Any:
