@@ -680,20 +680,16 @@ def _restore_item(ck: Checkpoint, name: str, ra: Any) -> Any:
         if saved != k:
             raise InvalidArgumentError(f"item '{name}' was saved as {saved}, restored as {k}", file=at)
         return ck.json(name)
-    if ra is None:
-        return _restore_pytree(at, sub, None, None, None, jax_leaves=ck.jax_leaves(name))
     names = {c.__name__ for c in type(ra).__mro__}
     if "StandardRestoreArgs" in names:
         if getattr(ra, "support_layout", False) or getattr(ra, "fallback_sharding", None) is not None:
             raise _unsupported("StandardRestore(support_layout / fallback_sharding)",
                                "a target without a sharding restores onto the current mesh or NumPy", file=at)
-        return _restore_pytree(at, sub, _tree_of(ra.item), None, None,
-                               resize=not getattr(ra, "strict", True))
+        return _restore_pytree(at, sub, _tree_of(ra.item), None, None, resize=not getattr(ra, "strict", True))
     if getattr(ra, "legacy_transform_fn", None) is not None:
         raise _unsupported("PyTreeRestore(legacy_transform_fn=...)", "restore raw and transform", file=at)
-    # (ArrayRestore's restore_args is one RestoreArgs: the leaf at the item's root, key path "")
-    item = _tree_of(ra.item)
-    return _restore_pytree(at, sub, item, getattr(ra, "restore_args", None),
+    # (ra None: as saved; ArrayRestore's restore_args is one RestoreArgs: the leaf at the item's root, key path "")
+    return _restore_pytree(at, sub, _tree_of(getattr(ra, "item", None)), getattr(ra, "restore_args", None),
                            getattr(ra, "transforms", None), bool(getattr(ra, "partial_restore", False)),
                            jax_leaves=ck.jax_leaves(name))
 
@@ -745,11 +741,6 @@ def _item_metadata(path: Any) -> Any:
     TreeMetadata (one item) or a Composite of them (None for JSON items)."""
     ck = path if isinstance(path, Checkpoint) else Checkpoint(path)
     custom = ck.custom_metadata()
-    out = {}
-    for name, kind in ck.kinds.items():
-        if kind in ("json", "stateful"):
-            out[name] = None
-            continue
-        at, sub, _ = ck.item(name)
-        out[name] = _tree_metadata(at, sub, custom)
+    out = {n: None if k in ("json", "stateful") else _tree_metadata(*ck.item(n)[:2], custom)
+           for n, k in ck.kinds.items()}
     return out[DEFAULT_ITEM_NAME] if ck.default else args.Composite(**out)
