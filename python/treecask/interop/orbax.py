@@ -199,9 +199,8 @@ def _sharding_extras(sharding: Any, rank: int) -> Optional[Extras]:
     names = [str(n) for n in sharding.axis_names]
     sizes = [int(s) for s in np.asarray(sharding.shape).reshape(-1)]
     spec = J.spec_to_lists(tuple(sharding.partition_spec))
-    if spec is None or len(names) != len(sizes) or len(spec) > max(rank, 0):
-        return None
-    if any(a not in names for dim in spec for a in dim):
+    if spec is None or len(names) != len(sizes) or len(spec) > max(rank, 0) or any(
+            a not in names for dim in spec for a in dim):
         return None
     return Extras(spec=spec, mesh=(names, sizes))
 
@@ -224,14 +223,10 @@ def _restore_item(ocp, d: str, prefix: Tuple[str, ...]):
             if ex is not None:
                 extras[T.join_path(comps)] = ex
 
-        def restore_args(m):
-            # Python scalars come back as Python scalars (restore_type None),
-            # every array as a host NumPy array: no device, no target needed.
-            if type(m).__name__ == "ScalarMetadata":
-                return ocp.RestoreArgs()
-            return ocp.RestoreArgs(restore_type=np.ndarray)
-
-        args = jax.tree_util.tree_map(restore_args, md, is_leaf=_is_value_metadata)
+        # Python scalars come back as Python scalars (restore_type None), every array as a host
+        # NumPy array: no device, no target needed.
+        args = jax.tree_util.tree_map(lambda m: ocp.RestoreArgs() if type(m).__name__ == "ScalarMetadata" else
+                                      ocp.RestoreArgs(restore_type=np.ndarray), md, is_leaf=_is_value_metadata)
         with ocp.PyTreeCheckpointer() as ck:
             tree = ck.restore(d, args=ocp.args.PyTreeRestore(restore_args=args))
     return tree, extras

@@ -295,11 +295,6 @@ def _abstract(tree: Any) -> Any:
     return jax.tree_util.tree_map(conv, tree, is_leaf=lambda x: isinstance(x, (ArrayMetadata, StringMetadata)))
 
 
-def _scalar_zero(dtype: Any) -> Any:
-    kind = np.dtype(dtype).kind
-    return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}.get(kind, 0)
-
-
 #: The Python and array types Orbax accepts as an abstract leaf ("load as saved, as this type").
 _TYPE_LEAVES = (bool, int, float, complex, np.ndarray)
 
@@ -430,7 +425,7 @@ def _v1_tree(tree: Any) -> Any:
     if isinstance(tree, StringMetadata):
         return ""
     if isinstance(tree, ScalarMetadata):
-        return _scalar_zero(tree.dtype)
+        return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}.get(np.dtype(tree.dtype).kind, 0)
     return tree
 
 
