@@ -220,24 +220,20 @@ class CheckpointManager(Steps):
         if checkpointers is not None and (item_names is not None or item_handlers is not None):
             raise ValueError("`checkpointers` cannot be combined with `item_names` or `item_handlers`")
         self._opts = opts
-        self._handlers: Dict[str, type] = {}
-        self._default: Optional[bool] = None  # default-item mode, once known
         async_save = bool(getattr(opts, "enable_async_checkpointing", True))
         if checkpointers is not None:  # the legacy API: the checkpointers' handlers, async if any is
             many = isinstance(checkpointers, Mapping)
             async_save = any(_is_async(c) for c in (checkpointers.values() if many else [checkpointers]))
             item_handlers = ({n: getattr(c, "handler", c) for n, c in checkpointers.items()} if many
                              else getattr(checkpointers, "handler", checkpointers))
-        if isinstance(item_handlers, Mapping):
-            self._default = False
-            self._handlers = {n: _handler_class(h) for n, h in item_handlers.items()}
-        elif item_handlers is not None:
-            self._default = True
-            self._handlers = {DEFAULT_ITEM_NAME: _handler_class(item_handlers)}
-        if item_names is not None:
-            self._default = False
-            for n in item_names:
-                self._handlers.setdefault(n, PyTreeCheckpointHandler)
+        many = isinstance(item_handlers, Mapping)
+        self._handlers: Dict[str, type] = (
+            {n: _handler_class(h) for n, h in item_handlers.items()} if many else
+            {DEFAULT_ITEM_NAME: _handler_class(item_handlers)} if item_handlers is not None else {})
+        for n in item_names or ():
+            self._handlers.setdefault(n, PyTreeCheckpointHandler)
+        # default-item mode, once known
+        self._default = False if many or item_names is not None else True if item_handlers is not None else None
         super().__init__(d, store, dict(metadata) if metadata is not None else None, async_save=async_save,
                          read_only=bool(getattr(opts, "read_only", False)), best_mode=getattr(opts, "best_mode", "max"),
                          **{k: getattr(opts, k, None) for k in ("max_to_keep", "keep_period", "best_fn")})
