@@ -632,9 +632,7 @@ class Checkpoint:
 
     def item_where(self, name: str) -> Where:
         """Where item `name`'s archive is (the checkpoint's own for one archive)."""
-        if not self.directory:
-            return self.where
-        return Where(stores.join(self.where.key, name), self.where.store)
+        return Where(stores.join(self.where.key, name), self.where.store) if self.directory else self.where
 
     def item(self, name: str) -> Tuple[Where, Optional[str], Dict[str, str]]:
         """(archive, subtree key path or None for its root, archive metadata) of item `name`."""

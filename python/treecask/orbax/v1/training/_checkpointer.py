@@ -31,7 +31,6 @@ from . import save_decision_policies as _sd
 from .errors import StepAlreadyExistsError, StepNotFoundError
 
 
-
 class CheckpointMetadata(_BaseMetadata):
     """One step's metadata (Orbax v1 ``training.CheckpointMetadata``): the
     :class:`treecask.orbax.v1.CheckpointMetadata` fields plus ``step``,
