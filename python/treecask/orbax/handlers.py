@@ -69,11 +69,8 @@ class CheckpointHandlerRegistry:
 
     def has(self, item: Optional[str], args: Any) -> bool:
         """Whether :meth:`get` finds a handler."""
-        try:
-            self.get(item, args)
-            return True
-        except KeyError:
-            return False
+        a = args if isinstance(args, type) else type(args)
+        return (item, a) in self._entries or (None, a) in self._entries
 
     def get_all_entries(self) -> Dict[Tuple[Optional[str], type], Any]:
         """{(item, argument class): handler class}."""
