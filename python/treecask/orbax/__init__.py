@@ -320,10 +320,8 @@ class CheckpointManager(Steps):
         items, md = _encode_items(a, custom_metadata, str(self.directory))
         if self._default is None:
             self._default = _LAYOUT_KEY in md  # one item saved without a name
-        if getattr(self._opts, "prevent_write_metrics", False):
-            metrics = None
-        self._save_step(step, items, metrics=metrics, metadata=md,
-                        metrics_entry=getattr(self._opts, "best_fn", None) is not None)  # Orbax's rule
+        self._save_step(step, items, metrics=None if getattr(self._opts, "prevent_write_metrics", False) else metrics,
+                        metadata=md, metrics_entry=getattr(self._opts, "best_fn", None) is not None)  # Orbax's rule
         return True
 
     # ---- restore ----
