@@ -82,29 +82,15 @@ def _read_json(path: str) -> Optional[Dict[str, Any]]:
 
 
 def _step_items(step_dir: str) -> Tuple[List[Tuple[str, str]], List[str]]:
-    """([(name, dir)] of the PyTree items, [names of the other items]) of a step directory.
-
-    The item names and handlers come from the step's _CHECKPOINT_METADATA
-    ("item_handlers": {name: handler class}) when Orbax wrote one, else every
-    subdirectory that looks like a PyTree item counts."""
-    meta = _read_json(os.path.join(step_dir, _STEP_METADATA)) or {}
-    handlers = meta.get("item_handlers")
-    items: List[Tuple[str, str]] = []
-    other: List[str] = []
-    if isinstance(handlers, dict):
-        for name in sorted(handlers):
-            d = os.path.join(step_dir, name)
-            h = str(handlers[name] or "")
-            if any(p in h for p in _PYTREE_HANDLERS) and _is_item_dir(d):
-                items.append((name, d))
-            else:
-                other.append(name)
-        return items, other
-    for name in sorted(os.listdir(step_dir)):
-        d = os.path.join(step_dir, name)
-        if _is_item_dir(d):
-            items.append((name, d))
-    return items, other
+    """([(name, dir)] of the PyTree items, [names of the other items]) of a step directory: by
+    its _CHECKPOINT_METADATA's "item_handlers" when Orbax wrote one, else every PyTree item subdirectory."""
+    handlers = (_read_json(os.path.join(step_dir, _STEP_METADATA)) or {}).get("item_handlers")
+    if not isinstance(handlers, dict):
+        dirs = [(n, os.path.join(step_dir, n)) for n in sorted(os.listdir(step_dir))]
+        return [(n, d) for n, d in dirs if _is_item_dir(d)], []
+    items = [(n, os.path.join(step_dir, n)) for n in sorted(handlers)
+             if any(p in str(handlers[n] or "") for p in _PYTREE_HANDLERS) and _is_item_dir(os.path.join(step_dir, n))]
+    return items, [n for n in sorted(handlers) if n not in dict(items)]
 
 
 def is_step_dir(d: str) -> bool:
@@ -115,28 +101,17 @@ def is_step_dir(d: str) -> bool:
 
 
 def _holds_steps_only(src: str, items: List[Tuple[str, str]], other: List[str]) -> bool:
-    """True when the "items" found in `src` are really steps: `src` has no step
-    metadata of its own (no _CHECKPOINT_METADATA naming item handlers) and every
-    item-like subdirectory is named like a step ("checkpoint_5", "7"). Flax's
-    ``save_checkpoint`` (Orbax backend) writes each step as one PyTree item
-    directory ``<ckpt_dir>/checkpoint_<N>``, so such a parent directory is a
-    collection of steps, never one step holding them all as items."""
-    if other or not items:
-        return False
+    """Whether the "items" of `src` are steps: no step metadata of its own and each named
+    like a step (Flax's ``save_checkpoint`` writes each step as one item directory ``checkpoint_<N>``)."""
     meta = _read_json(os.path.join(src, _STEP_METADATA)) or {}
-    if isinstance(meta.get("item_handlers"), dict):
-        return False
-    return all(_STEP_NAME.match(name) for name, _ in items)
+    return (bool(items) and not other and not isinstance(meta.get("item_handlers"), dict)
+            and all(_STEP_NAME.match(name) for name, _ in items))
 
 
 def _latest_step(root: str, step: Optional[int]) -> Optional[Tuple[int, str]]:
-    """(step, directory) of `step` (or the highest step) among the step directories
-    of a CheckpointManager root or of a Flax checkpoint directory
-    (``checkpoint_<N>`` subdirectories, as ``flax.training.checkpoints.
-    restore_checkpoint`` picks the latest); None when `root` holds no step
-    directory. Orbax's temporary directories ("<step>.orbax-checkpoint-tmp-<n>")
-    and Flax's multi-process array directories ("checkpoint_<N>_gda") are not
-    steps."""
+    """(step, directory) of `step` (None: the highest) among the step directories of a
+    CheckpointManager root or a Flax checkpoint directory (not Orbax's temporaries, not Flax's
+    ``checkpoint_<N>_gda``); None when there is none."""
     found: Dict[int, str] = {}
     for name in sorted(os.listdir(root)):
         m = _STEP_NAME.match(name)
@@ -161,10 +136,8 @@ def _resolve(src: str, item: Optional[str], step: Optional[int]):
             "directory, CheckpointManager step or root)", file=src)
     if _is_item_dir(src):
         if item is not None:
-            raise InvalidArgumentError(
-                f"item={item!r} given, but this directory is itself one PyTree item", file=src)
+            raise InvalidArgumentError(f"item={item!r} given, but this directory is itself one PyTree item", file=src)
         return src, None, [("", src)], []
-    step_no: Optional[int] = None
     step_dir = src
     items, other = _step_items(src)
     if _holds_steps_only(src, items, other):
@@ -178,14 +151,11 @@ def _resolve(src: str, item: Optional[str], step: Optional[int]):
                 "subdirectory (a CheckpointManager root, or a Flax directory of checkpoint_<N>)",
                 file=src)
         step_no, step_dir = latest
-        if _is_item_dir(step_dir):  # Flax's checkpoint_<N>: the step is one bare item
-            items, other = [("", step_dir)], []
-        else:
-            items, other = _step_items(step_dir)
+        # Flax's checkpoint_<N>: the step is one bare item
+        items, other = ([("", step_dir)], []) if _is_item_dir(step_dir) else _step_items(step_dir)
     else:
         if step is not None:
-            raise InvalidArgumentError(f"step={step} given, but this is already a step directory",
-                                       file=src)
+            raise InvalidArgumentError(f"step={step} given, but this is already a step directory", file=src)
         m = _STEP_NAME.match(os.path.basename(os.path.normpath(src)))
         step_no = int(m.group(1)) if m else None
     if item is not None:
@@ -195,8 +165,7 @@ def _resolve(src: str, item: Optional[str], step: Optional[int]):
                 raise UnsupportedError(
                     f"item {item!r} was not written by StandardCheckpointHandler or "
                     "PyTreeCheckpointHandler; only PyTree items can be imported", file=step_dir)
-            raise NotFoundError(
-                f"no item {item!r}; PyTree items here: {[n for n, _ in items]}", file=step_dir)
+            raise NotFoundError(f"no item {item!r}; PyTree items here: {[n for n, _ in items]}", file=step_dir)
         return step_dir, step_no, chosen, [n for n, _ in items if n != item] + other
     if not items:
         raise UnsupportedError(
@@ -223,17 +192,15 @@ def _is_value_metadata(x: Any) -> bool:
 
 
 def _sharding_extras(sharding: Any, rank: int) -> Optional[Extras]:
-    """Extras(mesh, spec) from Orbax's NamedShardingMetadata (mesh ``shape``,
-    ``axis_names``, ``partition_spec``); None for other shardings (a single
-    device) and for specs treecask does not model (UNCONSTRAINED)."""
+    """Extras(mesh, spec) of Orbax's NamedShardingMetadata; None for other shardings and
+    specs treecask does not model (UNCONSTRAINED)."""
     if sharding is None or not hasattr(sharding, "axis_names") or not hasattr(sharding, "partition_spec"):
         return None
     names = [str(n) for n in sharding.axis_names]
     sizes = [int(s) for s in np.asarray(sharding.shape).reshape(-1)]
     spec = J.spec_to_lists(tuple(sharding.partition_spec))
-    if spec is None or len(names) != len(sizes) or len(spec) > max(rank, 0):
-        return None
-    if any(a not in names for dim in spec for a in dim):
+    if spec is None or len(names) != len(sizes) or len(spec) > max(rank, 0) or any(
+            a not in names for dim in spec for a in dim):
         return None
     return Extras(spec=spec, mesh=(names, sizes))
 
@@ -256,14 +223,10 @@ def _restore_item(ocp, d: str, prefix: Tuple[str, ...]):
             if ex is not None:
                 extras[T.join_path(comps)] = ex
 
-        def restore_args(m):
-            # Python scalars come back as Python scalars (restore_type None),
-            # every array as a host NumPy array: no device, no target needed.
-            if type(m).__name__ == "ScalarMetadata":
-                return ocp.RestoreArgs()
-            return ocp.RestoreArgs(restore_type=np.ndarray)
-
-        args = jax.tree_util.tree_map(restore_args, md, is_leaf=_is_value_metadata)
+        # Python scalars come back as Python scalars (restore_type None), every array as a host
+        # NumPy array: no device, no target needed.
+        args = jax.tree_util.tree_map(lambda m: ocp.RestoreArgs() if type(m).__name__ == "ScalarMetadata" else
+                                      ocp.RestoreArgs(restore_type=np.ndarray), md, is_leaf=_is_value_metadata)
         with ocp.PyTreeCheckpointer() as ck:
             tree = ck.restore(d, args=ocp.args.PyTreeRestore(restore_args=args))
     return tree, extras
@@ -351,9 +314,8 @@ def _read(src: PathLike, item: Optional[str], step: Optional[int]) -> _Read:
 
 def _write(r: _Read, dst: PathLike, metadata: Optional[Mapping[str, str]],
            save_options: Mapping[str, Any]) -> OrbaxImport:
-    md = dict(r.metadata)
-    md.update(metadata or {})
-    stats = _save.save(os.fspath(dst), r.tree, metadata=md, _leaf_extras=r.extras, **save_options)
+    stats = _save.save(os.fspath(dst), r.tree, metadata={**r.metadata, **(metadata or {})}, _leaf_extras=r.extras,
+                       **save_options)
     return OrbaxImport(checkpoint=r.checkpoint, step=r.step, items=tuple(r.items),
                        skipped=tuple(r.skipped), num_leaves=stats.num_leaves,
                        num_sharded=len(r.extras), stats=stats)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Container, Dict, Mapping, Optional, Sequence
 
 from .. import _core
 from . import args as args
@@ -48,9 +48,9 @@ from ._items import (
     _restore,
     _unsupported,
 )
-from ._steps import Run, Steps
+from ._steps import Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
-from ._items import Transform, _unsupported_names
+from ._items import Transform, _publish, _unsupported_names
 from . import handlers
 from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata, StringMetadata, TreeMetadata
 from ..errors import InvalidArgumentError, NotFoundError
@@ -171,7 +171,7 @@ _UNSUPPORTED_OPTIONS = (
 )
 
 
-class CheckpointManager(Run):
+class CheckpointManager(Steps):
     """A directory of checkpoint steps (Orbax ``CheckpointManager``) over a
     :class:`treecask.CheckpointManager`: step ``n`` is the directory
     ``<directory>/<n>/`` of one archive per item and ``index.cask``
@@ -220,58 +220,34 @@ class CheckpointManager(Run):
         if checkpointers is not None and (item_names is not None or item_handlers is not None):
             raise ValueError("`checkpointers` cannot be combined with `item_names` or `item_handlers`")
         self._opts = opts
-        self._handlers: Dict[str, type] = {}
-        self._default: Optional[bool] = None  # default-item mode, once known
         async_save = bool(getattr(opts, "enable_async_checkpointing", True))
         if checkpointers is not None:  # the legacy API: the checkpointers' handlers, async if any is
             many = isinstance(checkpointers, Mapping)
             async_save = any(_is_async(c) for c in (checkpointers.values() if many else [checkpointers]))
             item_handlers = ({n: getattr(c, "handler", c) for n, c in checkpointers.items()} if many
                              else getattr(checkpointers, "handler", checkpointers))
-        if isinstance(item_handlers, Mapping):
-            self._default = False
-            self._handlers = {n: _handler_class(h) for n, h in item_handlers.items()}
-        elif item_handlers is not None:
-            self._default = True
-            self._handlers = {DEFAULT_ITEM_NAME: _handler_class(item_handlers)}
-        if item_names is not None:
-            self._default = False
-            for n in item_names:
-                self._handlers.setdefault(n, PyTreeCheckpointHandler)
-        self._root_metadata = dict(metadata) if metadata is not None else None
-        self._read_only = bool(getattr(opts, "read_only", False))
-        self._steps = Steps(d, store, async_save=async_save, read_only=self._read_only,
-                            max_to_keep=getattr(opts, "max_to_keep", None),
-                            keep_period=getattr(opts, "keep_period", None), best_fn=getattr(opts, "best_fn", None),
-                            best_mode=getattr(opts, "best_mode", "max"))
-        self._store = store
+        many = isinstance(item_handlers, Mapping)
+        self._handlers: Dict[str, type] = (
+            {n: _handler_class(h) for n, h in item_handlers.items()} if many else
+            {DEFAULT_ITEM_NAME: _handler_class(item_handlers)} if item_handlers is not None else {})
+        for n in item_names or ():
+            self._handlers.setdefault(n, PyTreeCheckpointHandler)
+        # default-item mode, once known
+        self._default = False if many or item_names is not None else True if item_handlers is not None else None
+        super().__init__(d, store, dict(metadata) if metadata is not None else None, async_save=async_save,
+                         read_only=bool(getattr(opts, "read_only", False)), best_mode=getattr(opts, "best_mode", "max"),
+                         **{k: getattr(opts, k, None) for k in ("max_to_keep", "keep_period", "best_fn")})
         self._has_steps = False  # known to hold a step (then a step off the schedule lists nothing)
-        if self._root_metadata is not None:  # the run's entry "metadata", written once (Orbax's metadata/)
-            self._steps.save_root_metadata(self._root_metadata)
 
     # ---- listing ----
-    def all_steps(self, read: bool = False) -> List[int]:
-        """The steps, ascending: the directory's, plus a step still being saved."""
-        return self._steps.all_steps()
-
-    def latest_step(self) -> Optional[int]:
-        """The highest step (one being saved included), or None."""
-        return self._steps.latest_step()
-
     def best_step(self) -> Optional[int]:
         """With ``best_fn``: the best step among those saved with metrics; else the latest."""
-        self._steps.wait_quietly()
-        return self._steps.manager.best_step()
+        self._wait_quietly()
+        return self._mgr.best_step()
 
     def reload(self) -> None:
         """Forgets what :meth:`should_save` knew: every listing reads the directory (Orbax API)."""
         self._has_steps = False
-
-    def reached_preemption(self, step: int) -> bool:
-        """Whether every process has reached the preemption sync point ``step``
-        (:meth:`treecask.CheckpointManager.reached_preemption`, jax's rule as
-        Orbax's): False without a ``jax.distributed`` job."""
-        return self._steps.manager.reached_preemption(step)
 
     def should_save(self, step: int) -> bool:
         """Whether ``save(step)`` writes: Orbax's default save decision
@@ -304,9 +280,8 @@ class CheckpointManager(Run):
 
     # ---- save ----
     def _legacy_args(self, op: str, items: Any, kwargs: Any) -> Any:
-        """The argument object of a legacy ``save(step, items, save_kwargs)`` or
-        ``restore(step, items, restore_kwargs)`` (``op``): each item's
-        handler's argument class, of ``items`` and its keyword arguments."""
+        """The argument object of a legacy ``save(step, items, save_kwargs)`` / ``restore(step,
+        items, restore_kwargs)``: each item's handler's argument class."""
         if op == "restore" and items is None and not kwargs:
             return None
         make = "save_args_cls" if op == "save" else "restore_args_cls"
@@ -337,7 +312,7 @@ class CheckpointManager(Run):
         asynchronous save."""
         if items is None and args is None:
             raise ValueError("Must provide `args` for `save`.")
-        if self._read_only:  # Orbax: skipped (with a warning in its log)
+        if self._mgr.read_only:  # Orbax: skipped (with a warning in its log)
             return False
         a = args if args is not None else self._legacy_args("save", items, save_kwargs)
         if not force and not self.should_save(step):
@@ -345,23 +320,19 @@ class CheckpointManager(Run):
         items, md = _encode_items(a, custom_metadata, str(self.directory))
         if self._default is None:
             self._default = _LAYOUT_KEY in md  # one item saved without a name
-        if getattr(self._opts, "prevent_write_metrics", False):
-            metrics = None
-        self._steps.save(step, items, metrics=metrics, metadata=md,
-                         metrics_entry=getattr(self._opts, "best_fn", None) is not None)  # Orbax's rule
+        self._save_step(step, items, metrics=None if getattr(self._opts, "prevent_write_metrics", False) else metrics,
+                        metadata=md, metrics_entry=getattr(self._opts, "best_fn", None) is not None)  # Orbax's rule
         return True
 
     # ---- restore ----
     def _step_path(self, step: Optional[int], directory: Any) -> Where:
-        """Where step ``step`` (None: the latest) is: in this manager's
-        directory, or in ``directory`` (in this manager's store, if it was
-        given one)."""
+        """Where step ``step`` (None: the latest) is, here or in ``directory`` (of this manager's store)."""
         if directory is None:
             if step is None:
-                step = self._steps.latest_step()
+                step = self.latest_step()
             if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
                 raise NotFoundError("no steps found", file=str(self.directory))
-        where = self._steps.where(step, directory)
+        where = self._where(step, directory)
         shown = str(self.directory) if directory is None else str(Where(directory, self._store))
         if where is None:
             raise NotFoundError(f"no step {step} in the directory", file=shown)
@@ -391,15 +362,14 @@ class CheckpointManager(Run):
         when it has none (a step saved without ``best_fn``, as Orbax 0.12.8
         writes its ``metrics/`` item only then, or no such step). A save in
         flight is waited for first."""
-        return self._steps.metrics_entry(step)
+        return self._metrics_entry(step)
 
     def metadata(self, step: Optional[int] = None) -> Any:
         """``step`` None: a :class:`RootMetadata`, the manager's ``metadata``
         (or the run's record of it, its entry ``metadata``) as
         ``.custom_metadata``; a step: its :class:`StepMetadata`."""
         if step is None:
-            custom = self._root_metadata
-            return RootMetadata(custom if custom is not None else self._steps.root_metadata())
+            return RootMetadata(self._run_metadata())
         ck = Checkpoint(self._step_path(step, None))
         metrics = self.metrics(step)  # Orbax's: the step's metrics item, else {}
         return StepMetadata(_item_metadata(ck), {} if metrics is None else metrics, ck.custom_metadata())
@@ -408,21 +378,13 @@ class CheckpointManager(Run):
         """Deletes ``step`` (a save in flight is waited for first). Raises
         NotFoundError when it does not exist; a ``read_only`` manager
         deletes nothing (Orbax: skipped)."""
-        if self._read_only:
+        if self._mgr.read_only:
             return
-        if not self._steps.delete(step):
+        if not self._delete_step(step):
             raise NotFoundError(f"no step {step} in the directory", file=str(self.directory))
         self._has_steps = False  # listed again by the next should_save
 
-    # ---- lifetime ----
-    def check_for_errors(self) -> None:
-        """Raises the error of a finished asynchronous save, once, without blocking."""
-        self._steps.manager.check_for_errors()
-
-    def wait_until_finished(self) -> None:
-        """Blocks until the save in flight is durable and retention has run;
-        raises its error, once."""
-        self._steps.wait()
+    wait_until_finished = Steps.wait
 
     def __repr__(self) -> str:
         return f"<treecask.orbax.CheckpointManager {_core.redact_url(str(self.directory))!r}>"
@@ -449,3 +411,4 @@ _NOT_PROVIDED = {
 
 
 __getattr__ = _unsupported_names("treecask.orbax", "ocp.", _NOT_PROVIDED)
+_publish(globals())

@@ -95,8 +95,7 @@ def _handler_class(h: Any) -> type:
 
 
 def _build_args(handler: type, op: str, pos: Tuple[Any, ...], kw: Dict[str, Any]) -> Any:
-    """The argument object of a checkpointer call: ``args=`` as given, or
-    (legacy) the handler's argument class built from the other arguments."""
+    """The argument object of a checkpointer call: ``args=`` as given, or the handler's legacy argument class."""
     if "args" in kw:
         a = kw.pop("args")
         if pos or kw:
@@ -161,7 +160,7 @@ class Checkpointer:
         if composite:
             items, own = _encode_items(a, custom_metadata, path)
         else:
-            tree, md, _ = _encode(a, custom_metadata, path)
+            tree, md = _encode(a, custom_metadata, path)
         self.wait_until_finished()
         try:
             if composite:
@@ -269,11 +268,3 @@ class StandardCheckpointer(AsyncCheckpointer):
 
 def _is_async(checkpointer: Any) -> bool:
     return any(c.__name__ == "AsyncCheckpointer" for c in type(checkpointer).__mro__)
-
-
-# The classes are treecask.orbax's, where users import them from (repr, pickles, help).
-for _cls in (CheckpointHandler, PyTreeCheckpointHandler, StandardCheckpointHandler, JsonCheckpointHandler,
-             ArrayCheckpointHandler, CompositeCheckpointHandler, Checkpointer, AsyncCheckpointer,
-             PyTreeCheckpointer, StandardCheckpointer):
-    _cls.__module__ = "treecask.orbax"
-del _cls

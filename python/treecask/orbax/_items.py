@@ -67,14 +67,21 @@ class Where(str):
         return _load(self.key, *args, store=self.store, **kwargs)
 
 
+def _publish(namespace: Dict[str, Any]) -> None:
+    """Names the classes of a package's ``__all__`` from its private modules as the package's."""
+    for name in namespace["__all__"]:
+        cls = namespace[name]
+        if isinstance(cls, type) and cls.__module__.startswith(namespace["__name__"] + "._"):
+            cls.__module__ = namespace["__name__"]
+
+
 def _unsupported(feature: str, why: str, file: str = "", by: str = "treecask.orbax") -> UnsupportedError:
     return UnsupportedError(f"Orbax {feature} is not supported by {by}: {why}", file=file)
 
 
 def _unsupported_names(module: str, prefix: str, table: Mapping[str, str], by: str = "treecask.orbax") -> Any:
-    """A module ``__getattr__`` for Orbax's names that ``module`` does not
-    provide: UnsupportedError saying why and what to use instead (``table``:
-    name -> reason), AttributeError for any other name, as Python's own."""
+    """A module ``__getattr__``: UnsupportedError saying why for Orbax's names in `table`
+    (name -> reason), AttributeError for any other."""
     def __getattr__(name: str) -> Any:
         why = table.get(name)
         if why is None:
@@ -177,10 +184,7 @@ def _key_path(entries: Sequence[Any]) -> str:
 
 def _apply_save_args(item: Any, save_args: Any) -> Any:
     """`item` with each leaf whose SaveArgs has a dtype cast to it."""
-    if save_args is None:
-        return item
-    jax = J.import_jax()
-    if jax is None:
+    if save_args is None or (jax := J.import_jax()) is None:
         return item
     leaves = jax.tree_util.tree_leaves(save_args, is_leaf=lambda x: hasattr(x, "aggregate"))
     if not any(getattr(sa, "dtype", None) is not None for sa in leaves):
@@ -262,9 +266,7 @@ def _construct_restore_args(target: Any, sharding_tree: Any = None, set_global_s
             return RestoreArgs(restore_type=np.ndarray, dtype=x.dtype)
         return RestoreArgs(restore_type=type(x))
 
-    if sharding_tree is None:
-        return jax.tree_util.tree_map(one, target)
-    return jax.tree_util.tree_map(one, target, sharding_tree)
+    return jax.tree_util.tree_map(one, target, *([] if sharding_tree is None else [sharding_tree]))
 
 
 # ---------------------------------------------------------------- items in an archive
@@ -279,65 +281,74 @@ def _layout(md: Mapping[str, str]) -> Tuple[bool, Dict[str, str]]:
     return bool(d["default"]), dict(d["items"])
 
 
-def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[str, str], bool]:
-    """(tree, archive metadata, default-item mode) of a save's argument."""
+def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict[str, Tuple[Any, Dict[str, str]]],
+                                                                               Dict[str, str]]:
+    """({name: (tree, archive metadata)} of a save's items as the directory layout writes
+    them, the checkpoint's own metadata: custom metadata, and for one item saved without a name the mark
+    that it is restored as the item itself, as Orbax restores its ``default``)."""
     op, kind = args.kind(save_args)
     if kind == "composite":
-        items, default = args.composite_items(save_args), False
-        if not items:
+        named, default = args.composite_items(save_args), False
+        if not named:
             raise InvalidArgumentError("Composite() holds no item to save", file=file)
     elif op == "save":
-        items, default = {DEFAULT_ITEM_NAME: save_args}, True
+        named, default = {DEFAULT_ITEM_NAME: save_args}, True
     else:
         raise InvalidArgumentError(f"save needs Orbax save arguments (args.StandardSave(...)...), got {kind}",
                                    file=file)
-    tree: Dict[str, Any] = {}
-    md: Dict[str, str] = {}
-    kinds: Dict[str, str] = {}
+    items: Dict[str, Tuple[Any, Dict[str, str]]] = {}
     custom = custom_metadata
-    for name, a in items.items():
+    for name, a in named.items():
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"an item name is a non-empty str, got {name!r}", file=file)
         op, k = args.kind(a)
         if op != "save":
             raise InvalidArgumentError(f"item '{name}': Orbax save arguments expected, got {k}", file=file)
-        kinds[name] = k
+        imd, tree = {_L.KIND_KEY: "pytree" if default and k == "array" else k}, None
         if k == "pytree" and _is_stateful(a.item):
-            kinds[name] = "stateful"
+            imd[_L.KIND_KEY] = "stateful"
             try:
-                md[_STATE_PREFIX + name] = json.dumps(a.item.get_state())
+                imd[_STATE_PREFIX + name] = json.dumps(a.item.get_state())
             except (TypeError, ValueError) as e:
                 raise UnsupportedError(f"item '{name}': get_state() of {type(a.item).__name__} is not JSON ({e}); "
                                        "treecask.orbax stores a stateful checkpointable's state as JSON, as Orbax "
                                        "stores Grain's", file=file) from None
         elif k == "json":
             try:
-                md[_JSON_PREFIX + name] = json.dumps(a.item)
+                imd[_JSON_PREFIX + name] = json.dumps(a.item)
             except (TypeError, ValueError) as e:
                 raise InvalidArgumentError(f"item '{name}' (JsonSave) is not JSON-serialisable: {e}",
                                            file=file) from None
         else:
-            tree[name] = _apply_save_args(a.item, getattr(a, "save_args", None))
+            tree = _apply_save_args(a.item, getattr(a, "save_args", None))
             # the key paths of its jax.Array leaves: Orbax restores those as jax arrays when no
             # target says otherwise, so a save records them
             jax = J.jax_loaded()
-            jl = [] if jax is None else [_key_path(kp) for kp, x in jax.tree_util.tree_flatten_with_path(tree[name])[0]
+            jl = [] if jax is None else [_key_path(kp) for kp, x in jax.tree_util.tree_flatten_with_path(tree)[0]
                                          if J.is_jax_array(x)]
             if jl:
-                md[_JAX_PREFIX + name] = json.dumps(jl)
+                imd[_JAX_PREFIX + name] = json.dumps(jl)
             if getattr(a, "custom_metadata", None) is not None and custom is None:
                 custom = a.custom_metadata
-    if custom is not None:
-        md[_CUSTOM_KEY] = json.dumps(custom)
-    if default and kinds[DEFAULT_ITEM_NAME] not in ("json", "stateful"):
-        return tree[DEFAULT_ITEM_NAME], md, True  # one PyTree at the root: what treecask.load reads
-    md[_LAYOUT_KEY] = json.dumps({"default": default, "items": kinds}, sort_keys=True)
-    return (tree or None), md, default
+        items[name] = (tree, imd)
+    own = {_CUSTOM_KEY: json.dumps(custom)} if custom is not None else {}
+    if default:  # one item saved without a name (a manager's "default"): restored as the item itself
+        own[_LAYOUT_KEY] = json.dumps({"default": True, "items": {DEFAULT_ITEM_NAME: imd[_L.KIND_KEY]}},
+                                      sort_keys=True)
+    return items, own
+
+
+def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[str, str]]:
+    """(tree, archive metadata) of a save of one item as one archive: a pytree at its root, or
+    a JSON or stateful item in its metadata with the layout."""
+    items, own = _encode_items(save_args, custom_metadata, file)
+    ((tree, imd),) = items.values()
+    leafless = imd[_L.KIND_KEY] in ("json", "stateful")
+    return tree, {k: v for k, v in {**imd, **own}.items() if k != _L.KIND_KEY and (leafless or k != _LAYOUT_KEY)}
 
 
 def _is_stateful(c: Any) -> bool:
-    """Orbax's StatefulCheckpointable: an object with ``get_state()`` /
-    ``set_state(state)`` (a Grain dataset iterator), saved as its state."""
+    """Orbax's StatefulCheckpointable (``get_state()`` / ``set_state(state)``: a Grain iterator)."""
     return callable(getattr(c, "get_state", None)) and callable(getattr(c, "set_state", None))
 
 
@@ -347,13 +358,10 @@ PLACEHOLDER = ...
 
 def _check_structure(path: str, sub: Optional[str], item: Any, *, extra_ok: bool, missing_ok: bool,
                      allow: str) -> None:
-    """Orbax's structure rule for a restore into the target `item`, from the
-    manifest alone (no array bytes read): raises StructureError naming the key
-    paths of the checkpoint's leaves the target lacks (unless `extra_ok`) and
-    of the target's leaves the checkpoint lacks (unless `missing_ok`); `allow`
-    says what permits each. A target leaf ``...`` (PLACEHOLDER) covers the
-    checkpoint's leaves at and under its key path. Leaves are matched as
-    treecask.load matches them (a Flax box and its bare value are one leaf)."""
+    """Orbax's structure rule for a restore into the target `item`, from the manifest alone:
+    StructureError naming the checkpoint's leaves the target lacks (unless `extra_ok`) and the target's the
+    checkpoint lacks (unless `missing_ok`), `allow` saying what permits each; a target leaf ``...`` covers
+    the leaves under its key path; leaves matched as treecask.load matches them."""
     with Where(path).open() as a:
         prefix = tuple(T.split_path(sub)) if sub else ()
         found = a.subtree(prefix)
@@ -407,10 +415,9 @@ _ALLOW_V0 = ("PyTreeRestore(partial_restore=True) restores only the target's fie
 
 
 def _saved_sharding(info: Any) -> Any:
-    """Where Orbax puts a leaf that was saved as a jax.Array when no target
-    says: on the sharding it was saved with when this process has its devices
-    (``ShardingInfo.to_jax``), else on the default device; None (NumPy) for a
-    64-bit dtype while jax's x64 mode is off (no jax.Array holds it)."""
+    """Where Orbax puts a leaf saved as a jax.Array when no target says: on its saved
+    sharding where this process has the devices, else the default device; None (NumPy) for a 64-bit dtype
+    without jax's x64 mode."""
     jax = J.import_jax()
     dt = np.dtype(getattr(info, "dtype", None) or "float32")
     if dt.itemsize == 8 and dt.kind in "iuf" and not jax.config.jax_enable_x64:
@@ -425,8 +432,7 @@ def _saved_sharding(info: Any) -> Any:
 
 
 def _pad_or_truncate(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
-    """`x` cut to `shape` along each axis, zero-padded at the end where
-    `shape` is longer (Orbax's ``strict=False`` / ``enable_padding_and_truncation``)."""
+    """`x` cut or zero-padded at the end of each axis to `shape` (Orbax's ``strict=False``)."""
     x = x[tuple(slice(0, n) for n in shape)]
     if x.shape == tuple(shape):
         return x
@@ -434,8 +440,7 @@ def _pad_or_truncate(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
 
 
 def _resized_leaves(path: Where, sub: Optional[str], item: Any) -> Dict[str, Tuple[Any, Tuple[int, ...]]]:
-    """{key path (in the item): (target leaf, target shape)} of the target's
-    array leaves whose shape differs from the saved one."""
+    """{key path in the item: (target leaf, its shape)} of the array leaves whose shape differs from the saved one."""
     jax = J.import_jax()
     out: Dict[str, Tuple[Any, Tuple[int, ...]]] = {}
     with path.open() as a:
@@ -453,13 +458,8 @@ def _resized_leaves(path: Where, sub: Optional[str], item: Any) -> Dict[str, Tup
 
 
 def _apply_transforms(path: Where, sub: Optional[str], item: Any, transforms: Mapping[str, Any]) -> Any:
-    """The target `item` filled as Orbax's ``transforms`` say: each target
-    leaf whose key path (``a/b/0``) fully matches a transforms key (a regular
-    expression) takes the checkpoint's leaf ``original_key`` (``\\1``... refer
-    to the key's groups; default: its own key path) through ``value_fn``, or
-    keeps the target's value (``use_fallback``); any other leaf takes the
-    checkpoint's leaf at its own key path, or keeps the target's value where
-    the checkpoint has none (Orbax's default-to-original rule)."""
+    """The target `item` filled as Orbax's ``transforms`` say (:class:`Transform`); a leaf no
+    rule matches takes the checkpoint's leaf at its key path, else keeps the target's (default-to-original)."""
     import re
 
     jax = J.import_jax()
@@ -495,22 +495,13 @@ def _apply_transforms(path: Where, sub: Optional[str], item: Any, transforms: Ma
 
 
 def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any, transforms: Any,
-                    partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0,
-                    fill_missing: Optional[bool] = None, jax_leaves: Sequence[str] = (),
+                    partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0, jax_leaves: Sequence[str] = (),
                     resize: bool = False) -> Any:
-    """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler
-    restores it. Without a target, the leaves saved as jax arrays
-    (`jax_leaves`, key paths in the item) come back as jax arrays where Orbax
-    puts them (:func:`_saved_sharding`), the others as saved (NumPy, Python
-    scalars). With a target, the structures must agree (Orbax's rule,
-    _check_structure) unless `partial_restore` (the checkpoint's other fields
-    are not read; a target field it lacks keeps the target's value) or
-    `transforms` (``{}``: the same, as Orbax's default-to-original rule;
-    with rules: :func:`_apply_transforms`) say otherwise; `fill_missing`
-    False refuses a target field the checkpoint lacks even then. `resize`:
-    an array whose target shape differs is truncated or zero-padded to it
-    (Orbax's ``strict=False``). A target leaf ``...`` is not read and comes
-    back as ``...``."""
+    """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler restores it.
+    Without a target, the leaves saved as jax arrays (`jax_leaves`) come back as jax arrays
+    (:func:`_saved_sharding`). With one, the structures must agree (:func:`_check_structure`) unless
+    `partial_restore` or `transforms` (``{}``: the same; rules: :func:`_apply_transforms`); `resize`
+    truncates or zero-pads an array to the target's shape (Orbax's ``strict=False``); a leaf ``...`` is not read."""
     path = Where(path)
     flat: Dict[str, Any] = {}  # {key path: (Array)RestoreArgs} of the restore_args tree
     if restore_args is not None:
@@ -536,11 +527,10 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     if item is None:
         tree = path.load(subtree=sub, shardings=use)
     else:
-        lenient = bool(partial_restore) or transforms is not None
-        fill = lenient if fill_missing is None else bool(fill_missing)
+        fill = bool(partial_restore) or transforms is not None
         resized = _resized_leaves(path, sub, item) if resize else {}
         item = _read_later(item, resized)
-        _check_structure(path, sub, item, extra_ok=lenient, missing_ok=fill, allow=allow)
+        _check_structure(path, sub, item, extra_ok=fill, missing_ok=fill, allow=allow)
         tree = path.load(item, subtree=sub, shardings=use, cast=True, missing="from_like" if fill else "error")
         if resized:  # each read whole, cast, truncated or zero-padded and placed as its target
             jax = J.import_jax()
@@ -557,8 +547,7 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
 
 
 def _read_later(tree: Any, keys: Collection[str]) -> Any:
-    """`tree` with its leaves at the key paths `keys` replaced by
-    :data:`PLACEHOLDER` (not read by a load; :func:`_fill_later` reads them)."""
+    """`tree` with the leaves at key paths `keys` as PLACEHOLDER (:func:`_fill_later` reads them)."""
     if not keys:
         return tree
     return J.import_jax().tree_util.tree_map_with_path(
@@ -567,8 +556,7 @@ def _read_later(tree: Any, keys: Collection[str]) -> Any:
 
 def _fill_later(path: Where, sub: Optional[str], tree: Any, keys: Collection[str],
                 leaf: Callable[[Any, str, str], Any]) -> Any:
-    """`tree` with each leaf at a key path of `keys` replaced by
-    ``leaf(archive, its key path in the archive, its key path in the item)``."""
+    """`tree` with each leaf at a key path of `keys` as ``leaf(archive, key path in it, key path in the item)``."""
     with path.open() as a:
         return J.import_jax().tree_util.tree_map_with_path(
             lambda kp, x: leaf(a, _in_archive(sub, _key_path(kp)), _key_path(kp)) if _key_path(kp) in keys else x,
@@ -581,22 +569,15 @@ def _in_archive(sub: Optional[str], key: str) -> str:
 
 
 def _tree_of(item: Any) -> Any:
-    """A restore target; a TreeMetadata (treecask's or Orbax's, e.g. of
-    ShapeDtypeStructs) stands for its ``.tree``, as Orbax restores it."""
-    if any(c.__name__ in ("TreeMetadata", "_TreeMetadataImpl") for c in type(item).__mro__):
-        return item.tree
-    return item
+    """A restore target; a TreeMetadata (treecask's or Orbax's) stands for its ``.tree``, as in Orbax."""
+    return item.tree if any(c.__name__ in ("TreeMetadata", "_TreeMetadataImpl") for c in type(item).__mro__) else item
 
 
-def _orbax_hint(path: str) -> None:
-    """Raises InvalidArgumentError saying how to convert it when `path` is a
-    checkpoint directory written by Orbax itself: treecask.import_orbax for
-    Orbax's v0 API; for its v1 API (an ``orbax.checkpoint`` marker file in the
-    checkpoint directory or its parent), which import_orbax does not read, a
-    load with Orbax's v1 and a save with treecask.orbax.v1. Looked at through
-    the store's listing (any store)."""
-    w = Where(path)
-    st, key = w.store, w.key
+def _orbax_hint(path: Where) -> None:
+    """Raises InvalidArgumentError saying how to convert `path` when it is a checkpoint
+    directory of Orbax's own (its v0 API: treecask.import_orbax; its v1 API, with an ``orbax.checkpoint``
+    marker here or in the parent: Orbax's v1 load, then treecask.orbax.v1's save)."""
+    st, key = path.store, path.key
     head = stores.join(key, "") + "/" if key else ""
     try:
         names = set(st.list_prefix(head))
@@ -607,11 +588,8 @@ def _orbax_hint(path: str) -> None:
     parent = key.rpartition("/")[0]
     marks = [stores.join(key, "orbax.checkpoint"), stores.join(parent, "orbax.checkpoint")]
     v1 = marks[0] in names or marks[1] in st.list_prefix(marks[1])
-    if v1:
-        how = ("load it once with orbax.checkpoint.v1 and save the tree with treecask.orbax.v1 "
-               "(treecask.import_orbax reads checkpoints of Orbax's v0 API)")
-    else:
-        how = "convert it once with treecask.import_orbax(src, dst)"
+    how = ("load it once with orbax.checkpoint.v1 and save the tree with treecask.orbax.v1 (treecask.import_orbax "
+           "reads checkpoints of Orbax's v0 API)" if v1 else "convert it once with treecask.import_orbax(src, dst)")
     raise InvalidArgumentError("this is a checkpoint written by Orbax itself (a directory), not a treecask "
                                f"archive: {how}", file=path)
 
@@ -654,9 +632,7 @@ class Checkpoint:
 
     def item_where(self, name: str) -> Where:
         """Where item `name`'s archive is (the checkpoint's own for one archive)."""
-        if not self.directory:
-            return self.where
-        return Where(stores.join(self.where.key, name), self.where.store)
+        return Where(stores.join(self.where.key, name), self.where.store) if self.directory else self.where
 
     def item(self, name: str) -> Tuple[Where, Optional[str], Dict[str, str]]:
         """(archive, subtree key path or None for its root, archive metadata) of item `name`."""
@@ -689,28 +665,6 @@ class Checkpoint:
         return json.loads(self.md[_CUSTOM_KEY]) if _CUSTOM_KEY in self.md else None
 
 
-def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict[str, Tuple[Any, Dict[str, str]]],
-                                                                               Dict[str, str]]:
-    """The items of a save as the directory layout writes them: ({name:
-    (tree, archive metadata)}, the checkpoint's own metadata: custom
-    metadata, and for one item saved without a name, e.g.
-    ``args.StandardSave`` to a manager, the mark that it is restored as the
-    item itself, as Orbax restores its ``default`` item)."""
-    tree, md, default = _encode(save_args, custom_metadata, file)
-    kinds = _layout(md)[1]
-    items: Dict[str, Tuple[Any, Dict[str, str]]] = {}
-    for name, kind in kinds.items():
-        imd = {_L.KIND_KEY: kind}
-        for key in (_JAX_PREFIX + name, _STATE_PREFIX + name, _JSON_PREFIX + name):
-            if key in md:
-                imd[key] = md[key]
-        items[name] = (None if kind in ("json", "stateful") else tree if default else tree[name], imd)
-    own = {_CUSTOM_KEY: md[_CUSTOM_KEY]} if _CUSTOM_KEY in md else {}
-    if default:  # one item saved without a name (a manager's "default"): restored as the item itself
-        own[_LAYOUT_KEY] = json.dumps({"default": True, "items": kinds}, sort_keys=True)
-    return items, own
-
-
 def _restore_item(ck: Checkpoint, name: str, ra: Any) -> Any:
     """Item `name` of checkpoint `ck` restored with its restore argument `ra` (or None: as saved)."""
     saved = ck.kinds[name]
@@ -724,28 +678,23 @@ def _restore_item(ck: Checkpoint, name: str, ra: Any) -> Any:
         if saved != k:
             raise InvalidArgumentError(f"item '{name}' was saved as {saved}, restored as {k}", file=at)
         return ck.json(name)
-    if ra is None:
-        return _restore_pytree(at, sub, None, None, None, jax_leaves=ck.jax_leaves(name))
     names = {c.__name__ for c in type(ra).__mro__}
     if "StandardRestoreArgs" in names:
         if getattr(ra, "support_layout", False) or getattr(ra, "fallback_sharding", None) is not None:
             raise _unsupported("StandardRestore(support_layout / fallback_sharding)",
                                "a target without a sharding restores onto the current mesh or NumPy", file=at)
-        return _restore_pytree(at, sub, _tree_of(ra.item), None, None,
-                               resize=not getattr(ra, "strict", True))
+        return _restore_pytree(at, sub, _tree_of(ra.item), None, None, resize=not getattr(ra, "strict", True))
     if getattr(ra, "legacy_transform_fn", None) is not None:
         raise _unsupported("PyTreeRestore(legacy_transform_fn=...)", "restore raw and transform", file=at)
-    # (ArrayRestore's restore_args is one RestoreArgs: the leaf at the item's root, key path "")
-    item = _tree_of(ra.item)
-    return _restore_pytree(at, sub, item, getattr(ra, "restore_args", None),
+    # (ra None: as saved; ArrayRestore's restore_args is one RestoreArgs: the leaf at the item's root, key path "")
+    return _restore_pytree(at, sub, _tree_of(getattr(ra, "item", None)), getattr(ra, "restore_args", None),
                            getattr(ra, "transforms", None), bool(getattr(ra, "partial_restore", False)),
                            jax_leaves=ck.jax_leaves(name))
 
 
 def _restore(path: Any, ra: Any) -> Any:
-    """A checkpoint (one archive or a directory of item archives; a
-    :class:`Where`, or a path or URL) restored with a restore argument
-    (None: every item as saved)."""
+    """A checkpoint (a :class:`Where`, path or URL) restored with a restore argument (None:
+    every item as saved)."""
     ck = Checkpoint(path)
     want: Dict[str, Any]
     if ra is not None and args.kind(ra)[1] == "composite":
@@ -786,22 +735,10 @@ def _tree_metadata(at: Where, sub: Optional[str], custom: Any) -> TreeMetadata:
 
 
 def _item_metadata(path: Any) -> Any:
-    """A checkpoint's item metadata (``path``: a :class:`Checkpoint`, a
-    :class:`Where`, or a path or URL): a TreeMetadata (one item) or a
-    Composite of them (None for JSON items)."""
+    """A checkpoint's item metadata (a :class:`Checkpoint`, :class:`Where`, path or URL): a
+    TreeMetadata (one item) or a Composite of them (None for JSON items)."""
     ck = path if isinstance(path, Checkpoint) else Checkpoint(path)
     custom = ck.custom_metadata()
-    out = {}
-    for name, kind in ck.kinds.items():
-        if kind in ("json", "stateful"):
-            out[name] = None
-            continue
-        at, sub, _ = ck.item(name)
-        out[name] = _tree_metadata(at, sub, custom)
+    out = {n: None if k in ("json", "stateful") else _tree_metadata(*ck.item(n)[:2], custom)
+           for n, k in ck.kinds.items()}
     return out[DEFAULT_ITEM_NAME] if ck.default else args.Composite(**out)
-
-
-# The classes are treecask.orbax's, where users import them from (repr, pickles, help).
-for _cls in (SaveArgs, RestoreArgs, ArrayRestoreArgs, Transform):
-    _cls.__module__ = "treecask.orbax"
-del _cls

@@ -26,7 +26,7 @@ from .._open import ITEMS_DIRECTORY_KEY
 from .._request import SaveRequest, compression_code, metadata_items
 from .._save import save as _save
 from ..stores import _upload
-from ..errors import Error, UnsupportedError, _with_file
+from ..errors import Error, InvalidArgumentError, UnsupportedError, _with_file
 
 #: The commit object of a checkpoint directory (``treecask.stores.COMMIT_OBJECT``).
 INDEX = stores.COMMIT_OBJECT
@@ -54,13 +54,8 @@ def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
     with _open(stores.join(key, INDEX), store=store) as a:
         if MARK_KEY not in a.metadata:
             return None  # a sharded checkpoint: one archive
-    out = set()
-    for n in names:
-        rest = n[len(head):]
-        first = rest.split("/", 1)[0]
-        if first and first != INDEX and ".tmp." not in first:
-            out.add(first)
-    return sorted(out)
+    firsts = {n[len(head):].split("/", 1)[0] for n in names}
+    return sorted(f for f in firsts if f and f != INDEX and ".tmp." not in f)
 
 
 def _snapshot(tree: Any) -> Any:
@@ -99,8 +94,6 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
     global _items_counter
     for name in items:
         if not isinstance(name, str) or not name or "/" in name or name == INDEX or name.startswith("."):
-            from ..errors import InvalidArgumentError
-
             raise InvalidArgumentError(f"an item name is a non-empty str without '/', not '{INDEX}', got {name!r}",
                                        file=store.display(key))
     store.make_directory(key.rpartition("/")[0])  # a file system's parents; nothing in an object store

@@ -131,9 +131,3 @@ def _leaf_metadata(info: Any) -> Any:
         return StringMetadata(info.key_path)
     cls = ScalarMetadata if info.value_kind in ("int", "float", "bool") else ArrayMetadata
     return cls(info.key_path, tuple(info.shape), info.dtype, info.sharding)
-
-
-# The classes are treecask.orbax's, where users import them from (repr, pickles, help).
-for _cls in (ArrayMetadata, ScalarMetadata, StringMetadata, TreeMetadata, StepMetadata, RootMetadata):
-    _cls.__module__ = "treecask.orbax"
-del _cls

@@ -245,9 +245,3 @@ class test_utils:  # noqa: N801 - Orbax's module name
 
     __test__ = False  # not a pytest test class
     erase_and_create_empty = staticmethod(erase_and_create_empty)
-
-
-# The classes are treecask.orbax's, where users import them from (repr, pickles, help).
-for _cls in (tree, utils, checkpoint_utils, test_utils):
-    _cls.__module__ = "treecask.orbax"
-del _cls

@@ -184,15 +184,10 @@ class CompositeArgs(CheckpointArgs, collections.abc.Mapping):
         return f"Composite({self._items!r})"
 
 
-StandardSave = StandardSaveArgs
-StandardRestore = StandardRestoreArgs
-PyTreeSave = PyTreeSaveArgs
-PyTreeRestore = PyTreeRestoreArgs
-JsonSave = JsonSaveArgs
-JsonRestore = JsonRestoreArgs
-ArraySave = ArraySaveArgs
-ArrayRestore = ArrayRestoreArgs
-Composite = CompositeArgs
+# Orbax's short names.
+StandardSave, StandardRestore, PyTreeSave, PyTreeRestore, Composite = (
+    StandardSaveArgs, StandardRestoreArgs, PyTreeSaveArgs, PyTreeRestoreArgs, CompositeArgs)
+JsonSave, JsonRestore, ArraySave, ArrayRestore = JsonSaveArgs, JsonRestoreArgs, ArraySaveArgs, ArrayRestoreArgs
 
 
 def kind(a: Any) -> Tuple[str, str]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from . import args as _args
+from .args import (ArrayRestoreArgs, ArraySaveArgs, CompositeArgs, JsonRestoreArgs, JsonSaveArgs,
+                   PyTreeRestoreArgs, PyTreeSaveArgs, StandardRestoreArgs, StandardSaveArgs)
 from ._checkpointers import (
     ArrayCheckpointHandler,
     CheckpointHandler,
@@ -23,16 +24,7 @@ from ._checkpointers import (
 from ..errors import AlreadyExistsError, KeyNotFoundError, UnsupportedError
 from ._items import _unsupported_names
 
-StandardSaveArgs = _args.StandardSaveArgs
-StandardRestoreArgs = _args.StandardRestoreArgs
-PyTreeSaveArgs = _args.PyTreeSaveArgs
-PyTreeRestoreArgs = _args.PyTreeRestoreArgs
-JsonSaveArgs = _args.JsonSaveArgs
-JsonRestoreArgs = _args.JsonRestoreArgs
-ArraySaveArgs = _args.ArraySaveArgs
-ArrayRestoreArgs = _args.ArrayRestoreArgs
-CompositeArgs = _args.CompositeArgs
-CompositeResults = _args.CompositeArgs
+CompositeResults = CompositeArgs
 
 
 class CheckpointHandlerRegistry:
@@ -77,11 +69,8 @@ class CheckpointHandlerRegistry:
 
     def has(self, item: Optional[str], args: Any) -> bool:
         """Whether :meth:`get` finds a handler."""
-        try:
-            self.get(item, args)
-            return True
-        except KeyError:
-            return False
+        a = args if isinstance(args, type) else type(args)
+        return (item, a) in self._entries or (None, a) in self._entries
 
     def get_all_entries(self) -> Dict[Tuple[Optional[str], type], Any]:
         """{(item, argument class): handler class}."""
@@ -124,11 +113,6 @@ _UNSUPPORTED = {
 
 
 __getattr__ = _unsupported_names("treecask.orbax.handlers", "handlers.", _UNSUPPORTED)
-
-
-for _cls in (CheckpointHandlerRegistry, DefaultCheckpointHandlerRegistry):
-    _cls.__module__ = "treecask.orbax.handlers"
-del _cls
 
 __all__ = [
     "ArrayCheckpointHandler", "CheckpointHandler", "CompositeCheckpointHandler", "JsonCheckpointHandler",

@@ -37,7 +37,7 @@ from ._api import (
     save_pytree_async,
 )
 from ._context import Context, get_context
-from .._items import _to_shape_dtype_struct, _unsupported_names
+from .._items import _publish, _to_shape_dtype_struct, _unsupported_names
 from .._utils import merge_trees as _merge_trees
 
 #: A pytree's metadata is the tree itself (Orbax's ``PyTreeMetadata``).
@@ -72,8 +72,6 @@ class tree:  # noqa: N801 - Orbax's module name
     merge = staticmethod(_merge_trees)
 
 
-arrays.__module__ = tree.__module__ = "treecask.orbax.v1"
-
 # Orbax v1 names treecask does not provide, and why (a module __getattr__: UnsupportedError on use).
 _UNSUPPORTED = {
     "partial": "partial saving adds to a checkpoint directory; an archive is written whole",
@@ -96,3 +94,4 @@ __all__ = [
     "AsyncResponse", "CheckpointMetadata", "StatefulCheckpointable", "PyTreeMetadata", "Context", "get_context", "PLACEHOLDER",
     "STATE_CHECKPOINTABLE_KEY", "AUTO_CHECKPOINTABLE_KEY", "options", "training", "arrays", "tree",
 ]
+_publish(globals())

@@ -77,17 +77,8 @@ class AsyncResponse(Generic[T_]):
         self._thread = threading.Thread(target=target, name="treecask-orbax-v1", daemon=False)
         self._thread.start()
 
-    @classmethod
-    def _completed(cls, value: T_) -> "AsyncResponse[T_]":
-        """A response to work already done (no thread)."""
-        r = cls.__new__(cls)
-        r._value, r._error, r._callbacks, r._lock, r._thread, r._done = value, None, [], threading.Lock(), None, True
-        return r
-
     def result(self, timeout: Optional[float] = None) -> T_:
         """The work's value, once it is done (raises its error)."""
-        if self._thread is None:
-            return self._value
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"the operation did not finish within {timeout} s")
@@ -158,10 +149,8 @@ def _validate_checkpointables(checkpointables: Any, file: str) -> Dict[str, Any]
 
 
 def _storage_cast(tree: Any) -> Any:
-    """`tree` with each array leaf cast to the dtype the context's
-    ``array.saving.storage_options`` / ``scoped_storage_options_creator``
-    give it (Orbax's rule: the creator's non-None dtype for that leaf, else
-    the global one)."""
+    """`tree`'s array leaves cast to the context's ``storage_options`` dtype, the
+    ``scoped_storage_options_creator``'s for a leaf when it gives one (Orbax's rule)."""
     saving = get_context().array.saving
     base = getattr(saving.storage_options, "dtype", None)
     creator = getattr(saving, "scoped_storage_options_creator", None)
@@ -172,11 +161,8 @@ def _storage_cast(tree: Any) -> Any:
     def one(kp: Any, x: Any) -> Any:
         if not (hasattr(x, "astype") and hasattr(x, "dtype")):
             return x
-        dt = base
-        if creator is not None:
-            so = creator(kp, x)
-            if so is not None and getattr(so, "dtype", None) is not None:
-                dt = so.dtype
+        so = creator(kp, x) if creator is not None else None
+        dt = so.dtype if getattr(so, "dtype", None) is not None else base
         return x if dt is None or x.dtype == np.dtype(dt) else x.astype(dt)
 
     return jax.tree_util.tree_map_with_path(one, tree)
@@ -194,8 +180,6 @@ def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, c
     own[_INIT_KEY] = str(time.time_ns())
     pending = _L.save_directory(p.store, p.key, enc, own, overwrite=bool(overwrite), asynchronous=asynchronous)
     callback = ctx.asynchronous.post_finalization_callback if asynchronous else None
-    if pending is None and callback is None:
-        return AsyncResponse._completed(None)
 
     def finish() -> None:
         if pending is not None:
@@ -264,9 +248,8 @@ save_pytree, save_pytree_async = save, save_async  # Orbax's former names
 
 
 def _pytree_name(ck: Checkpoint, name: Optional[str]) -> Optional[str]:
-    """The checkpointable `load` reads: None for the archive root (one pytree saved by treecask.save or
-    a single-item treecask.orbax checkpoint), else its name. "AUTO" is Orbax 0.12.8's rule
-    (``OrbaxLayout.get_checkpointable_names``): "state" if present, else the first pytree by name."""
+    """The checkpointable `load` reads: None for the archive root, else its name; "AUTO"
+    is Orbax 0.12.8's rule: "state" if present, else the first pytree by name."""
     path = ck.where
     if ck.default:
         if name in (None, AUTO_CHECKPOINTABLE_KEY, DEFAULT_ITEM_NAME):
@@ -288,11 +271,9 @@ def _pytree_name(ck: Checkpoint, name: Optional[str]) -> Optional[str]:
 
 
 def _abstract(tree: Any) -> Any:
-    """An abstract tree as a treecask.load template: a CheckpointMetadata stands
-    for its ``.metadata``; an ArrayMetadata leaf (from :func:`metadata`) for a
-    ``jax.ShapeDtypeStruct`` on the NamedSharding it was saved with (rebuilt
-    over the current devices), or a NumPy template when it was saved without
-    one; a ScalarMetadata for its Python type's zero, a StringMetadata for ""."""
+    """An abstract tree as a treecask.load template: a CheckpointMetadata's ``.metadata``, an
+    ArrayMetadata as a ShapeDtypeStruct on its saved mesh (else a NumPy template), a Scalar / StringMetadata
+    as its type's zero / ""."""
     if isinstance(tree, CheckpointMetadata):
         tree = tree.metadata
     if tree is None:
@@ -305,23 +286,13 @@ def _abstract(tree: Any) -> Any:
         if isinstance(x, (StringMetadata, ScalarMetadata)):
             return _v1_tree(x)
         if isinstance(x, ArrayMetadata):
-            s = None
-            if x.sharding is not None:
-                try:
-                    s = x.sharding.to_jax()
-                except Exception:  # a mesh this process cannot build: a NumPy array instead
-                    s = None
-            if s is not None:
-                return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=s)
-            return np.broadcast_to(np.zeros((), x.dtype), tuple(x.shape))
+            try:  # on its saved mesh; without one, or one this process cannot build: a NumPy array
+                return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=x.sharding.to_jax())
+            except Exception:
+                return np.broadcast_to(np.zeros((), x.dtype), tuple(x.shape))
         return x
 
     return jax.tree_util.tree_map(conv, tree, is_leaf=lambda x: isinstance(x, (ArrayMetadata, StringMetadata)))
-
-
-def _scalar_zero(dtype: Any) -> Any:
-    kind = np.dtype(dtype).kind
-    return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}.get(kind, 0)
 
 
 #: The Python and array types Orbax accepts as an abstract leaf ("load as saved, as this type").
@@ -444,8 +415,7 @@ load_pytree, load_pytree_async = load, load_async  # Orbax's former names
 
 
 def _v1_tree(tree: Any) -> Any:
-    """A TreeMetadata's tree with Orbax v1's leaves: ArrayMetadata as is, a
-    scalar as its type's zero (0, 0.0, False), a string as ""."""
+    """A TreeMetadata's tree with Orbax v1's leaves: a scalar as its type's zero, a string as ""."""
     if isinstance(tree, dict):
         return {k: _v1_tree(v) for k, v in tree.items()}
     if isinstance(tree, list):
@@ -455,15 +425,13 @@ def _v1_tree(tree: Any) -> Any:
     if isinstance(tree, StringMetadata):
         return ""
     if isinstance(tree, ScalarMetadata):
-        return _scalar_zero(tree.dtype)
+        return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}.get(np.dtype(tree.dtype).kind, 0)
     return tree
 
 
 def _checkpoint_metadata(path: Any, store: Any, name: Optional[str], one: bool) -> CheckpointMetadata:
     """:func:`metadata` (``one``: of checkpointable ``name``) or
-    :func:`checkpointables_metadata`: the commit time is the modification
-    time of the checkpoint's commit object where the store has one (a file
-    system's)."""
+    :func:`checkpointables_metadata`; the commit time is the commit object's (a file system's)."""
     ck = Checkpoint(Where(path, store))
     im = _item_metadata(ck)
     items = {DEFAULT_ITEM_NAME: im} if ck.default else dict(im.items())
@@ -551,7 +519,4 @@ def is_orbax_checkpoint(path: Any, *, store: Any = None) -> bool:
         return False
 
 
-for _cls in (AsyncResponse, CheckpointMetadata):
-    _cls.__module__ = "treecask.orbax.v1"
-del _cls
 _ = PLACEHOLDER  # re-exported by the package

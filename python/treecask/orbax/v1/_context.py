@@ -51,26 +51,16 @@ class Context:
     block; treecask does not check that.)"""
 
     def __init__(self, context: Optional["Context"] = None, *, checkpoint_layout: Any = None, **options: Any):
-        known = {kw for kw, _, _ in _FIELDS}
-        unknown = sorted(set(options) - known)
+        unknown = sorted(set(options) - {kw for kw, _, _ in _FIELDS})
         if unknown:
             raise TypeError(f"Context() got unexpected keyword argument(s) {unknown}")
-        for kw, attr, cls in _FIELDS:
-            given = options.get(kw)
-            if given is not None:
-                value = copy.deepcopy(given)
-            elif context is not None:
-                value = copy.deepcopy(getattr(context, attr))
-            else:
-                value = cls()
-            object.__setattr__(self, "_" + attr, value)
-        if checkpoint_layout is not None:
-            layout = O.CheckpointLayout(checkpoint_layout)
-        elif context is not None:
-            layout = context.checkpoint_layout
-        else:
-            layout = O.CheckpointLayout.ORBAX
-        self._checkpoint_layout = layout
+        for kw, attr, cls in _FIELDS:  # each given option, else a copy of the parent's, else the default
+            value = options.get(kw)
+            value = getattr(context, attr) if value is None and context is not None else value
+            object.__setattr__(self, "_" + attr, cls() if value is None else copy.deepcopy(value))
+        if checkpoint_layout is None:
+            checkpoint_layout = context.checkpoint_layout if context is not None else O.CheckpointLayout.ORBAX
+        self._checkpoint_layout = O.CheckpointLayout(checkpoint_layout)
         self._tokens: list = []
 
     @property
@@ -126,6 +116,3 @@ def check_supported(ctx: Context, file: str = "") -> None:
     loading = ctx.array.loading
     if getattr(loading, "use_load_and_broadcast", False):
         raise refuse("array.loading.use_load_and_broadcast", "every process reads the boxes it needs")
-
-
-Context.__module__ = "treecask.orbax.v1"

@@ -218,11 +218,3 @@ class CheckpointLayout(enum.Enum):
     ORBAX = "orbax"
     SAFETENSORS = "safetensors"
     AUTO = "auto"
-
-
-# The classes are treecask.orbax.v1.options', where users import them from (repr, pickles, help).
-for _cls in (AsyncOptions, AtomicityMode, AtomicityOptions, MultiprocessingOptions, FileOptions, PyTreeOptions,
-             ArrayOptions, CheckpointablesOptions, PathwaysOptions, DeletionOptions, MemoryOptions,
-             SafetensorsOptions, CheckpointLayout):
-    _cls.__module__ = "treecask.orbax.v1.options"
-del _cls

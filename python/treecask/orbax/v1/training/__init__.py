@@ -7,7 +7,7 @@ the policies (``save_decision_policies``, ``preservation_policies``) and
 
 from . import errors, preservation_policies, save_decision_policies
 from ._checkpointer import Checkpointer, CheckpointMetadata, RootMetadata
-from ..._items import _unsupported_names
+from ..._items import _publish, _unsupported_names
 
 __all__ = ["Checkpointer", "CheckpointMetadata", "RootMetadata", "save_decision_policies",
            "preservation_policies", "errors"]
@@ -15,3 +15,4 @@ __all__ = ["Checkpointer", "CheckpointMetadata", "RootMetadata", "save_decision_
 
 __getattr__ = _unsupported_names("treecask.orbax.v1.training", "v1 ocp.training.",
                                  {"pathways": "it drives Pathways' own checkpointing"}, by="treecask.orbax.v1")
+_publish(globals())

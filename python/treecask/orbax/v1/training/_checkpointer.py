@@ -1,4 +1,4 @@
-"""Orbax v1's ``training.Checkpointer`` over ``_steps.Steps`` (the one adapter
+"""Orbax v1's ``training.Checkpointer``, a ``_steps.Steps`` (the one base
 over :class:`treecask.CheckpointManager` that ``treecask.orbax``'s manager
 shares): each step laid out as the v1 free functions lay out a checkpoint
 (``_api.py``); the preservation policy is the manager's ``keep_fn``.
@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from ... import args as _args
 from ..._items import _encode_items
-from ..._steps import Run, Steps
+from ..._steps import Steps
 from .._api import (
     _INIT_KEY,
     STATE_CHECKPOINTABLE_KEY,
@@ -29,7 +29,6 @@ from ....errors import UnsupportedError
 from . import preservation_policies as _pp
 from . import save_decision_policies as _sd
 from .errors import StepAlreadyExistsError, StepNotFoundError
-
 
 
 class CheckpointMetadata(_BaseMetadata):
@@ -84,7 +83,7 @@ def _step_of(step: Any) -> Optional[int]:
     return step.step if isinstance(step, CheckpointMetadata) else step
 
 
-class Checkpointer(Run):
+class Checkpointer(Steps):
     """A sequence of checkpoints in a training loop (Orbax v1 ``training.Checkpointer``).
 
     ``Checkpointer(directory, *, context=None, save_decision_policy=None,
@@ -119,11 +118,8 @@ class Checkpointer(Run):
         self._save_policy = save_decision_policy if save_decision_policy is not None else _sd.AnySavePolicy([
             _sd.InitialSavePolicy(), _sd.ContinuousCheckpointingPolicy(), _sd.PreemptionCheckpointingPolicy()])
         policy = preservation_policy if preservation_policy is not None else _pp.PreserveAll()
-        self._steps = Steps(d, store, async_save=True, keep_fn=lambda infos: list(policy.should_preserve(
-            [_metadata_of(i) for i in infos], context=_pp.PreservationContext())))  # the manager's keep_fn
-        self._custom = custom_metadata
-        if custom_metadata is not None:  # the run's entry "metadata", written once (Orbax's metadata/)
-            self._steps.save_root_metadata(custom_metadata)
+        super().__init__(d, store, custom_metadata, async_save=True, keep_fn=lambda infos: list(
+            policy.should_preserve([_metadata_of(i) for i in infos], context=_pp.PreservationContext())))
 
     # ---- listing ----
     @property
@@ -131,7 +127,7 @@ class Checkpointer(Run):
         """The steps, ascending by step, as :class:`CheckpointMetadata` with
         ``metadata`` None (step, path, metrics, commit time), a step still
         being saved included (its time: when its save began)."""
-        return [_metadata_of(i) for i in self._steps.infos()]
+        return [_metadata_of(i) for i in self._infos()]
 
     @property
     def latest(self) -> Optional[CheckpointMetadata]:
@@ -140,13 +136,13 @@ class Checkpointer(Run):
         return cps[-1] if cps else None
 
     def _at(self, step: Any) -> Any:
-        """(the :class:`CheckpointMetadata` of step ``step``, None: the latest, and
-        where it is); the save in flight waited for first. StepNotFoundError when none."""
-        self._steps.wait_quietly()
+        """(CheckpointMetadata, Where) of step ``step`` (None: the latest), a save in flight waited
+        for first; StepNotFoundError when none."""
+        self._wait_quietly()
         cps = self.checkpoints
         step = _step_of(step)
         c = (cps[-1] if cps else None) if step is None else next((c for c in cps if c.step == step), None)
-        where = None if c is None else self._steps.where(c.step)
+        where = None if c is None else self._where(c.step)
         if where is None:
             raise StepNotFoundError("step=None, but no checkpoints were found" if step is None else
                                     f"no checkpoint at step {step}", file=str(self.directory))
@@ -161,9 +157,9 @@ class Checkpointer(Run):
         previous = self.checkpoints
         if previous and previous[-1].step >= step:
             return False
-        now = CheckpointMetadata(step, self._steps.manager.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
+        now = CheckpointMetadata(step, self._mgr.path(step), metadata=None, commit_timestamp_nsecs=time.time_ns())
         ctx = _sd.DecisionContext(is_saving_in_progress=self.is_saving_in_progress(),
-                                  reached_preemption=self._steps.manager.reached_preemption(step),
+                                  reached_preemption=self.reached_preemption(step),
                                   multiprocessing_options=self._context.multiprocessing)
         return bool(self._save_policy.should_save(now, previous, context=ctx))
 
@@ -184,22 +180,22 @@ class Checkpointer(Run):
             check_supported(self._context, d)
             items = _validate_checkpointables(checkpointables, d)
             step = int(_step_of(step))
-            if any(c.step == step for c in self.checkpoints):  # a step in flight included
+            if step in self.all_steps():  # a step in flight included
                 if not overwrite:
                     raise StepAlreadyExistsError(f"step {step} already exists (overwrite=True replaces it)",
-                                                 file=str(self._steps.manager.path(step)))
+                                                 file=str(self._mgr.path(step)))
                 self.delete(step)
             if not force and not self.should_save(step):  # asked before waiting, as Orbax
                 return None
-            self._steps.wait_quietly()
+            self._wait_quietly()
             enc, md = _encode_items(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
                                     custom_metadata, d)
             md[_INIT_KEY] = str(time.time_ns())
-            self._steps.save(step, enc, metrics=metrics, metadata=md)
+            self._save_step(step, enc, metrics=metrics, metadata=md)
             callback = self._context.asynchronous.post_finalization_callback
 
         def finish() -> bool:
-            self._steps.wait()
+            self.wait()
             if callback is not None:
                 callback()
             return True
@@ -267,9 +263,7 @@ class Checkpointer(Run):
         """The ``custom_metadata`` given to this Checkpointer, or else the
         run's (its entry ``metadata``, written by the first Checkpointer given
         one), or ``{}``."""
-        custom = self._custom
-        if custom is None:
-            custom = self._steps.root_metadata()
+        custom = self._run_metadata()
         return RootMetadata(directory=self.directory, custom_metadata=custom if custom is not None else {})
 
     # ---- deleting ----
@@ -283,7 +277,7 @@ class Checkpointer(Run):
                                    "not supported by treecask.orbax.v1: a step's archive is written whole",
                                    file=str(self.directory))
         step = int(_step_of(step))
-        if self._steps.delete(step):
+        if self._delete_step(step):
             return True
         if missing_ok:
             return False
@@ -298,7 +292,7 @@ class Checkpointer(Run):
         cannot stop a write midway, so it waits for it, then deletes ``step``
         (if it exists): the same end state."""
         try:
-            self._steps.wait()
+            self.wait()
         finally:
             if step is not None:
                 self.delete(step, missing_ok=True)
@@ -307,18 +301,9 @@ class Checkpointer(Run):
     def reload(self) -> None:
         """Nothing to do: every listing reads the directory."""
 
-    def wait(self) -> None:
-        """Blocks until the save in flight is durable and the preservation policy
-        has run; raises its error, once."""
-        self._steps.wait()
-
     def __repr__(self) -> str:
         return f"<treecask.orbax.v1.training.Checkpointer {str(self.directory)!r}>"
 
     # Orbax's former names.
     save_pytree, save_pytree_async, load_pytree, load_pytree_async = save, save_async, load, load_async
     pytree_metadata = metadata
-
-for _cls in (CheckpointMetadata, RootMetadata, Checkpointer):
-    _cls.__module__ = "treecask.orbax.v1.training"
-del _cls

@@ -16,8 +16,3 @@ class StepAlreadyExistsError(AlreadyExistsError):
 class StepNotFoundError(NotFoundError):
     """No checkpoint at the step asked for (Orbax's; a ``FileNotFoundError``
     and a :class:`treecask.NotFoundError`)."""
-
-
-for _cls in (StepAlreadyExistsError, StepNotFoundError):
-    _cls.__module__ = __name__
-del _cls

@@ -58,14 +58,18 @@ class EveryNSeconds:
     interval_secs: int
 
     def should_preserve(self, checkpoints, *, context):
-        out: List[bool] = []
-        last = None
-        for c in checkpoints:
-            keep = last is None or (c.time - last.time) >= datetime.timedelta(seconds=self.interval_secs)
-            out.append(keep)
-            if keep:
-                last = c
-        return out
+        interval = datetime.timedelta(seconds=self.interval_secs)
+        return _spaced(checkpoints, lambda c, last: c.time - last.time >= interval)
+
+
+def _spaced(checkpoints: Sequence[Any], far_enough: Callable[[Any, Any], bool]) -> List[bool]:
+    """The first step kept, then each step ``far_enough`` from the last one kept."""
+    flags: List[bool] = []
+    last = None
+    for c in checkpoints:
+        flags.append(last is None or far_enough(c, last))
+        last = c if flags[-1] else last
+    return flags
 
 
 def _cap(flags: List[bool], max_to_keep: Optional[int]) -> List[bool]:
@@ -92,15 +96,8 @@ class EveryNSteps:
         if self.interval_steps == 0:
             raise ValueError("interval_steps must not be 0.")
         if self.exact_interval:
-            flags = [c.step % self.interval_steps == 0 for c in checkpoints]
-        else:
-            flags, last = [], None
-            for c in checkpoints:
-                keep = last is None or c.step - last >= self.interval_steps
-                flags.append(keep)
-                if keep:
-                    last = c.step
-        return _cap(flags, self.max_to_keep)
+            return _cap([c.step % self.interval_steps == 0 for c in checkpoints], self.max_to_keep)
+        return _cap(_spaced(checkpoints, lambda c, last: c.step - last.step >= self.interval_steps), self.max_to_keep)
 
 
 @dataclasses.dataclass
@@ -190,9 +187,3 @@ class AnyPreservationPolicy:
     def should_preserve(self, checkpoints, *, context):
         votes = [list(p.should_preserve(checkpoints, context=context)) for p in self.policies]
         return [any(v[i] for v in votes) for i in range(len(checkpoints))]
-
-
-for _cls in (PreservationContext, PreserveAll, LatestN, EveryNSeconds, EveryNSteps, EveryNStepsClosest, CustomSteps,
-             BestN, LatestDuration, AnyPreservationPolicy):
-    _cls.__module__ = __name__
-del _cls

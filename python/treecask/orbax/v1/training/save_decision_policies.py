@@ -99,9 +99,3 @@ class AnySavePolicy:
 
     def should_save(self, step, previous_steps, *, context):
         return any(p.should_save(step, previous_steps, context=context) for p in self.policies)
-
-
-for _cls in (DecisionContext, FixedIntervalPolicy, SpecificStepsPolicy, ContinuousCheckpointingPolicy,
-             PreemptionCheckpointingPolicy, InitialSavePolicy, AnySavePolicy):
-    _cls.__module__ = __name__
-del _cls
