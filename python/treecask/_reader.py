@@ -441,31 +441,6 @@ class Reader(abc.ABC):
         return out
 
 
-
-def _index_bounds(index: Any, shape: Tuple[int, ...]) -> Tuple[List[int], List[int], Optional[Tuple[Any, ...]]]:
-    """(start, stop, leftover) of a device's index over an array of `shape`
-    (a slice or a tuple of slices, as Sharding.devices_indices_map and
-    jax.make_array_from_callback give it): the box [start, stop) holding it,
-    and the indexing still to apply to that box, None when it is the box
-    itself (every slice of step 1); a dimension sliced with another step is
-    taken whole and sliced by the leftover."""
-    index = tuple(index) if isinstance(index, tuple) else (index,)
-    start, stop, rest, plain = [], [], [], True
-    for d, n in enumerate(shape):
-        sl = index[d] if d < len(index) else slice(None)
-        b, e, step = sl.indices(n)
-        if step == 1:
-            start.append(b)
-            stop.append(max(b, e))
-            rest.append(slice(None))
-        else:
-            start.append(0)
-            stop.append(n)
-            rest.append(sl)
-            plain = False
-    return start, stop, None if plain else tuple(rest)
-
-
 def _basic_box(index: Any, shape: Tuple[int, ...], file: str, key_path: str):
     """(start, stop, dimensions to drop) of NumPy basic index `index` (ints,
     step-1 slices, one Ellipsis) over `shape`; InvalidArgumentError otherwise."""
