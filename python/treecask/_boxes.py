@@ -182,25 +182,15 @@ class NnxVariableBox(Box):
         base = self._base()
         return base is not None and isinstance(obj, base)
 
-    def _metadata(self, obj) -> Dict[str, Any]:
-        if hasattr(obj, "get_metadata"):
-            return dict(obj.get_metadata())
-        return dict(getattr(obj, "_var_metadata", {}))
-
-    def _raw(self, obj):
-        if hasattr(obj, "get_raw_value"):
-            return obj.get_raw_value()
-        return obj.raw_value
-
     def fields(self, obj):
-        return [("value", self._raw(obj))]
+        return [("value", obj.get_raw_value())]
 
     def extras(self, obj):
         ex = Extras()
-        md = self._metadata(obj)
+        md = dict(obj.get_metadata())
         keep = {k: v for k, v in md.items() if k != "mesh" and _static.encodable(v)}
         ex.metadata[NNX_METADATA] = _static.encode(keep)
-        value = self._raw(obj)
+        value = obj.get_raw_value()
         for key in self._SHARDING_KEYS:
             names = md.get(key)
             if names is not None and isinstance(names, (tuple, list)) and len(names) == _rank(value):
@@ -231,10 +221,7 @@ class NnxVariableBox(Box):
         attrs.setdefault("hijax", False)
         attrs.setdefault("ref", False)
         attrs.setdefault("eager_sharding", False)
-        value = children["value"]
-        if hasattr(cls, "from_metadata"):
-            return cls.from_metadata(value, attrs)
-        return cls(value, **attrs)  # older flax
+        return cls.from_metadata(children["value"], attrs)
 
 
 # ---- Penzai: NamedArray / NamedArrayView / Parameter ---------------------------
