@@ -95,17 +95,8 @@ def _sharding_resolver(shardings: Any, a: Reader) -> Callable[[Tuple[str, ...], 
         return lambda comps, i: s
     if callable(shardings):
         return lambda comps, i: J.concrete_sharding(shardings(T.join_path(comps), a.info(i)))
-    node = T.build(shardings, strict=False)
-    table: Dict[Tuple[str, ...], Any] = {}
-
-    def collect(n: T.PNode, comps: Tuple[str, ...]):
-        if n.kind in (T.LEAF, T.NONE):  # (a None node's obj is None)
-            table[comps] = n.obj
-            return
-        for name, c in zip(T.child_names(n.kind, n.keys, len(n.children)), n.children):
-            collect(c, comps + (name,))
-
-    collect(node, ())
+    # (a None node names no sharding, as a path found in no entry)
+    table = {comps: leaf.obj for comps, leaf in T.iter_leaves(T.build(shardings, strict=False))}
 
     def resolve(comps, i):
         for k in range(len(comps), -1, -1):
