@@ -84,14 +84,8 @@ def shard_key(key_path: str, start: Sequence[int], stop: Sequence[int]) -> str:
 
 def parse_shard_key(component: str) -> Tuple[str, List[int], List[int]]:
     kp, _, box = component.rpartition("@")
-    start: List[int] = []
-    stop: List[int] = []
-    if box:
-        for part in box.split(","):
-            b, e = part.split(":")
-            start.append(int(b))
-            stop.append(int(e))
-    return kp, start, stop
+    pairs = [part.split(":") for part in box.split(",")] if box else []
+    return kp, [int(b) for b, _ in pairs], [int(e) for _, e in pairs]
 
 
 # ---- save ------------------------------------------------------------------------------
@@ -210,11 +204,7 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
         if snapshot and not J.is_jax_array(arrays[j]):
             datas[j] = np.array(datas[j], copy=True)
     order = sorted(range(len(keys)), key=lambda j: keys[j])
-    s.keys = [keys[j] for j in order]
-    s.kinds = [kinds[j] for j in order]
-    s.names = [names[j] for j in order]
-    s.shapes = [shapes[j] for j in order]
-    s.datas = [datas[j] for j in order]
+    s.keys, s.kinds, s.names, s.shapes, s.datas = ([c[j] for j in order] for c in (keys, kinds, names, shapes, datas))
     return s
 
 
