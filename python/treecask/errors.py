@@ -41,12 +41,7 @@ _BY_CODE: Dict[int, type] = {}
 
 
 def _format(file: str, key_path: str, code_name: str, message: str) -> str:
-    parts = [file if file else "<no file>"]
-    if key_path:
-        parts.append(key_path)
-    parts.append(code_name)
-    parts.append(message)
-    return ": ".join(parts)
+    return ": ".join([file or "<no file>"] + ([key_path] if key_path else []) + [code_name, message])
 
 
 class Error(Exception):
@@ -167,8 +162,6 @@ class StructureError(Error, ValueError):
 
     code = None
     code_name = "structure mismatch"
-
-
 
 
 def _from_core(code: int, code_name: str, file: str, key_path: str, message: str, what: str) -> Error:
