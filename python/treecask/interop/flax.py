@@ -57,11 +57,8 @@ def _is_orbax_checkpoint(path: str) -> bool:
     return any(os.path.exists(os.path.join(path, m)) for m in _ORBAX_MARKERS)
 
 
-def _parse_step(name: str, prefix: str) -> Optional[Step]:
-    """The step of ``<prefix><step>`` (int, or float as Flax allows), else None."""
-    if not prefix or not name.startswith(prefix):
-        return None
-    text = name[len(prefix):]
+def parse_step(text: str) -> Optional[Step]:
+    """``text`` as a step number: an int, else a float (as Flax allows), else None."""
     for kind in (int, float):
         try:
             return kind(text)
@@ -194,7 +191,8 @@ def import_flax(src: PathLike, dst: PathLike, *, step: Optional[Step] = None,
                                "pip install flax") from None
     s = os.path.abspath(os.fspath(src))
     path = os.path.normpath(_find(s, step, prefix, checkpoints))
-    step_no = _parse_step(os.path.basename(path), prefix)
+    name = os.path.basename(path)
+    step_no = parse_step(name[len(prefix):]) if prefix and name.startswith(prefix) else None
     md: Dict[str, str] = {META_SOURCE: path}
     if step_no is not None:
         md[META_STEP] = str(step_no)
