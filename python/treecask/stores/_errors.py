@@ -20,7 +20,7 @@ from ..errors import AlreadyExistsError, CorruptionError, Error, InvalidArgument
 _CREDENTIALS = ("check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
                 "GOOGLE_APPLICATION_CREDENTIALS or storage_options)")
 T = TypeVar("T")
-_EXISTS = "the object exists (a checkpoint is never replaced; pass overwrite=True to replace it)"
+EXISTS = "the object exists (a checkpoint is never replaced; pass overwrite=True to replace it)"
 
 
 def mapped(url: str, call: Callable[[], T], etag: Optional[str] = None) -> T:
@@ -59,7 +59,7 @@ def of_obstore(url: str, exc: BaseException, etag: Optional[str] = None) -> Erro
                                "instead of 206 Partial Content): serve it from a server that honours Range",
                                file=url)
     if isinstance(exc, E.AlreadyExistsError) or "412 Precondition Failed" in text:
-        return AlreadyExistsError(_EXISTS, file=url)
+        return AlreadyExistsError(EXISTS, file=url)
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         return NotFoundError("no such bucket", file=url)
     if isinstance(exc, FileNotFoundError):
@@ -97,8 +97,3 @@ def of_botocore(url: str, what: str, e: BaseException) -> Error:
         return IoError(f"access denied: {_CREDENTIALS}", file=url)
     detail = f"{code} (HTTP {status})" if code else f"{type(e).__name__}: {first_line(e)}"
     return IoError(f"{what} failed: {detail}", file=url)
-
-
-def exists_error(url: str, message: str = _EXISTS) -> AlreadyExistsError:
-    """The AlreadyExistsError of a create-only commit refused because ``url`` exists."""
-    return AlreadyExistsError(message, file=url)

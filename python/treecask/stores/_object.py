@@ -21,7 +21,7 @@ import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import treecask._core as _core
-from ..errors import AlreadyExistsError, Error
+from ..errors import AlreadyExistsError, Error, NotFoundError
 from . import _errors, _s3, _upload
 from ._source import ObjectSource
 from ._store import Store
@@ -184,15 +184,11 @@ class ObjectStore(Store):
         """``{"size", "version": ETag}`` of object ``path`` (one HEAD), None when missing."""
         import obstore
 
-        err: Optional[Error] = None
         try:
-            m = obstore.head(self.store, path)
-            return {"size": int(m["size"]), "version": m.get("e_tag")}
-        except FileNotFoundError:
+            m = _errors.mapped(self.display(path), lambda: obstore.head(self.store, path))
+        except NotFoundError:
             return None
-        except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-            err = _errors.of_obstore(self.display(path), e)
-        raise err
+        return {"size": int(m["size"]), "version": m.get("e_tag")}
 
     # ---- writing ----
     def put_file(self, path: str, local_file: str, *, overwrite: bool) -> None:

@@ -17,7 +17,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import treecask._core as _core
-from ..errors import Error
+from ..errors import AlreadyExistsError, Error
 from . import _errors, _upload
 
 #: The S3 options of the core's environment table (``_core.ENV_OPTIONS``,
@@ -286,21 +286,14 @@ class S3:
                 return str(r.get("ETag", ""))
             except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
                 code, status = _errors.botocore_code(e)
-                refused = not overwrite and (status == 412 or code in ("PreconditionFailed",
-                                                                        "ConditionalRequestConflict"))
-                if refused or (code == "NoSuchUpload" and not overwrite):
-                    # A retried completion whose first try committed is refused (412) or finds its
-                    # upload gone: the object is then this save's own bytes.
+                if not overwrite and (status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict")):
+                    # A retried completion whose first try committed is refused: the object is then
+                    # this save's own bytes.
                     own = self._own_etag(key, local_file)
                     if own is not None:
                         return own
-                if refused:
-                    err = _errors.exists_error(url)
-                elif code == "NoSuchUpload" and not overwrite and self._exists(key):
-                    # aborted by the saver that committed the key first (abort_dead)
-                    err = _errors.exists_error(url, "another saver committed the object first (this upload "
-                                                    "was aborted)")
-                else:
+                    err = AlreadyExistsError(_errors.EXISTS, file=url)
+                else:  # (NoSuchUpload after another saver committed: ObjectStore.put_file checks the key)
                     err = _errors.of_botocore(url, "the multipart upload", e)
             raise err
         except BaseException:
@@ -324,13 +317,6 @@ class S3:
             f.seek(size - n)
             mine = f.read(n)
         return str(r.get("ETag", "")) if total == size and got == mine else None
-
-    def _exists(self, key: str) -> bool:
-        try:
-            self.client.head_object(Bucket=self.bucket, Key=key)
-            return True
-        except Exception:  # noqa: BLE001
-            return False
 
     def _parts(self, key: str, upload: str, local_file: str) -> List[dict]:
         """Uploads the file's parts, each read by its worker when it starts
