@@ -136,21 +136,6 @@ def mesh_to_lists(mesh: Any) -> Optional[Tuple[List[str], List[int]]]:
         return None
 
 
-def sharding_of_array(x: Any) -> Optional[Tuple[List[str], List[int], List[List[str]]]]:
-    """(mesh names, mesh sizes, spec) of a jax.Array / ShapeDtypeStruct with a NamedSharding."""
-    jax = jax_loaded()
-    if jax is None:
-        return None
-    s = getattr(x, "sharding", None)
-    if not isinstance(s, jax.sharding.NamedSharding):
-        return None
-    m = mesh_to_lists(s.mesh)
-    spec = spec_to_lists(tuple(s.spec))
-    if m is None or spec is None:
-        return None
-    return m[0], m[1], spec
-
-
 def abstract_mesh(names: Sequence[str], sizes: Sequence[int]):
     """A jax.sharding.AbstractMesh with these axes (no devices needed)."""
     jax = import_jax()

@@ -204,11 +204,9 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
     if not shape or math.prod(shape) == 0 or dtype_name in _dtypes.PACKED:
         return None
     dtype = _dtypes.to_numpy(dtype_name)
-    if _carrier(dtype) is None or math.prod(shape) * dtype.itemsize < READ_ONCE_MIN_BYTES:
-        return None
-    if getattr(sharding, "is_fully_addressable", True):
-        return None
-    if max(len(p) for _, p in holders(sharding, shape)) <= 1:
+    if (_carrier(dtype) is None or math.prod(shape) * dtype.itemsize < READ_ONCE_MIN_BYTES
+            or getattr(sharding, "is_fully_addressable", True)
+            or max(len(p) for _, p in holders(sharding, shape)) <= 1):
         return None
     mesh = sharding.mesh
     sizes = dict(mesh.shape)
