@@ -259,31 +259,17 @@ class S3:
         marker = self._key(f"{_core.temporary_path(path)}/{UPLOAD_MARKER}")
         err: Optional[Error] = None
         upload: Optional[str] = None
+        what = "starting the multipart upload"
         try:
             try:
                 self.client.put_object(Bucket=self.bucket, Key=marker, Body=b"")
                 upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
                 self.client.put_object(Bucket=self.bucket, Key=marker, Body=upload.encode())
-            except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
-                err = _errors.of_botocore(url, "starting the multipart upload", e)
-            if err is not None:
-                if upload is not None:
-                    self.abort(path, upload)
-                raise err
-            return self._upload(key, upload, local_file, url, overwrite)
-        finally:
-            with contextlib.suppress(Exception):
-                self.client.delete_object(Bucket=self.bucket, Key=marker)
-
-    def _upload(self, key: str, upload: str, local_file: str, url: str, overwrite: bool) -> str:
-        err: Optional[Error] = None
-        try:
-            try:
+                what = "the multipart upload"
                 parts = self._parts(key, upload, local_file)
-                condition = {} if overwrite else {"IfNoneMatch": "*"}
-                r = self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}, **condition)
-                return str(r.get("ETag", ""))
+                return str(self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts},
+                    **({} if overwrite else {"IfNoneMatch": "*"})).get("ETag", ""))
             except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
                 code, status = _errors.botocore_code(e)
                 if not overwrite and (status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict")):
@@ -294,12 +280,15 @@ class S3:
                         return own
                     err = AlreadyExistsError(_errors.EXISTS, file=url)
                 else:  # (NoSuchUpload after another saver committed: ObjectStore.put_file checks the key)
-                    err = _errors.of_botocore(url, "the multipart upload", e)
+                    err = _errors.of_botocore(url, what, e)
             raise err
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+        except BaseException:  # whatever failed, Ctrl-C included: the upload goes
+            if upload is not None:
+                self.abort(path, upload)
             raise
+        finally:
+            with contextlib.suppress(Exception):
+                self.client.delete_object(Bucket=self.bucket, Key=marker)
 
     def _own_etag(self, key: str, local_file: str) -> Optional[str]:
         """The ETag of object ``key`` when its size and last
