@@ -23,15 +23,17 @@ T = TypeVar("T")
 EXISTS = "the object exists (a checkpoint is never replaced; pass overwrite=True to replace it)"
 
 
-def mapped(url: str, call: Callable[[], T], etag: Optional[str] = None) -> T:
-    """``call()``, an obstore failure raised as :func:`of_obstore`'s error
-    (chained to nothing); a treecask error as it is."""
+def mapped(url: str, call: Callable[[], T], etag: Optional[str] = None,
+           error: Optional[Callable[[str, BaseException], Error]] = None) -> T:
+    """``call()``, a client's failure raised as ``error(url, exception)``'s
+    treecask error (default :func:`of_obstore`'s), chained to nothing; a
+    treecask error as it is."""
     try:
         return call()
     except Error:
         raise
-    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-        err = of_obstore(url, e, etag)
+    except Exception as e:  # noqa: BLE001 -- every client error becomes a treecask one
+        err = error(url, e) if error is not None else of_obstore(url, e, etag)
     raise err
 
 

@@ -71,13 +71,8 @@ def _shared_store(scheme: str, base: str, storage_options: Optional[Mapping[str,
     with _STORES_LOCK:
         store = _STORES.get(key)
     if store is None:
-        err: Optional[Error] = None
-        try:
-            store = _new_store(scheme, base, storage_options)
-        except Exception as e:  # noqa: BLE001 -- obstore's ValueError may quote the URL: one treecask error
-            err = _errors.of_config(url, e)
-        if err is not None:
-            raise err  # outside the except: chained to nothing
+        # (obstore's ValueError may quote the URL: one treecask error, chained to nothing)
+        store = _errors.mapped(url, lambda: _new_store(scheme, base, storage_options), error=_errors.of_config)
         if "?" not in base:  # a signed URL is used once: its store is not kept
             with _STORES_LOCK:
                 _STORES[key] = store

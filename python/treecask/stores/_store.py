@@ -329,10 +329,8 @@ class Store(abc.ABC):
         writers' temporaries swept). Elsewhere: :meth:`check_new` (an
         existing ``path`` refused before any byte is written or uploaded),
         then :meth:`write_archive`."""
-        local = self.local_path(path)
-        if local is not None:
-            return write(local, True)
-        self.check_new(path, overwrite=overwrite)
+        if self.local_path(path) is None:
+            self.check_new(path, overwrite=overwrite)
         return self.write_archive(path, write, overwrite=overwrite)
 
     def write_archive(self, path: str, write: Callable[[str, bool], T], *, overwrite: bool) -> T:
