@@ -29,15 +29,6 @@ def is_jax_array(x: Any) -> bool:
     return jax is not None and isinstance(x, jax.Array)
 
 
-def on_host(x: Any) -> bool:
-    """True for a jax.Array whose devices are all the host's (platform "cpu"):
-    np.asarray(x) is then a view of its buffer, not a device-to-host copy."""
-    try:
-        return all(d.platform == "cpu" for d in x.devices())
-    except Exception:
-        return False
-
-
 def is_shape_dtype_struct(x: Any) -> bool:
     jax = jax_loaded()
     return jax is not None and isinstance(x, jax.ShapeDtypeStruct)
