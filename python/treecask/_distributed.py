@@ -130,9 +130,7 @@ def from_zero(client: Any, key: str, timeout_ms: int, shown: str, work: Optional
 
 
 class _Save:
-    """One multi-process save: everything taken from the caller's tree in the
-    caller's thread (:func:`prepare`), so that :func:`run` -- the collective
-    protocol, on any thread -- never touches the tree again."""
+    """One multi-process save: what :func:`prepare` took from the tree, so that :func:`run` never touches it."""
 
     __slots__ = ("store", "path", "shown", "key", "pid", "nproc", "nodes", "key_paths", "metas", "is_global",
                  "md", "keys", "kinds", "names", "shapes", "datas", "options")
@@ -266,13 +264,8 @@ def run(s: _Save):
 
 
 def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -> Dict[str, int]:
-    """Step 3 (process 0): the index, built from the manifests of the shard
-    files (each read through the store), must open with them as one
-    checkpoint (every ShardRef resolves, boxes tile every leaf); then the
-    store publishes the checkpoint (``Store.publish_directory``: a rename
-    of the staging directory, or the conditional creation of ``index.cask``
-    under the final prefix, and the removal of what the new index does not
-    name)."""
+    """Step 3 (process 0): the index built from the shard files' manifests, opened
+    with them as one checkpoint, then published by the store (``Store.publish_directory``)."""
     st, key, nproc = s.store, s.key, s.nproc
     totals = {"file_bytes": 0, "raw_bytes": 0, "stored_bytes": 0, "num_leaves": len(s.key_paths), "num_blobs": 0}
     for k in range(nproc):

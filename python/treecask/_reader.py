@@ -65,10 +65,8 @@ class Reader(abc.ABC):
 
     def _open_source(self, opener: str, path: Any, store: Any, storage_options: Any, signature: Any,
                      public_key: Any, **options: Any) -> None:
-        """Opens the core reader of ``path`` (resolved once: ``stores.resolve``)
-        by the store's ``opener`` (``open_archive``, ``open_sharded``: mapped
-        on a file system, by range elsewhere), a signed one checked against
-        ``signature`` and ``public_key`` (both or neither)."""
+        """Opens the core reader of ``path`` (resolved once) by the store's ``opener``
+        (``open_archive`` / ``open_sharded``), signed when ``signature`` and ``public_key`` are given."""
         self._core = self._raw_infos = self._treedef_raw = None
         loc = stores.resolve(path, store, storage_options)
         self._path = loc.shown
@@ -387,9 +385,7 @@ class Reader(abc.ABC):
 
     # -- internals --
     def _place_read_once(self, i: int, d: Dict[str, Any], sharding: Any) -> Any:
-        """Leaf i (description `d`) placed on `sharding` by a single-read
-        placement (:attr:`single_read`), or None when this leaf is read as
-        without it (``_replicas.read_once_sharding``)."""
+        """Leaf i placed by a single-read placement (:attr:`single_read`), or None when it is read without."""
         if not self.single_read:
             return None
         shape = tuple(int(s) for s in d["shape"])
@@ -401,10 +397,7 @@ class Reader(abc.ABC):
                                          sharding, inter, file=self._path, key_path=d["key_path"])
 
     def _read_boxes(self, i: int, dtype: np.dtype, boxes) -> Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray]:
-        """Each box (start, stop) of `boxes` (an iterable) of leaf i, read
-        into its own 64-byte-aligned array of `dtype` by one
-        Archive::read_slices call (each chunk decoded and checksummed once,
-        all cores, GIL released)."""
+        """Each box (start, stop) of leaf i read into its own 64-byte-aligned array by one read_slices call."""
         out = {b: _aligned_empty(tuple(e - a for a, e in zip(*b)), dtype) for b in boxes}
         keys = list(out)
         self._c().read_slices(i, [list(b[0]) for b in keys], [list(b[1]) for b in keys],
@@ -413,10 +406,7 @@ class Reader(abc.ABC):
         return out
 
     def _read_many(self, indices: List[int], names: Sequence[str], shapes: Sequence[Tuple[int, ...]]) -> List[Any]:
-        """Fresh, writable arrays of the leaves `indices` (of dtype names
-        `names` and shapes `shapes`): one bulk call (all cores, pread +
-        checksum in one pass) for the whole-byte dtypes; the packed sub-byte
-        leaves one by one (_read_array unpacks them)."""
+        """Fresh arrays of the leaves `indices`: one bulk call for the whole-byte dtypes, packed ones one by one."""
         plain = _dtypes.PLAIN_DTYPES
         empty = np.empty
         arrays = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
@@ -429,9 +419,7 @@ class Reader(abc.ABC):
         return [x if x is not None else self._read_array(i, infos[i]) for i, x in zip(indices, arrays)]
 
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
-        """A fresh, writable array of leaf i (description `d`): sub-byte dtypes
-        unpacked one element per byte by a whole-leaf slice read
-        (Archive::read_slice), as ml_dtypes holds them."""
+        """A fresh, writable array of leaf i; a sub-byte dtype unpacked by a whole-leaf read_slice."""
         name, shape = d["dtype"], tuple(d["shape"])
         out = np.empty(shape, _dtypes.to_numpy(name))
         if name in _dtypes.PACKED:
@@ -487,9 +475,7 @@ def _aligned_empty(shape: Tuple[int, ...], dtype: np.dtype, align: int = 64) -> 
 
 
 class _LeafInfos(collections.abc.Sequence):
-    """The manifest's leaf descriptions as a sequence of dicts, each built on
-    first access: opening an archive and reading one leaf costs one dict, not
-    one per leaf (10,000-leaf archives open in about a millisecond)."""
+    """The manifest's leaf descriptions as a sequence of dicts, each built on first access."""
 
     def __init__(self, core):
         self._core = core
