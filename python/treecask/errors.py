@@ -171,9 +171,7 @@ def _from_core(code: int, code_name: str, file: str, key_path: str, message: str
 
 
 def _with_file(e: Error, path: str) -> Error:
-    """`e`, or when it names no file a copy of it (same class, message and key
-    path) naming `path`: errors raised below the file level (encoding a leaf,
-    walking a tree) get the file the call was about."""
+    """`e`, or when it names no file a copy of it naming `path` (the file the call was about)."""
     if e.file:
         return e
     return type(e)(e.message, file=path, key_path=e.key_path)
