@@ -299,17 +299,13 @@ def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -
                 raise E.CorruptionError(f"{name} holds '{d['key_path']}', which names no leaf of the tree",
                                         file=st.display(stores.join(s.path, name)))
             refs[i].append((name, d["key_path"], b, e))
-    kinds, dtypes, shapes, datas, more = [], [], [], [], {}
-    empty = np.empty(0, np.uint8)
-    for i, (kp, meta) in enumerate(zip(s.key_paths, s.metas)):
-        if not refs[i]:
+    for kp, r in zip(s.key_paths, refs):
+        if not r:
             raise E.CorruptionError("no process wrote any shard of this leaf", file=s.shown, key_path=kp)
-        kinds.append(meta["value_kind"])
-        dtypes.append(meta["dtype"])
-        shapes.append(meta["shape"])
-        datas.append(empty)
-        totals["raw_bytes"] += int(_core.byte_length_for(meta["dtype"], meta["shape"]))
-        more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i])
+    kinds, dtypes, shapes = ([meta[f] for meta in s.metas] for f in ("value_kind", "dtype", "shape"))
+    datas = [np.empty(0, np.uint8)] * len(s.metas)
+    more = {i: (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i]) for i, meta in enumerate(s.metas)}
+    totals["raw_bytes"] = sum(int(_core.byte_length_for(meta["dtype"], meta["shape"])) for meta in s.metas)
 
     def write_index(local: str, in_place: bool) -> Dict[str, int]:
         request = SaveRequest(s.nodes, s.key_paths, kinds, dtypes, shapes, datas, more, threads=1,
