@@ -367,7 +367,11 @@ class Reader(abc.ABC):
             return self._read_array(i, d)
         if len(shape) == 0:
             return jax.device_put(self._read_array(i, d), sharding)
-        placed = self._place_read_once(i, d, sharding)
+        # a single-read placement (single_read), unless this leaf is read without it
+        inter = _replicas.read_once_sharding(sharding, shape, d["dtype"]) if self.single_read else None
+        placed = None if inter is None else _replicas.place_read_once(
+            lambda boxes: self._read_boxes(i, dtype, boxes), shape, dtype, sharding, inter, file=self._path,
+            key_path=d["key_path"])
         if placed is not None:
             return placed
         boxes = self._read_boxes(i, dtype, {_replicas.box_of(index, shape)
@@ -384,18 +388,6 @@ class Reader(abc.ABC):
         return getattr(self, "_single_read", True)
 
     # -- internals --
-    def _place_read_once(self, i: int, d: Dict[str, Any], sharding: Any) -> Any:
-        """Leaf i placed by a single-read placement (:attr:`single_read`), or None when it is read without."""
-        if not self.single_read:
-            return None
-        shape = tuple(int(s) for s in d["shape"])
-        inter = _replicas.read_once_sharding(sharding, shape, d["dtype"])
-        if inter is None:
-            return None
-        dtype = _dtypes.to_numpy(d["dtype"])
-        return _replicas.place_read_once(lambda boxes: self._read_boxes(i, dtype, boxes), shape, dtype,
-                                         sharding, inter, file=self._path, key_path=d["key_path"])
-
     def _read_boxes(self, i: int, dtype: np.dtype, boxes) -> Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray]:
         """Each box (start, stop) of leaf i read into its own 64-byte-aligned array by one read_slices call."""
         out = {b: _aligned_empty(tuple(e - a for a, e in zip(*b)), dtype) for b in boxes}

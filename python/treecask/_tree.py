@@ -449,15 +449,13 @@ def index_treedef(raw: Sequence[Tuple[int, int, str, Sequence[str]]], path: Tupl
     if not raw:
         return None
 
-    def inner(p: int, comps: Tuple[str, ...], k: int, count: int, children: List[TNode]) -> TNode:
+    def node(p: int, comps: Tuple[str, ...], k: int, count: Optional[int] = None,
+             children: Optional[List[TNode]] = None) -> TNode:  # a leaf or None node: no count, no children
         kind, arity, type_name, keys = raw[p]
-        return TNode(p, kind, arity, type_name, list(keys), comps, k, count, children)
+        return TNode(p, kind, arity, type_name, list(keys), comps, k, int(kind == LEAF) if count is None else count,
+                     [] if children is None else children)
 
-    def end(p: int, comps: Tuple[str, ...], k: int) -> TNode:  # a leaf or None node
-        kind, arity, type_name, keys = raw[p]
-        return TNode(p, kind, arity, type_name, list(keys), comps, k, 1 if kind == LEAF else 0)
-
-    return fold_treedef(raw, inner, leaf=end, none=end, path=path, first_leaf=first_leaf)
+    return fold_treedef(raw, node, leaf=node, none=node, path=path, first_leaf=first_leaf)
 
 
 def find_node(root: Optional[TNode], comps: Sequence[str]) -> Optional[TNode]:
