@@ -130,10 +130,7 @@ def kind_value(kind: int, arr: np.ndarray) -> Any:
     otherwise."""
     if kind == STR:
         return bytes(np.asarray(arr, np.uint8)).decode("utf-8")
-    if kind == INT:
-        return int(arr[()])
-    if kind == FLOAT:
-        return float(arr[()])
-    if kind == BOOL:
-        return bool(arr[()])
-    return arr
+    return _SCALAR_TYPES[kind](arr[()]) if kind in _SCALAR_TYPES else arr
+
+
+_SCALAR_TYPES = {INT: int, FLOAT: float, BOOL: bool}  # the Python type of each scalar value kind

@@ -87,10 +87,7 @@ def for_store(store: Any) -> Optional["S3"]:
         import botocore.session  # noqa: F401
     except ImportError:
         return None
-    cfg: Dict[str, str] = options_from_env()
-    for k, n in _OBSTORE_ENV.items():
-        if os.environ.get(n):
-            cfg[k] = os.environ[n]
+    cfg = dict(options_from_env(), **{k: os.environ[n] for k, n in _OBSTORE_ENV.items() if os.environ.get(n)})
     for k, v in (store.config or {}).items():
         if k not in CORE_OPTIONS and k not in _OBSTORE_ENV and k not in _IGNORED:
             return None

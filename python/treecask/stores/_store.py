@@ -303,16 +303,13 @@ class Store(abc.ABC):
         save then proceeds, is refused or overwrites; then AlreadyExistsError
         when the object, or a committed checkpoint "directory" of that name,
         exists and ``overwrite`` is False. One listing in an object store."""
-        local = self.local_path(path)
-        if local is not None:
-            _core.remove_stale_temporaries(local)
-            exists = os.path.lexists(local)
-        else:
+        local, names = self.local_path(path), None
+        if local is None:
             self.writable(path)
             _upload.sweep_scratch()
             names = self.list_prefix(path)
-            self.remove_stale(path, names)
-            exists = path in names or join(path, COMMIT_OBJECT) in names
+        self.remove_stale(path, names)
+        exists = os.path.lexists(local) if local is not None else path in names or join(path, COMMIT_OBJECT) in names
         if exists and not overwrite:
             raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)",
                                      file=self.display(path))
