@@ -156,10 +156,7 @@ class FlaxPartitionedBox(Box):
     def rebuild(self, cls, children, meta):
         md = meta.get("metadata", {})
         names = _static.decode(md[FLAX_NAMES]) if FLAX_NAMES in md else None
-        mesh = None
-        if FLAX_MESH in md:
-            mnames, msizes = _static.decode(md[FLAX_MESH])
-            mesh = J.abstract_mesh(mnames, msizes)
+        mesh = J.abstract_mesh(*_static.decode(md[FLAX_MESH])) if FLAX_MESH in md else None
         kwargs = dict(value=children["value"], names=names, mesh=mesh)
         if FLAX_RULES in md:
             kwargs["rules"] = _static.decode(md[FLAX_RULES])
@@ -216,11 +213,8 @@ class NnxVariableBox(Box):
 
     def rebuild(self, cls, children, meta):
         md = meta.get("metadata", {})
-        attrs = _static.decode(md[NNX_METADATA]) if NNX_METADATA in md else {}
-        attrs.setdefault("mesh", None)
-        attrs.setdefault("hijax", False)
-        attrs.setdefault("ref", False)
-        attrs.setdefault("eager_sharding", False)
+        attrs = {"mesh": None, "hijax": False, "ref": False, "eager_sharding": False,
+                 **(_static.decode(md[NNX_METADATA]) if NNX_METADATA in md else {})}
         return cls.from_metadata(children["value"], attrs)
 
 

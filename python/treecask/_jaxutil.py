@@ -89,8 +89,7 @@ def is_prng_dtype(dtype: Any) -> bool:
 
 
 def wrap_key(data, impl: str):
-    jax = import_jax()
-    return jax.random.wrap_key_data(data, impl=impl)
+    return import_jax().random.wrap_key_data(data, impl=impl)
 
 
 # ---- sharding <-> (mesh names, mesh sizes, spec) -----------------------------
