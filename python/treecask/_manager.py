@@ -14,7 +14,6 @@ import functools
 import json
 import numbers
 import operator
-import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import treecask._core as _core
@@ -203,7 +202,6 @@ class CheckpointManager:
         self._pool = _core.SnapshotPool() if keep_snapshot_memory else None
         self._metadata = md
         self._save_options = save_options
-        self._lock = threading.Lock()
         self._job: Optional[SaveJob] = None
         self._closed = False
         # entry name -> (Store.stamp, metrics): step archives are immutable,
@@ -409,8 +407,7 @@ class CheckpointManager:
             job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool, meanwhile=sweep,
                              after=committed, step=step, metrics=stored_metrics, **self._save_options)
         if job is not None:
-            with self._lock:
-                self._job = job
+            self._job = job  # (one assignment: readers take self._job once, without a lock)
         return True
 
     def _committed(self, step: int, name: str, metrics: Any) -> None:
