@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from . import orbax as _orbax
 from .. import _save
@@ -95,13 +95,8 @@ def _find(src: str, step: Optional[Step], prefix: str, checkpoints) -> str:
 
 def _check_leaves(tree: Any, path: str) -> None:
     """Refuses what a treecask archive cannot hold, naming the key path."""
-
-    def walk(x: Any, comps: Tuple[str, ...]) -> None:
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(v, comps + (str(k),))
-            return
-        kp = T.join_path(comps) if comps else "(root)"
+    for comps, leaf in T.iter_leaves(T.build(tree, strict=False)):
+        x, kp = leaf.obj, T.join_path(comps) if comps else "(root)"
         if isinstance(x, str) and x.startswith(_MP_ARRAY_PLACEHOLDER):
             raise UnsupportedError(
                 "a multi-process array written by save_checkpoint_multiprocess (its data is in "
@@ -113,8 +108,6 @@ def _check_leaves(tree: Any, path: str) -> None:
                 "a bytes leaf: treecask archives hold arrays, numbers, str and None; restore with "
                 "flax.serialization.msgpack_restore, replace it (e.g. np.frombuffer(b, np.uint8)) "
                 "and treecask.save the result", file=path, key_path=kp)
-
-    walk(tree, ())
 
 
 def _read_msgpack(path: str, serialization) -> Any:
