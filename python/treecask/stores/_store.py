@@ -12,6 +12,7 @@ written once against it and never asks which store it has.
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import pathlib
 import shutil
@@ -260,15 +261,13 @@ class Store(abc.ABC):
         (:data:`COMMIT_OBJECT`) first."""
         local = self.local_path(path)
         if local is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 if os.path.isdir(local) and not os.path.islink(local):
                     doomed = _core.temporary_path(local)
                     os.rename(local, doomed)
                     shutil.rmtree(doomed)
                 else:
                     os.unlink(local)
-            except FileNotFoundError:
-                pass
             return
         names = [n for n in self.list_prefix(path) if n == path or n.startswith(path + "/")]
         commit = join(path, COMMIT_OBJECT)
@@ -418,7 +417,5 @@ class Store(abc.ABC):
         if local is not None:
             shutil.rmtree(local, ignore_errors=True)
             return
-        try:
+        with contextlib.suppress(Error):
             self.delete([join(staging, n) for n in names])
-        except Error:
-            pass
