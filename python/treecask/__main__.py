@@ -128,12 +128,11 @@ def command_help() -> List[tuple]:
 
 
 def _step(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    raise argparse.ArgumentTypeError(f"expected a step number, got {text!r}")
+    from .interop.flax import parse_step
+
+    if parse_step(text) is None:
+        raise argparse.ArgumentTypeError(f"expected a step number, got {text!r}")
+    return parse_step(text)
 
 
 def _save_arguments(o: argparse.ArgumentParser) -> None:

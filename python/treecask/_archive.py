@@ -13,7 +13,7 @@ from ._reader import Reader
 # treecask._archive.LeafInfo (and ShardingInfo, TreeNode, SaveStats): keep them importable.
 from ._types import LeafInfo, PathLike, SaveStats, ShardingInfo, TreeNode  # noqa: F401
 # Read helpers that lived here before _reader.py.
-from ._reader import _LeafInfos, _aligned_empty, _basic_box, _index_bounds  # noqa: F401
+from ._reader import _LeafInfos, _aligned_empty, _basic_box  # noqa: F401
 
 
 class Archive(Reader):

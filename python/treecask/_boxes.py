@@ -156,10 +156,7 @@ class FlaxPartitionedBox(Box):
     def rebuild(self, cls, children, meta):
         md = meta.get("metadata", {})
         names = _static.decode(md[FLAX_NAMES]) if FLAX_NAMES in md else None
-        mesh = None
-        if FLAX_MESH in md:
-            mnames, msizes = _static.decode(md[FLAX_MESH])
-            mesh = J.abstract_mesh(mnames, msizes)
+        mesh = J.abstract_mesh(*_static.decode(md[FLAX_MESH])) if FLAX_MESH in md else None
         kwargs = dict(value=children["value"], names=names, mesh=mesh)
         if FLAX_RULES in md:
             kwargs["rules"] = _static.decode(md[FLAX_RULES])
@@ -182,25 +179,15 @@ class NnxVariableBox(Box):
         base = self._base()
         return base is not None and isinstance(obj, base)
 
-    def _metadata(self, obj) -> Dict[str, Any]:
-        if hasattr(obj, "get_metadata"):
-            return dict(obj.get_metadata())
-        return dict(getattr(obj, "_var_metadata", {}))
-
-    def _raw(self, obj):
-        if hasattr(obj, "get_raw_value"):
-            return obj.get_raw_value()
-        return obj.raw_value
-
     def fields(self, obj):
-        return [("value", self._raw(obj))]
+        return [("value", obj.get_raw_value())]
 
     def extras(self, obj):
         ex = Extras()
-        md = self._metadata(obj)
+        md = dict(obj.get_metadata())
         keep = {k: v for k, v in md.items() if k != "mesh" and _static.encodable(v)}
         ex.metadata[NNX_METADATA] = _static.encode(keep)
-        value = self._raw(obj)
+        value = obj.get_raw_value()
         for key in self._SHARDING_KEYS:
             names = md.get(key)
             if names is not None and isinstance(names, (tuple, list)) and len(names) == _rank(value):
@@ -226,15 +213,9 @@ class NnxVariableBox(Box):
 
     def rebuild(self, cls, children, meta):
         md = meta.get("metadata", {})
-        attrs = _static.decode(md[NNX_METADATA]) if NNX_METADATA in md else {}
-        attrs.setdefault("mesh", None)
-        attrs.setdefault("hijax", False)
-        attrs.setdefault("ref", False)
-        attrs.setdefault("eager_sharding", False)
-        value = children["value"]
-        if hasattr(cls, "from_metadata"):
-            return cls.from_metadata(value, attrs)
-        return cls(value, **attrs)  # older flax
+        attrs = {"mesh": None, "hijax": False, "ref": False, "eager_sharding": False,
+                 **(_static.decode(md[NNX_METADATA]) if NNX_METADATA in md else {})}
+        return cls.from_metadata(children["value"], attrs)
 
 
 # ---- Penzai: NamedArray / NamedArrayView / Parameter ---------------------------

@@ -65,10 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _help(tool: str) -> int:
-    """``treecask --help``: the tool's help with this package's own commands
-    (PYTHON_COMMANDS, their one-line help from treecask/__main__.py) listed
-    among its subcommands, so that every command the installed ``treecask``
-    runs is named. Returns the tool's exit status."""
+    """``treecask --help``: the tool's help with the commands of treecask/__main__.py among its subcommands."""
     import subprocess
 
     from .__main__ import command_help
@@ -86,8 +83,7 @@ def _help(tool: str) -> int:
 
 
 def _run_in_process(args: List[str]) -> int:
-    """The tool's command ``args`` run in this process (``_core.run_tool``),
-    every URL's objects read through the store it names (``treecask.stores``)."""
+    """The tool's command ``args`` run in this process (``_core.run_tool``), URLs read through their stores."""
     from . import stores
 
     if not hasattr(_core, "run_tool"):

@@ -106,12 +106,11 @@ def encode_all(key_paths: List[str], objs: List[Any], extras: List[Optional[Extr
 def _sharding(extras: Optional[Extras], arr: Any, rank: int):
     spec = extras.spec if extras is not None else None
     mesh = extras.mesh if extras is not None else None
-    actual = J.sharding_of_array(arr) if arr is not None else None
-    if actual is not None:
-        if mesh is None:
-            mesh = (actual[0], actual[1])
-        if spec is None:
-            spec = actual[2]
+    jax, s = J.jax_loaded(), getattr(arr, "sharding", None)
+    if jax is not None and isinstance(s, jax.sharding.NamedSharding):  # a jax.Array's own NamedSharding
+        actual, actual_spec = J.mesh_to_lists(s.mesh), J.spec_to_lists(tuple(s.spec))
+        if actual is not None and actual_spec is not None:
+            mesh, spec = mesh if mesh is not None else actual, spec if spec is not None else actual_spec
     if spec is None and mesh is None:
         return None
     spec = list(spec or [])[:rank]
@@ -131,10 +130,7 @@ def kind_value(kind: int, arr: np.ndarray) -> Any:
     otherwise."""
     if kind == STR:
         return bytes(np.asarray(arr, np.uint8)).decode("utf-8")
-    if kind == INT:
-        return int(arr[()])
-    if kind == FLOAT:
-        return float(arr[()])
-    if kind == BOOL:
-        return bool(arr[()])
-    return arr
+    return _SCALAR_TYPES[kind](arr[()]) if kind in _SCALAR_TYPES else arr
+
+
+_SCALAR_TYPES = {INT: int, FLOAT: float, BOOL: bool}  # the Python type of each scalar value kind

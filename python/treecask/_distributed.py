@@ -84,14 +84,8 @@ def shard_key(key_path: str, start: Sequence[int], stop: Sequence[int]) -> str:
 
 def parse_shard_key(component: str) -> Tuple[str, List[int], List[int]]:
     kp, _, box = component.rpartition("@")
-    start: List[int] = []
-    stop: List[int] = []
-    if box:
-        for part in box.split(","):
-            b, e = part.split(":")
-            start.append(int(b))
-            stop.append(int(e))
-    return kp, start, stop
+    pairs = [part.split(":") for part in box.split(",")] if box else []
+    return kp, [int(b) for b, _ in pairs], [int(e) for _, e in pairs]
 
 
 # ---- save ------------------------------------------------------------------------------
@@ -136,9 +130,7 @@ def from_zero(client: Any, key: str, timeout_ms: int, shown: str, work: Optional
 
 
 class _Save:
-    """One multi-process save: everything taken from the caller's tree in the
-    caller's thread (:func:`prepare`), so that :func:`run` -- the collective
-    protocol, on any thread -- never touches the tree again."""
+    """One multi-process save: what :func:`prepare` took from the tree, so that :func:`run` never touches it."""
 
     __slots__ = ("store", "path", "shown", "key", "pid", "nproc", "nodes", "key_paths", "metas", "is_global",
                  "md", "keys", "kinds", "names", "shapes", "datas", "options")
@@ -210,11 +202,7 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
         if snapshot and not J.is_jax_array(arrays[j]):
             datas[j] = np.array(datas[j], copy=True)
     order = sorted(range(len(keys)), key=lambda j: keys[j])
-    s.keys = [keys[j] for j in order]
-    s.kinds = [kinds[j] for j in order]
-    s.names = [names[j] for j in order]
-    s.shapes = [shapes[j] for j in order]
-    s.datas = [datas[j] for j in order]
+    s.keys, s.kinds, s.names, s.shapes, s.datas = ([c[j] for j in order] for c in (keys, kinds, names, shapes, datas))
     return s
 
 
@@ -276,13 +264,8 @@ def run(s: _Save):
 
 
 def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -> Dict[str, int]:
-    """Step 3 (process 0): the index, built from the manifests of the shard
-    files (each read through the store), must open with them as one
-    checkpoint (every ShardRef resolves, boxes tile every leaf); then the
-    store publishes the checkpoint (``Store.publish_directory``: a rename
-    of the staging directory, or the conditional creation of ``index.cask``
-    under the final prefix, and the removal of what the new index does not
-    name)."""
+    """Step 3 (process 0): the index built from the shard files' manifests, opened
+    with them as one checkpoint, then published by the store (``Store.publish_directory``)."""
     st, key, nproc = s.store, s.key, s.nproc
     totals = {"file_bytes": 0, "raw_bytes": 0, "stored_bytes": 0, "num_leaves": len(s.key_paths), "num_blobs": 0}
     for k in range(nproc):
@@ -316,17 +299,13 @@ def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -
                 raise E.CorruptionError(f"{name} holds '{d['key_path']}', which names no leaf of the tree",
                                         file=st.display(stores.join(s.path, name)))
             refs[i].append((name, d["key_path"], b, e))
-    kinds, dtypes, shapes, datas, more = [], [], [], [], {}
-    empty = np.empty(0, np.uint8)
-    for i, (kp, meta) in enumerate(zip(s.key_paths, s.metas)):
-        if not refs[i]:
+    for kp, r in zip(s.key_paths, refs):
+        if not r:
             raise E.CorruptionError("no process wrote any shard of this leaf", file=s.shown, key_path=kp)
-        kinds.append(meta["value_kind"])
-        dtypes.append(meta["dtype"])
-        shapes.append(meta["shape"])
-        datas.append(empty)
-        totals["raw_bytes"] += int(_core.byte_length_for(meta["dtype"], meta["shape"]))
-        more[i] = (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i])
+    kinds, dtypes, shapes = ([meta[f] for meta in s.metas] for f in ("value_kind", "dtype", "shape"))
+    datas = [np.empty(0, np.uint8)] * len(s.metas)
+    more = {i: (meta["logical_axes"], meta["sharding"], meta["metadata"], refs[i]) for i, meta in enumerate(s.metas)}
+    totals["raw_bytes"] = sum(int(_core.byte_length_for(meta["dtype"], meta["shape"])) for meta in s.metas)
 
     def write_index(local: str, in_place: bool) -> Dict[str, int]:
         request = SaveRequest(s.nodes, s.key_paths, kinds, dtypes, shapes, datas, more, threads=1,

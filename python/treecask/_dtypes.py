@@ -50,21 +50,16 @@ def to_name(dtype, *, key_path: str = "") -> str:
     return name
 
 
-def pack_bits(arr: np.ndarray, name: str) -> np.ndarray:
-    """A sub-byte array of dtype `name` (ml_dtypes: one element per byte) ->
-    its packed file bytes (uint8, 1-d, byte_length_for(name, shape) bytes,
-    padding bits zero), packed by the core (treecask::pack_elements)."""
-    elems = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-    out = np.empty(_core.byte_length_for(name, [elems.size]), np.uint8)
-    _core.pack_elements(name, elems, out)
-    return out
-
-
 def as_bytes(arr: np.ndarray, name: str) -> np.ndarray:
     """The file bytes of `arr` (C order, little-endian) as a 1-d uint8 array,
-    without a copy where `arr` is already contiguous and native."""
+    without a copy where `arr` is already contiguous and native; a sub-byte
+    dtype (ml_dtypes: one element per byte) packed by the core
+    (treecask::pack_elements: byte_length_for(name, shape) bytes, padding bits zero)."""
     if name in PACKED:
-        return pack_bits(arr, name)
+        elems = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        out = np.empty(_core.byte_length_for(name, [elems.size]), np.uint8)
+        _core.pack_elements(name, elems, out)
+        return out
     a = np.asarray(arr)
     if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and np.little_endian is False):
         a = a.astype(a.dtype.newbyteorder("<"))

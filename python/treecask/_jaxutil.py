@@ -29,15 +29,6 @@ def is_jax_array(x: Any) -> bool:
     return jax is not None and isinstance(x, jax.Array)
 
 
-def on_host(x: Any) -> bool:
-    """True for a jax.Array whose devices are all the host's (platform "cpu"):
-    np.asarray(x) is then a view of its buffer, not a device-to-host copy."""
-    try:
-        return all(d.platform == "cpu" for d in x.devices())
-    except Exception:
-        return False
-
-
 def is_shape_dtype_struct(x: Any) -> bool:
     jax = jax_loaded()
     return jax is not None and isinstance(x, jax.ShapeDtypeStruct)
@@ -98,8 +89,7 @@ def is_prng_dtype(dtype: Any) -> bool:
 
 
 def wrap_key(data, impl: str):
-    jax = import_jax()
-    return jax.random.wrap_key_data(data, impl=impl)
+    return import_jax().random.wrap_key_data(data, impl=impl)
 
 
 # ---- sharding <-> (mesh names, mesh sizes, spec) -----------------------------
@@ -134,21 +124,6 @@ def mesh_to_lists(mesh: Any) -> Optional[Tuple[List[str], List[int]]]:
         return names, [int(shape[n]) for n in mesh.axis_names]
     except Exception:
         return None
-
-
-def sharding_of_array(x: Any) -> Optional[Tuple[List[str], List[int], List[List[str]]]]:
-    """(mesh names, mesh sizes, spec) of a jax.Array / ShapeDtypeStruct with a NamedSharding."""
-    jax = jax_loaded()
-    if jax is None:
-        return None
-    s = getattr(x, "sharding", None)
-    if not isinstance(s, jax.sharding.NamedSharding):
-        return None
-    m = mesh_to_lists(s.mesh)
-    spec = spec_to_lists(tuple(s.spec))
-    if m is None or spec is None:
-        return None
-    return m[0], m[1], spec
 
 
 def abstract_mesh(names: Sequence[str], sizes: Sequence[int]):

@@ -14,7 +14,6 @@ import functools
 import json
 import numbers
 import operator
-import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import treecask._core as _core
@@ -203,7 +202,6 @@ class CheckpointManager:
         self._pool = _core.SnapshotPool() if keep_snapshot_memory else None
         self._metadata = md
         self._save_options = save_options
-        self._lock = threading.Lock()
         self._job: Optional[SaveJob] = None
         self._closed = False
         # entry name -> (Store.stamp, metrics): step archives are immutable,
@@ -238,11 +236,6 @@ class CheckpointManager:
         """The :class:`treecask.stores.Store` the steps are in."""
         return self._run.store
 
-    def _name(self, step: int, listing: Optional[Dict[int, str]] = None) -> str:
-        """The entry name of ``step``: its existing entry (whatever its digit
-        count), else the canonical ``step_<step:08d>.cask``."""
-        return (self._run.steps() if listing is None else listing).get(step, self._run.step_name(step))
-
     def path(self, step: int) -> Any:
         """The path of ``step``: its existing entry if the directory has one
         (whatever its digit count), else ``<directory>/step_<step:08d>.cask``
@@ -258,8 +251,8 @@ class CheckpointManager:
         ``treecask.load(path, store=store)`` read, with no re-parsing of a
         URL (``treecask.stores.resolve``'s pair). Does not check that the
         step exists. Raises InvalidArgumentError for a bad step."""
-        step = _check_step(step, str(self.directory))
-        return self._run.store, self._run.entry(self._name(step))
+        step = _check_step(step, str(self.directory))  # its entry, whatever its digit count, else the canonical one
+        return self._run.store, self._run.entry(self._run.steps().get(step, self._run.step_name(step)))
 
     def should_save(self, step: int) -> bool:
         """Whether :meth:`save` writes ``step``: it is a multiple of
@@ -414,13 +407,11 @@ class CheckpointManager:
             job = save_async(entry, tree, store=self._run.store, metadata=md, pool=self._pool, meanwhile=sweep,
                              after=committed, step=step, metrics=stored_metrics, **self._save_options)
         if job is not None:
-            with self._lock:
-                self._job = job
+            self._job = job  # (one assignment: readers take self._job once, without a lock)
         return True
 
     def _committed(self, step: int, name: str, metrics: Any) -> None:
-        """After step ``step`` (entry ``name``) is committed: its metrics
-        cached (no need to reopen it), signed (``sign_with``), then retention."""
+        """After step ``step`` (entry ``name``) is committed: signed, its metrics cached, then retention."""
         if self._signer is not None:
             entry = self._run.entry(name)
             self._run.store.sign_archive(entry, self._signer[0], entry + _SIGNATURE_SUFFIX)
@@ -456,8 +447,7 @@ class CheckpointManager:
             self._remove(listing[s])
 
     def _remove(self, name: str) -> None:
-        """Deletes the step entry ``name`` (a file, a directory, or a bucket's
-        objects: its commit object first) and forgets its cached metrics."""
+        """Deletes the step entry ``name`` (``Store.delete_tree``) and its cached metrics and signature."""
         self._run.store.delete_tree(self._run.entry(name))  # leaves every listing at once
         self._metrics_cache.pop(name, None)
         if self._signer is not None:  # its bundle after it: a listed step always has its own
@@ -486,11 +476,7 @@ class CheckpointManager:
             self._remove(listing[step])
 
     def _stamp(self, name: str) -> Any:
-        """What identifies one writing of entry ``name`` (``Store.stamp``: a
-        local step's inode and mtime, since a step deleted and written again
-        gets a new inode; None in an object store, where a manager never
-        rewrites a step). Raises NotFoundError when a local step no longer
-        exists."""
+        """What identifies one writing of entry ``name`` (``Store.stamp``); NotFoundError once it is gone."""
         return self._run.store.stamp(self._run.index(name))
 
     def _metrics_of(self, name: str) -> Optional[Any]:
@@ -534,10 +520,7 @@ class CheckpointManager:
         raise NotFoundError("the directory holds no checkpoint step", file=str(self.directory))
 
     def _load(self, entry: str, like: Any, load_options: Dict[str, Any]) -> Any:
-        """``treecask.load`` of the step at ``entry``; in the
-        ``ITEM_DIRECTORIES`` layout ``{item name: treecask.load(item)}``
-        (``like`` then ``{item name: like}``; an item absent from it loads as
-        saved), the items as the step's directory lists them."""
+        """``treecask.load`` of the step at ``entry``, or ``{item name: its load}`` of a step of items."""
         if not self._run.layout.index:
             if self._signer is not None and "signature" not in load_options and "public_key" not in load_options:
                 bundle = self._run.store.read_object(entry + _SIGNATURE_SUFFIX)  # sign_with's, beside the step

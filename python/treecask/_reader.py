@@ -65,10 +65,8 @@ class Reader(abc.ABC):
 
     def _open_source(self, opener: str, path: Any, store: Any, storage_options: Any, signature: Any,
                      public_key: Any, **options: Any) -> None:
-        """Opens the core reader of ``path`` (resolved once: ``stores.resolve``)
-        by the store's ``opener`` (``open_archive``, ``open_sharded``: mapped
-        on a file system, by range elsewhere), a signed one checked against
-        ``signature`` and ``public_key`` (both or neither)."""
+        """Opens the core reader of ``path`` (resolved once) by the store's ``opener``
+        (``open_archive`` / ``open_sharded``), signed when ``signature`` and ``public_key`` are given."""
         self._core = self._raw_infos = self._treedef_raw = None
         loc = stores.resolve(path, store, storage_options)
         self._path = loc.shown
@@ -369,7 +367,11 @@ class Reader(abc.ABC):
             return self._read_array(i, d)
         if len(shape) == 0:
             return jax.device_put(self._read_array(i, d), sharding)
-        placed = self._place_read_once(i, d, sharding)
+        # a single-read placement (single_read), unless this leaf is read without it
+        inter = _replicas.read_once_sharding(sharding, shape, d["dtype"]) if self.single_read else None
+        placed = None if inter is None else _replicas.place_read_once(
+            lambda boxes: self._read_boxes(i, dtype, boxes), shape, dtype, sharding, inter, file=self._path,
+            key_path=d["key_path"])
         if placed is not None:
             return placed
         boxes = self._read_boxes(i, dtype, {_replicas.box_of(index, shape)
@@ -386,25 +388,8 @@ class Reader(abc.ABC):
         return getattr(self, "_single_read", True)
 
     # -- internals --
-    def _place_read_once(self, i: int, d: Dict[str, Any], sharding: Any) -> Any:
-        """Leaf i (description `d`) placed on `sharding` by a single-read
-        placement (:attr:`single_read`), or None when this leaf is read as
-        without it (``_replicas.read_once_sharding``)."""
-        if not self.single_read:
-            return None
-        shape = tuple(int(s) for s in d["shape"])
-        inter = _replicas.read_once_sharding(sharding, shape, d["dtype"])
-        if inter is None:
-            return None
-        dtype = _dtypes.to_numpy(d["dtype"])
-        return _replicas.place_read_once(lambda boxes: self._read_boxes(i, dtype, boxes), shape, dtype,
-                                         sharding, inter, file=self._path, key_path=d["key_path"])
-
     def _read_boxes(self, i: int, dtype: np.dtype, boxes) -> Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray]:
-        """Each box (start, stop) of `boxes` (an iterable) of leaf i, read
-        into its own 64-byte-aligned array of `dtype` by one
-        Archive::read_slices call (each chunk decoded and checksummed once,
-        all cores, GIL released)."""
+        """Each box (start, stop) of leaf i read into its own 64-byte-aligned array by one read_slices call."""
         out = {b: _aligned_empty(tuple(e - a for a, e in zip(*b)), dtype) for b in boxes}
         keys = list(out)
         self._c().read_slices(i, [list(b[0]) for b in keys], [list(b[1]) for b in keys],
@@ -413,10 +398,7 @@ class Reader(abc.ABC):
         return out
 
     def _read_many(self, indices: List[int], names: Sequence[str], shapes: Sequence[Tuple[int, ...]]) -> List[Any]:
-        """Fresh, writable arrays of the leaves `indices` (of dtype names
-        `names` and shapes `shapes`): one bulk call (all cores, pread +
-        checksum in one pass) for the whole-byte dtypes; the packed sub-byte
-        leaves one by one (_read_array unpacks them)."""
+        """Fresh arrays of the leaves `indices`: one bulk call for the whole-byte dtypes, packed ones one by one."""
         plain = _dtypes.PLAIN_DTYPES
         empty = np.empty
         arrays = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
@@ -429,9 +411,7 @@ class Reader(abc.ABC):
         return [x if x is not None else self._read_array(i, infos[i]) for i, x in zip(indices, arrays)]
 
     def _read_array(self, i: int, d: Dict[str, Any], verify: Optional[bool] = None) -> np.ndarray:
-        """A fresh, writable array of leaf i (description `d`): sub-byte dtypes
-        unpacked one element per byte by a whole-leaf slice read
-        (Archive::read_slice), as ml_dtypes holds them."""
+        """A fresh, writable array of leaf i; a sub-byte dtype unpacked by a whole-leaf read_slice."""
         name, shape = d["dtype"], tuple(d["shape"])
         out = np.empty(shape, _dtypes.to_numpy(name))
         if name in _dtypes.PACKED:
@@ -439,31 +419,6 @@ class Reader(abc.ABC):
         else:
             self._c().read(i, out, verify=verify)
         return out
-
-
-
-def _index_bounds(index: Any, shape: Tuple[int, ...]) -> Tuple[List[int], List[int], Optional[Tuple[Any, ...]]]:
-    """(start, stop, leftover) of a device's index over an array of `shape`
-    (a slice or a tuple of slices, as Sharding.devices_indices_map and
-    jax.make_array_from_callback give it): the box [start, stop) holding it,
-    and the indexing still to apply to that box, None when it is the box
-    itself (every slice of step 1); a dimension sliced with another step is
-    taken whole and sliced by the leftover."""
-    index = tuple(index) if isinstance(index, tuple) else (index,)
-    start, stop, rest, plain = [], [], [], True
-    for d, n in enumerate(shape):
-        sl = index[d] if d < len(index) else slice(None)
-        b, e, step = sl.indices(n)
-        if step == 1:
-            start.append(b)
-            stop.append(max(b, e))
-            rest.append(slice(None))
-        else:
-            start.append(0)
-            stop.append(n)
-            rest.append(sl)
-            plain = False
-    return start, stop, None if plain else tuple(rest)
 
 
 def _basic_box(index: Any, shape: Tuple[int, ...], file: str, key_path: str):
@@ -512,9 +467,7 @@ def _aligned_empty(shape: Tuple[int, ...], dtype: np.dtype, align: int = 64) -> 
 
 
 class _LeafInfos(collections.abc.Sequence):
-    """The manifest's leaf descriptions as a sequence of dicts, each built on
-    first access: opening an archive and reading one leaf costs one dict, not
-    one per leaf (10,000-leaf archives open in about a millisecond)."""
+    """The manifest's leaf descriptions as a sequence of dicts, each built on first access."""
 
     def __init__(self, core):
         self._core = core

@@ -72,8 +72,7 @@ def split_box(shape: Sequence[int], k: int) -> List[List[Box]]:
 
 
 def _run_boxes(a: int, b: int, dims: Tuple[int, ...]) -> List[Box]:
-    """The boxes over the grid ``dims`` that tile the C-order run of cells
-    ``[a, b)``: a partial row, whole rows, a partial row, recursively."""
+    """The boxes over the grid ``dims`` that tile the C-order run of cells ``[a, b)``."""
     if a >= b:
         return []
     if len(dims) == 1:
@@ -204,11 +203,9 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
     if not shape or math.prod(shape) == 0 or dtype_name in _dtypes.PACKED:
         return None
     dtype = _dtypes.to_numpy(dtype_name)
-    if _carrier(dtype) is None or math.prod(shape) * dtype.itemsize < READ_ONCE_MIN_BYTES:
-        return None
-    if getattr(sharding, "is_fully_addressable", True):
-        return None
-    if max(len(p) for _, p in holders(sharding, shape)) <= 1:
+    if (_carrier(dtype) is None or math.prod(shape) * dtype.itemsize < READ_ONCE_MIN_BYTES
+            or getattr(sharding, "is_fully_addressable", True)
+            or max(len(p) for _, p in holders(sharding, shape)) <= 1):
         return None
     mesh = sharding.mesh
     sizes = dict(mesh.shape)
@@ -241,10 +238,9 @@ _collectives_work: Optional[bool] = None
 
 
 def _carrier(dtype: np.dtype) -> Optional[np.dtype]:
-    """The dtype whose values carry ``dtype``'s bits unchanged through XLA
-    (an unsigned integer of its width: XLA may compute bfloat16 in float32
-    and so quiet a NaN's payload), ``dtype`` itself for bool and the
-    integers, or None when jax cannot hold it (64-bit without jax_enable_x64)."""
+    """The dtype that carries ``dtype``'s bits unchanged through XLA (an unsigned int of its
+    width: XLA may compute bfloat16 in float32 and quiet a NaN's payload; bool and the
+    integers themselves), or None when jax cannot hold it (64-bit without jax_enable_x64)."""
     import jax
 
     dtype = np.dtype(dtype)
@@ -256,11 +252,9 @@ def _carrier(dtype: np.dtype) -> Optional[np.dtype]:
 
 
 def _reshard(target: Any, flags: Any, dtype: np.dtype) -> Tuple[Any, Any]:
-    """The jitted placement of (parts on the intermediate sharding, as
-    ``_carrier(dtype)``; one flag per device) onto (``target``; the flags'
-    maximum, replicated), and the jitted bitcast of the result to ``dtype``
-    (None when the carrier is ``dtype``). Two programs: in one, XLA moves
-    the bitcast before the all-gather, which then computes in the dtype."""
+    """The jitted move of (parts as the carrier, flags) onto (``target``, the flags'
+    maximum) and the jitted bitcast to ``dtype`` (None when not needed): two programs,
+    so that XLA cannot move the bitcast before the all-gather."""
     import jax
     import jax.numpy as jnp
 

@@ -73,9 +73,7 @@ def restore(a: Reader, like: Any, *, subtree: Optional[str], shardings: Any, mis
 
 
 def _placed(a: Reader, i: int, resolver: Callable[[Tuple[str, ...], int], Any], base: int) -> Any:
-    """Leaf i, an array placed on the sharding `resolver` gives for its key
-    path components past the first `base` (those of the restored root), or
-    as Reader.value gives it when there is none (and for scalars, strings)."""
+    """Leaf i placed on the sharding `resolver` gives its key path below the root, else as Reader.value."""
     d = a.leaf(i)
     s = resolver(tuple(T.split_path(d["key_path"])[base:]), i)
     if s is not None and d["value_kind"] == _codec.ARRAY:
@@ -95,17 +93,8 @@ def _sharding_resolver(shardings: Any, a: Reader) -> Callable[[Tuple[str, ...], 
         return lambda comps, i: s
     if callable(shardings):
         return lambda comps, i: J.concrete_sharding(shardings(T.join_path(comps), a.info(i)))
-    node = T.build(shardings, strict=False)
-    table: Dict[Tuple[str, ...], Any] = {}
-
-    def collect(n: T.PNode, comps: Tuple[str, ...]):
-        if n.kind in (T.LEAF, T.NONE):  # (a None node's obj is None)
-            table[comps] = n.obj
-            return
-        for name, c in zip(T.child_names(n.kind, n.keys, len(n.children)), n.children):
-            collect(c, comps + (name,))
-
-    collect(node, ())
+    # (a None node names no sharding, as a path found in no entry)
+    table = {comps: leaf.obj for comps, leaf in T.iter_leaves(T.build(shardings, strict=False))}
 
     def resolve(comps, i):
         for k in range(len(comps), -1, -1):
@@ -118,14 +107,9 @@ def _sharding_resolver(shardings: Any, a: Reader) -> Callable[[Tuple[str, ...], 
 
 def _assemble(a: Reader, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], first: int,
               values: List[Any], base: Tuple[str, ...]) -> Any:
-    """The tree of the pre-order treedef `nodes` (the subtree at components
-    `base` whose first leaf is leaf `first`) with leaf `first` + k taken from
-    values[k]: dicts for dict, namedtuple and dataclass nodes (known boxes
-    rebuilt, _rebuild_box), lists, tuples, None. A fold of the one treedef
-    walk (_tree.fold_treedef) over leaf values the caller read first (a
-    leaf's key path says where it lies: SPEC.md "Key paths"); it keeps no
-    reference to `values` once it returns. Raises nothing of its own: a known
-    box that fails to rebuild warns and stays a dict (_rebuild_box)."""
+    """The tree of the pre-order treedef `nodes` (components `base`, first leaf
+    `first`) with leaf `first` + k taken from values[k]: a fold of _tree.fold_treedef
+    (dict, namedtuple and dataclass nodes as dicts, known boxes rebuilt)."""
 
     def inner(p: int, path: Tuple[str, ...], k: int, count: int, children: List[Any]) -> Any:
         kind, _, type_name, keys = nodes[p]
@@ -143,9 +127,7 @@ def _assemble(a: Reader, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], f
 
 def _rebuild_box(a: Reader, type_name: str, fields: Dict[str, Any], first_leaf: int,
                  path: Tuple[str, ...]) -> Any:
-    """A known box of `type_name` rebuilt from its fields and its first leaf's
-    description; the fields as a dict when the type is not known (or, with a
-    warning, when rebuilding fails)."""
+    """A known box of `type_name` rebuilt from its fields, else (or, warned, when that fails) the fields."""
     k = _boxes.known(type_name)
     if k is not None:
         box, cls = k
@@ -159,11 +141,8 @@ def _rebuild_box(a: Reader, type_name: str, fields: Dict[str, Any], first_leaf: 
 
 def _like(a: Reader, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolver,
           missing: str, extra: str, bulk: bool = False, cast: bool = False) -> Any:
-    """`like` rebuilt with each of its data leaves read from the archive leaf at
-    the same key path under the node `start` (components `prefix`), checked
-    against it (_check) and converted to its type (_convert; with `cast`, to
-    its dtype too). With `bulk`, the leaves it reads are first read by one
-    bulk call (Reader.read_many)."""
+    """`like` rebuilt with each of its data leaves read from the leaf at the same key path
+    under `start`, checked (_check) and converted (_convert; with `cast`, _cast_leaf)."""
     file = a.path
     pt = T.build(like, strict=False)
     flags = dict(T.box_components(pt))
@@ -238,10 +217,8 @@ def _shape_str(name: str, shape: Sequence[int]) -> str:
 
 
 def _check(info: Dict[str, Any], x: Any, key_path: str, file: str, cast: bool = False) -> None:
-    """Raises ShapeError when leaf `info` cannot restore template leaf `x`
-    (with `cast`, a numeric leaf restores into a template of another numeric
-    dtype and the same shape). An error where only the dtype differs says
-    "dtype mismatch" where the others say "shape mismatch"."""
+    """Raises ShapeError ("shape mismatch", or "dtype mismatch" where only the dtype
+    differs) when leaf `info` cannot restore template leaf `x` (with `cast`, of another numeric dtype)."""
     name, shape, kind = info["dtype"], tuple(info["shape"]), info["value_kind"]
     got = _shape_str(name, shape) + ("" if kind == _codec.ARRAY else f" ({_codec.VALUE_KIND_NAMES[kind]})")
 
@@ -302,11 +279,8 @@ def _needs_cast(info: Dict[str, Any], x: Any) -> bool:
 
 
 def _cast_leaf(a: Reader, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarray]) -> Any:
-    """Leaf i converted to template leaf `x`'s dtype (``cast=True``) and type.
-    The whole leaf is read on the host and converted there (NumPy ``astype``,
-    once, from the stored dtype: no detour through a dtype jax lacks, such as
-    float64 without x64), then placed on `sharding` (or `x`'s own) for a
-    jax template."""
+    """Leaf i read on the host, converted to `x`'s dtype there (NumPy ``astype``: no detour
+    through a dtype jax lacks) and placed on `sharding` (or `x`'s own) for a jax template."""
     arr = _array(a, i, pre).astype(x.dtype)
     if isinstance(x, np.generic):
         return arr[()]
@@ -318,15 +292,13 @@ def _cast_leaf(a: Reader, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarr
 
 
 def _array(a: Reader, i: int, pre: Dict[int, np.ndarray]) -> np.ndarray:
-    """Leaf i's array: taken out of `pre` (Reader.read_many's arrays) when it
-    is there, else read now."""
+    """Leaf i's array, taken out of `pre` (Reader.read_many's) when it is there, else read now."""
     arr = pre.pop(i, None)
     return a.read(i) if arr is None else arr
 
 
 def _convert(a: Reader, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarray]) -> Any:
-    """Leaf i as the type of template leaf `x`, placed on `sharding` when it is
-    an array and `sharding` is not None; its array taken from `pre` when there."""
+    """Leaf i as template leaf `x`'s type, placed on `sharding` when it is an array and `sharding` is given."""
     if isinstance(x, (bool, int, float, complex, str)):
         v = a.value(i, pre.pop(i, None))
         if isinstance(v, np.ndarray):
@@ -354,14 +326,12 @@ def _convert(a: Reader, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarray
 
 
 def _own_sharding(x: Any) -> Any:
-    """The sharding a jax.Array or ShapeDtypeStruct template leaf restores onto
-    when no `shardings` is given: its own, made concrete, or None."""
+    """The sharding of a jax.Array or ShapeDtypeStruct template leaf, made concrete, or None."""
     return J.concrete_sharding(getattr(x, "sharding", None))
 
 
 def _placed_by_template(a: Reader, i: int, x: Any) -> bool:
-    """Whether _convert (with no `shardings`) places leaf i on template leaf
-    x's own sharding (Reader.place), instead of taking its host array."""
+    """Whether _convert places leaf i on template leaf x's own sharding (Reader.place)."""
     return ((J.is_jax_array(x) or J.is_shape_dtype_struct(x))
             and a.leaf(i)["value_kind"] not in (_codec.INT, _codec.FLOAT, _codec.BOOL)
             and _own_sharding(x) is not None)

@@ -53,8 +53,7 @@ class Retention:
         return [s for _, s in sorted(scored, key=lambda t: (-t[0], t[1]))]
 
     def _scored(self, steps: Sequence[int], metrics_of: MetricsOf) -> Tuple[List[Tuple[float, int]], List[int]]:
-        """(score, step) of the steps saved with metrics; the steps saved
-        without. A step gone meanwhile is in neither."""
+        """(score, step) of the steps saved with metrics, and the steps saved without (none gone meanwhile)."""
         scored, unscored = [], []
         for s in steps:
             try:

@@ -67,12 +67,8 @@ def committed(store: stores.Store, path: str, names: Sequence[str]) -> bool:
     exists, or any file under ``path/`` where the store publishes directories
     atomically (SPEC.md "Checkpoint directories")."""
     head = path + "/"
-    for n in names:
-        if n == path or n == head + stores.COMMIT_OBJECT:
-            return True
-        if store.supports_atomic_directories and n.startswith(head):
-            return True
-    return False
+    return any(n == path or n == head + stores.COMMIT_OBJECT or store.supports_atomic_directories and n.startswith(head)
+               for n in names)
 
 
 class Run:

@@ -7,15 +7,13 @@ saved boxes, none a view of a map). Writing one is ``_distributed.py``'s job."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
-
-import numpy as np
+from typing import Any, List
 
 import treecask._core as _core
 
-from . import _dtypes, _replicas, stores
+from . import _dtypes, stores
 from . import _jaxutil as J
-from ._reader import Reader, _index_bounds
+from ._reader import Reader
 
 
 class ShardedArchive(Reader):
@@ -56,51 +54,21 @@ class ShardedArchive(Reader):
         s = self._c()
         return int(s.index.file_size) + sum(int(s.file(f).file_size) for f in s.files())
 
-    def read_slice(self, key, index: Any = (), *, verify: Optional[bool] = None) -> np.ndarray:
-        """``checkpoint.read(key)[index]`` for NumPy basic indexing with step 1
-        (as :meth:`treecask.Archive.read_slice`) over the *global* array,
-        reading only the saved boxes it intersects and, in each, only the
-        chunks that hold it (ShardedArchive::read_slice). Sub-byte leaves
-        (int4, uint4, ...) come one element per byte, as ml_dtypes holds them.
-        Raises KeyNotFoundError, InvalidArgumentError, ChecksumError."""
-        return super().read_slice(key, index, verify=verify)
-
     def place(self, key, sharding: Any) -> Any:
-        """The leaf as a jax.Array on `sharding`: each addressable device's
-        block is read with one global hyperslab read straight into its buffer
-        -- or, for a block replicated over processes, a part of it, the parts
-        exchanged over the job's collectives (:attr:`single_read`). A leaf of
-        a dtype JAX cannot hold exactly (64-bit while ``jax_enable_x64`` is
-        off, or one its backend lacks) comes back as the whole global NumPy
-        array at full width instead (docs/python.md "Dtypes on restore")."""
-        import jax
-
+        """The leaf as a jax.Array on `sharding`, as :meth:`treecask.Archive.place`
+        over the *global* array (each block one global hyperslab read, or a part
+        of it exchanged over the job's collectives: :attr:`single_read`). A
+        PRNG key array (saved as its key data: one more, trailing, dimension)
+        and a 0-d leaf are read block by block into the callback, never
+        ``device_put`` (a collective in a multi-process job)."""
         i = self._index(key)
         d = self._infos()[i]
-        sharded = self._c()
         impl = d["metadata"].get(J.KEY_IMPL_META)
-        shape = tuple(d["shape"])
         dtype = _dtypes.to_numpy(d["dtype"])
-        if impl is None and J.jax_cannot_hold(dtype):
-            return self.read(i)
-        if shape and impl is None:
-            placed = self._place_read_once(i, d, sharding)
-            if placed is not None:
-                return placed
-        cache: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], np.ndarray] = {}
+        if impl is None and (d["shape"] or J.jax_cannot_hold(dtype)):
+            return super().place(i, sharding)
+        import jax
 
-        def fetch(index):
-            start, stop, rest = _index_bounds(index, shape)
-            k = (tuple(start), tuple(stop))
-            block = cache.get(k)
-            if block is None:
-                block = np.empty([e - b for b, e in zip(start, stop)], dtype)
-                sharded.read_slice(i, start, stop, block)
-                _replicas.placed_bytes += block.nbytes
-                cache[k] = block
-            return block if rest is None else block[rest]
-
-        data = jax.make_array_from_callback(shape, sharding, fetch, dtype=dtype)
-        # A PRNG key array is saved as its key data (one more, trailing, dimension).
+        data = jax.make_array_from_callback(tuple(d["shape"]), sharding, lambda index: self.read_slice(i, index),
+                                            dtype=dtype)
         return J.wrap_key(data, impl) if impl is not None else data
-

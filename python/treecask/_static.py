@@ -21,10 +21,8 @@ class Unencodable(Exception):
 def _enc(x: Any) -> Any:
     if x is None or isinstance(x, (bool, str)):
         return x
-    if isinstance(x, int):
-        return int(x)
-    if isinstance(x, float):
-        return float(x)
+    if isinstance(x, (int, float)):
+        return int(x) if isinstance(x, int) else float(x)
     ps = _partition_spec_type()
     if ps is not None and isinstance(x, ps):
         return {"P": [_enc(e) for e in tuple(x)]}
@@ -33,12 +31,9 @@ def _enc(x: Any) -> Any:
     if isinstance(x, list):
         return [_enc(e) for e in x]
     if isinstance(x, dict):
-        items = []
-        for k, v in x.items():
-            if not isinstance(k, str):
-                raise Unencodable(k)
-            items.append([k, _enc(v)])
-        return {"d": items}
+        if not all(isinstance(k, str) for k in x):
+            raise Unencodable("a dict key that is not a str")
+        return {"d": [[k, _enc(v)] for k, v in x.items()]}
     raise Unencodable(type(x))
 
 

@@ -81,11 +81,8 @@ class PNode:
 
 def is_data_leaf(x: Any) -> bool:
     """Arrays, array templates, Python scalars and strings."""
-    if isinstance(x, (bool, int, float, complex, str, np.ndarray, np.generic)):
-        return True
-    if J.is_jax_array(x) or J.is_shape_dtype_struct(x):
-        return True
-    return False
+    return (isinstance(x, (bool, int, float, complex, str, np.ndarray, np.generic)) or J.is_jax_array(x)
+            or J.is_shape_dtype_struct(x))
 
 
 def _sorted_keys(d: dict) -> List[Any]:
@@ -98,14 +95,12 @@ def _sorted_keys(d: dict) -> List[Any]:
 def _key_component(k: Any) -> str:
     jtu = sys.modules.get("jax.tree_util")
     if jtu is not None:
-        if isinstance(k, jtu.DictKey):
+        if isinstance(k, (jtu.DictKey, jtu.FlattenedIndexKey)):
             return str(k.key)
         if isinstance(k, jtu.SequenceKey):
             return str(k.idx)
         if isinstance(k, jtu.GetAttrKey):
             return k.name
-        if isinstance(k, jtu.FlattenedIndexKey):
-            return str(k.key)
     return str(k)
 
 
@@ -122,9 +117,7 @@ def _jax_one_level(obj: Any):
         return None
     if jtu.treedef_is_leaf(tdef) and len(pairs) == 1 and pairs[0][1] is obj:
         return None
-    keys = [p[0] if len(p) else None for p, _ in pairs]
-    children = [c for _, c in pairs]
-    return keys, children, tdef
+    return [p[0] if len(p) else None for p, _ in pairs], [c for _, c in pairs], tdef
 
 
 def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extras] = None,
@@ -306,19 +299,16 @@ _PLAIN_LEAF_TYPES = frozenset({np.ndarray, bool, int, float, complex, str})
 def _emit(n: PNode, comps: Tuple[str, ...], nodes: list, key_paths: List[str], objs: List[Any],
           extras: List[Optional[_boxes.Extras]]) -> None:
     """Appends the treedef nodes and data leaves of PNode `n` at `comps` (see to_treedef)."""
-    if n.kind == LEAF:
-        if n.leaf_kind == STATIC:
-            nodes.append(_NONE_NODE)
-        else:
-            nodes.append(_LEAF_NODE)
-            key_paths.append(join_path(comps))
-            objs.append(n.obj)
-            extras.append(n.extras)
-        return
-    if n.kind == NONE:
+    if n.kind == NONE or n.kind == LEAF and n.leaf_kind == STATIC:
         nodes.append(_NONE_NODE)
         return
-    keys = list(n.keys) if n.kind in (DICT, NAMEDTUPLE, DATACLASS) else []
+    if n.kind == LEAF:
+        nodes.append(_LEAF_NODE)
+        key_paths.append(join_path(comps))
+        objs.append(n.obj)
+        extras.append(n.extras)
+        return
+    keys = list(n.keys) if n.kind in _NAMED_KINDS else []
     nodes.append((n.kind, len(n.children), n.type_name, keys))
     for name, c in zip(child_names(n.kind, n.keys, len(n.children)), n.children):
         _emit(c, comps + (name,), nodes, key_paths, objs, extras)
@@ -459,15 +449,13 @@ def index_treedef(raw: Sequence[Tuple[int, int, str, Sequence[str]]], path: Tupl
     if not raw:
         return None
 
-    def inner(p: int, comps: Tuple[str, ...], k: int, count: int, children: List[TNode]) -> TNode:
+    def node(p: int, comps: Tuple[str, ...], k: int, count: Optional[int] = None,
+             children: Optional[List[TNode]] = None) -> TNode:  # a leaf or None node: no count, no children
         kind, arity, type_name, keys = raw[p]
-        return TNode(p, kind, arity, type_name, list(keys), comps, k, count, children)
+        return TNode(p, kind, arity, type_name, list(keys), comps, k, int(kind == LEAF) if count is None else count,
+                     [] if children is None else children)
 
-    def end(p: int, comps: Tuple[str, ...], k: int) -> TNode:  # a leaf or None node
-        kind, arity, type_name, keys = raw[p]
-        return TNode(p, kind, arity, type_name, list(keys), comps, k, 1 if kind == LEAF else 0)
-
-    return fold_treedef(raw, inner, leaf=end, none=end, path=path, first_leaf=first_leaf)
+    return fold_treedef(raw, node, leaf=node, none=node, path=path, first_leaf=first_leaf)
 
 
 def find_node(root: Optional[TNode], comps: Sequence[str]) -> Optional[TNode]:

@@ -41,12 +41,7 @@ _BY_CODE: Dict[int, type] = {}
 
 
 def _format(file: str, key_path: str, code_name: str, message: str) -> str:
-    parts = [file if file else "<no file>"]
-    if key_path:
-        parts.append(key_path)
-    parts.append(code_name)
-    parts.append(message)
-    return ": ".join(parts)
+    return ": ".join([file or "<no file>"] + ([key_path] if key_path else []) + [code_name, message])
 
 
 class Error(Exception):
@@ -169,8 +164,6 @@ class StructureError(Error, ValueError):
     code_name = "structure mismatch"
 
 
-
-
 def _from_core(code: int, code_name: str, file: str, key_path: str, message: str, what: str) -> Error:
     """Called by the C++ exception translator: the instance for one treecask::Error."""
     cls = _BY_CODE.get(code, Error)
@@ -178,9 +171,7 @@ def _from_core(code: int, code_name: str, file: str, key_path: str, message: str
 
 
 def _with_file(e: Error, path: str) -> Error:
-    """`e`, or when it names no file a copy of it (same class, message and key
-    path) naming `path`: errors raised below the file level (encoding a leaf,
-    walking a tree) get the file the call was about."""
+    """`e`, or when it names no file a copy of it naming `path` (the file the call was about)."""
     if e.file:
         return e
     return type(e)(e.message, file=path, key_path=e.key_path)

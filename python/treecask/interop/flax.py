@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from . import orbax as _orbax
 from .. import _save
@@ -57,11 +57,8 @@ def _is_orbax_checkpoint(path: str) -> bool:
     return any(os.path.exists(os.path.join(path, m)) for m in _ORBAX_MARKERS)
 
 
-def _parse_step(name: str, prefix: str) -> Optional[Step]:
-    """The step of ``<prefix><step>`` (int, or float as Flax allows), else None."""
-    if not prefix or not name.startswith(prefix):
-        return None
-    text = name[len(prefix):]
+def parse_step(text: str) -> Optional[Step]:
+    """``text`` as a step number: an int, else a float (as Flax allows), else None."""
     for kind in (int, float):
         try:
             return kind(text)
@@ -98,13 +95,8 @@ def _find(src: str, step: Optional[Step], prefix: str, checkpoints) -> str:
 
 def _check_leaves(tree: Any, path: str) -> None:
     """Refuses what a treecask archive cannot hold, naming the key path."""
-
-    def walk(x: Any, comps: Tuple[str, ...]) -> None:
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(v, comps + (str(k),))
-            return
-        kp = T.join_path(comps) if comps else "(root)"
+    for comps, leaf in T.iter_leaves(T.build(tree, strict=False)):
+        x, kp = leaf.obj, T.join_path(comps) if comps else "(root)"
         if isinstance(x, str) and x.startswith(_MP_ARRAY_PLACEHOLDER):
             raise UnsupportedError(
                 "a multi-process array written by save_checkpoint_multiprocess (its data is in "
@@ -116,8 +108,6 @@ def _check_leaves(tree: Any, path: str) -> None:
                 "a bytes leaf: treecask archives hold arrays, numbers, str and None; restore with "
                 "flax.serialization.msgpack_restore, replace it (e.g. np.frombuffer(b, np.uint8)) "
                 "and treecask.save the result", file=path, key_path=kp)
-
-    walk(tree, ())
 
 
 def _read_msgpack(path: str, serialization) -> Any:
@@ -194,7 +184,8 @@ def import_flax(src: PathLike, dst: PathLike, *, step: Optional[Step] = None,
                                "pip install flax") from None
     s = os.path.abspath(os.fspath(src))
     path = os.path.normpath(_find(s, step, prefix, checkpoints))
-    step_no = _parse_step(os.path.basename(path), prefix)
+    name = os.path.basename(path)
+    step_no = parse_step(name[len(prefix):]) if prefix and name.startswith(prefix) else None
     md: Dict[str, str] = {META_SOURCE: path}
     if step_no is not None:
         md[META_STEP] = str(step_no)

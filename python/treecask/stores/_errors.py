@@ -20,18 +20,20 @@ from ..errors import AlreadyExistsError, CorruptionError, Error, InvalidArgument
 _CREDENTIALS = ("check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
                 "GOOGLE_APPLICATION_CREDENTIALS or storage_options)")
 T = TypeVar("T")
-_EXISTS = "the object exists (a checkpoint is never replaced; pass overwrite=True to replace it)"
+EXISTS = "the object exists (a checkpoint is never replaced; pass overwrite=True to replace it)"
 
 
-def mapped(url: str, call: Callable[[], T], etag: Optional[str] = None) -> T:
-    """``call()``, an obstore failure raised as :func:`of_obstore`'s error
-    (chained to nothing); a treecask error as it is."""
+def mapped(url: str, call: Callable[[], T], etag: Optional[str] = None,
+           error: Optional[Callable[[str, BaseException], Error]] = None) -> T:
+    """``call()``, a client's failure raised as ``error(url, exception)``'s
+    treecask error (default :func:`of_obstore`'s), chained to nothing; a
+    treecask error as it is."""
     try:
         return call()
     except Error:
         raise
-    except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-        err = of_obstore(url, e, etag)
+    except Exception as e:  # noqa: BLE001 -- every client error becomes a treecask one
+        err = error(url, e) if error is not None else of_obstore(url, e, etag)
     raise err
 
 
@@ -59,7 +61,7 @@ def of_obstore(url: str, exc: BaseException, etag: Optional[str] = None) -> Erro
                                "instead of 206 Partial Content): serve it from a server that honours Range",
                                file=url)
     if isinstance(exc, E.AlreadyExistsError) or "412 Precondition Failed" in text:
-        return AlreadyExistsError(_EXISTS, file=url)
+        return AlreadyExistsError(EXISTS, file=url)
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         return NotFoundError("no such bucket", file=url)
     if isinstance(exc, FileNotFoundError):
@@ -97,8 +99,3 @@ def of_botocore(url: str, what: str, e: BaseException) -> Error:
         return IoError(f"access denied: {_CREDENTIALS}", file=url)
     detail = f"{code} (HTTP {status})" if code else f"{type(e).__name__}: {first_line(e)}"
     return IoError(f"{what} failed: {detail}", file=url)
-
-
-def exists_error(url: str, message: str = _EXISTS) -> AlreadyExistsError:
-    """The AlreadyExistsError of a create-only commit refused because ``url`` exists."""
-    return AlreadyExistsError(message, file=url)

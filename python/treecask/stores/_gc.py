@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import treecask._core as _core
 
-from ..errors import Error, UnsupportedError
+from ..errors import UnsupportedError
 from . import _errors, _s3
 from ._object import ObjectStore
 from ._store import COMMIT_OBJECT
@@ -86,14 +86,9 @@ def find(store: ObjectStore, prefix: str, *, older_than: float) -> List[Leftover
             out += [Leftover("uncommitted shard", m["path"], a, int(m.get("size", 0))) for m, a in zip(ms, ages)]
     s3 = _s3.for_store(store.store)
     if s3 is not None:
-        err: Optional[Error] = None
-        try:
-            uploads = s3.uploads(base)
-        except Exception as e:  # noqa: BLE001
-            err = _errors.of_botocore(store.display(prefix), "listing multipart uploads", e)
-        if err is not None:
-            raise err
-        for path, upload, started in uploads:
+        listed = _errors.mapped(store.display(prefix), lambda: s3.uploads(base),
+                                error=lambda url, e: _errors.of_botocore(url, "listing multipart uploads", e))
+        for path, upload, started in listed:
             age = _age(now, started)
             if age >= older_than:
                 out.append(Leftover("multipart upload", path, age, 0, upload))

@@ -5,6 +5,7 @@ chosen because :meth:`LocalStore.local_path` answers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from typing import Any, Dict, List, Optional, Sequence
@@ -95,7 +96,5 @@ class LocalStore(Store):
     def delete(self, paths: Sequence[str]) -> None:
         """Unlinks each file; a missing one is no error."""
         for p in paths:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(p))
-            except FileNotFoundError:
-                pass

@@ -21,7 +21,7 @@ import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import treecask._core as _core
-from ..errors import AlreadyExistsError, Error
+from ..errors import AlreadyExistsError, Error, NotFoundError
 from . import _errors, _s3, _upload
 from ._source import ObjectSource
 from ._store import Store
@@ -43,16 +43,6 @@ def is_url(path: Any) -> bool:
     return isinstance(path, str) and _core.is_url(path)
 
 
-def _base(u: dict, url: str) -> Tuple[str, str]:
-    """(store base, object path) of a parsed URL: ``s3://bucket`` and the
-    key; an http(s):// URL is its own store, with the empty path, so that
-    every request goes to exactly that URL (its path never rewritten, its
-    query string kept: presigned S3 URLs, GCS signed URLs, Azure SAS links)."""
-    if u["scheme"] in ("http", "https"):
-        return url, ""
-    return f"{u['scheme']}://{u['bucket']}", u["key"]
-
-
 # One obstore store (its HTTP client and connection pool) per bucket or HTTP
 # directory and options, shared by every open: building one costs ~15 ms
 # (TLS roots), and a kept connection saves a handshake per open.
@@ -61,23 +51,15 @@ _STORES_LOCK = threading.Lock()
 
 
 def _shared_store(scheme: str, base: str, storage_options: Optional[Mapping[str, Any]], url: str):
-    """The obstore store of ``base`` (a bucket URL or an HTTP URL), shared
-    with every other user of the same base, options and environment.
-    Raises InvalidArgumentError naming ``url`` (the caller's whole URL,
-    redacted as a whole) when obstore refuses the configuration."""
+    """The obstore store of ``base``, shared by every user of the same base, options and environment."""
     env = tuple(sorted((k, v) for k, v in os.environ.items()
                        if k.startswith(("AWS_", "GOOGLE_", "AZURE_", "STORAGE_EMULATOR"))))
     key = (base, tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items())), env)
     with _STORES_LOCK:
         store = _STORES.get(key)
     if store is None:
-        err: Optional[Error] = None
-        try:
-            store = _new_store(scheme, base, storage_options)
-        except Exception as e:  # noqa: BLE001 -- obstore's ValueError may quote the URL: one treecask error
-            err = _errors.of_config(url, e)
-        if err is not None:
-            raise err  # outside the except: chained to nothing
+        # (obstore's ValueError may quote the URL: one treecask error, chained to nothing)
+        store = _errors.mapped(url, lambda: _new_store(scheme, base, storage_options), error=_errors.of_config)
         if "?" not in base:  # a signed URL is used once: its store is not kept
             with _STORES_LOCK:
                 _STORES[key] = store
@@ -101,21 +83,14 @@ def _new_store(scheme: str, base: str, storage_options: Optional[Mapping[str, An
         options.setdefault("skip_signature", True)
         # An emulator takes any bearer token: without one object_store would ask the
         # cloud metadata server for a token before every write.
-        provider = _emulator_token  # a GCS emulator checks no token
+        provider = lambda: {"token": "emulator", "expires_at": None}  # noqa: E731 -- the emulator checks none
     if scheme == "s3" and str(options.get("conditional_put", "")).lower() != "disabled":
         # The conditional commit of a multipart upload (_upload.put_file): If-None-Match
         # on CompleteMultipartUpload, as on PutObject; a store configured without
         # conditional writes gets neither.
         options.setdefault("copy_if_not_exists", "multipart")
-    if provider is not None:
-        return obstore.store.from_url(base, config=options, client_options=client, retry_config=_RETRY,
-                                      credential_provider=provider)
-    return obstore.store.from_url(base, config=options or None, client_options=client, retry_config=_RETRY)
-
-
-def _emulator_token() -> dict:
-    """The bearer token sent to a GCS emulator (STORAGE_EMULATOR_HOST), which checks none."""
-    return {"token": "emulator", "expires_at": None}
+    return obstore.store.from_url(base, config=options or None, client_options=client, retry_config=_RETRY,
+                                  **({"credential_provider": provider} if provider is not None else {}))
 
 
 class ObjectStore(Store):
@@ -158,17 +133,19 @@ class ObjectStore(Store):
         documents. Raises UnsupportedError for a scheme treecask does not
         serve, InvalidArgumentError for a malformed URL, credentials inside
         it (``_core.parse_url``) or a configuration obstore refuses."""
+        err: Optional[Error] = None
         try:
             u = _core.parse_url(url, prefix=True)  # the core's URL rule (remote.h parse_url)
         except Error as e:  # named by the whole URL (redacted), not the part the parser reached
-            err: Optional[Error] = type(e)(e.message, file=url, key_path=e.key_path)
-        else:
-            err = None
+            err = type(e)(e.message, file=url, key_path=e.key_path)
         if err is not None:
             raise err
-        base, key = _base(u, url)
-        signed = u["scheme"] in ("http", "https") and "?" in url
-        return cls(_shared_store(u["scheme"], base, storage_options, url), name=base, single_object=signed), key
+        # An http(s):// URL is its own store with the empty path: every request goes to exactly that URL
+        # (its path never rewritten, its query kept: presigned S3, GCS signed and Azure SAS URLs).
+        http = u["scheme"] in ("http", "https")
+        base, key = (url, "") if http else (f"{u['scheme']}://{u['bucket']}", u["key"])
+        return cls(_shared_store(u["scheme"], base, storage_options, url), name=base,
+                   single_object=http and "?" in url), key
 
     # ---- naming ----
     def display(self, path: str = "") -> str:
@@ -184,15 +161,11 @@ class ObjectStore(Store):
         """``{"size", "version": ETag}`` of object ``path`` (one HEAD), None when missing."""
         import obstore
 
-        err: Optional[Error] = None
         try:
-            m = obstore.head(self.store, path)
-            return {"size": int(m["size"]), "version": m.get("e_tag")}
-        except FileNotFoundError:
+            m = _errors.mapped(self.display(path), lambda: obstore.head(self.store, path))
+        except NotFoundError:
             return None
-        except Exception as e:  # noqa: BLE001 -- every obstore error becomes a treecask one
-            err = _errors.of_obstore(self.display(path), e)
-        raise err
+        return {"size": int(m["size"]), "version": m.get("e_tag")}
 
     # ---- writing ----
     def put_file(self, path: str, local_file: str, *, overwrite: bool) -> None:

@@ -17,7 +17,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import treecask._core as _core
-from ..errors import Error
+from ..errors import AlreadyExistsError, Error
 from . import _errors, _upload
 
 #: The S3 options of the core's environment table (``_core.ENV_OPTIONS``,
@@ -87,10 +87,7 @@ def for_store(store: Any) -> Optional["S3"]:
         import botocore.session  # noqa: F401
     except ImportError:
         return None
-    cfg: Dict[str, str] = options_from_env()
-    for k, n in _OBSTORE_ENV.items():
-        if os.environ.get(n):
-            cfg[k] = os.environ[n]
+    cfg = dict(options_from_env(), **{k: os.environ[n] for k, n in _OBSTORE_ENV.items() if os.environ.get(n)})
     for k, v in (store.config or {}).items():
         if k not in CORE_OPTIONS and k not in _OBSTORE_ENV and k not in _IGNORED:
             return None
@@ -198,13 +195,7 @@ def _client(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
 
 
 def _keep_deadline(client: Any, limits: Dict[str, float]) -> None:
-    """Retries of ``client``'s calls as the core's RetryPolicy says (obstore's
-    ``retry_config``): botocore's standard mode decides which answers are
-    retried, but its backoff is capped at ``max_backoff_s`` (botocore's own
-    waits up to 20 s after a throttle) and no retry begins more than
-    ``timeout_s`` seconds after the call's first attempt (botocore counts
-    attempts only). The call then fails with its last answer or exception
-    (a treecask error by ``_errors.of_botocore``)."""
+    """``client``'s retries within the bounds of :func:`deadline`, as obstore's ``retry_config``."""
     import time
 
     from botocore.retries import standard
@@ -241,77 +232,49 @@ class S3:
         return f"{self.prefix}/{path}" if self.prefix else path
 
     def put_new(self, path: str, local_file: str, url: str, *, overwrite: bool = False) -> str:
-        """Uploads ``local_file`` as ``path`` by one multipart upload
-        (``_upload.PART_BYTES`` parts, ``_upload.PARTS_IN_FLIGHT`` at once,
-        each read from the file by its worker: memory is bounded by their
-        product) completed with ``If-None-Match: *`` (without it when
-        ``overwrite``); returns the ETag the completion gave. While it runs
-        the upload is named by its marker (:data:`UPLOAD_MARKER`), written
-        empty before the upload starts and then given its id, so that the
-        next save of ``path`` aborts it if this process dies, whichever kind
-        of save that is and at whichever step (:meth:`abort_dead_uploads`).
-        On any failure the upload is aborted. Raises AlreadyExistsError when
-        the completion is refused because ``path`` exists (412
-        PreconditionFailed, or 409 ConditionalRequestConflict: another
-        completion of ``path`` in progress), NotFoundError (no bucket),
-        IoError."""
+        """Uploads ``local_file`` as ``path`` by one multipart upload completed
+        with ``If-None-Match: *`` (without it when ``overwrite``), named by its
+        marker (:data:`UPLOAD_MARKER`) while it runs and aborted on any failure
+        (docs/stores.md "S3 with botocore"); returns the completion's ETag.
+        Raises AlreadyExistsError (the completion refused: 412, or 409
+        ConditionalRequestConflict), NotFoundError (no bucket), IoError."""
         key = self._key(path)
         marker = self._key(f"{_core.temporary_path(path)}/{UPLOAD_MARKER}")
         err: Optional[Error] = None
         upload: Optional[str] = None
+        what = "starting the multipart upload"
         try:
             try:
                 self.client.put_object(Bucket=self.bucket, Key=marker, Body=b"")
                 upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
                 self.client.put_object(Bucket=self.bucket, Key=marker, Body=upload.encode())
+                what = "the multipart upload"
+                parts = self._parts(key, upload, local_file)
+                return str(self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts},
+                    **({} if overwrite else {"IfNoneMatch": "*"})).get("ETag", ""))
             except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
-                err = _errors.of_botocore(url, "starting the multipart upload", e)
-            if err is not None:
-                if upload is not None:
-                    self.abort(path, upload)
-                raise err
-            return self._upload(key, upload, local_file, url, overwrite)
+                code, status = _errors.botocore_code(e)
+                if not overwrite and (status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict")):
+                    # A retried completion whose first try committed is refused: the object is then
+                    # this save's own bytes.
+                    own = self._own_etag(key, local_file)
+                    if own is not None:
+                        return own
+                    err = AlreadyExistsError(_errors.EXISTS, file=url)
+                else:  # (NoSuchUpload after another saver committed: ObjectStore.put_file checks the key)
+                    err = _errors.of_botocore(url, what, e)
+            raise err
+        except BaseException:  # whatever failed, Ctrl-C included: the upload goes
+            if upload is not None:
+                self.abort(path, upload)
+            raise
         finally:
             with contextlib.suppress(Exception):
                 self.client.delete_object(Bucket=self.bucket, Key=marker)
 
-    def _upload(self, key: str, upload: str, local_file: str, url: str, overwrite: bool) -> str:
-        err: Optional[Error] = None
-        try:
-            try:
-                parts = self._parts(key, upload, local_file)
-                condition = {} if overwrite else {"IfNoneMatch": "*"}
-                r = self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}, **condition)
-                return str(r.get("ETag", ""))
-            except Exception as e:  # noqa: BLE001 -- every botocore error becomes a treecask one
-                code, status = _errors.botocore_code(e)
-                refused = not overwrite and (status == 412 or code in ("PreconditionFailed",
-                                                                        "ConditionalRequestConflict"))
-                if refused or (code == "NoSuchUpload" and not overwrite):
-                    # A retried completion whose first try committed is refused (412) or finds its
-                    # upload gone: the object is then this save's own bytes.
-                    own = self._own_etag(key, local_file)
-                    if own is not None:
-                        return own
-                if refused:
-                    err = _errors.exists_error(url)
-                elif code == "NoSuchUpload" and not overwrite and self._exists(key):
-                    # aborted by the saver that committed the key first (abort_dead)
-                    err = _errors.exists_error(url, "another saver committed the object first (this upload "
-                                                    "was aborted)")
-                else:
-                    err = _errors.of_botocore(url, "the multipart upload", e)
-            raise err
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
-            raise
-
     def _own_etag(self, key: str, local_file: str) -> Optional[str]:
-        """The ETag of object ``key`` when its size and last
-        ``_upload.CONFIRM_BYTES`` are the local file's (one ranged GET), else
-        None (also when it cannot be read)."""
+        """The ETag of ``key`` when its size and last ``_upload.CONFIRM_BYTES`` are the file's, else None."""
         size = os.path.getsize(local_file)
         n = min(size, _upload.CONFIRM_BYTES)
         try:
@@ -325,17 +288,8 @@ class S3:
             mine = f.read(n)
         return str(r.get("ETag", "")) if total == size and got == mine else None
 
-    def _exists(self, key: str) -> bool:
-        try:
-            self.client.head_object(Bucket=self.bucket, Key=key)
-            return True
-        except Exception:  # noqa: BLE001
-            return False
-
     def _parts(self, key: str, upload: str, local_file: str) -> List[dict]:
-        """Uploads the file's parts, each read by its worker when it starts
-        (at most ``PARTS_IN_FLIGHT`` read and in flight); raises the first
-        failure (botocore's), the parts not yet started cancelled."""
+        """The file's parts uploaded, each read by its worker; the first failure raised."""
         part = _upload.PART_BYTES
         count = max(1, -(-os.path.getsize(local_file) // part))
         fd = os.open(local_file, os.O_RDONLY)
@@ -359,28 +313,11 @@ class S3:
 
     def abort_dead_uploads(self, path: str, markers: Sequence[str],
                            relist: Callable[[], Sequence[str]]) -> List[str]:
-        """Aborts the incomplete multipart uploads of ``path`` whose saver
-        died (docs/stores.md "S3 with botocore"); ``markers``: the upload
-        markers ``<path>.tmp.<host>.<pid>.<hex16>/upload`` a listing of
-        ``path`` found, ``relist()`` lists them again. A marker is written empty before its saver starts
-        its upload and holds the upload's id once it has started
-        (:meth:`put_new`); a marker is dead by the core's rule of every
-        temporary (this host, a process that no longer runs). Aborted:
-
-        - the upload a dead marker names (the marker itself is left to
-          :meth:`treecask.stores.Store.remove_stale`);
-        - when a dead marker is empty (its saver was killed between starting
-          the upload and naming it), every upload of ``path`` that no marker
-          names, provided every empty marker is dead: the uploads are listed
-          first and the markers again after, so that a saver whose upload is
-          listed has its marker listed too, and none of them can be a live
-          saver's. With an empty marker of another host, or of a live
-          process, nothing unnamed is aborted.
-
-        Returns the dead empty markers to keep (their uploads not yet
-        aborted: the next save of ``path`` tries again). Requests: one GET
-        per marker; with a dead empty marker, one ListMultipartUploads and
-        one listing more. Best effort: a failure is ignored."""
+        """Aborts the incomplete multipart uploads of ``path`` whose saver died,
+        told by their markers (``markers``: those a listing of ``path`` found;
+        ``relist()`` lists them again), by docs/stores.md "S3 with botocore"
+        ("A dead saver's upload"). Returns the dead empty markers to keep (the
+        next save tries again). Best effort: a failure is ignored."""
         try:
             named, empty = self._read_markers(path, markers)
             dead = [n for n, is_dead in empty.items() if is_dead]
@@ -398,8 +335,7 @@ class S3:
             return list(markers)
 
     def _read_markers(self, path: str, markers: Sequence[str]) -> Tuple[set, Dict[str, bool]]:
-        """(the upload ids the markers name, {empty marker: whether it is
-        dead}); the uploads of the dead markers that name one are aborted."""
+        """(upload ids the markers name, {empty marker: dead?}); the dead markers' named uploads aborted."""
         named, empty = set(), {}
         for n in markers:
             try:
@@ -440,14 +376,9 @@ class S3:
                 raise
 
     def abort_dead(self, path: str) -> None:
-        """Aborts what no saver can still complete, once ``path`` is committed
-        by a save that refuses to replace it: every other incomplete
-        multipart upload of ``path`` itself (its completion, conditional,
-        would be refused; one made unconditionally, by an ``overwrite``
-        save, fails instead of replacing this checkpoint), and the uploads
-        of temporaries ``<path>.tmp.<host>.<pid>.<hex16>`` of this host
-        whose process is gone (the core's rule). Best effort: a failure is
-        ignored (the next save of ``path`` tries again)."""
+        """After a create-only commit of ``path``: aborts every other upload of
+        ``path`` and those of this host's dead temporaries of it (docs/stores.md
+        "S3 with botocore"). Best effort."""
         with contextlib.suppress(Exception):
             for k, upload, _ in self.uploads(path):
                 if k == path or (k.startswith(path + ".tmp") and _core.is_stale_temporary(path, k)):

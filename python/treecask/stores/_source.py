@@ -84,9 +84,7 @@ class ObjectSource:
         return list(self._pool.map(fn, *args))
 
     def _first_read(self, offsets: List[int], lengths: List[int]) -> List[Any]:
-        """The core's first read: a negative offset asks for the last
-        ``lengths[i]`` bytes; answers clipped to the object. Learns ``size``
-        and the ETag, which every answer must agree on."""
+        """The core's first read (a negative offset: the last bytes), which learns ``size`` and the ETag."""
         try:
             got = self._map(lambda o, n: self._get({"range": {"suffix": n} if o < 0 else (o, o + n)}),
                             offsets, lengths)

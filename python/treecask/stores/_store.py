@@ -12,6 +12,7 @@ written once against it and never asks which store it has.
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import pathlib
 import shutil
@@ -260,15 +261,13 @@ class Store(abc.ABC):
         (:data:`COMMIT_OBJECT`) first."""
         local = self.local_path(path)
         if local is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 if os.path.isdir(local) and not os.path.islink(local):
                     doomed = _core.temporary_path(local)
                     os.rename(local, doomed)
                     shutil.rmtree(doomed)
                 else:
                     os.unlink(local)
-            except FileNotFoundError:
-                pass
             return
         names = [n for n in self.list_prefix(path) if n == path or n.startswith(path + "/")]
         commit = join(path, COMMIT_OBJECT)
@@ -303,16 +302,13 @@ class Store(abc.ABC):
         save then proceeds, is refused or overwrites; then AlreadyExistsError
         when the object, or a committed checkpoint "directory" of that name,
         exists and ``overwrite`` is False. One listing in an object store."""
-        local = self.local_path(path)
-        if local is not None:
-            _core.remove_stale_temporaries(local)
-            exists = os.path.lexists(local)
-        else:
+        local, names = self.local_path(path), None
+        if local is None:
             self.writable(path)
             _upload.sweep_scratch()
             names = self.list_prefix(path)
-            self.remove_stale(path, names)
-            exists = path in names or join(path, COMMIT_OBJECT) in names
+        self.remove_stale(path, names)
+        exists = os.path.lexists(local) if local is not None else path in names or join(path, COMMIT_OBJECT) in names
         if exists and not overwrite:
             raise AlreadyExistsError("the checkpoint exists (pass overwrite=True to replace it)",
                                      file=self.display(path))
@@ -329,10 +325,8 @@ class Store(abc.ABC):
         writers' temporaries swept). Elsewhere: :meth:`check_new` (an
         existing ``path`` refused before any byte is written or uploaded),
         then :meth:`write_archive`."""
-        local = self.local_path(path)
-        if local is not None:
-            return write(local, True)
-        self.check_new(path, overwrite=overwrite)
+        if self.local_path(path) is None:
+            self.check_new(path, overwrite=overwrite)
         return self.write_archive(path, write, overwrite=overwrite)
 
     def write_archive(self, path: str, write: Callable[[str, bool], T], *, overwrite: bool) -> T:
@@ -423,7 +417,5 @@ class Store(abc.ABC):
         if local is not None:
             shutil.rmtree(local, ignore_errors=True)
             return
-        try:
+        with contextlib.suppress(Error):
             self.delete([join(staging, n) for n in names])
-        except Error:
-            pass

@@ -148,11 +148,8 @@ def confirm(store: Any, key: str, path: str, *, url: str, etag: Optional[str] = 
 
 
 def _create(store: Any, key: str, conditional: Callable[[], Any], unconditional: Callable[[], Any]) -> Any:
-    """Creates ``key`` by ``conditional()`` (a write that fails if ``key``
-    exists); where obstore refuses it because the store (or its configuration)
-    has no conditional writes, the documented fallback: a HEAD of ``key``
-    (AlreadyExistsError if it exists), then ``unconditional()``. Returns
-    what the write returned."""
+    """``conditional()`` (a write that fails if ``key`` exists), or where the store has no
+    conditional writes the documented fallback: a HEAD of ``key``, then ``unconditional()``."""
     import obstore
     import obstore.exceptions as E
 
