@@ -24,7 +24,7 @@ from ._async import reached_preemption as _reached_preemption
 from ._open import load
 from ._open import open as open_archive
 from ._retention import Retention
-from ._run import ARCHIVES, Run, StepLayout, refuse_orbax_run, refuse_other_layout, step_name
+from ._run import ARCHIVES, Run, StepLayout, refuse_orbax_run, step_name
 from ._request import metadata_items
 from ._save import save
 from ._types import PathLike
@@ -162,12 +162,10 @@ class CheckpointManager:
         self._run = Run(st, path, step_layout)
         self.directory: Any = st.shown(self._run.path)
         d = str(self.directory)
-        for name, v in (("max_to_keep", max_to_keep), ("keep_period", keep_period)):
-            if v is not None and (not _is_int(v) or v < 1):
-                raise InvalidArgumentError(f"{name} must be None or an int >= 1, got {v!r}", file=d)
-        if not _is_int(save_interval_steps) or save_interval_steps < 1:
-            raise InvalidArgumentError(f"save_interval_steps must be an int >= 1, got {save_interval_steps!r}",
-                                       file=d)
+        for name, v, none in (("max_to_keep", max_to_keep, "None or "), ("keep_period", keep_period, "None or "),
+                              ("save_interval_steps", save_interval_steps, "")):
+            if (v is not None or not none) and (not _is_int(v) or v < 1):
+                raise InvalidArgumentError(f"{name} must be {none}an int >= 1, got {v!r}", file=d)
         if best_mode not in ("max", "min"):
             raise InvalidArgumentError(f"best_mode must be 'max' or 'min', got {best_mode!r}", file=d)
         if best_fn is not None and not callable(best_fn):
@@ -207,9 +205,7 @@ class CheckpointManager:
         # entry name -> (Store.stamp, metrics): step archives are immutable,
         # a local step deleted and written again gets a new inode.
         self._metrics_cache: Dict[str, Tuple[Any, Any]] = {}
-        names = self._run.names()
-        refuse_orbax_run(d, self._run.orbax_steps(names))
-        refuse_other_layout(d, step_layout, self._run.other_layout_steps(names))
+        self._run.refuse_foreign(d)
         if not self.read_only:
             st.make_directory(self._run.path)
 
@@ -252,7 +248,7 @@ class CheckpointManager:
         URL (``treecask.stores.resolve``'s pair). Does not check that the
         step exists. Raises InvalidArgumentError for a bad step."""
         step = _check_step(step, str(self.directory))  # its entry, whatever its digit count, else the canonical one
-        return self._run.store, self._run.entry(self._run.steps().get(step, self._run.step_name(step)))
+        return self._run.store, self._run.entry(self._run.steps().get(step, self._run.layout.step_name(step)))
 
     def should_save(self, step: int) -> bool:
         """Whether :meth:`save` writes ``step``: it is a multiple of
@@ -285,11 +281,15 @@ class CheckpointManager:
         saved without. Read from the step's archive metadata (cached per
         writing of the step). Raises NotFoundError when the step does not
         exist (names the file), InvalidArgumentError for a bad step."""
+        return self._metrics_of(self._listed(step))
+
+    def _listed(self, step: Any) -> str:
+        """The entry name of the committed step ``step``; NotFoundError naming its file when there is none."""
         step = _check_step(step, str(self.directory))
         name = self._run.steps().get(step)
         if name is None:
             raise NotFoundError(f"no step {step} in the directory", file=str(self.path(step)))
-        return self._metrics_of(name)
+        return name
 
     def best_step(self) -> Optional[int]:
         """With ``best_fn``: the step with the best score among those saved with
@@ -321,13 +321,12 @@ class CheckpointManager:
         job = self._job
         if job is None or job.done():
             return None
-        return StepInfo(job.step, self._run.store.shown(self._run.entry(self._run.step_name(job.step))),
+        return StepInfo(job.step, self._run.store.shown(self._run.entry(self._run.layout.step_name(job.step))),
                         job.metrics, None)
 
     def is_saving_in_progress(self) -> bool:
         """Whether an asynchronous save is still running (Orbax's name). Never blocks."""
-        job = self._job
-        return job is not None and not job.done()
+        return self.in_flight() is not None
 
     # ---- save ----
     def save(self, step: int, tree: Any, *, metrics: Optional[Any] = None, force: bool = False,
@@ -368,7 +367,7 @@ class CheckpointManager:
         if step in listing:
             raise AlreadyExistsError(f"step {step} already exists (a step is never overwritten)",
                                      file=str(self.path(step)))
-        name = self._run.step_name(step)
+        name = self._run.layout.step_name(step)
         entry = self._run.entry(name)
         md = dict(self._metadata)
         _check_metadata(metadata or {}, d)
@@ -432,19 +431,19 @@ class CheckpointManager:
         and ``keep_fn`` are None."""
         listing = self._run.steps()
         if steps is not None:
-            listing = {s: listing.get(s, self._run.step_name(s)) for s in steps}
+            listing = {s: listing.get(s, self._run.layout.step_name(s)) for s in steps}
+        return self._to_delete(listing)
+
+    def _to_delete(self, listing: Dict[int, str]) -> List[int]:
         return self._retention.to_delete(sorted(listing), lambda s: self._metrics_of(listing[s]),
                                          lambda: self._infos(listing))
 
     def _retain(self, new_step: int) -> None:
-        if not self._retention.deletes or not is_primary():
-            return
-        listing = self._run.steps()
-        for s in self._retention.to_delete(sorted(listing), lambda s: self._metrics_of(listing[s]),
-                                           lambda: self._infos(listing)):
-            if s == new_step and self.keep_newest and self._retention.keep_fn is None:
-                continue
-            self._remove(listing[s])
+        if self._retention.deletes and is_primary():
+            listing = self._run.steps()
+            for s in self._to_delete(listing):
+                if s != new_step or not self.keep_newest or self._retention.keep_fn is not None:
+                    self._remove(listing[s])
 
     def _remove(self, name: str) -> None:
         """Deletes the step entry ``name`` (``Store.delete_tree``) and its cached metrics and signature."""
@@ -467,13 +466,11 @@ class CheckpointManager:
           InvalidArgumentError: a bad step, a closed or read-only manager.
         """
         self._check_writable()
-        step = _check_step(step, str(self.directory))
+        _check_step(step, str(self.directory))
         self.wait_until_finished(raise_error=False)
-        listing = self._run.steps()
-        if step not in listing:
-            raise NotFoundError(f"no step {step} in the directory", file=str(self.path(step)))
+        name = self._listed(step)
         if is_primary():
-            self._remove(listing[step])
+            self._remove(name)
 
     def _stamp(self, name: str) -> Any:
         """What identifies one writing of entry ``name`` (``Store.stamp``); NotFoundError once it is gone."""

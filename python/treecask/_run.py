@@ -86,10 +86,6 @@ class Run:
         self.path = path.rstrip("/") or path
         self.layout = layout
 
-    def step_name(self, step: int) -> str:
-        """The entry name of a new step ``step`` (the layout's)."""
-        return self.layout.step_name(step)
-
     def index(self, name: str) -> str:
         """The store path of the archive holding entry ``name``'s own metadata
         (step, metrics): the entry itself, or its commit object."""
@@ -120,43 +116,51 @@ class Run:
             if index and rest != index or not index and not committed(self.store, entry, [name]):
                 continue
             step = int(m.group(1))
-            if step not in out or entry == self.step_name(step):
+            if step not in out or entry == self.layout.step_name(step):
                 out[step] = entry
         return out
 
-    def orbax_steps(self, names: Optional[List[str]] = None) -> List[str]:
-        """The Orbax step directories here (a run of orbax-checkpoint's
-        manager: ``4/``, ``step_4/``; Flax's ``checkpoint_<N>/``): entries
-        named like a step that hold one of Orbax's marker files
-        (``_CHECKPOINT_METADATA``, ``_METADATA``, ``manifest.ocdbt``,
-        ``checkpoint``; the importer's rule, ``treecask.import_orbax``)."""
+    def refuse_foreign(self, directory: str) -> None:
+        """Raises UnsupportedError (:func:`refuse_orbax_run`) when the directory
+        holds Orbax step directories (orbax-checkpoint's ``4/``, ``step_4/``;
+        Flax's ``checkpoint_<N>/``: entries named like a step holding one of
+        Orbax's marker files, ``_CHECKPOINT_METADATA``, ``_METADATA``,
+        ``manifest.ocdbt``, ``checkpoint``: the importer's rule,
+        ``treecask.import_orbax``), or committed steps of the other layout
+        (:data:`ARCHIVES` <-> :data:`ITEM_DIRECTORIES`), which this run would
+        not list and would start again beside; the message names the steps
+        and which manager reads them. One listing."""
+        names = self.names()
         found, ours = set(), set()
-        for name in self.names() if names is None else names:
+        for name in names:
             entry, _, rest = name.partition("/")
             if rest == stores.COMMIT_OBJECT:
                 ours.add(entry)  # a step of treecask's (an item named like a marker is no Orbax file)
             elif rest and _orbax.is_step_name(entry) and rest.rsplit("/", 1)[-1] in _orbax.STEP_MARKERS:
                 found.add(entry)
-        return sorted(found - ours)
+        refuse_orbax_run(directory, sorted(found - ours))
+        other = Run(self.store, self.path, ITEM_DIRECTORIES if self.layout is ARCHIVES else ARCHIVES).steps(names)
+        if not other:
+            return
+        if self.layout is ARCHIVES:
+            how = ("it is a run of treecask.orbax's managers (Orbax's <step>/ directories of items): open it with "
+                   "treecask.orbax.CheckpointManager or treecask.orbax.v1.training.Checkpointer")
+        else:
+            how = ("it is a run of treecask.CheckpointManager (step_<N:08d>.cask archives): open it with "
+                   "treecask.CheckpointManager; one step reads with treecask.orbax.Checkpointer().restore(path) "
+                   "or treecask.load(path)")
+        raise UnsupportedError(f"this directory holds {len(other)} step{'' if len(other) == 1 else 's'} of another "
+                               f"layout ({_listed([other[s] for s in sorted(other)])}): {how}", file=directory)
 
-    def other_layout_steps(self, names: Optional[List[str]] = None) -> List[str]:
-        """The committed steps here of the other layout (:data:`ARCHIVES` <->
-        :data:`ITEM_DIRECTORIES`), entry names sorted: a run this manager
-        would not list."""
-        other = Run(self.store, self.path, ITEM_DIRECTORIES if self.layout is ARCHIVES else ARCHIVES)
-        found = other.steps(self.names() if names is None else names)
-        return [found[s] for s in sorted(found)]
-
-    def sweep(self, names: Optional[List[str]] = None) -> None:
+    def sweep(self) -> None:
         """Removes the temporaries of crashed saves of any step here
         (``<entry>.tmp.<host>.<pid>.<hex>`` of a step entry, of this host whose process
         no longer exists): the core's rule of SPEC.md "Atomic commit"
         (``treecask::is_stale_temporary``), applied by the store
         (:meth:`treecask.stores.Store.remove_stale`) to every step that has a
         temporary."""
-        names = self.names() if names is None else names
         temps: Dict[str, List[str]] = {}
-        for name in names:
+        for name in self.names():
             m = _TMP_RE.fullmatch(name.partition("/")[0])
             if m is not None and self.layout.pattern.fullmatch(m.group(1)):
                 temps.setdefault(m.group(1), []).append(self.entry(name))
@@ -164,23 +168,8 @@ class Run:
             self.store.remove_stale(self.entry(step), found)
 
 
-def refuse_other_layout(directory: str, layout: StepLayout, found: List[str]) -> None:
-    """Raises UnsupportedError when ``found`` (:meth:`Run.other_layout_steps`)
-    is not empty: a manager of ``layout`` there would list none of those
-    steps and start the run again beside them. The message names the steps
-    and which manager reads them."""
-    if not found:
-        return
-    listed = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
-    if layout is ARCHIVES:
-        how = ("it is a run of treecask.orbax's managers (Orbax's <step>/ directories of items): open it with "
-               "treecask.orbax.CheckpointManager or treecask.orbax.v1.training.Checkpointer")
-    else:
-        how = ("it is a run of treecask.CheckpointManager (step_<N:08d>.cask archives): open it with "
-               "treecask.CheckpointManager; one step reads with treecask.orbax.Checkpointer().restore(path) "
-               "or treecask.load(path)")
-    raise UnsupportedError(f"this directory holds {len(found)} step{'' if len(found) == 1 else 's'} of another "
-                           f"layout ({listed}): {how}", file=directory)
+def _listed(found: List[str]) -> str:
+    return ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
 
 
 def refuse_orbax_run(directory: str, found: List[str]) -> None:
@@ -189,10 +178,9 @@ def refuse_orbax_run(directory: str, found: List[str]) -> None:
     no step and start the run again from scratch beside them (issue #31).
     The message names the steps and the converter."""
     if found:
-        listed = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
         raise UnsupportedError(
             f"this directory holds an Orbax run ({len(found)} step director{'y' if len(found) == 1 else 'ies'}: "
-            f"{listed}), which treecask does not read in place: convert each step once with "
+            f"{_listed(found)}), which treecask does not read in place: convert each step once with "
             f"treecask.import_orbax(src, dst) (or `treecask import-orbax SRC DST`) into a treecask "
             f"CheckpointManager directory of its own, e.g. dst = <new directory>/step_<N:08d>.cask",
             file=directory)
