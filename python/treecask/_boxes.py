@@ -70,29 +70,17 @@ def _rank(x: Any) -> int:
 
 
 class Box:
-    """One family of boxes."""
+    """One family of boxes: ``matches(obj)``; ``fields(obj)``, its ``[(name,
+    child)]``; ``extras(obj)``, the :class:`Extras` it adds to the leaf below;
+    ``known_types()``, ``{type_name: class}`` for rebuilding without a
+    template; ``rebuild(cls, children, meta)``, an instance of ``cls`` from
+    the rebuilt children (by name) and the first leaf's info dict; and
+    ``rebuild_like(like, children)``, ``like`` with its children replaced
+    (None: the generic jax unflatten)."""
 
     family = ""  # top-level package the classes come from
 
-    def matches(self, obj: Any) -> bool:
-        raise NotImplementedError
-
-    def fields(self, obj: Any) -> List[Tuple[str, Any]]:
-        raise NotImplementedError
-
-    def extras(self, obj: Any) -> Extras:
-        raise NotImplementedError
-
-    def known_types(self) -> Dict[str, type]:
-        """type_name -> class, for rebuilding without a template."""
-        raise NotImplementedError
-
-    def rebuild(self, cls: type, children: Dict[str, Any], meta: Dict[str, Any]) -> Any:
-        """An instance of `cls` from rebuilt children and the first leaf's info dict."""
-        raise NotImplementedError
-
     def rebuild_like(self, like: Any, children: List[Any]) -> Any:
-        """`like` with its children replaced (None: use the generic jax unflatten)."""
         return None
 
 
