@@ -32,11 +32,9 @@ def compression_code(compression: str, file: str) -> int:
 def metadata_items(metadata: Optional[Mapping[str, str]], file: str) -> List[Tuple[str, str]]:
     """Archive metadata as the core's (key, value) list, in order. Raises
     InvalidArgumentError naming ``file`` unless it maps str to str."""
-    items: List[Tuple[str, str]] = []
-    for k, v in (metadata or {}).items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise InvalidArgumentError("archive metadata must map str to str", file=file)
-        items.append((k, v))
+    items = list((metadata or {}).items())
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in items):
+        raise InvalidArgumentError("archive metadata must map str to str", file=file)
     return items
 
 
