@@ -78,9 +78,7 @@ class Reader(abc.ABC):
         """Drops this object's reference to the mapping (views keep it alive)."""
         self._core = None
 
-    @property
-    def closed(self) -> bool:
-        return self._core is None
+    closed = property(lambda self: self._core is None, doc="Whether :meth:`close` was called.")
 
     def __enter__(self: _R) -> _R:
         return self
@@ -98,35 +96,18 @@ class Reader(abc.ABC):
     def __repr__(self) -> str: ...
 
     # -- checkpoint-level facts --
-    @property
-    def path(self) -> str:
-        """The path the archive was opened from, as given to open() (a str)."""
-        return self._path
-
-    @property
-    def file_size(self) -> int:
-        """Size of the archive file in bytes, as it was at open()."""
-        return int(self._c().file_size)
-
-    @property
-    def format_version(self) -> Tuple[int, int]:
-        """(major, minor) of the format the file was written in (SPEC.md "Versioning")."""
-        return tuple(self._c().format_version)
-
-    @property
-    def library_version(self) -> str:
-        """Version of the library that wrote the file."""
-        return self._c().library_version
-
-    @property
-    def created_unix_ns(self) -> int:
-        """When the writer committed the file: nanoseconds since the Unix epoch (UTC)."""
-        return int(self._c().created_unix_ns)
-
-    @property
-    def metadata(self) -> Dict[str, str]:
-        """Archive-level user key-values (``save(metadata=...)``)."""
-        return dict(self._c().metadata)
+    path = property(lambda self: self._path,
+                    doc="The path the archive was opened from, as given to open() (a str).")
+    file_size = property(lambda self: int(self._c().file_size),
+                         doc="Size of the archive file in bytes (int), as it was at open().")
+    format_version = property(lambda self: tuple(self._c().format_version), doc='(major, minor) of the '
+                              'format the file was written in (a tuple of int; SPEC.md "Versioning").')
+    library_version = property(lambda self: self._c().library_version,
+                               doc="Version of the library that wrote the file (a str).")
+    created_unix_ns = property(lambda self: int(self._c().created_unix_ns), doc="When the writer committed "
+                               "the file: nanoseconds since the Unix epoch (UTC), an int.")
+    metadata = property(lambda self: dict(self._c().metadata),
+                        doc="Archive-level user key-values (``save(metadata=...)``), a dict of str.")
 
     @property
     def treedef(self) -> Tuple[TreeNode, ...]:
