@@ -133,18 +133,19 @@ def confirm(store: Any, key: str, path: str, *, url: str, etag: Optional[str] = 
         return r.meta, bytes(r.bytes())
 
     meta, got = _errors.mapped(url, tail)
-    if meta["size"] == size:
-        if etag and meta.get("e_tag"):
-            if _bare_etag(etag) == _bare_etag(meta["e_tag"]):
-                return
-        else:
-            with open(path, "rb") as f:
-                f.seek(size - n)
-                if f.read(n) == got:
-                    return
+    if meta["size"] == size and (_bare_etag(etag) == _bare_etag(meta["e_tag"]) if etag and meta.get("e_tag")
+                                 else ends_with(path, got)):
+        return
     raise AlreadyExistsError("another saver committed this object at the same time and it is not this save's "
                              "(the store's conditional write is not atomic): this checkpoint was not saved",
                              file=url)
+
+
+def ends_with(path: str, data: bytes) -> bool:
+    """Whether the local file ``path`` (at least ``len(data)`` bytes long) ends in ``data``."""
+    with open(path, "rb") as f:
+        f.seek(-len(data), os.SEEK_END)
+        return f.read() == data
 
 
 def _create(store: Any, key: str, conditional: Callable[[], Any], unconditional: Callable[[], Any]) -> Any:
