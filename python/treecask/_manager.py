@@ -227,10 +227,7 @@ class CheckpointManager:
         return f"<treecask.CheckpointManager {_core.redact_url(str(self.directory))!r}>"
 
     # ---- naming ----
-    @property
-    def store(self) -> stores.Store:
-        """The :class:`treecask.stores.Store` the steps are in."""
-        return self._run.store
+    store = property(lambda self: self._run.store, doc="The :class:`treecask.stores.Store` the steps are in.")
 
     def path(self, step: int) -> Any:
         """The path of ``step``: its existing entry if the directory has one

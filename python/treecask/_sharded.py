@@ -7,7 +7,7 @@ saved boxes, none a view of a map). Writing one is ``_distributed.py``'s job."""
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any
 
 import treecask._core as _core
 
@@ -43,10 +43,8 @@ class ShardedArchive(Reader):
         state = "closed" if self._core is None else f"{len(self)} leaves, {len(self._core.files())} shard files"
         return f"<treecask.ShardedArchive {_core.redact_url(self._path)!r} ({state})>"
 
-    @property
-    def files(self) -> List[str]:
-        """Names of the shard files the index refers to (sorted)."""
-        return list(self._c().files())
+    files = property(lambda self: list(self._c().files()),
+                     doc="Names of the shard files the index refers to (a sorted list of str).")
 
     @property
     def file_size(self) -> int:
