@@ -18,24 +18,6 @@ import treecask._core as _core
 # (include/treecask/error.h): each class below gives its number; the name is the core's.
 _NAMES = {number: name for name, number in _core.ERROR_CODES.items()}
 
-__all__ = [
-    "Error",
-    "NotFoundError",
-    "NotAnArchiveError",
-    "VersionError",
-    "CorruptionError",
-    "ChecksumError",
-    "KeyNotFoundError",
-    "InvalidArgumentError",
-    "ShapeError",
-    "IoError",
-    "AlreadyExistsError",
-    "UnsupportedError",
-    "SignatureError",
-    "StructureError",
-]
-
-
 #: The class of each treecask::ErrorCode number (filled as the classes below are defined).
 _BY_CODE: Dict[int, type] = {}
 
@@ -175,3 +157,7 @@ def _with_file(e: Error, path: str) -> Error:
     if e.file:
         return e
     return type(e)(e.message, file=path, key_path=e.key_path)
+
+
+# Every error class, Error first (``from treecask.errors import *``; treecask re-exports them).
+__all__ = [n for n, c in list(globals().items()) if isinstance(c, type) and issubclass(c, Error)]
