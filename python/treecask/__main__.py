@@ -20,20 +20,10 @@ import treecask._core as _core
 
 from . import errors
 
-# treecask.errors class -> exit status (src/cli/commands.h ExitStatus).
-_EXIT = (
-    (errors.NotFoundError, 2),
-    (errors.NotAnArchiveError, 3),
-    (errors.VersionError, 4),
-    (errors.CorruptionError, 5),  # ChecksumError too
-    (errors.KeyNotFoundError, 6),
-    (errors.InvalidArgumentError, 7),
-    (errors.ShapeError, 7),
-    (errors.StructureError, 7),
-    (errors.IoError, 8),
-    (errors.AlreadyExistsError, 9),
-    (errors.UnsupportedError, 10),
-)
+# treecask.errors class -> exit status (src/cli/commands.h ExitStatus; ChecksumError is a CorruptionError).
+_EXIT = {errors.NotFoundError: 2, errors.NotAnArchiveError: 3, errors.VersionError: 4, errors.CorruptionError: 5,
+         errors.KeyNotFoundError: 6, errors.InvalidArgumentError: 7, errors.ShapeError: 7, errors.StructureError: 7,
+         errors.IoError: 8, errors.AlreadyExistsError: 9, errors.UnsupportedError: 10}
 EXIT_USAGE = 1
 EXIT_INTERNAL = 11
 
@@ -202,10 +192,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m treecask") -> 
         return {"import-orbax": _import_orbax, "import-flax": _import_flax, "gc": _gc}[a.command](a)
     except errors.Error as e:
         print(f"treecask: {e}", file=sys.stderr)
-        for cls, status in _EXIT:
-            if isinstance(e, cls):
-                return status
-        return EXIT_INTERNAL
+        return next((status for cls, status in _EXIT.items() if isinstance(e, cls)), EXIT_INTERNAL)
     except Exception as e:  # noqa: BLE001 -- a bug, or a library's own error: one line, never a traceback
         first = (str(e).strip().splitlines() or [""])[0]
         print(f"treecask: internal error: {type(e).__name__}: {_core.redact_urls_in(first)}",
