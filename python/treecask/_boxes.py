@@ -248,10 +248,7 @@ class PenzaiNamedArrayBox(_PenzaiNamedBox):
         md = meta.get("metadata", {})
         data = children["data_array"]
         shape = tuple(meta["shape"])
-        if PZ_NAMES in md:
-            names = list(_static.decode(md[PZ_NAMES]))
-        else:
-            names = [n for n in meta.get("logical_axes", ()) if n]
+        names = list(_static.decode(md[PZ_NAMES])) if PZ_NAMES in md else [n for n in meta.get("logical_axes", ()) if n]
         npos = int(md.get(PZ_POSITIONAL, len(shape) - len(names)))
         named = collections.OrderedDict(zip(names, shape[npos:]))
         return cls(named_axes=named, data_array=data)
@@ -288,9 +285,7 @@ class PenzaiVariableBox(Box):
 
     def _classes(self):
         v = sys.modules.get("penzai.core.variables")
-        if v is None:
-            return ()
-        return tuple(getattr(v, n) for n in self._NAMES if hasattr(v, n))
+        return () if v is None else tuple(getattr(v, n) for n in self._NAMES if hasattr(v, n))
 
     def matches(self, obj):
         classes = self._classes()
@@ -347,10 +342,7 @@ def match(obj: Any) -> Optional[Box]:
     """The box family of `obj`, or None (cheap unless flax/penzai are imported)."""
     if "flax" not in sys.modules and "penzai" not in sys.modules:
         return None
-    for b in BOXES:
-        if b.matches(obj):
-            return b
-    return None
+    return next((b for b in BOXES if b.matches(obj)), None)
 
 
 _KNOWN: Dict[int, Dict[str, type]] = {}

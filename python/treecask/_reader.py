@@ -184,10 +184,8 @@ class Reader(abc.ABC):
         d = self._infos()[i]
         name, shape = d["dtype"], tuple(d["shape"])
         if d["zero_copy"]:  # the core's one rule (LeafInfo::zero_copy, include/treecask/reader.h)
-            if d["byte_length"] == 0:
-                arr = np.empty(shape, _dtypes.to_numpy(name))
-            else:
-                arr = _dtypes.from_bytes(self._c().view(i), name, shape)
+            arr = (np.empty(shape, _dtypes.to_numpy(name)) if d["byte_length"] == 0
+                   else _dtypes.from_bytes(self._c().view(i), name, shape))
         else:
             arr = self._read_array(i, d)
         arr.flags.writeable = False

@@ -60,10 +60,8 @@ def restore(a: Reader, like: Any, *, subtree: Optional[str], shardings: Any, mis
         first, count, nodes = sub
         if like is None:
             resolver = _sharding_resolver(shardings, a) if shardings is not None else None
-            if resolver is None:
-                values = a.values(first, count, copy=copy)
-            else:
-                values = [_placed(a, i, resolver, len(prefix)) for i in range(first, first + count)]
+            values = (a.values(first, count, copy=copy) if resolver is None
+                      else [_placed(a, i, resolver, len(prefix)) for i in range(first, first + count)])
             return _assemble(a, nodes, first, values, prefix)
         start = T.index_treedef(nodes, path=prefix, first_leaf=first)
         return _like(a, start, prefix, like, _sharding_resolver(shardings, a), missing, extra,
@@ -76,9 +74,7 @@ def _placed(a: Reader, i: int, resolver: Callable[[Tuple[str, ...], int], Any], 
     """Leaf i placed on the sharding `resolver` gives its key path below the root, else as Reader.value."""
     d = a.leaf(i)
     s = resolver(tuple(T.split_path(d["key_path"])[base:]), i)
-    if s is not None and d["value_kind"] == _codec.ARRAY:
-        return a.place(i, s)
-    return a.value(i)
+    return a.place(i, s) if s is not None and d["value_kind"] == _codec.ARRAY else a.value(i)
 
 
 def _sharding_resolver(shardings: Any, a: Reader) -> Callable[[Tuple[str, ...], int], Any]:
@@ -118,9 +114,7 @@ def _assemble(a: Reader, nodes: Sequence[Tuple[int, int, str, Sequence[str]]], f
         if kind == T.TUPLE:
             return tuple(children)
         fields = dict(zip(keys, children))
-        if kind == T.DATACLASS and count:
-            return _rebuild_box(a, type_name, fields, k, path)
-        return fields
+        return _rebuild_box(a, type_name, fields, k, path) if kind == T.DATACLASS and count else fields
 
     return T.fold_treedef(nodes, inner, leaves=values, path=base, first_leaf=first)
 
@@ -286,9 +280,7 @@ def _cast_leaf(a: Reader, i: int, x: Any, sharding: Any, pre: Dict[int, np.ndarr
         return arr[()]
     if J.is_jax_array(x) or J.is_shape_dtype_struct(x):
         return J.to_jax(arr, sharding if sharding is not None else _own_sharding(x))
-    if sharding is not None:
-        return J.to_jax(arr, sharding)
-    return arr
+    return J.to_jax(arr, sharding) if sharding is not None else arr
 
 
 def _array(a: Reader, i: int, pre: Dict[int, np.ndarray]) -> np.ndarray:

@@ -54,9 +54,7 @@ def child_names(kind: int, keys: Sequence[str], arity: int) -> Sequence[str]:
     (fold_treedef, find_node). Raises nothing."""
     if kind in _NAMED_KINDS:
         return keys
-    if arity <= len(_INDEX_NAMES):
-        return _INDEX_NAMES[:arity]
-    return tuple(str(i) for i in range(arity))
+    return _INDEX_NAMES[:arity] if arity <= len(_INDEX_NAMES) else tuple(str(i) for i in range(arity))
 
 
 # The kinds whose children are named by their keys, and the names of the first 256

@@ -154,9 +154,7 @@ def _from_core(code: int, code_name: str, file: str, key_path: str, message: str
 
 def _with_file(e: Error, path: str) -> Error:
     """`e`, or when it names no file a copy of it naming `path` (the file the call was about)."""
-    if e.file:
-        return e
-    return type(e)(e.message, file=path, key_path=e.key_path)
+    return e if e.file else type(e)(e.message, file=path, key_path=e.key_path)
 
 
 # Every error class, Error first (``from treecask.errors import *``; treecask re-exports them).

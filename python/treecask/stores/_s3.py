@@ -104,9 +104,7 @@ def for_store(store: Any) -> Optional["S3"]:
     except (KeyError, ValueError):  # a duration in a unit not read here: obstore's
         return None
     client = _client(cfg, limits)
-    if client is None:
-        return None
-    return S3(client, str(bucket), (store.prefix or "").strip("/"))
+    return None if client is None else S3(client, str(bucket), (store.prefix or "").strip("/"))
 
 
 #: obstore client options botocore is given (per attempt, seconds): ``connect_timeout`` is its

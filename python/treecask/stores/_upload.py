@@ -199,6 +199,4 @@ def _put_parts(store: Any, key: str, path: str) -> None:
 
 def named(e: Error, local: str, url: str) -> Error:
     """``e`` naming ``url`` where it named the scratch file ``local`` (or no file)."""
-    if e.file and e.file != local:
-        return e
-    return type(e)(e.message, file=url, key_path=e.key_path)
+    return e if e.file and e.file != local else type(e)(e.message, file=url, key_path=e.key_path)
