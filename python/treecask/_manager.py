@@ -66,9 +66,7 @@ class StepInfo:
 
 
 def _json_default(x: Any) -> Any:
-    if hasattr(x, "item") and getattr(x, "shape", None) == ():
-        return x.item()  # NumPy / jax scalars
-    if hasattr(x, "tolist"):
+    if hasattr(x, "tolist"):  # NumPy / jax arrays and scalars (a 0-d one: its Python scalar)
         return x.tolist()
     raise TypeError(f"{type(x).__name__} is not JSON-serialisable")
 
@@ -190,8 +188,7 @@ class CheckpointManager:
                 self._signer = (pem, _core.public_key_of(pem))
             except Error as e:  # a key it cannot sign with, named, for this run
                 raise _with_file(e, d) from None
-        md = dict(save_options.pop("metadata", None) or {})
-        _check_metadata(md, d)
+        md = dict(_check_metadata(save_options.pop("metadata", None), d))
         self._retention = Retention(max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
                                     best_mode=best_mode, keep_newest=bool(keep_newest), keep_fn=keep_fn)
         self.save_interval_steps = int(save_interval_steps)
@@ -366,10 +363,7 @@ class CheckpointManager:
                                      file=str(self.path(step)))
         name = self._run.layout.step_name(step)
         entry = self._run.entry(name)
-        md = dict(self._metadata)
-        _check_metadata(metadata or {}, d)
-        md.update(metadata or {})
-        md[STEP_KEY] = str(step)
+        md = {**self._metadata, **dict(_check_metadata(metadata, d)), STEP_KEY: str(step)}
         stored_metrics = None
         if metrics is not None:
             try:
@@ -573,10 +567,13 @@ class CheckpointManager:
                 self._pool.clear()
 
 
-def _check_metadata(md: Mapping[str, str], file: str) -> None:
-    for k, _ in metadata_items(md, file):  # str to str
+def _check_metadata(md: Optional[Mapping[str, str]], file: str) -> List[Tuple[str, str]]:
+    """The (key, value) pairs of archive metadata ``md`` (str to str), none of the manager's own keys."""
+    items = metadata_items(md, file)
+    for k, _ in items:
         if k in (STEP_KEY, METRICS_KEY):
             raise InvalidArgumentError(f"metadata key '{k}' is reserved for the manager", file=file)
+    return items
 
 
 def _is_int(x: Any) -> bool:
