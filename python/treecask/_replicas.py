@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -108,24 +109,15 @@ def box_of(index: Any, shape: Tuple[int, ...]) -> Box:
 
 # ---- replica-parallel save ---------------------------------------------------------------
 
-_HOLDERS: Dict[Any, List[Tuple[Box, Tuple[int, ...]]]] = {}
-
-
+@functools.lru_cache(maxsize=1024)
 def holders(sharding: Any, shape: Tuple[int, ...]) -> List[Tuple[Box, Tuple[int, ...]]]:
     """Every distinct box of ``sharding`` over ``shape`` (sorted) with the
     sorted process indices of the devices that hold it; the same list in
     every process (global facts only)."""
-    key = (sharding, shape)
-    got = _HOLDERS.get(key)
-    if got is None:
-        by_box: Dict[Box, set] = {}
-        for dev, index in sharding.devices_indices_map(shape).items():
-            by_box.setdefault(box_of(index, shape), set()).add(int(dev.process_index))
-        got = sorted((box, tuple(sorted(p))) for box, p in by_box.items())
-        if len(_HOLDERS) > 1024:
-            _HOLDERS.clear()
-        _HOLDERS[key] = got
-    return got
+    by_box: Dict[Box, set] = {}
+    for dev, index in sharding.devices_indices_map(shape).items():
+        by_box.setdefault(box_of(index, shape), set()).add(int(dev.process_index))
+    return sorted((box, tuple(sorted(p))) for box, p in by_box.items())
 
 
 def assign_boxes(sharding: Any, shape: Tuple[int, ...], itemsize: int,
@@ -233,7 +225,6 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*J.lists_to_spec(axes)))
 
 
-_RESHARD: Dict[Any, Any] = {}
 _collectives_work: Optional[bool] = None
 
 
@@ -251,6 +242,7 @@ def _carrier(dtype: np.dtype) -> Optional[np.dtype]:
     return np.dtype(f"uint{8 * dtype.itemsize}")
 
 
+@functools.lru_cache(maxsize=256)
 def _reshard(target: Any, flags: Any, dtype: np.dtype) -> Tuple[Any, Any]:
     """The jitted move of (parts as the carrier, flags) onto (``target``, the flags'
     maximum) and the jitted bitcast to ``dtype`` (None when not needed): two programs,
@@ -258,20 +250,11 @@ def _reshard(target: Any, flags: Any, dtype: np.dtype) -> Tuple[Any, Any]:
     import jax
     import jax.numpy as jnp
 
-    key = (target, flags, dtype)
-    f = _RESHARD.get(key)
-    if f is None:
-        replicated = jax.sharding.NamedSharding(flags.mesh, jax.sharding.PartitionSpec())
-        move = jax.jit(lambda x, ok: (x, jnp.max(ok)), out_shardings=(target, replicated))
-        cast = None
-        if _carrier(dtype) != dtype:
-            cast = jax.jit(lambda x: jax.lax.bitcast_convert_type(x, dtype), out_shardings=target,
-                           donate_argnums=0)
-        f = (move, cast)
-        if len(_RESHARD) > 256:
-            _RESHARD.clear()
-        _RESHARD[key] = f
-    return f
+    replicated = jax.sharding.NamedSharding(flags.mesh, jax.sharding.PartitionSpec())
+    move = jax.jit(lambda x, ok: (x, jnp.max(ok)), out_shardings=(target, replicated))
+    cast = (jax.jit(lambda x: jax.lax.bitcast_convert_type(x, dtype), out_shardings=target, donate_argnums=0)
+            if _carrier(dtype) != dtype else None)
+    return move, cast
 
 
 def place_read_once(read_boxes: Callable[[List[Box]], Dict[Box, np.ndarray]], shape: Tuple[int, ...],
