@@ -17,6 +17,7 @@ library module the program has installed.
 from __future__ import annotations
 
 import collections
+import functools
 import sys
 from dataclasses import dataclass, field
 import importlib
@@ -345,22 +346,15 @@ def match(obj: Any) -> Optional[Box]:
     return next((b for b in BOXES if b.matches(obj)), None)
 
 
-_KNOWN: Dict[int, Dict[str, type]] = {}
-
-
+@functools.lru_cache(maxsize=None)  # (the installed classes are looked up once per type name)
 def known(type_name: str) -> Optional[Tuple[Box, type]]:
     """(box, class) for a type name written in a file, from built-in knowledge
     only: the classes of the installed Flax / Penzai, never an import of a name
     taken from the file."""
     if not (type_name.startswith("flax.") or type_name.startswith("penzai.")):
         return None
-    for i, b in enumerate(BOXES):
-        if not type_name.startswith(b.family + "."):
-            continue
-        table = _KNOWN.get(i)
-        if table is None:
-            table = _KNOWN[i] = b.known_types()
-        cls = table.get(type_name)
+    for b in BOXES:
+        cls = b.known_types().get(type_name) if type_name.startswith(b.family + ".") else None
         if cls is not None:
             return b, cls
     return None
