@@ -49,8 +49,7 @@ def encode(key_path: str, x: Any, extras: Optional[Extras]) -> Tuple[Dict[str, A
                                        key_path=key_path)
         kind, sharding_src, arr = ARRAY, x, np.asarray(key_data(x, metadata))  # its shards gathered
     else:
-        kind = ARRAY
-        arr = np.asarray(x)
+        kind, arr = ARRAY, np.asarray(x)
     if arr.dtype == object or arr.dtype.kind in "USOMm":
         raise InvalidArgumentError(f"dtype {arr.dtype} cannot be saved", key_path=key_path)
     name = _dtypes.to_name(arr.dtype, key_path=key_path)
@@ -114,11 +113,8 @@ def _sharding(extras: Optional[Extras], arr: Any, rank: int):
     if spec is None and mesh is None:
         return None
     spec = list(spec or [])[:rank]
-    if mesh is None:
-        # An empty mesh means "mesh unknown" (SPEC.md "Sharding"): the spec's
-        # axis names are kept as they are (Flax Partitioned without a mesh).
-        mesh = ([], [])
-    names, sizes = mesh
+    # An empty mesh means "mesh unknown" (SPEC.md "Sharding"): the spec's axis names kept (Flax Partitioned, no mesh).
+    names, sizes = mesh if mesh is not None else ([], [])
     if names and any(a not in names for dim in spec for a in dim):
         return None
     return (list(names), [int(s) for s in sizes], [list(d) for d in spec])

@@ -151,11 +151,9 @@ def _like(a: Reader, start: T.TNode, prefix: Tuple[str, ...], like: Any, resolve
         idx = _resolve(start, comps, flags.get(comps, ()))
         if idx is None:
             if missing == "error" or J.is_shape_dtype_struct(leaf.obj):
-                why = ("the checkpoint has no leaf here"
-                       + ("" if missing == "error" else " and like holds no value to keep (a ShapeDtypeStruct)"))
-                raise StructureError(
-                    why + ("; pass missing='from_like' to keep like's value" if missing == "error" else ""),
-                    file=file, key_path=_join(prefix, comps))
+                why = ("; pass missing='from_like' to keep like's value" if missing == "error"
+                       else " and like holds no value to keep (a ShapeDtypeStruct)")
+                raise StructureError("the checkpoint has no leaf here" + why, file=file, key_path=_join(prefix, comps))
         else:
             _check(a.leaf(idx), leaf.obj, _join(prefix, comps), file, cast)
         plan[comps] = idx
