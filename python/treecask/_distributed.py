@@ -91,14 +91,6 @@ def parse_shard_key(component: str) -> Tuple[str, List[int], List[int]]:
 # ---- save ------------------------------------------------------------------------------
 
 
-def _leaf_meta(key_path: str, x: Any, ex) -> Tuple[Dict[str, Any], Any]:
-    """(index meta, array whose shards are saved) of a global jax.Array leaf."""
-    metadata: Dict[str, str] = dict(ex.metadata) if ex is not None else {}
-    arr = _codec.key_data(x, metadata)
-    name = _dtypes.to_name(np.dtype(arr.dtype), key_path=key_path)
-    return _codec.describe(key_path, _codec.ARRAY, name, arr.shape, ex, metadata, x), arr
-
-
 def _flat_nodes(keys: Sequence[str]) -> list:
     return [(T.DICT, len(keys), "", tuple(keys))] + [(T.LEAF, 0, "", ())] * len(keys)
 
@@ -178,13 +170,14 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     # The index's description of every leaf: of a global array from its global
     # shape and sharding; of a host leaf (written whole by process 0) as a
     # single-process save encodes it, with the tree's annotations.
-    s.metas = []
-    keys: List[str] = []
-    arrays: List[Any] = []
+    s.metas, keys, arrays = [], [], []
     loads: Dict[int, int] = {}  # bytes each process writes so far: the replica-parallel balance
     for kp, x, ex, g in zip(s.key_paths, objs, extras, s.is_global):
-        if g:
-            meta, arr = _leaf_meta(kp, x, ex)
+        if g:  # described by its global shape (a PRNG key array by its key data, the impl in its metadata)
+            metadata: Dict[str, str] = dict(ex.metadata) if ex is not None else {}
+            arr = _codec.key_data(x, metadata)
+            meta = _codec.describe(kp, _codec.ARRAY, _dtypes.to_name(np.dtype(arr.dtype), key_path=kp), arr.shape,
+                                   ex, metadata, x)
             for (b, e), part in _replicas.my_boxes(arr, s.pid, loads):
                 keys.append(shard_key(kp, b, e))
                 arrays.append(part)
