@@ -160,12 +160,8 @@ class NnxVariableBox(Box):
 
     _SHARDING_KEYS = ("out_sharding", "sharding_names", "sharding")
 
-    def _base(self):
-        mod = sys.modules.get("flax.nnx.variablelib")
-        return getattr(mod, "Variable", None) if mod is not None else None
-
     def matches(self, obj):
-        base = self._base()
+        base = getattr(sys.modules.get("flax.nnx.variablelib"), "Variable", None)
         return base is not None and isinstance(obj, base)
 
     def fields(self, obj):
