@@ -136,9 +136,7 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
 
         def rebuild_box(ch, _obj=obj, _box=box, _jv=jv):
             out = _box.rebuild_like(_obj, ch)
-            if out is None:
-                out = _jv[2].unflatten(ch)
-            return out
+            return _jv[2].unflatten(ch) if out is None else out
 
         return PNode(DATACLASS, _boxes.qualname(obj), [n for n, _ in fields], children, obj,
                      rebuild=rebuild_box, box=box)
