@@ -60,6 +60,7 @@ class Reader(abc.ABC):
 
     _path: str
     _core: Any
+    _place_by_slices = False  # (ShardedArchive: place() never device_puts, a collective there)
     _raw_infos: Optional["_LeafInfos"]
     _treedef_raw: Any
 
@@ -331,17 +332,24 @@ class Reader(abc.ABC):
         (:meth:`_read_boxes`), or once per job (:attr:`single_read`). A leaf of a dtype
         JAX cannot hold exactly (64-bit while ``jax_enable_x64`` is off, or
         one its backend lacks) comes back as its NumPy array at full width
-        instead (docs/python.md "Dtypes on restore").
+        instead (docs/python.md "Dtypes on restore"). Of a sharded checkpoint
+        (:class:`treecask.ShardedArchive`, over the *global* array), a PRNG key
+        array (saved as its key data: one more, trailing, dimension) and a 0-d
+        leaf are read block by block into the callback, never ``device_put``
+        (a collective in a multi-process job).
         Raises as :meth:`read`."""
         import jax
 
         i = self._index(key)
         d = self._infos()[i]
         impl = d["metadata"].get(J.KEY_IMPL_META)
-        if impl is not None:
-            return jax.device_put(self.value(i), sharding)
         shape = tuple(int(s) for s in d["shape"])
         dtype = _dtypes.to_numpy(d["dtype"])
+        if self._place_by_slices and (impl is not None or not shape and not J.jax_cannot_hold(dtype)):
+            data = jax.make_array_from_callback(shape, sharding, lambda index: self.read_slice(i, index), dtype=dtype)
+            return J.wrap_key(data, impl) if impl is not None else data
+        if impl is not None:
+            return jax.device_put(self.value(i), sharding)
         if J.jax_cannot_hold(dtype):
             return self._read_array(i, d)
         if len(shape) == 0:

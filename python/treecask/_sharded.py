@@ -7,12 +7,9 @@ saved boxes, none a view of a map). Writing one is ``_distributed.py``'s job."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import treecask._core as _core
 
-from . import _dtypes, stores
-from . import _jaxutil as J
+from . import stores
 from ._reader import Reader
 
 
@@ -33,6 +30,8 @@ class ShardedArchive(Reader):
     a leaf.
     """
 
+    _place_by_slices = True  # a key or 0-d leaf read block by block (Reader.place)
+
     def __init__(self, path, *, verify_checksums: bool = True, validate_structure: bool = True,
                  storage_options=None, store: "stores.Store | None" = None, signature=None, public_key=None):
         # one handle of a local directory, else each object read by range
@@ -51,22 +50,3 @@ class ShardedArchive(Reader):
         """Bytes of the index and every shard file together."""
         s = self._c()
         return int(s.index.file_size) + sum(int(s.file(f).file_size) for f in s.files())
-
-    def place(self, key, sharding: Any) -> Any:
-        """The leaf as a jax.Array on `sharding`, as :meth:`treecask.Archive.place`
-        over the *global* array (each block one global hyperslab read, or a part
-        of it exchanged over the job's collectives: :attr:`single_read`). A
-        PRNG key array (saved as its key data: one more, trailing, dimension)
-        and a 0-d leaf are read block by block into the callback, never
-        ``device_put`` (a collective in a multi-process job)."""
-        i = self._index(key)
-        d = self._infos()[i]
-        impl = d["metadata"].get(J.KEY_IMPL_META)
-        dtype = _dtypes.to_numpy(d["dtype"])
-        if impl is None and (d["shape"] or J.jax_cannot_hold(dtype)):
-            return super().place(i, sharding)
-        import jax
-
-        data = jax.make_array_from_callback(tuple(d["shape"]), sharding, lambda index: self.read_slice(i, index),
-                                            dtype=dtype)
-        return J.wrap_key(data, impl) if impl is not None else data
