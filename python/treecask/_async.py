@@ -32,12 +32,10 @@ from .errors import Error, InvalidArgumentError, _with_file
 def processes() -> Tuple[int, int]:
     """(process index, process count) of a multi-process jax job, (0, 1) when
     jax is not imported: treecask never imports jax itself."""
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return 0, 1
     try:
+        jax = sys.modules["jax"]
         return int(jax.process_index()), int(jax.process_count())
-    except Exception:  # jax half-imported or without a backend
+    except Exception:  # jax not imported, half-imported or without a backend
         return 0, 1
 
 
@@ -75,9 +73,7 @@ class SaveJob:
     (:meth:`take_error` collects it without raising)."""
 
     def __init__(self, path: Any, *, step: Optional[int] = None, metrics: Any = None):
-        self.path = path
-        self.step = step
-        self.metrics = metrics
+        self.path, self.step, self.metrics = path, step, metrics
         self.start_time_ns = time.time_ns()
         self._done = threading.Event()
         self._thread: Optional[threading.Thread] = None

@@ -48,9 +48,7 @@ class Retention:
 
     def rank(self, scored: Iterable[Tuple[float, int]]) -> List[int]:
         """Steps from worst to best; among equal scores the newer is better."""
-        if self.best_mode == "max":
-            return [s for _, s in sorted(scored)]
-        return [s for _, s in sorted(scored, key=lambda t: (-t[0], t[1]))]
+        return [s for _, s in sorted(scored, key=lambda t: (t[0] if self.best_mode == "max" else -t[0], t[1]))]
 
     def _scored(self, steps: Sequence[int], metrics_of: MetricsOf) -> Tuple[List[Tuple[float, int]], List[int]]:
         """(score, step) of the steps saved with metrics, and the steps saved without (none gone meanwhile)."""

@@ -82,9 +82,7 @@ class Run:
     treecask's."""
 
     def __init__(self, store: stores.Store, path: str, layout: StepLayout = ARCHIVES):
-        self.store = store
-        self.path = path.rstrip("/") or path
-        self.layout = layout
+        self.store, self.path, self.layout = store, path.rstrip("/") or path, layout
 
     def index(self, name: str) -> str:
         """The store path of the archive holding entry ``name``'s own metadata
