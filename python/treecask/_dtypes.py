@@ -63,8 +63,7 @@ def as_bytes(arr: np.ndarray, name: str) -> np.ndarray:
     a = np.asarray(arr)
     if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and np.little_endian is False):
         a = a.astype(a.dtype.newbyteorder("<"))
-    a = np.ascontiguousarray(a)
-    return a.reshape(-1).view(np.uint8)
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
 def from_bytes(buf: np.ndarray, name: str, shape) -> np.ndarray:

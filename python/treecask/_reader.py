@@ -291,12 +291,9 @@ class Reader(abc.ABC):
             plain = _dtypes.PLAIN_DTYPES
             arrays: List[Any] = []
             for n, s, z in zip(names, shapes, zero_copy):
-                if z:
-                    arrays.append(next(views).view(plain[n]).reshape(s))
-                else:
-                    arr = next(copies)
-                    arr.flags.writeable = False
-                    arrays.append(arr)
+                arr = next(views).view(plain[n]).reshape(s) if z else next(copies)
+                arr.flags.writeable = False  # (a view of the map is already)
+                arrays.append(arr)
         else:
             arrays = self._read_many(list(range(first, first + count)), names, shapes)
         if kinds.count(_codec.ARRAY) != count or has_metadata.count(0) != count:
