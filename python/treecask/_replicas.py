@@ -275,7 +275,6 @@ def place_read_once(read_boxes: Callable[[List[Box]], Dict[Box, np.ndarray]], sh
     if _collectives_work is False:
         return None
     wanted = sorted({box_of(index, shape) for index in inter.addressable_devices_indices_map(shape).values()})
-    boxes: Dict[Box, np.ndarray] = {}
     failed: Optional[BaseException] = None
     try:
         boxes = read_boxes(wanted)
