@@ -57,14 +57,10 @@ def sweep_scratch() -> None:
 
 @contextlib.contextmanager
 def scratch(name: str) -> Iterator[str]:
-    """A fresh local directory for the files of one upload; yields the path of
-    ``name`` inside it and removes the directory (whatever happened).
-
-    The directory is named by the core's temporary rule
-    (``treecask-upload.tmp.<host>.<pid>.<hex16>`` in :func:`scratch_dir`,
-    SPEC.md "Atomic commit"), so the scratch of a saver killed before it
-    could remove it (SIGKILL, preemption) is swept by the next upload on
-    this host once that process is gone (``treecask::remove_stale_temporaries``)."""
+    """A fresh local directory for the files of one upload, named by the core's
+    temporary rule (:data:`SCRATCH_NAME`, SPEC.md "Atomic commit": what a
+    killed saver leaves, :func:`sweep_scratch` removes); yields the path of
+    ``name`` inside it and removes the directory (whatever happened)."""
     sweep_scratch()
     d = _core.temporary_path(os.path.join(scratch_dir(), SCRATCH_NAME))
     os.mkdir(d, 0o700)
