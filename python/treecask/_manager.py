@@ -267,8 +267,7 @@ class CheckpointManager:
 
     def latest_step(self) -> Optional[int]:
         """The highest step in the directory, or None (one listing)."""
-        steps = self._run.steps()
-        return max(steps) if steps else None
+        return max(self._run.steps(), default=None)
 
     def metrics(self, step: int) -> Optional[Any]:
         """The metrics saved with ``step`` (JSON-decoded), or None if it was
