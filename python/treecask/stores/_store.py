@@ -287,13 +287,9 @@ class Store(abc.ABC):
             return
         names = self.list_prefix(path) if names is None else list(names)
         keep = set(self.sweep_uploads(path, names))
-        stale = []
-        for n in names:
-            if n.startswith(path + ".tmp") and n not in keep:
-                entry = path + n[len(path):].split("/", 1)[0]  # the temporary itself
-                if _core.is_stale_temporary(path, entry):
-                    stale.append(n)
-        self.delete(stale)
+        # (the rule is asked of the temporary itself, <path>.tmp.*, for the objects under it too)
+        self.delete([n for n in names if n.startswith(path + ".tmp") and n not in keep
+                     and _core.is_stale_temporary(path, path + n[len(path):].split("/", 1)[0])])
 
     def check_new(self, path: str, *, overwrite: bool) -> None:
         """The pre-check of a save of ``path``: first the sweep of dead
