@@ -157,11 +157,8 @@ def my_boxes(arr: Any, pid: int, loads: Dict[int, int]) -> List[Tuple[Box, np.nd
     local: Dict[Box, Any] = {}
     for sh in arr.addressable_shards:
         local.setdefault(box_of(sh.index, shape), sh.data)
-    out = []
-    for p, box, part in assign_boxes(arr.sharding, shape, np.dtype(arr.dtype).itemsize, loads):
-        if p == pid:
-            out.append((part, _host_part(local[box], box, part)))
-    return out
+    return [(part, _host_part(local[box], box, part))
+            for p, box, part in assign_boxes(arr.sharding, shape, np.dtype(arr.dtype).itemsize, loads) if p == pid]
 
 
 def _host_part(data: Any, box: Box, part: Box) -> np.ndarray:
