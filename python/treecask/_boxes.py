@@ -189,12 +189,8 @@ class NnxVariableBox(Box):
             from flax.nnx import variablelib
         except ImportError:
             return {}
-        out = {}
-        for mod in (nnx, variablelib):
-            for v in vars(mod).values():
-                if isinstance(v, type) and issubclass(v, variablelib.Variable):
-                    out[qualname(v)] = v
-        return out
+        return {qualname(v): v for mod in (nnx, variablelib) for v in vars(mod).values()
+                if isinstance(v, type) and issubclass(v, variablelib.Variable)}
 
     def rebuild(self, cls, children, meta):
         md = meta.get("metadata", {})
