@@ -83,14 +83,13 @@ class LocalStore(Store):
         for e in entries:
             if not e.name.startswith(start):
                 continue
-            rel = f"{parent}/{e.name}" if parent else e.name
             if e.is_dir(follow_symlinks=False):
                 for d, _, files in os.walk(e.path):
                     sub = os.path.relpath(d, self._path(parent) or ".")
                     base = f"{parent}/{sub}" if parent else sub
                     out.extend(f"{base}/{f}" for f in files)
             else:
-                out.append(rel)
+                out.append(f"{parent}/{e.name}" if parent else e.name)
         return out
 
     def delete(self, paths: Sequence[str]) -> None:
