@@ -1,12 +1,6 @@
-"""How ``treecask.orbax`` keeps Orbax's checkpoints in treecask archives:
-Orbax's per-leaf arguments (``SaveArgs``, ``RestoreArgs``, ``ArrayRestoreArgs``,
-``Transform``), its structure rule for a restore into a target
-(``_check_structure``), a checkpoint's items encoded for :func:`treecask.save`
-(``_encode``: one archive; ``_encode_items``: one archive per item, for
-``_layout.py``), read back through :class:`Checkpoint` and restored by
-:func:`treecask.load` (``_restore_pytree``), and their metadata read from the
-manifests alone. The checkpointers, the manager and ``v1`` use these.
-"""
+"""A checkpoint's items in treecask archives for ``treecask.orbax`` and ``v1``: Orbax's per-leaf
+arguments, the encoding of a save's items, :class:`Checkpoint` (read back) and the restore and
+metadata of an item (docs/python.md "Switching from Orbax in one line")."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,14 +1,5 @@
-"""Orbax's layout of a checkpoint of several items: a directory with one
-treecask archive per item, named as Orbax names it, and ``index.cask``, the
-commit object whose metadata holds the checkpoint's own (format/SPEC.md
-"Item-directory steps"). It is written through the store seam
-(``Store.stage_directory``, each item saved into the staging with
-:func:`treecask.save`, ``Store.publish_directory``); in a multi-process jax
-job each item is the core's sharded checkpoint (SPEC.md "Sharded
-checkpoints"), every process writing its share inside the staging process 0
-made and named to the others through the jax coordination service, and
-process 0 commits.
-"""
+"""A checkpoint directory of one archive per item and ``index.cask``, written through the store
+seam, in a multi-process jax job by every process (format/SPEC.md "Item-directory steps")."""
 
 from __future__ import annotations
 

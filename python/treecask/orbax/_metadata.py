@@ -1,10 +1,4 @@
-"""``treecask.orbax``'s metadata classes: Orbax's ``ArrayMetadata``,
-``ScalarMetadata``, ``StringMetadata``, ``TreeMetadata`` (a jax pytree once
-jax is loaded), ``StepMetadata`` and ``RootMetadata``, and the metadata of one
-leaf from its :class:`treecask.LeafInfo`. They describe a checkpoint without
-reading its arrays; ``_items.py`` builds them (``item_metadata``) and
-``treecask.orbax`` exports them.
-"""
+"""``treecask.orbax``'s metadata classes (Orbax's), read from manifests without array bytes."""
 
 from __future__ import annotations
 

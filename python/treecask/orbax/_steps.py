@@ -1,11 +1,5 @@
-"""Orbax's view of a run (format/SPEC.md "Item-directory steps") over
-:class:`treecask.CheckpointManager`'s public calls: :class:`Steps`, the one
-base of ``treecask.orbax.CheckpointManager`` and
-``treecask.orbax.v1.training.Checkpointer``. Beyond the manager's own calls it
-lists a step still being saved (Orbax's bookkeeping), keeps the run's custom
-metadata, reads a step through a :class:`~treecask.orbax._items.Where` and
-reads other directories of the same store.
-"""
+"""Orbax's view of a run (format/SPEC.md "Item-directory steps") over :class:`treecask.CheckpointManager`:
+:class:`Steps`, the one base of ``treecask.orbax.CheckpointManager`` and ``v1.training.Checkpointer``."""
 
 from __future__ import annotations
 

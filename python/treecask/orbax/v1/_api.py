@@ -1,11 +1,5 @@
-"""Orbax v1's free functions over treecask archives (``save`` / ``load``,
-``save_checkpointables`` / ``load_checkpointables``, their ``_async`` forms,
-``metadata``, ``delete``) and the objects they return. A checkpoint is a
-directory of one archive per checkpointable and ``index.cask``
-(``_layout.py``), each encoded as ``treecask.orbax``'s items (``_items.py``);
-any treecask archive loads (one written by ``treecask.save`` is one pytree at
-the root).
-"""
+"""Orbax v1's free functions over treecask archives and the objects they return; a checkpoint is
+a directory of items (``_layout.py``) encoded as ``treecask.orbax``'s (``_items.py``)."""
 
 from __future__ import annotations
 

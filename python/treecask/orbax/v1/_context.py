@@ -1,10 +1,5 @@
-"""Orbax v1's ``Context``: the options a save or load runs with, set by
-attribute (``ctx.pytree.loading.partial_load = True``) and made current by
-``with ctx:`` for the calls inside the block (a ``contextvars`` variable: a
-raw thread does not inherit it, as in Orbax). ``options.py`` holds the option
-classes and which of them treecask follows; ``check_supported`` raises
-``UnsupportedError`` for those it cannot honour.
-"""
+"""Orbax v1's ``Context``: the options a save or load runs with, current inside ``with ctx:`` (a
+``contextvars`` variable); ``check_supported`` refuses those treecask cannot honour."""
 
 from __future__ import annotations
 

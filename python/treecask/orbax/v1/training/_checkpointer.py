@@ -1,8 +1,5 @@
-"""Orbax v1's ``training.Checkpointer``, a ``_steps.Steps`` (the one base
-over :class:`treecask.CheckpointManager` that ``treecask.orbax``'s manager
-shares): each step laid out as the v1 free functions lay out a checkpoint
-(``_api.py``); the preservation policy is the manager's ``keep_fn``.
-"""
+"""Orbax v1's ``training.Checkpointer``, a ``_steps.Steps`` whose steps are laid out as the v1 free
+functions lay out a checkpoint; its preservation policy is the manager's ``keep_fn``."""
 
 from __future__ import annotations
 
