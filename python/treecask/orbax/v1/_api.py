@@ -3,13 +3,14 @@ a directory of items (``_layout.py``) encoded as ``treecask.orbax``'s (``_items.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextvars
 import datetime
 import inspect
 import pprint
 import threading
 import time
-from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Generic, Optional, TypeVar
 
 import numpy as np
 
@@ -49,24 +50,14 @@ class AsyncResponse(Generic[T_]):
     (``TimeoutError`` when ``timeout`` seconds pass first)."""
 
     def __init__(self, work: Callable[[], T_]):
-        self._value: Any = None
-        self._error: Optional[BaseException] = None
-        self._callbacks: List[Callable[[Any], None]] = []
-        self._lock = threading.Lock()
-        self._done = False
+        self._future: "concurrent.futures.Future[T_]" = concurrent.futures.Future()
         run = contextvars.copy_context().run
 
-        def target() -> None:
+        def target() -> None:  # the value or the error, then the callbacks, in this thread
             try:
-                self._value = run(work)
+                self._future.set_result(run(work))
             except BaseException as e:  # raised by result()
-                self._error = e
-            with self._lock:
-                self._done = True
-                callbacks, self._callbacks = self._callbacks, []
-            if self._error is None:
-                for cb in callbacks:
-                    cb(self._value)
+                self._future.set_exception(e)
 
         self._thread = threading.Thread(target=target, name="treecask-orbax-v1", daemon=False)
         self._thread.start()
@@ -76,18 +67,11 @@ class AsyncResponse(Generic[T_]):
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"the operation did not finish within {timeout} s")
-        if self._error is not None:
-            raise self._error
-        return self._value
+        return self._future.result()
 
     def on_complete(self, callback: Callable[[T_], None]) -> None:
         """Calls ``callback(value)`` once the work succeeds (at once if it has)."""
-        with self._lock:
-            if not self._done:
-                self._callbacks.append(callback)
-                return
-        if self._error is None:
-            callback(self._value)
+        self._future.add_done_callback(lambda f: f.exception() is None and callback(f.result()))
 
 
 class CheckpointMetadata(Generic[T_]):
@@ -423,9 +407,10 @@ def _v1_tree(tree: Any) -> Any:
     return tree
 
 
-def _checkpoint_metadata(path: Any, store: Any, name: Optional[str], one: bool) -> CheckpointMetadata:
-    """:func:`metadata` (``one``: of checkpointable ``name``) or
-    :func:`checkpointables_metadata`; the commit time is the commit object's (a file system's)."""
+def _checkpoint_metadata(path: Any, store: Any, name: Optional[str], one: bool,
+                         make: Callable[..., Any] = CheckpointMetadata) -> Any:
+    """:func:`metadata` (``one``: of checkpointable ``name``) or :func:`checkpointables_metadata`, built by
+    ``make`` (a training step's class); the commit time is the commit object's (a file system's)."""
     ck = Checkpoint(Where(path, store))
     im = _item_metadata(ck)
     items = {DEFAULT_ITEM_NAME: im} if ck.default else dict(im.items())
@@ -438,7 +423,7 @@ def _checkpoint_metadata(path: Any, store: Any, name: Optional[str], one: bool) 
     except Exception:
         stamp = None
     init, custom = ck.md.get(_INIT_KEY), ck.custom_metadata()
-    return CheckpointMetadata(str(ck.where), metadata=trees, init_timestamp_nsecs=None if init is None else int(init),
+    return make(str(ck.where), metadata=trees, init_timestamp_nsecs=None if init is None else int(init),
                               commit_timestamp_nsecs=int(stamp[1]) if isinstance(stamp, tuple) and len(stamp) == 2
                               else None, custom_metadata={} if custom is None else custom)
 

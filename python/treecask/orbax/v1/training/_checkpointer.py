@@ -4,6 +4,7 @@ functions lay out a checkpoint; its preservation policy is the manager's ``keep_
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import time
 from typing import Any, Dict, Optional, Sequence
@@ -17,10 +18,9 @@ from .._api import (
     AsyncResponse,
     _validate_checkpointables,
 )
+from .._api import AUTO_CHECKPOINTABLE_KEY, _checkpoint_metadata
 from .._api import CheckpointMetadata as _BaseMetadata
-from .._api import checkpointables_metadata as _checkpointables_metadata
 from .._api import load_checkpointables as _load_checkpointables
-from .._api import metadata as _metadata
 from .._context import Context, check_supported, get_context
 from ....errors import UnsupportedError
 from . import preservation_policies as _pp
@@ -240,21 +240,19 @@ class Checkpointer(Steps):
         return AsyncResponse(lambda: self.load_checkpointables(step, abstract_checkpointables))
 
     # ---- metadata ----
-    def _step_metadata(self, step: Any, fn: Any) -> CheckpointMetadata:
+    def _step_metadata(self, step: Any, one: bool) -> CheckpointMetadata:
         with self._context:
             c, where = self._at(step)
-            m = fn(where)
-        return CheckpointMetadata(c.step, m.path, metadata=m.metadata, init_timestamp_nsecs=m.init_timestamp_nsecs,
-                                  commit_timestamp_nsecs=m.commit_timestamp_nsecs, custom_metadata=m.custom_metadata,
-                                  metrics=c.metrics)
+            return _checkpoint_metadata(where, None, AUTO_CHECKPOINTABLE_KEY, one,
+                                        functools.partial(CheckpointMetadata, c.step, metrics=c.metrics))
 
     def metadata(self, step: Any = None) -> CheckpointMetadata:
         """Step ``step``'s (None: the latest) pytree metadata, as :func:`treecask.orbax.v1.metadata`, with its metrics."""
-        return self._step_metadata(step, _metadata)
+        return self._step_metadata(step, True)
 
     def checkpointables_metadata(self, step: Any = None) -> CheckpointMetadata:
         """Step ``step``'s checkpointables' metadata (``{name: tree}``)."""
-        return self._step_metadata(step, _checkpointables_metadata)
+        return self._step_metadata(step, False)
 
     def root_metadata(self) -> RootMetadata:
         """The ``custom_metadata`` given to this Checkpointer, or else the
