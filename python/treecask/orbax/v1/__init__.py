@@ -10,6 +10,8 @@ checkpoint is on disk, the rules followed and what differs: docs/python.md
 the Checkpointer and policies.
 """
 
+import types
+
 from . import options, training
 from ._api import (
     AUTO_CHECKPOINTABLE_KEY,
@@ -60,16 +62,9 @@ class StatefulCheckpointable(Protocol):
     def set_state(self, state: Any) -> None: ...
 
 
-class arrays:  # noqa: N801 - Orbax's module name
-    """``ocp.arrays``: ``to_shape_dtype_struct`` (Orbax's)."""
-
-    to_shape_dtype_struct = staticmethod(_to_shape_dtype_struct)
-
-
-class tree:  # noqa: N801 - Orbax's module name
-    """``ocp.tree``: ``merge`` (Orbax's ``merge_trees``)."""
-
-    merge = staticmethod(_merge_trees)
+#: ``ocp.arrays`` (``to_shape_dtype_struct``) and ``ocp.tree`` (``merge``, Orbax's ``merge_trees``).
+arrays = types.SimpleNamespace(to_shape_dtype_struct=_to_shape_dtype_struct)
+tree = types.SimpleNamespace(merge=_merge_trees)
 
 
 # Orbax v1 names treecask does not provide, and why (a module __getattr__: UnsupportedError on use).
