@@ -393,10 +393,7 @@ class CheckpointManager(Steps):
 # Orbax names treecask.orbax does not provide, and what to do instead (a module
 # __getattr__: UnsupportedError on use, never AttributeError).
 _NOT_PROVIDED = {
-    "AsyncCheckpointHandler": "custom handlers write files of their own; save the state as a pytree",
-    "ProtoCheckpointHandler": "save the message's bytes or JSON (args.JsonSave)",
-    "JaxRandomKeyCheckpointHandler": "a typed PRNG key array is a pytree leaf (args.StandardSave)",
-    "NumpyRandomKeyCheckpointHandler": "save the generator's state as JSON (args.JsonSave)",
+    **{n: why for n, why in handlers._UNSUPPORTED.items() if n.endswith("CheckpointHandler")},
     "RestoreTransform": "use Transform(original_key=..., value_fn=...)",
     "apply_transformations": "restore with PyTreeRestore(item=target, transforms={key: Transform(...)})",
     "type_handlers": "every leaf type treecask.save takes is handled; no custom TypeHandlers",
