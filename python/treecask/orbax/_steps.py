@@ -32,19 +32,7 @@ ROOT_KEY = "treecask.orbax.root_metadata"
 
 
 class Steps:
-    """A run's steps as Orbax's managers see them, the base of both.
-
-    ``Steps(directory, store, custom_metadata, **options)``: a
-    :class:`treecask.CheckpointManager` of ``directory`` with ``options``
-    (``async_save``, ``read_only``, ``max_to_keep``, ``keep_period``,
-    ``best_fn``, ``best_mode``, ``keep_fn``), Orbax's retention
-    (``keep_newest=False``: exactly the ``max_to_keep`` best with
-    ``best_fn``) and no save interval (the Orbax layers decide which steps
-    are due); ``custom_metadata`` (a JSON value, or None) is written once as
-    the run's entry ``metadata`` (Orbax's ``metadata/``), a leafless archive
-    whose metadata holds it (in a multi-process jax job, the core's sharded
-    checkpoint of it); a run that has it keeps it; nothing when read-only.
-    Raises what that constructor raises."""
+    """A run's steps as Orbax's managers see them: a treecask manager with Orbax's retention, the run's metadata."""
 
     def __init__(self, directory: Any, store: Any, custom_metadata: Any, **options: Any):
         loc = stores.resolve(directory, store)  # once: the manager receives the Location
@@ -95,8 +83,7 @@ class Steps:
         return infos
 
     def _where(self, step: Optional[int], directory: Any = None) -> Optional[Where]:
-        """Where committed step ``step`` (None: the latest) is, here (a save in
-        flight waited for first) or in ``directory`` (of this run's store); None when there is none."""
+        """Where committed step ``step`` (None: the latest) is, here or in ``directory``; None when none."""
         if directory is None:
             self._wait_quietly()
             m = self._mgr
@@ -118,10 +105,7 @@ class Steps:
     # ---- saving, deleting ----
     def _save_step(self, step: int, items: Any, *, metrics: Any, metadata: Dict[str, str],
                    metrics_entry: bool = True) -> None:
-        """Saves ``items`` (``{name: (pytree, archive metadata)}``) as step
-        ``step`` with ``metadata`` in its ``index.cask``, due or not; ``metrics``
-        also as the entry ``metrics`` when ``metrics_entry`` (an item of that
-        name is then refused: InvalidArgumentError, as Orbax reserves it)."""
+        """Saves ``items`` as step ``step``, with ``metrics`` also as the entry ``metrics`` (``metrics_entry``)."""
         if metrics is not None and metrics_entry:
             if METRICS_ITEM in items:
                 raise InvalidArgumentError(f"the item name '{METRICS_ITEM}' is the step's metrics' (Orbax reserves it)",
