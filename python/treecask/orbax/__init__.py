@@ -37,7 +37,6 @@ from ._checkpointers import (
 from ._items import (
     _LAYOUT_KEY,
     DEFAULT_ITEM_NAME,
-    Where,
     PLACEHOLDER,
     ArrayRestoreArgs,
     RestoreArgs,
@@ -325,19 +324,6 @@ class CheckpointManager(Steps):
         return True
 
     # ---- restore ----
-    def _step_path(self, step: Optional[int], directory: Any) -> Where:
-        """Where step ``step`` (None: the latest) is, here or in ``directory`` (of this manager's store)."""
-        if directory is None:
-            if step is None:
-                step = self.latest_step()
-            if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
-                raise NotFoundError("no steps found", file=str(self.directory))
-        where = self._where(step, directory)
-        shown = str(self.directory) if directory is None else str(Where(directory, self._store))
-        if where is None:
-            raise NotFoundError(f"no step {step} in the directory", file=shown)
-        return where
-
     def restore(self, step: Optional[int], items: Any = None, restore_kwargs: Any = None,
                 directory: Any = None, args: Any = None) -> Any:  # noqa: A002
         """Restores ``step`` (None: the latest) from this directory or ``directory``.
@@ -348,14 +334,14 @@ class CheckpointManager(Steps):
         Raises ``NotFoundError`` (a ``FileNotFoundError``) for a missing step
         or item; ``ShapeError`` / ``StructureError`` as :class:`Checkpointer`."""
         a = args if args is not None else self._legacy_args("restore", items, restore_kwargs)
-        return _restore(self._step_path(step, directory), a)
+        return _restore(self._where(step, directory, NotFoundError), a)
 
     def item_metadata(self, step: int) -> Any:
         """The step's item metadata, no array bytes read: a :class:`TreeMetadata`
         (one item) or an ``args.Composite`` of them (None for JSON items)."""
         if step is None:
             raise ValueError("`step` must be provided")
-        return _item_metadata(self._step_path(step, None))
+        return _item_metadata(self._where(step, None, NotFoundError))
 
     def metrics(self, step: int) -> Optional[Any]:
         """The metrics in ``step``'s entry ``metrics`` (a JSON value), or None
@@ -370,7 +356,7 @@ class CheckpointManager(Steps):
         ``.custom_metadata``; a step: its :class:`StepMetadata`."""
         if step is None:
             return RootMetadata(self._run_metadata())
-        ck = Checkpoint(self._step_path(step, None))
+        ck = Checkpoint(self._where(step, None, NotFoundError))
         metrics = self.metrics(step)  # Orbax's: the step's metrics item, else {}
         return StepMetadata(_item_metadata(ck), {} if metrics is None else metrics, ck.custom_metadata())
 

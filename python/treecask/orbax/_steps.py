@@ -82,8 +82,9 @@ class Steps:
             infos.sort(key=lambda i: i.step)
         return infos
 
-    def _where(self, step: Optional[int], directory: Any = None) -> Optional[Where]:
-        """Where committed step ``step`` (None: the latest) is, here or in ``directory``; None when none."""
+    def _where(self, step: Optional[int], directory: Any = None, error: Any = None) -> Optional[Where]:
+        """Where committed step ``step`` (None: the latest) is, here or in ``directory``; None when none, or
+        ``error`` (a NotFoundError class) raised naming the directory."""
         if directory is None:
             self._wait_quietly()
             m = self._mgr
@@ -91,10 +92,12 @@ class Steps:
             m = _Manager(directory, store=self._store, read_only=True, step_layout=ITEM_DIRECTORIES)
         steps = m.all_steps()
         step = (steps[-1] if steps else None) if step is None else step
-        if step not in steps:
-            return None
-        store, path = m.location(step)
-        return Where(path, store)
+        if step in steps:
+            return Where(*reversed(m.location(step)))
+        if error is not None:
+            raise error("no steps found" if step is None else f"no step {step} in the directory",
+                        file=str(self.directory if directory is None else Where(directory, self._store)))
+        return None
 
     def reached_preemption(self, step: int) -> bool:
         """Whether every process has reached the preemption sync point ``step``

@@ -133,17 +133,11 @@ class Checkpointer(Steps):
         return cps[-1] if cps else None
 
     def _at(self, step: Any) -> Any:
-        """(CheckpointMetadata, Where) of step ``step`` (None: the latest), a save in flight waited
-        for first; StepNotFoundError when none."""
+        """(CheckpointMetadata, Where) of step ``step`` (None: the latest); StepNotFoundError when none."""
         self._wait_quietly()
-        cps = self.checkpoints
-        step = _step_of(step)
+        cps, step = self.checkpoints, _step_of(step)
         c = (cps[-1] if cps else None) if step is None else next((c for c in cps if c.step == step), None)
-        where = None if c is None else self._where(c.step)
-        if where is None:
-            raise StepNotFoundError("step=None, but no checkpoints were found" if step is None else
-                                    f"no checkpoint at step {step}", file=str(self.directory))
-        return c, where
+        return c, self._where(step if c is None else c.step, error=StepNotFoundError)
 
     def should_save(self, step: int) -> bool:
         """Whether :meth:`save` writes ``step``: above the latest step, and the
