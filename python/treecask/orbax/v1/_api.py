@@ -146,26 +146,33 @@ def _storage_cast(tree: Any) -> Any:
     return jax.tree_util.tree_map_with_path(one, tree)
 
 
+def _encode_checkpointables(items: Dict[str, Any], custom_metadata: Any, file: str) -> Any:
+    """(items, index metadata) of a save of v1 checkpointables: leaves cast as the context says, the start time."""
+    enc, own = _encode_items(_args.Composite(**{n: _args.PyTreeSave(v if _is_stateful(v) else _storage_cast(v))
+                                               for n, v in items.items()}), custom_metadata, file)
+    own[_INIT_KEY] = str(time.time_ns())
+    return enc, own
+
+
+def _responding(wait: Callable[[], Any], callback: Optional[Callable[[], None]], value: Any = None) -> AsyncResponse:
+    """An AsyncResponse that waits, then calls ``callback`` (when given) and returns ``value``."""
+    def finish() -> Any:
+        wait()
+        if callback is not None:
+            callback()
+        return value
+    return AsyncResponse(finish)
+
+
 def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, custom_metadata: Any,
                asynchronous: bool, store: Any = None) -> AsyncResponse[None]:
     ctx = get_context()
     p = Where(path, store)
     check_supported(ctx, p)
-    items = _validate_checkpointables(checkpointables, p)
-    composite = _args.Composite(**{n: _args.PyTreeSave(v if _is_stateful(v) else _storage_cast(v))
-                                   for n, v in items.items()})
-    enc, own = _encode_items(composite, custom_metadata, p)
-    own[_INIT_KEY] = str(time.time_ns())
+    enc, own = _encode_checkpointables(_validate_checkpointables(checkpointables, p), custom_metadata, p)
     pending = _L.save_directory(p.store, p.key, enc, own, overwrite=bool(overwrite), asynchronous=asynchronous)
-    callback = ctx.asynchronous.post_finalization_callback if asynchronous else None
-
-    def finish() -> None:
-        if pending is not None:
-            pending.wait()
-        if callback is not None:
-            callback()
-
-    return AsyncResponse(finish)
+    return _responding(pending.wait if pending is not None else lambda: None,
+                       ctx.asynchronous.post_finalization_callback if asynchronous else None)
 
 
 def save_checkpointables(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool = False,

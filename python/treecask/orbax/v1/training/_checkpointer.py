@@ -9,16 +9,9 @@ import os
 import time
 from typing import Any, Dict, Optional, Sequence
 
-from ... import args as _args
-from ..._items import _encode_items
 from ..._steps import Steps
-from .._api import (
-    _INIT_KEY,
-    STATE_CHECKPOINTABLE_KEY,
-    AsyncResponse,
-    _validate_checkpointables,
-)
-from .._api import AUTO_CHECKPOINTABLE_KEY, _checkpoint_metadata
+from .._api import (AUTO_CHECKPOINTABLE_KEY, STATE_CHECKPOINTABLE_KEY, AsyncResponse, _checkpoint_metadata,
+                    _encode_checkpointables, _responding, _validate_checkpointables)
 from .._api import CheckpointMetadata as _BaseMetadata
 from .._api import load_checkpointables as _load_checkpointables
 from .._context import Context, check_supported, get_context
@@ -179,19 +172,9 @@ class Checkpointer(Steps):
             if not force and not self.should_save(step):  # asked before waiting, as Orbax
                 return None
             self._wait_quietly()
-            enc, md = _encode_items(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
-                                    custom_metadata, d)
-            md[_INIT_KEY] = str(time.time_ns())
+            enc, md = _encode_checkpointables(items, custom_metadata, d)
             self._save_step(step, enc, metrics=metrics, metadata=md)
-            callback = self._context.asynchronous.post_finalization_callback
-
-        def finish() -> bool:
-            self.wait()
-            if callback is not None:
-                callback()
-            return True
-
-        return AsyncResponse(finish)
+        return _responding(self.wait, self._context.asynchronous.post_finalization_callback, True)
 
     def save_checkpointables(self, step: int, checkpointables: Dict[str, Any], **kwargs: Any) -> bool:
         """:meth:`save_checkpointables_async`, waiting until durable; True when saved, False when not due."""
