@@ -20,33 +20,12 @@ from typing import Any, Callable, Container, Dict, Mapping, Optional, Sequence
 
 from .. import _core
 from . import args as args
-from ._checkpointers import (
-    ArrayCheckpointHandler,
-    AsyncCheckpointer,
-    CheckpointHandler,
-    Checkpointer,
-    CompositeCheckpointHandler,
-    JsonCheckpointHandler,
-    PyTreeCheckpointer,
-    PyTreeCheckpointHandler,
-    StandardCheckpointer,
-    StandardCheckpointHandler,
-    _handler_class,
-    _is_async,
-)
-from ._items import (
-    _LAYOUT_KEY,
-    DEFAULT_ITEM_NAME,
-    PLACEHOLDER,
-    ArrayRestoreArgs,
-    RestoreArgs,
-    SaveArgs,
-    Checkpoint,
-    _encode_items,
-    _item_metadata,
-    _restore,
-    _unsupported,
-)
+from ._checkpointers import (ArrayCheckpointHandler, AsyncCheckpointer, CheckpointHandler, Checkpointer,
+                             CompositeCheckpointHandler, JsonCheckpointHandler, PyTreeCheckpointer,
+                             PyTreeCheckpointHandler, StandardCheckpointer, StandardCheckpointHandler, _handler_class,
+                             _is_async)
+from ._items import (_LAYOUT_KEY, DEFAULT_ITEM_NAME, PLACEHOLDER, ArrayRestoreArgs, RestoreArgs, SaveArgs, Checkpoint,
+                     _encode_items, _item_metadata, _restore, _unsupported)
 from ._steps import Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
 from ._items import Transform, _publish, _unsupported_names
@@ -55,37 +34,12 @@ from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata
 from ..errors import InvalidArgumentError, NotFoundError
 
 __all__ = [
-    "args",
-    "SaveArgs",
-    "RestoreArgs",
-    "ArrayRestoreArgs",
-    "AsyncOptions",
-    "CheckpointManagerOptions",
-    "CheckpointManager",
-    "Checkpointer",
-    "AsyncCheckpointer",
-    "PyTreeCheckpointer",
-    "StandardCheckpointer",
-    "CheckpointHandler",
-    "PyTreeCheckpointHandler",
-    "StandardCheckpointHandler",
-    "JsonCheckpointHandler",
-    "ArrayCheckpointHandler",
-    "CompositeCheckpointHandler",
-    "ArrayMetadata",
-    "ScalarMetadata",
-    "StringMetadata",
-    "TreeMetadata",
-    "StepMetadata",
-    "RootMetadata",
-    "DEFAULT_ITEM_NAME",
-    "utils",
-    "checkpoint_utils",
-    "tree",
-    "test_utils",
-    "PLACEHOLDER",
-    "Transform",
-    "handlers",
+    "args", "SaveArgs", "RestoreArgs", "ArrayRestoreArgs", "AsyncOptions", "CheckpointManagerOptions",
+    "CheckpointManager", "Checkpointer", "AsyncCheckpointer", "PyTreeCheckpointer", "StandardCheckpointer",
+    "CheckpointHandler", "PyTreeCheckpointHandler", "StandardCheckpointHandler", "JsonCheckpointHandler",
+    "ArrayCheckpointHandler", "CompositeCheckpointHandler", "ArrayMetadata", "ScalarMetadata", "StringMetadata",
+    "TreeMetadata", "StepMetadata", "RootMetadata", "DEFAULT_ITEM_NAME", "utils", "checkpoint_utils", "tree",
+    "test_utils", "PLACEHOLDER", "Transform", "handlers",
 ]
 
 

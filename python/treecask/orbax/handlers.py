@@ -12,16 +12,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from .args import (ArrayRestoreArgs, ArraySaveArgs, CompositeArgs, JsonRestoreArgs, JsonSaveArgs,
                    PyTreeRestoreArgs, PyTreeSaveArgs, StandardRestoreArgs, StandardSaveArgs)
-from ._checkpointers import (
-    ArrayCheckpointHandler,
-    CheckpointHandler,
-    CompositeCheckpointHandler,
-    JsonCheckpointHandler,
-    PyTreeCheckpointHandler,
-    StandardCheckpointHandler,
-    _HANDLERS,
-    _handler_class,
-)
+from ._checkpointers import (_HANDLERS, ArrayCheckpointHandler, CheckpointHandler, CompositeCheckpointHandler,
+                             JsonCheckpointHandler, PyTreeCheckpointHandler, StandardCheckpointHandler, _handler_class)
 from ..errors import AlreadyExistsError, KeyNotFoundError, UnsupportedError
 from ._items import _unsupported_names
 
@@ -51,7 +43,8 @@ class CheckpointHandlerRegistry:
             raise AlreadyExistsError(f"entry for item={item!r} and args={a.__name__} already exists in the registry")
         if handler is None:  # the handler whose save or restore argument class `a` is
             names = {c.__name__ for c in a.__mro__}
-            handler = next((h for h in _HANDLERS.values() if h.save_args_cls.__name__ in names or h.restore_args_cls.__name__ in names), None)
+            handler = next((h for h in _HANDLERS.values()
+                            if h.save_args_cls.__name__ in names or h.restore_args_cls.__name__ in names), None)
             if handler is None:
                 raise UnsupportedError(f"no treecask.orbax handler takes {a.__name__}: give the handler")
         self._entries[(item, a)] = _handler_class(handler)

@@ -13,31 +13,11 @@ the Checkpointer and policies.
 import types
 
 from . import options, training
-from ._api import (
-    AUTO_CHECKPOINTABLE_KEY,
-    PLACEHOLDER,
-    STATE_CHECKPOINTABLE_KEY,
-    AsyncResponse,
-    CheckpointMetadata,
-    checkpointables_metadata,
-    delete,
-    delete_async,
-    is_orbax_checkpoint,
-    load,
-    load_async,
-    load_checkpointables,
-    load_checkpointables_async,
-    load_pytree,
-    load_pytree_async,
-    metadata,
-    pytree_metadata,
-    save,
-    save_async,
-    save_checkpointables,
-    save_checkpointables_async,
-    save_pytree,
-    save_pytree_async,
-)
+from ._api import (AUTO_CHECKPOINTABLE_KEY, PLACEHOLDER, STATE_CHECKPOINTABLE_KEY, AsyncResponse, CheckpointMetadata,
+                   checkpointables_metadata, delete, delete_async, is_orbax_checkpoint, load, load_async,
+                   load_checkpointables, load_checkpointables_async, load_pytree, load_pytree_async, metadata,
+                   pytree_metadata, save, save_async, save_checkpointables, save_checkpointables_async, save_pytree,
+                   save_pytree_async)
 from ._context import Context, get_context
 from .._items import _publish, _to_shape_dtype_struct, _unsupported_names
 from .._utils import merge_trees as _merge_trees

@@ -8,21 +8,9 @@ import dataclasses
 import enum
 from typing import Any, Callable, Optional
 
-__all__ = [
-    "AsyncOptions",
-    "MultiprocessingOptions",
-    "FileOptions",
-    "PyTreeOptions",
-    "ArrayOptions",
-    "CheckpointablesOptions",
-    "PathwaysOptions",
-    "DeletionOptions",
-    "MemoryOptions",
-    "SafetensorsOptions",
-    "CheckpointLayout",
-    "AtomicityOptions",
-    "AtomicityMode",
-]
+__all__ = ["AsyncOptions", "MultiprocessingOptions", "FileOptions", "PyTreeOptions", "ArrayOptions",
+           "CheckpointablesOptions", "PathwaysOptions", "DeletionOptions", "MemoryOptions", "SafetensorsOptions",
+           "CheckpointLayout", "AtomicityOptions", "AtomicityMode"]
 
 
 @dataclasses.dataclass(kw_only=True)
