@@ -18,7 +18,6 @@ import dataclasses
 import os
 from typing import Any, Callable, Container, Dict, Mapping, Optional, Sequence
 
-from .. import _core
 from . import args as args
 from ._checkpointers import (ArrayCheckpointHandler, AsyncCheckpointer, CheckpointHandler, Checkpointer,
                              CompositeCheckpointHandler, JsonCheckpointHandler, PyTreeCheckpointer,
@@ -325,9 +324,6 @@ class CheckpointManager(Steps):
         self._has_steps = False  # listed again by the next should_save
 
     wait_until_finished = Steps.wait
-
-    def __repr__(self) -> str:
-        return f"<treecask.orbax.CheckpointManager {_core.redact_url(str(self.directory))!r}>"
 
 
 # Orbax names treecask.orbax does not provide, and what to do instead (a module

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any, Dict, List, Optional
 
-from .. import stores
+from .. import _core, stores
 from .._open import open as _open
 from .._save import save as _save
 
@@ -70,8 +70,7 @@ class Steps:
 
     def latest_step(self) -> Optional[int]:
         """The highest step (one being saved included), or None."""
-        steps = self.all_steps()
-        return steps[-1] if steps else None
+        return max(self.all_steps(), default=None)
 
     def _infos(self) -> List[StepInfo]:
         """A StepInfo per step, ascending, the step being saved included (its time: when its save began)."""
@@ -165,6 +164,9 @@ class Steps:
     def close(self) -> None:
         """Waits for the save in flight, then closes (later saves raise)."""
         self._mgr.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__module__}.{type(self).__name__} {_core.redact_url(str(self.directory))!r}>"
 
     def __enter__(self) -> Any:
         return self

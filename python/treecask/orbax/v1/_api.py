@@ -403,10 +403,8 @@ def _v1_tree(tree: Any) -> Any:
     """A TreeMetadata's tree with Orbax v1's leaves: a scalar as its type's zero, a string as ""."""
     if isinstance(tree, dict):
         return {k: _v1_tree(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_v1_tree(v) for v in tree]
-    if isinstance(tree, tuple):
-        return tuple(_v1_tree(v) for v in tree)
+    if isinstance(tree, (list, tuple)):
+        return (list if isinstance(tree, list) else tuple)(_v1_tree(v) for v in tree)
     if isinstance(tree, StringMetadata):
         return ""
     if isinstance(tree, ScalarMetadata):

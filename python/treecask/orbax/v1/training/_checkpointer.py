@@ -122,8 +122,7 @@ class Checkpointer(Steps):
     @property
     def latest(self) -> Optional[CheckpointMetadata]:
         """The newest step's :class:`CheckpointMetadata`, or None when there is none."""
-        cps = self.checkpoints
-        return cps[-1] if cps else None
+        return next(reversed(self.checkpoints), None)
 
     def _at(self, step: Any) -> Any:
         """(CheckpointMetadata, Where) of step ``step`` (None: the latest); StepNotFoundError when none."""
@@ -272,9 +271,6 @@ class Checkpointer(Steps):
     # ---- lifetime ----
     def reload(self) -> None:
         """Nothing to do: every listing reads the directory."""
-
-    def __repr__(self) -> str:
-        return f"<treecask.orbax.v1.training.Checkpointer {str(self.directory)!r}>"
 
     # Orbax's former names.
     save_pytree, save_pytree_async, load_pytree, load_pytree_async = save, save_async, load, load_async

@@ -46,9 +46,7 @@ class LatestN:
 
     def should_preserve(self, checkpoints, *, context):
         k = len(checkpoints)
-        if self.n is None or k <= self.n:
-            return [True] * k
-        return [i >= k - self.n for i in range(k)]
+        return [self.n is None or i >= k - self.n for i in range(k)]
 
 
 @dataclasses.dataclass
