@@ -67,14 +67,9 @@ class TreeMetadata(collections.abc.Mapping):
 
     @classmethod
     def tree_unflatten(cls, aux, children):
-        kind, keys, custom = aux
-        if kind is dict:
-            tree = dict(zip(keys, children))
-        elif kind is not None:
-            tree = kind(children) if kind in (list, tuple) else kind(*children)
-        else:
-            tree = children[0]
-        return cls(tree, custom)
+        kind, keys, custom = aux  # kind: dict, the list or tuple type (a namedtuple's fields positional), or None
+        return cls(dict(zip(keys, children)) if kind is dict else children[0] if kind is None else
+                   kind(children) if kind in (list, tuple) else kind(*children), custom)
 
     def __getitem__(self, k: Any) -> Any:
         return self.tree[k]

@@ -465,24 +465,22 @@ def delete(path: Any, *, checkpointable_name: Optional[str] = None, missing_ok: 
     UnsupportedError for a checkpoint that is one archive file, written
     whole)."""
     p = Where(path, store)
+    target, names = p.key, None
     if checkpointable_name is not None:
         names = _L.item_names(p.store, p.key)
         if names is None:
             raise UnsupportedError(f"Orbax v1 delete(checkpointable_name={checkpointable_name!r}) of a checkpoint "
                                    "that is one archive file is not supported by treecask.orbax.v1: it is "
                                    "written whole; save the checkpointables to keep to a new checkpoint", file=p)
-        if checkpointable_name not in names:
-            if missing_ok:
-                return False
-            raise NotFoundError(f"no checkpointable '{checkpointable_name}' (the checkpoint holds {names})", file=p)
-        p.store.delete_tree(stores.join(p.key, checkpointable_name))
-        return True
-    if not any(n == p.key or n.startswith(p.key + "/") for n in p.store.list_prefix(p.key)):
-        if missing_ok:
-            return False
-        raise NotFoundError("no checkpoint here", file=p)
-    p.store.delete_tree(p.key)
-    return True
+        target = stores.join(p.key, checkpointable_name)
+    found = (checkpointable_name in names if names is not None else
+             any(n == p.key or n.startswith(p.key + "/") for n in p.store.list_prefix(p.key)))
+    if not found and not missing_ok:
+        raise NotFoundError("no checkpoint here" if names is None else
+                            f"no checkpointable '{checkpointable_name}' (the checkpoint holds {names})", file=p)
+    if found:
+        p.store.delete_tree(target)
+    return found
 
 
 def delete_async(path: Any, *, checkpointable_name: Optional[str] = None,
