@@ -189,8 +189,7 @@ class Checkpointer(Steps):
     def save(self, step: int, state: Any, *, checkpointable_name: str = STATE_CHECKPOINTABLE_KEY,
              **kwargs: Any) -> bool:
         """:meth:`save_async`, waiting until durable; True when saved, False when not due."""
-        r = self.save_async(step, state, checkpointable_name=checkpointable_name, **kwargs)
-        return False if r is None else r.result()
+        return self.save_checkpointables(step, {checkpointable_name: state}, **kwargs)
 
     # ---- loading ----
     def load_checkpointables(self, step: Any = None, abstract_checkpointables: Any = None) -> Dict[str, Any]:
