@@ -401,14 +401,6 @@ def _saved_sharding(info: Any) -> Any:
     return jax.sharding.SingleDeviceSharding(jax.devices()[0])
 
 
-def _pad_or_truncate(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
-    """`x` cut or zero-padded at the end of each axis to `shape` (Orbax's ``strict=False``)."""
-    x = x[tuple(slice(0, n) for n in shape)]
-    if x.shape == tuple(shape):
-        return x
-    return np.pad(x, [(0, n - m) for n, m in zip(shape, x.shape)])
-
-
 def _resized_leaves(path: Where, sub: Optional[str], item: Any) -> Dict[str, Tuple[Any, Tuple[int, ...]]]:
     """{key path in the item: (target leaf, its shape)} of the array leaves whose shape differs from the saved one."""
     jax = J.import_jax()
@@ -502,7 +494,8 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
 
             def resized_leaf(a: Any, full: str, key: str) -> Any:
                 target, shape = resized[key]
-                v = _pad_or_truncate(np.asarray(a.read(full)).astype(target.dtype, copy=False), shape)
+                v = np.asarray(a.read(full)).astype(target.dtype, copy=False)[tuple(slice(0, n) for n in shape)]
+                v = np.pad(v, [(0, n - m) for n, m in zip(shape, v.shape)])  # cut, then zero-padded at the end
                 s = getattr(target, "sharding", None)
                 if J.is_jax_array(target) or J.is_shape_dtype_struct(target):
                     return jax.device_put(v, s) if s is not None else J.to_jax(v)

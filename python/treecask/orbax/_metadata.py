@@ -47,7 +47,10 @@ class TreeMetadata(collections.abc.Mapping):
     def __init__(self, tree: Any, custom_metadata: Any = None):
         self.tree = tree
         self.custom_metadata = custom_metadata
-        _register_tree_metadata()
+        jax = J.jax_loaded()  # registered as a jax pytree once jax is loaded (never imports jax)
+        if jax is not None and not _REGISTERED:
+            _REGISTERED.append(True)
+            jax.tree_util.register_pytree_with_keys_class(TreeMetadata)
 
     # A jax pytree whose children are the top level of `tree` (as Orbax's), so that
     # jax.tree.map(ocp.utils.to_shape_dtype_struct, metadata) gives a restore target.
@@ -85,14 +88,6 @@ class TreeMetadata(collections.abc.Mapping):
 
 
 _REGISTERED = []
-
-
-def _register_tree_metadata() -> None:
-    """Registers TreeMetadata as a jax pytree once jax is loaded (never imports jax)."""
-    jax = J.jax_loaded()
-    if jax is not None and not _REGISTERED:
-        _REGISTERED.append(True)
-        jax.tree_util.register_pytree_with_keys_class(TreeMetadata)
 
 
 @dataclasses.dataclass

@@ -284,15 +284,6 @@ def _abstract(tree: Any) -> Any:
 _TYPE_LEAVES = (bool, int, float, complex, np.ndarray)
 
 
-def _typed_leaves(abstract: Any) -> Dict[str, Any]:
-    """{key path: type} of the abstract leaves that are types (``{'a': float}``)."""
-    jax = J.import_jax()
-    if jax is None or abstract is None:
-        return {}
-    flat = jax.tree_util.tree_flatten_with_path(abstract, is_leaf=lambda x: isinstance(x, type))[0]
-    return {_key_path(kp): x for kp, x in flat if isinstance(x, type)}
-
-
 def _as_type(v: Any, typ: type, file: str, key: str) -> Any:
     """A saved leaf as the abstract type `typ` (Orbax: the checkpoint's value, converted)."""
     jax = J.import_jax()
@@ -321,7 +312,10 @@ def _load_one(ck: Checkpoint, name: Optional[str], abstract: Any) -> Any:
         return ck.set_state(item, abstract)
     partial = bool(get_context().pytree.loading.partial_load)
     resize = bool(get_context().array.loading.enable_padding_and_truncation)
-    typed = _typed_leaves(abstract)  # a type leaf: loaded as saved, then converted (not a template)
+    jax = J.import_jax()  # {key path: type} of the abstract leaves that are types, loaded as saved, then converted
+    flat = [] if jax is None or abstract is None else jax.tree_util.tree_flatten_with_path(
+        abstract, is_leaf=lambda x: isinstance(x, type))[0]
+    typed = {_key_path(kp): x for kp, x in flat if isinstance(x, type)}
     out = _restore_pytree(at, sub, _abstract(_read_later(abstract, typed)), None, None, partial_restore=partial,
                           allow=_ALLOW_V1, jax_leaves=ck.jax_leaves(item), resize=resize)
 
