@@ -213,15 +213,11 @@ def _restore_item(ocp, d: str, prefix: Tuple[str, ...]):
         md = ocp.PyTreeCheckpointer().metadata(d)
         md = getattr(md, "item_metadata", md)  # 0.11+: StepMetadata(item_metadata=TreeMetadata)
         md = getattr(md, "tree", md)
-        flat, _ = jax.tree_util.tree_flatten_with_path(md, is_leaf=_is_value_metadata)
-        extras: Dict[str, Extras] = {}
-        for path, m in flat:
-            if not _is_value_metadata(m):
-                continue
-            comps = prefix + tuple(T._key_component(k) for k in path)
-            ex = _sharding_extras(getattr(m, "sharding", None), len(tuple(m.shape)))
-            if ex is not None:
-                extras[T.join_path(comps)] = ex
+        found = ((T.join_path(prefix + tuple(T._key_component(k) for k in path)),
+                  _sharding_extras(getattr(m, "sharding", None), len(tuple(m.shape))))
+                 for path, m in jax.tree_util.tree_flatten_with_path(md, is_leaf=_is_value_metadata)[0]
+                 if _is_value_metadata(m))
+        extras = {key: ex for key, ex in found if ex is not None}
 
         # Python scalars come back as Python scalars (restore_type None), every array as a host
         # NumPy array: no device, no target needed.
@@ -295,13 +291,10 @@ def _read(src: PathLike, item: Optional[str], step: Optional[int]) -> _Read:
         raise UnsupportedError(f"treecask.import_orbax needs the orbax-checkpoint package ({e}); "
                                "install it with: pip install orbax-checkpoint (or treecask[orbax])") from None
 
-    if len(items) == 1:
-        tree, extras = _restore_item(ocp, items[0][1], ())
-    else:
-        tree, extras = {}, {}
-        for name, idir in items:
-            tree[name], ex = _restore_item(ocp, idir, (name,))
-            extras.update(ex)
+    # one item at the archive root, several under their names
+    restored = [(name, *_restore_item(ocp, idir, (name,) if len(items) > 1 else ())) for name, idir in items]
+    tree = restored[0][1] if len(items) == 1 else {name: t for name, t, _ in restored}
+    extras = {key: ex for _, _, item_extras in restored for key, ex in item_extras.items()}
 
     md: Dict[str, str] = {META_ITEMS: ",".join(n for n, _ in items)}
     if step_no is not None:

@@ -18,36 +18,13 @@ import dataclasses
 import os
 from typing import Any, Callable, Container, Dict, Mapping, Optional, Sequence
 
-from .. import _core
 from . import args as args
-from ._checkpointers import (
-    ArrayCheckpointHandler,
-    AsyncCheckpointer,
-    CheckpointHandler,
-    Checkpointer,
-    CompositeCheckpointHandler,
-    JsonCheckpointHandler,
-    PyTreeCheckpointer,
-    PyTreeCheckpointHandler,
-    StandardCheckpointer,
-    StandardCheckpointHandler,
-    _handler_class,
-    _is_async,
-)
-from ._items import (
-    _LAYOUT_KEY,
-    DEFAULT_ITEM_NAME,
-    Where,
-    PLACEHOLDER,
-    ArrayRestoreArgs,
-    RestoreArgs,
-    SaveArgs,
-    Checkpoint,
-    _encode_items,
-    _item_metadata,
-    _restore,
-    _unsupported,
-)
+from ._checkpointers import (ArrayCheckpointHandler, AsyncCheckpointer, CheckpointHandler, Checkpointer,
+                             CompositeCheckpointHandler, JsonCheckpointHandler, PyTreeCheckpointer,
+                             PyTreeCheckpointHandler, StandardCheckpointer, StandardCheckpointHandler, _handler_class,
+                             _is_async)
+from ._items import (_LAYOUT_KEY, DEFAULT_ITEM_NAME, PLACEHOLDER, ArrayRestoreArgs, RestoreArgs, SaveArgs, Checkpoint,
+                     _encode_items, _item_metadata, _restore, _unsupported)
 from ._steps import Steps
 from ._utils import checkpoint_utils, test_utils, tree, utils
 from ._items import Transform, _publish, _unsupported_names
@@ -56,37 +33,12 @@ from ._metadata import ArrayMetadata, RootMetadata, ScalarMetadata, StepMetadata
 from ..errors import InvalidArgumentError, NotFoundError
 
 __all__ = [
-    "args",
-    "SaveArgs",
-    "RestoreArgs",
-    "ArrayRestoreArgs",
-    "AsyncOptions",
-    "CheckpointManagerOptions",
-    "CheckpointManager",
-    "Checkpointer",
-    "AsyncCheckpointer",
-    "PyTreeCheckpointer",
-    "StandardCheckpointer",
-    "CheckpointHandler",
-    "PyTreeCheckpointHandler",
-    "StandardCheckpointHandler",
-    "JsonCheckpointHandler",
-    "ArrayCheckpointHandler",
-    "CompositeCheckpointHandler",
-    "ArrayMetadata",
-    "ScalarMetadata",
-    "StringMetadata",
-    "TreeMetadata",
-    "StepMetadata",
-    "RootMetadata",
-    "DEFAULT_ITEM_NAME",
-    "utils",
-    "checkpoint_utils",
-    "tree",
-    "test_utils",
-    "PLACEHOLDER",
-    "Transform",
-    "handlers",
+    "args", "SaveArgs", "RestoreArgs", "ArrayRestoreArgs", "AsyncOptions", "CheckpointManagerOptions",
+    "CheckpointManager", "Checkpointer", "AsyncCheckpointer", "PyTreeCheckpointer", "StandardCheckpointer",
+    "CheckpointHandler", "PyTreeCheckpointHandler", "StandardCheckpointHandler", "JsonCheckpointHandler",
+    "ArrayCheckpointHandler", "CompositeCheckpointHandler", "ArrayMetadata", "ScalarMetadata", "StringMetadata",
+    "TreeMetadata", "StepMetadata", "RootMetadata", "DEFAULT_ITEM_NAME", "utils", "checkpoint_utils", "tree",
+    "test_utils", "PLACEHOLDER", "Transform", "handlers",
 ]
 
 
@@ -325,19 +277,6 @@ class CheckpointManager(Steps):
         return True
 
     # ---- restore ----
-    def _step_path(self, step: Optional[int], directory: Any) -> Where:
-        """Where step ``step`` (None: the latest) is, here or in ``directory`` (of this manager's store)."""
-        if directory is None:
-            if step is None:
-                step = self.latest_step()
-            if step is None:  # (a directory of Orbax's own steps is refused when the manager opens it)
-                raise NotFoundError("no steps found", file=str(self.directory))
-        where = self._where(step, directory)
-        shown = str(self.directory) if directory is None else str(Where(directory, self._store))
-        if where is None:
-            raise NotFoundError(f"no step {step} in the directory", file=shown)
-        return where
-
     def restore(self, step: Optional[int], items: Any = None, restore_kwargs: Any = None,
                 directory: Any = None, args: Any = None) -> Any:  # noqa: A002
         """Restores ``step`` (None: the latest) from this directory or ``directory``.
@@ -348,14 +287,14 @@ class CheckpointManager(Steps):
         Raises ``NotFoundError`` (a ``FileNotFoundError``) for a missing step
         or item; ``ShapeError`` / ``StructureError`` as :class:`Checkpointer`."""
         a = args if args is not None else self._legacy_args("restore", items, restore_kwargs)
-        return _restore(self._step_path(step, directory), a)
+        return _restore(self._where(step, directory, NotFoundError), a)
 
     def item_metadata(self, step: int) -> Any:
         """The step's item metadata, no array bytes read: a :class:`TreeMetadata`
         (one item) or an ``args.Composite`` of them (None for JSON items)."""
         if step is None:
             raise ValueError("`step` must be provided")
-        return _item_metadata(self._step_path(step, None))
+        return _item_metadata(self._where(step, None, NotFoundError))
 
     def metrics(self, step: int) -> Optional[Any]:
         """The metrics in ``step``'s entry ``metrics`` (a JSON value), or None
@@ -370,7 +309,7 @@ class CheckpointManager(Steps):
         ``.custom_metadata``; a step: its :class:`StepMetadata`."""
         if step is None:
             return RootMetadata(self._run_metadata())
-        ck = Checkpoint(self._step_path(step, None))
+        ck = Checkpoint(self._where(step, None, NotFoundError))
         metrics = self.metrics(step)  # Orbax's: the step's metrics item, else {}
         return StepMetadata(_item_metadata(ck), {} if metrics is None else metrics, ck.custom_metadata())
 
@@ -386,17 +325,11 @@ class CheckpointManager(Steps):
 
     wait_until_finished = Steps.wait
 
-    def __repr__(self) -> str:
-        return f"<treecask.orbax.CheckpointManager {_core.redact_url(str(self.directory))!r}>"
-
 
 # Orbax names treecask.orbax does not provide, and what to do instead (a module
 # __getattr__: UnsupportedError on use, never AttributeError).
 _NOT_PROVIDED = {
-    "AsyncCheckpointHandler": "custom handlers write files of their own; save the state as a pytree",
-    "ProtoCheckpointHandler": "save the message's bytes or JSON (args.JsonSave)",
-    "JaxRandomKeyCheckpointHandler": "a typed PRNG key array is a pytree leaf (args.StandardSave)",
-    "NumpyRandomKeyCheckpointHandler": "save the generator's state as JSON (args.JsonSave)",
+    **{n: why for n, why in handlers._UNSUPPORTED.items() if n.endswith("CheckpointHandler")},
     "RestoreTransform": "use Transform(original_key=..., value_fn=...)",
     "apply_transformations": "restore with PyTreeRestore(item=target, transforms={key: Transform(...)})",
     "type_handlers": "every leaf type treecask.save takes is handled; no custom TypeHandlers",

@@ -1,12 +1,5 @@
-"""``treecask.orbax``'s checkpointers and handlers: Orbax's
-``Checkpointer``, ``AsyncCheckpointer``, ``PyTreeCheckpointer`` and
-``StandardCheckpointer`` (one checkpoint, one treecask archive file, at a
-path), and the handlers that name the kind of item they save and the
-argument classes of their legacy positional calls. A save encodes its items
-(``_items.py``) and writes them with :func:`treecask.save`, or in the
-background with the manager's asynchronous save; a restore reads them back
-with :func:`treecask.load`.
-"""
+"""``treecask.orbax``'s checkpointers (one checkpoint at a path: an archive file, or a directory of
+items) and handlers (the kind of item and the argument classes of their legacy positional calls)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""How ``treecask.orbax`` keeps Orbax's checkpoints in treecask archives:
-Orbax's per-leaf arguments (``SaveArgs``, ``RestoreArgs``, ``ArrayRestoreArgs``,
-``Transform``), its structure rule for a restore into a target
-(``_check_structure``), a checkpoint's items encoded for :func:`treecask.save`
-(``_encode``: one archive; ``_encode_items``: one archive per item, for
-``_layout.py``), read back through :class:`Checkpoint` and restored by
-:func:`treecask.load` (``_restore_pytree``), and their metadata read from the
-manifests alone. The checkpointers, the manager and ``v1`` use these.
-"""
+"""A checkpoint's items in treecask archives for ``treecask.orbax`` and ``v1``: Orbax's per-leaf
+arguments, the encoding of a save's items, :class:`Checkpoint` (read back) and the restore and
+metadata of an item (docs/python.md "Switching from Orbax in one line")."""
 from __future__ import annotations
 
 import dataclasses
@@ -40,12 +34,7 @@ _JAX_PREFIX = "treecask.orbax.jax/"  # + item name: JSON list of the key paths (
 
 
 class Where(str):
-    """Where a checkpoint is: the text every message shows for it (a file
-    path, or a URL with its secrets redacted: ``Store.display``), a str,
-    that also carries its store and its path inside it
-    (``treecask.stores.resolve``), through which it is read and written.
-    ``Where(directory, store=None)``: ``directory`` inside ``store``, or a
-    file path or URL; a Where is returned as it is."""
+    """A checkpoint's redacted display text (a str) carrying its store and path (``stores.resolve``)."""
 
     store: stores.Store
     key: str
@@ -80,8 +69,7 @@ def _unsupported(feature: str, why: str, file: str = "", by: str = "treecask.orb
 
 
 def _unsupported_names(module: str, prefix: str, table: Mapping[str, str], by: str = "treecask.orbax") -> Any:
-    """A module ``__getattr__``: UnsupportedError saying why for Orbax's names in `table`
-    (name -> reason), AttributeError for any other."""
+    """A module ``__getattr__``: UnsupportedError for Orbax's names in `table`, else AttributeError."""
     def __getattr__(name: str) -> Any:
         why = table.get(name)
         if why is None:
@@ -227,12 +215,7 @@ def _apply_leaf_args(tree: Any, flat: Mapping[str, Any]) -> Any:
 
 
 def _to_shape_dtype_struct(x: Any, dtype: Any = None, scalar_dtype: Any = None, sharding: Any = None) -> Any:
-    """``jax.ShapeDtypeStruct`` of an array, ``ShapeDtypeStruct`` or
-    :class:`ArrayMetadata` (its shape, its dtype or ``dtype``, its sharding
-    or ``sharding``; an ArrayMetadata's recorded NamedSharding rebuilt over
-    the current devices); a Python scalar as is, or converted by
-    ``scalar_dtype``; a :class:`StringMetadata` as ``""`` (Orbax
-    ``utils.to_shape_dtype_struct``)."""
+    """Orbax ``utils.to_shape_dtype_struct``: an array, ShapeDtypeStruct or ArrayMetadata as a ShapeDtypeStruct."""
     jax = J.import_jax()
     if isinstance(x, (int, float, bool, complex)) and not hasattr(x, "shape"):
         return x if scalar_dtype is None else scalar_dtype(x)
@@ -249,12 +232,7 @@ def _to_shape_dtype_struct(x: Any, dtype: Any = None, scalar_dtype: Any = None, 
 
 
 def _construct_restore_args(target: Any, sharding_tree: Any = None, set_global_shape: bool = True) -> Any:
-    """A tree of restore arguments from a target (Orbax
-    ``checkpoint_utils.construct_restore_args``): a jax array or
-    ``ShapeDtypeStruct`` -> :class:`ArrayRestoreArgs` on its sharding (or
-    ``sharding_tree``'s), with its dtype (and shape: ``set_global_shape``); a
-    NumPy array -> ``RestoreArgs(restore_type=np.ndarray, dtype)``; other
-    leaves -> ``RestoreArgs(restore_type=type(leaf))``."""
+    """Orbax ``checkpoint_utils.construct_restore_args``: each target leaf's (Array)RestoreArgs."""
     jax = J.import_jax()
 
     def one(x, s=None):
@@ -283,9 +261,7 @@ def _layout(md: Mapping[str, str]) -> Tuple[bool, Dict[str, str]]:
 
 def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict[str, Tuple[Any, Dict[str, str]]],
                                                                                Dict[str, str]]:
-    """({name: (tree, archive metadata)} of a save's items as the directory layout writes
-    them, the checkpoint's own metadata: custom metadata, and for one item saved without a name the mark
-    that it is restored as the item itself, as Orbax restores its ``default``)."""
+    """({name: (tree, archive metadata)}, the checkpoint's own metadata) of a save's items."""
     op, kind = args.kind(save_args)
     if kind == "composite":
         named, default = args.composite_items(save_args), False
@@ -339,8 +315,7 @@ def _encode_items(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Dict
 
 
 def _encode(save_args: Any, custom_metadata: Any, file: str) -> Tuple[Any, Dict[str, str]]:
-    """(tree, archive metadata) of a save of one item as one archive: a pytree at its root, or
-    a JSON or stateful item in its metadata with the layout."""
+    """(tree, archive metadata) of a save of one item as one archive."""
     items, own = _encode_items(save_args, custom_metadata, file)
     ((tree, imd),) = items.values()
     leafless = imd[_L.KIND_KEY] in ("json", "stateful")
@@ -358,10 +333,7 @@ PLACEHOLDER = ...
 
 def _check_structure(path: str, sub: Optional[str], item: Any, *, extra_ok: bool, missing_ok: bool,
                      allow: str) -> None:
-    """Orbax's structure rule for a restore into the target `item`, from the manifest alone:
-    StructureError naming the checkpoint's leaves the target lacks (unless `extra_ok`) and the target's the
-    checkpoint lacks (unless `missing_ok`), `allow` saying what permits each; a target leaf ``...`` covers
-    the leaves under its key path; leaves matched as treecask.load matches them."""
+    """Orbax's structure rule for a restore into `item`, from the manifest alone (StructureError)."""
     with Where(path).open() as a:
         prefix = tuple(T.split_path(sub)) if sub else ()
         found = a.subtree(prefix)
@@ -415,9 +387,7 @@ _ALLOW_V0 = ("PyTreeRestore(partial_restore=True) restores only the target's fie
 
 
 def _saved_sharding(info: Any) -> Any:
-    """Where Orbax puts a leaf saved as a jax.Array when no target says: on its saved
-    sharding where this process has the devices, else the default device; None (NumPy) for a 64-bit dtype
-    without jax's x64 mode."""
+    """Where Orbax puts a leaf saved as a jax.Array without a target (None: NumPy, a 64-bit dtype without x64)."""
     jax = J.import_jax()
     dt = np.dtype(getattr(info, "dtype", None) or "float32")
     if dt.itemsize == 8 and dt.kind in "iuf" and not jax.config.jax_enable_x64:
@@ -429,14 +399,6 @@ def _saved_sharding(info: Any) -> Any:
         except Exception:  # another device count: the default device, as Orbax falls back
             pass
     return jax.sharding.SingleDeviceSharding(jax.devices()[0])
-
-
-def _pad_or_truncate(x: np.ndarray, shape: Tuple[int, ...]) -> np.ndarray:
-    """`x` cut or zero-padded at the end of each axis to `shape` (Orbax's ``strict=False``)."""
-    x = x[tuple(slice(0, n) for n in shape)]
-    if x.shape == tuple(shape):
-        return x
-    return np.pad(x, [(0, n - m) for n, m in zip(shape, x.shape)])
 
 
 def _resized_leaves(path: Where, sub: Optional[str], item: Any) -> Dict[str, Tuple[Any, Tuple[int, ...]]]:
@@ -458,8 +420,7 @@ def _resized_leaves(path: Where, sub: Optional[str], item: Any) -> Dict[str, Tup
 
 
 def _apply_transforms(path: Where, sub: Optional[str], item: Any, transforms: Mapping[str, Any]) -> Any:
-    """The target `item` filled as Orbax's ``transforms`` say (:class:`Transform`); a leaf no
-    rule matches takes the checkpoint's leaf at its key path, else keeps the target's (default-to-original)."""
+    """The target `item` filled as Orbax's ``transforms`` say (:class:`Transform`)."""
     import re
 
     jax = J.import_jax()
@@ -497,11 +458,7 @@ def _apply_transforms(path: Where, sub: Optional[str], item: Any, transforms: Ma
 def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any, transforms: Any,
                     partial_restore: bool = False, allow: Tuple[str, str] = _ALLOW_V0, jax_leaves: Sequence[str] = (),
                     resize: bool = False) -> Any:
-    """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler restores it.
-    Without a target, the leaves saved as jax arrays (`jax_leaves`) come back as jax arrays
-    (:func:`_saved_sharding`). With one, the structures must agree (:func:`_check_structure`) unless
-    `partial_restore` or `transforms` (``{}``: the same; rules: :func:`_apply_transforms`); `resize`
-    truncates or zero-pads an array to the target's shape (Orbax's ``strict=False``); a leaf ``...`` is not read."""
+    """One PyTree item (the subtree `sub`, or the root) as Orbax's PyTree handler restores it."""
     path = Where(path)
     flat: Dict[str, Any] = {}  # {key path: (Array)RestoreArgs} of the restore_args tree
     if restore_args is not None:
@@ -537,7 +494,8 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
 
             def resized_leaf(a: Any, full: str, key: str) -> Any:
                 target, shape = resized[key]
-                v = _pad_or_truncate(np.asarray(a.read(full)).astype(target.dtype, copy=False), shape)
+                v = np.asarray(a.read(full)).astype(target.dtype, copy=False)[tuple(slice(0, n) for n in shape)]
+                v = np.pad(v, [(0, n - m) for n, m in zip(shape, v.shape)])  # cut, then zero-padded at the end
                 s = getattr(target, "sharding", None)
                 if J.is_jax_array(target) or J.is_shape_dtype_struct(target):
                     return jax.device_put(v, s) if s is not None else J.to_jax(v)
@@ -574,9 +532,7 @@ def _tree_of(item: Any) -> Any:
 
 
 def _orbax_hint(path: Where) -> None:
-    """Raises InvalidArgumentError saying how to convert `path` when it is a checkpoint
-    directory of Orbax's own (its v0 API: treecask.import_orbax; its v1 API, with an ``orbax.checkpoint``
-    marker here or in the parent: Orbax's v1 load, then treecask.orbax.v1's save)."""
+    """InvalidArgumentError saying how to convert `path` when Orbax itself wrote it."""
     st, key = path.store, path.key
     head = stores.join(key, "") + "/" if key else ""
     try:
@@ -595,16 +551,7 @@ def _orbax_hint(path: Where) -> None:
 
 
 class Checkpoint:
-    """A checkpoint as it is stored, read from its listing and metadata
-    alone: one archive (``directory`` False: one PyTree at the root, or
-    several items under their names with the layout in the archive
-    metadata, as treecask.orbax wrote before the directory layout and as a
-    manager's step is), or a directory of one archive per item
-    (``_layout.py``). ``md``: the checkpoint's own metadata (custom metadata,
-    timestamps); ``default``: one item named "default" at the root;
-    ``kinds``: {item name: "pytree" | "json" | "array" | "stateful"}.
-    Raises NotFoundError when there is none, InvalidArgumentError for a
-    checkpoint written by Orbax itself."""
+    """A checkpoint as stored (one archive, or a directory of items), from its listing and metadata alone."""
 
     def __init__(self, path: Any):
         self.where = w = Where(path)
@@ -650,9 +597,7 @@ class Checkpoint:
         return json.loads(raw) if raw else []
 
     def set_state(self, name: str, obj: Any) -> Any:
-        """Stateful checkpointable `name`'s saved state set into `obj` (its
-        ``set_state``); returns `obj`. Raises InvalidArgumentError when `obj`
-        has no ``set_state`` (Orbax refuses too: it needs an instance)."""
+        """Stateful item `name`'s saved state set into `obj` (InvalidArgumentError without ``set_state``)."""
         if not _is_stateful(obj):
             raise InvalidArgumentError(f"item '{name}' is a stateful checkpointable (e.g. a Grain iterator): to "
                                        "restore it, pass an instance of the object to restore into",
@@ -693,8 +638,7 @@ def _restore_item(ck: Checkpoint, name: str, ra: Any) -> Any:
 
 
 def _restore(path: Any, ra: Any) -> Any:
-    """A checkpoint (a :class:`Where`, path or URL) restored with a restore argument (None:
-    every item as saved)."""
+    """A checkpoint restored with a restore argument (None: every item as saved)."""
     ck = Checkpoint(path)
     want: Dict[str, Any]
     if ra is not None and args.kind(ra)[1] == "composite":
@@ -735,8 +679,7 @@ def _tree_metadata(at: Where, sub: Optional[str], custom: Any) -> TreeMetadata:
 
 
 def _item_metadata(path: Any) -> Any:
-    """A checkpoint's item metadata (a :class:`Checkpoint`, :class:`Where`, path or URL): a
-    TreeMetadata (one item) or a Composite of them (None for JSON items)."""
+    """A checkpoint's item metadata: a TreeMetadata, or a Composite of them (None for JSON items)."""
     ck = path if isinstance(path, Checkpoint) else Checkpoint(path)
     custom = ck.custom_metadata()
     out = {n: None if k in ("json", "stateful") else _tree_metadata(*ck.item(n)[:2], custom)

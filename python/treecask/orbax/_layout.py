@@ -1,14 +1,5 @@
-"""Orbax's layout of a checkpoint of several items: a directory with one
-treecask archive per item, named as Orbax names it, and ``index.cask``, the
-commit object whose metadata holds the checkpoint's own (format/SPEC.md
-"Item-directory steps"). It is written through the store seam
-(``Store.stage_directory``, each item saved into the staging with
-:func:`treecask.save`, ``Store.publish_directory``); in a multi-process jax
-job each item is the core's sharded checkpoint (SPEC.md "Sharded
-checkpoints"), every process writing its share inside the staging process 0
-made and named to the others through the jax coordination service, and
-process 0 commits.
-"""
+"""A checkpoint directory of one archive per item and ``index.cask``, written through the store
+seam, in a multi-process jax job by every process (format/SPEC.md "Item-directory steps")."""
 
 from __future__ import annotations
 
@@ -38,10 +29,7 @@ MARK_KEY = ITEMS_DIRECTORY_KEY
 
 
 def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
-    """The item entries of the checkpoint directory ``key`` (sorted), or None
-    when ``key`` is not a committed checkpoint directory (no ``index.cask``:
-    a single archive file, or nothing). Entries that are not items (the
-    index, temporaries ``*.tmp.*``) are left out."""
+    """The item entries of checkpoint directory ``key`` (sorted), or None when it is not one."""
     head = key + "/" if key and not key.endswith("/") else key
     try:
         names = store.list_prefix(head)
@@ -59,8 +47,7 @@ def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
 
 
 def _snapshot(tree: Any) -> Any:
-    """``tree`` with every NumPy array copied (the caller may write it in place
-    once an asynchronous save returns); jax arrays are immutable and kept."""
+    """``tree`` with every NumPy array copied (jax arrays are immutable)."""
     jax = J.import_jax()
     if jax is None:
         import copy
@@ -76,21 +63,10 @@ def save_directory(store: stores.Store, key: str, items: Mapping[str, Tuple[Any,
                    index_md: Mapping[str, str], *, overwrite: bool, asynchronous: bool,
                    meanwhile: Optional[Callable[[], None]] = None, after: Optional[Callable[[], None]] = None,
                    step: Optional[int] = None, metrics: Any = None) -> Optional[SaveJob]:
-    """Writes the checkpoint directory ``key`` of ``store``: each item
-    ``name -> (tree, archive metadata)`` as the archive ``key/name``, then
-    ``key/index.cask`` with ``index_md``, committed whole (module docstring;
-    parent directories created, as Orbax does). An existing checkpoint raises
-    AlreadyExistsError here unless ``overwrite``. Returns None once durable,
-    or (``asynchronous``) a :class:`treecask._async.SaveJob` once the trees'
-    NumPy bytes are copied. ``meanwhile``, ``after``, ``step`` and ``metrics``
-    as for ``treecask._async.save_async``.
-
-    In a multi-process jax job it must be called in every process in the same
-    order (the coordination keys are numbered per call): the boxes are taken
-    here (``_distributed.prepare``), the staging and the commit are process
-    0's, an error in any process is raised in every process, and ``after``
-    runs in every process before the save ends for all (a manager's
-    retention, which process 0 runs, is then seen by all)."""
+    """Writes checkpoint directory ``key``: each item ``name -> (tree, metadata)``, then ``index.cask``,
+    committed whole; AlreadyExistsError unless ``overwrite``; a SaveJob when ``asynchronous``. In a
+    multi-process jax job every process calls it in the same order (coordination keys are numbered per
+    call): process 0 stages and commits, an error in any is raised in all, ``after`` runs in each."""
     global _items_counter
     for name in items:
         if not isinstance(name, str) or not name or "/" in name or name == INDEX or name.startswith("."):

@@ -1,10 +1,4 @@
-"""``treecask.orbax``'s metadata classes: Orbax's ``ArrayMetadata``,
-``ScalarMetadata``, ``StringMetadata``, ``TreeMetadata`` (a jax pytree once
-jax is loaded), ``StepMetadata`` and ``RootMetadata``, and the metadata of one
-leaf from its :class:`treecask.LeafInfo`. They describe a checkpoint without
-reading its arrays; ``_items.py`` builds them (``item_metadata``) and
-``treecask.orbax`` exports them.
-"""
+"""``treecask.orbax``'s metadata classes (Orbax's), read from manifests without array bytes."""
 
 from __future__ import annotations
 
@@ -53,7 +47,10 @@ class TreeMetadata(collections.abc.Mapping):
     def __init__(self, tree: Any, custom_metadata: Any = None):
         self.tree = tree
         self.custom_metadata = custom_metadata
-        _register_tree_metadata()
+        jax = J.jax_loaded()  # registered as a jax pytree once jax is loaded (never imports jax)
+        if jax is not None and not _REGISTERED:
+            _REGISTERED.append(True)
+            jax.tree_util.register_pytree_with_keys_class(TreeMetadata)
 
     # A jax pytree whose children are the top level of `tree` (as Orbax's), so that
     # jax.tree.map(ocp.utils.to_shape_dtype_struct, metadata) gives a restore target.
@@ -73,14 +70,9 @@ class TreeMetadata(collections.abc.Mapping):
 
     @classmethod
     def tree_unflatten(cls, aux, children):
-        kind, keys, custom = aux
-        if kind is dict:
-            tree = dict(zip(keys, children))
-        elif kind is not None:
-            tree = kind(children) if kind in (list, tuple) else kind(*children)
-        else:
-            tree = children[0]
-        return cls(tree, custom)
+        kind, keys, custom = aux  # kind: dict, the list or tuple type (a namedtuple's fields positional), or None
+        return cls(dict(zip(keys, children)) if kind is dict else children[0] if kind is None else
+                   kind(children) if kind in (list, tuple) else kind(*children), custom)
 
     def __getitem__(self, k: Any) -> Any:
         return self.tree[k]
@@ -96,14 +88,6 @@ class TreeMetadata(collections.abc.Mapping):
 
 
 _REGISTERED = []
-
-
-def _register_tree_metadata() -> None:
-    """Registers TreeMetadata as a jax pytree once jax is loaded (never imports jax)."""
-    jax = J.jax_loaded()
-    if jax is not None and not _REGISTERED:
-        _REGISTERED.append(True)
-        jax.tree_util.register_pytree_with_keys_class(TreeMetadata)
 
 
 @dataclasses.dataclass

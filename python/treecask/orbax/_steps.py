@@ -1,11 +1,5 @@
-"""Orbax's view of a run (format/SPEC.md "Item-directory steps") over
-:class:`treecask.CheckpointManager`'s public calls: :class:`Steps`, the one
-base of ``treecask.orbax.CheckpointManager`` and
-``treecask.orbax.v1.training.Checkpointer``. Beyond the manager's own calls it
-lists a step still being saved (Orbax's bookkeeping), keeps the run's custom
-metadata, reads a step through a :class:`~treecask.orbax._items.Where` and
-reads other directories of the same store.
-"""
+"""Orbax's view of a run (format/SPEC.md "Item-directory steps") over :class:`treecask.CheckpointManager`:
+:class:`Steps`, the one base of ``treecask.orbax.CheckpointManager`` and ``v1.training.Checkpointer``."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ import json
 import time
 from typing import Any, Dict, List, Optional
 
-from .. import stores
+from .. import _core, stores
 from .._open import open as _open
 from .._save import save as _save
 
@@ -38,19 +32,7 @@ ROOT_KEY = "treecask.orbax.root_metadata"
 
 
 class Steps:
-    """A run's steps as Orbax's managers see them, the base of both.
-
-    ``Steps(directory, store, custom_metadata, **options)``: a
-    :class:`treecask.CheckpointManager` of ``directory`` with ``options``
-    (``async_save``, ``read_only``, ``max_to_keep``, ``keep_period``,
-    ``best_fn``, ``best_mode``, ``keep_fn``), Orbax's retention
-    (``keep_newest=False``: exactly the ``max_to_keep`` best with
-    ``best_fn``) and no save interval (the Orbax layers decide which steps
-    are due); ``custom_metadata`` (a JSON value, or None) is written once as
-    the run's entry ``metadata`` (Orbax's ``metadata/``), a leafless archive
-    whose metadata holds it (in a multi-process jax job, the core's sharded
-    checkpoint of it); a run that has it keeps it; nothing when read-only.
-    Raises what that constructor raises."""
+    """A run's steps as Orbax's managers see them: a treecask manager with Orbax's retention, the run's metadata."""
 
     def __init__(self, directory: Any, store: Any, custom_metadata: Any, **options: Any):
         loc = stores.resolve(directory, store)  # once: the manager receives the Location
@@ -88,8 +70,7 @@ class Steps:
 
     def latest_step(self) -> Optional[int]:
         """The highest step (one being saved included), or None."""
-        steps = self.all_steps()
-        return steps[-1] if steps else None
+        return max(self.all_steps(), default=None)
 
     def _infos(self) -> List[StepInfo]:
         """A StepInfo per step, ascending, the step being saved included (its time: when its save began)."""
@@ -100,9 +81,9 @@ class Steps:
             infos.sort(key=lambda i: i.step)
         return infos
 
-    def _where(self, step: Optional[int], directory: Any = None) -> Optional[Where]:
-        """Where committed step ``step`` (None: the latest) is, here (a save in
-        flight waited for first) or in ``directory`` (of this run's store); None when there is none."""
+    def _where(self, step: Optional[int], directory: Any = None, error: Any = None) -> Optional[Where]:
+        """Where committed step ``step`` (None: the latest) is, here or in ``directory``; None when none, or
+        ``error`` (a NotFoundError class) raised naming the directory."""
         if directory is None:
             self._wait_quietly()
             m = self._mgr
@@ -110,10 +91,12 @@ class Steps:
             m = _Manager(directory, store=self._store, read_only=True, step_layout=ITEM_DIRECTORIES)
         steps = m.all_steps()
         step = (steps[-1] if steps else None) if step is None else step
-        if step not in steps:
-            return None
-        store, path = m.location(step)
-        return Where(path, store)
+        if step in steps:
+            return Where(*reversed(m.location(step)))
+        if error is not None:
+            raise error("no steps found" if step is None else f"no step {step} in the directory",
+                        file=str(self.directory if directory is None else Where(directory, self._store)))
+        return None
 
     def reached_preemption(self, step: int) -> bool:
         """Whether every process has reached the preemption sync point ``step``
@@ -124,10 +107,7 @@ class Steps:
     # ---- saving, deleting ----
     def _save_step(self, step: int, items: Any, *, metrics: Any, metadata: Dict[str, str],
                    metrics_entry: bool = True) -> None:
-        """Saves ``items`` (``{name: (pytree, archive metadata)}``) as step
-        ``step`` with ``metadata`` in its ``index.cask``, due or not; ``metrics``
-        also as the entry ``metrics`` when ``metrics_entry`` (an item of that
-        name is then refused: InvalidArgumentError, as Orbax reserves it)."""
+        """Saves ``items`` as step ``step``, with ``metrics`` also as the entry ``metrics`` (``metrics_entry``)."""
         if metrics is not None and metrics_entry:
             if METRICS_ITEM in items:
                 raise InvalidArgumentError(f"the item name '{METRICS_ITEM}' is the step's metrics' (Orbax reserves it)",
@@ -184,6 +164,9 @@ class Steps:
     def close(self) -> None:
         """Waits for the save in flight, then closes (later saves raise)."""
         self._mgr.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__module__}.{type(self).__name__} {_core.redact_url(str(self.directory))!r}>"
 
     def __enter__(self) -> Any:
         return self

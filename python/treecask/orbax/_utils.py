@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import types
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .. import _jaxutil as J
@@ -168,19 +169,11 @@ def merge_trees(*trees: PyTree, overwrite: bool = False) -> PyTree:
     return from_flat_dict(merged)
 
 
-class tree:  # noqa: N801 - Orbax's module name
-    """``ocp.tree``: Orbax's tree helpers (``orbax.checkpoint.tree``)."""
-
-    PyTree = PyTree
-    str_keypath = staticmethod(str_keypath)
-    get_param_names = staticmethod(get_param_names)
-    serialize_tree = staticmethod(serialize_tree)
-    deserialize_tree = staticmethod(deserialize_tree)
-    to_flat_dict = staticmethod(to_flat_dict)
-    from_flat_dict = staticmethod(from_flat_dict)
-    is_flat_dict = staticmethod(is_flat_dict)
-    to_shape_dtype_struct = staticmethod(_to_shape_dtype_struct)
-    merge_trees = staticmethod(merge_trees)
+#: ``ocp.tree``: Orbax's tree helpers (``orbax.checkpoint.tree``).
+tree = types.SimpleNamespace(
+    PyTree=PyTree, str_keypath=str_keypath, get_param_names=get_param_names, serialize_tree=serialize_tree,
+    deserialize_tree=deserialize_tree, to_flat_dict=to_flat_dict, from_flat_dict=from_flat_dict,
+    is_flat_dict=is_flat_dict, to_shape_dtype_struct=_to_shape_dtype_struct, merge_trees=merge_trees)
 
 
 def is_primary_host(primary_host: Optional[int] = 0) -> bool:
@@ -204,24 +197,14 @@ def reached_preemption(step: int) -> bool:
     return False
 
 
-class utils:  # noqa: N801 - Orbax's module name
-    """``ocp.utils``: the helpers of Orbax's ``orbax.checkpoint.utils`` that guides call."""
-
-    to_shape_dtype_struct = staticmethod(_to_shape_dtype_struct)
-    to_flat_dict = staticmethod(to_flat_dict)
-    from_flat_dict = staticmethod(from_flat_dict)
-    serialize_tree = staticmethod(serialize_tree)
-    deserialize_tree = staticmethod(deserialize_tree)
-    is_primary_host = staticmethod(is_primary_host)
-    sync_global_processes = staticmethod(sync_global_processes)
-    sync_global_devices = staticmethod(sync_global_processes)
-    reached_preemption = staticmethod(reached_preemption)
-
-
-class checkpoint_utils:  # noqa: N801 - Orbax's module name
-    """``ocp.checkpoint_utils``: ``construct_restore_args``."""
-
-    construct_restore_args = staticmethod(_construct_restore_args)
+#: ``ocp.utils``: the helpers of Orbax's ``orbax.checkpoint.utils`` that guides call.
+utils = types.SimpleNamespace(
+    to_shape_dtype_struct=_to_shape_dtype_struct, to_flat_dict=to_flat_dict, from_flat_dict=from_flat_dict,
+    serialize_tree=serialize_tree, deserialize_tree=deserialize_tree, is_primary_host=is_primary_host,
+    sync_global_processes=sync_global_processes, sync_global_devices=sync_global_processes,
+    reached_preemption=reached_preemption)
+#: ``ocp.checkpoint_utils``: ``construct_restore_args``.
+checkpoint_utils = types.SimpleNamespace(construct_restore_args=_construct_restore_args)
 
 
 def erase_and_create_empty(directory: Any) -> pathlib.Path:
@@ -240,8 +223,5 @@ def erase_and_create_empty(directory: Any) -> pathlib.Path:
     return p
 
 
-class test_utils:  # noqa: N801 - Orbax's module name
-    """``ocp.test_utils``: ``erase_and_create_empty``, the Orbax 101 guide's first line."""
-
-    __test__ = False  # not a pytest test class
-    erase_and_create_empty = staticmethod(erase_and_create_empty)
+#: ``ocp.test_utils``: ``erase_and_create_empty``, the Orbax 101 guide's first line.
+test_utils = types.SimpleNamespace(erase_and_create_empty=erase_and_create_empty)

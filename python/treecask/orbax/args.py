@@ -18,18 +18,8 @@ import collections.abc
 import dataclasses
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
-__all__ = [
-    "CheckpointArgs",
-    "StandardSave",
-    "StandardRestore",
-    "PyTreeSave",
-    "PyTreeRestore",
-    "JsonSave",
-    "JsonRestore",
-    "ArraySave",
-    "ArrayRestore",
-    "Composite",
-]
+__all__ = ["CheckpointArgs", "StandardSave", "StandardRestore", "PyTreeSave", "PyTreeRestore", "JsonSave",
+           "JsonRestore", "ArraySave", "ArrayRestore", "Composite"]
 
 
 class CheckpointArgs:

@@ -12,15 +12,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from .args import (ArrayRestoreArgs, ArraySaveArgs, CompositeArgs, JsonRestoreArgs, JsonSaveArgs,
                    PyTreeRestoreArgs, PyTreeSaveArgs, StandardRestoreArgs, StandardSaveArgs)
-from ._checkpointers import (
-    ArrayCheckpointHandler,
-    CheckpointHandler,
-    CompositeCheckpointHandler,
-    JsonCheckpointHandler,
-    PyTreeCheckpointHandler,
-    StandardCheckpointHandler,
-    _handler_class,
-)
+from ._checkpointers import (_HANDLERS, ArrayCheckpointHandler, CheckpointHandler, CompositeCheckpointHandler,
+                             JsonCheckpointHandler, PyTreeCheckpointHandler, StandardCheckpointHandler, _handler_class)
 from ..errors import AlreadyExistsError, KeyNotFoundError, UnsupportedError
 from ._items import _unsupported_names
 
@@ -50,8 +43,7 @@ class CheckpointHandlerRegistry:
             raise AlreadyExistsError(f"entry for item={item!r} and args={a.__name__} already exists in the registry")
         if handler is None:  # the handler whose save or restore argument class `a` is
             names = {c.__name__ for c in a.__mro__}
-            handler = next((h for h in (StandardCheckpointHandler, PyTreeCheckpointHandler, JsonCheckpointHandler,
-                                        ArrayCheckpointHandler, CompositeCheckpointHandler)
+            handler = next((h for h in _HANDLERS.values()
                             if h.save_args_cls.__name__ in names or h.restore_args_cls.__name__ in names), None)
             if handler is None:
                 raise UnsupportedError(f"no treecask.orbax handler takes {a.__name__}: give the handler")
@@ -98,11 +90,10 @@ def create_default_handler_registry(**handlers: Any) -> DefaultCheckpointHandler
 _UNSUPPORTED = {
     "AsyncCheckpointHandler": "custom handlers write files of their own; save the object's state as a pytree "
                               "(args.StandardSave) or JSON (args.JsonSave)",
-    "ProtoCheckpointHandler": "save the message's bytes or its JSON (args.JsonSave of MessageToDict)",
-    "ProtoSaveArgs": "save the message's bytes or its JSON (args.JsonSave of MessageToDict)",
-    "ProtoRestoreArgs": "save the message's bytes or its JSON (args.JsonSave of MessageToDict)",
-    "JaxRandomKeyCheckpointHandler": "a typed PRNG key array is a pytree leaf: args.StandardSave saves it",
-    "JaxRandomKeySaveArgs": "a typed PRNG key array is a pytree leaf: args.StandardSave saves it",
+    **dict.fromkeys(("ProtoCheckpointHandler", "ProtoSaveArgs", "ProtoRestoreArgs"),
+                    "save the message's bytes or its JSON (args.JsonSave of MessageToDict)"),
+    **dict.fromkeys(("JaxRandomKeyCheckpointHandler", "JaxRandomKeySaveArgs"),
+                    "a typed PRNG key array is a pytree leaf: args.StandardSave saves it"),
     "JaxRandomKeyRestoreArgs": "a typed PRNG key array is a pytree leaf: args.StandardRestore restores it",
     "NumpyRandomKeyCheckpointHandler": "save np.random.get_state() / a Generator's bit_generator.state as JSON "
                                        "(args.JsonSave)",

@@ -10,32 +10,14 @@ checkpoint is on disk, the rules followed and what differs: docs/python.md
 the Checkpointer and policies.
 """
 
+import types
+
 from . import options, training
-from ._api import (
-    AUTO_CHECKPOINTABLE_KEY,
-    PLACEHOLDER,
-    STATE_CHECKPOINTABLE_KEY,
-    AsyncResponse,
-    CheckpointMetadata,
-    checkpointables_metadata,
-    delete,
-    delete_async,
-    is_orbax_checkpoint,
-    load,
-    load_async,
-    load_checkpointables,
-    load_checkpointables_async,
-    load_pytree,
-    load_pytree_async,
-    metadata,
-    pytree_metadata,
-    save,
-    save_async,
-    save_checkpointables,
-    save_checkpointables_async,
-    save_pytree,
-    save_pytree_async,
-)
+from ._api import (AUTO_CHECKPOINTABLE_KEY, PLACEHOLDER, STATE_CHECKPOINTABLE_KEY, AsyncResponse, CheckpointMetadata,
+                   checkpointables_metadata, delete, delete_async, is_orbax_checkpoint, load, load_async,
+                   load_checkpointables, load_checkpointables_async, load_pytree, load_pytree_async, metadata,
+                   pytree_metadata, save, save_async, save_checkpointables, save_checkpointables_async, save_pytree,
+                   save_pytree_async)
 from ._context import Context, get_context
 from .._items import _publish, _to_shape_dtype_struct, _unsupported_names
 from .._utils import merge_trees as _merge_trees
@@ -60,16 +42,9 @@ class StatefulCheckpointable(Protocol):
     def set_state(self, state: Any) -> None: ...
 
 
-class arrays:  # noqa: N801 - Orbax's module name
-    """``ocp.arrays``: ``to_shape_dtype_struct`` (Orbax's)."""
-
-    to_shape_dtype_struct = staticmethod(_to_shape_dtype_struct)
-
-
-class tree:  # noqa: N801 - Orbax's module name
-    """``ocp.tree``: ``merge`` (Orbax's ``merge_trees``)."""
-
-    merge = staticmethod(_merge_trees)
+#: ``ocp.arrays`` (``to_shape_dtype_struct``) and ``ocp.tree`` (``merge``, Orbax's ``merge_trees``).
+arrays = types.SimpleNamespace(to_shape_dtype_struct=_to_shape_dtype_struct)
+tree = types.SimpleNamespace(merge=_merge_trees)
 
 
 # Orbax v1 names treecask does not provide, and why (a module __getattr__: UnsupportedError on use).

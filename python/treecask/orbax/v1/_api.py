@@ -1,21 +1,16 @@
-"""Orbax v1's free functions over treecask archives (``save`` / ``load``,
-``save_checkpointables`` / ``load_checkpointables``, their ``_async`` forms,
-``metadata``, ``delete``) and the objects they return. A checkpoint is a
-directory of one archive per checkpointable and ``index.cask``
-(``_layout.py``), each encoded as ``treecask.orbax``'s items (``_items.py``);
-any treecask archive loads (one written by ``treecask.save`` is one pytree at
-the root).
-"""
+"""Orbax v1's free functions over treecask archives and the objects they return; a checkpoint is
+a directory of items (``_layout.py``) encoded as ``treecask.orbax``'s (``_items.py``)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextvars
 import datetime
 import inspect
 import pprint
 import threading
 import time
-from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Generic, Optional, TypeVar
 
 import numpy as np
 
@@ -55,24 +50,14 @@ class AsyncResponse(Generic[T_]):
     (``TimeoutError`` when ``timeout`` seconds pass first)."""
 
     def __init__(self, work: Callable[[], T_]):
-        self._value: Any = None
-        self._error: Optional[BaseException] = None
-        self._callbacks: List[Callable[[Any], None]] = []
-        self._lock = threading.Lock()
-        self._done = False
+        self._future: "concurrent.futures.Future[T_]" = concurrent.futures.Future()
         run = contextvars.copy_context().run
 
-        def target() -> None:
+        def target() -> None:  # the value or the error, then the callbacks, in this thread
             try:
-                self._value = run(work)
+                self._future.set_result(run(work))
             except BaseException as e:  # raised by result()
-                self._error = e
-            with self._lock:
-                self._done = True
-                callbacks, self._callbacks = self._callbacks, []
-            if self._error is None:
-                for cb in callbacks:
-                    cb(self._value)
+                self._future.set_exception(e)
 
         self._thread = threading.Thread(target=target, name="treecask-orbax-v1", daemon=False)
         self._thread.start()
@@ -82,18 +67,11 @@ class AsyncResponse(Generic[T_]):
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"the operation did not finish within {timeout} s")
-        if self._error is not None:
-            raise self._error
-        return self._value
+        return self._future.result()
 
     def on_complete(self, callback: Callable[[T_], None]) -> None:
         """Calls ``callback(value)`` once the work succeeds (at once if it has)."""
-        with self._lock:
-            if not self._done:
-                self._callbacks.append(callback)
-                return
-        if self._error is None:
-            callback(self._value)
+        self._future.add_done_callback(lambda f: f.exception() is None and callback(f.result()))
 
 
 class CheckpointMetadata(Generic[T_]):
@@ -168,26 +146,33 @@ def _storage_cast(tree: Any) -> Any:
     return jax.tree_util.tree_map_with_path(one, tree)
 
 
+def _encode_checkpointables(items: Dict[str, Any], custom_metadata: Any, file: str) -> Any:
+    """(items, index metadata) of a save of v1 checkpointables: leaves cast as the context says, the start time."""
+    enc, own = _encode_items(_args.Composite(**{n: _args.PyTreeSave(v if _is_stateful(v) else _storage_cast(v))
+                                               for n, v in items.items()}), custom_metadata, file)
+    own[_INIT_KEY] = str(time.time_ns())
+    return enc, own
+
+
+def _responding(wait: Callable[[], Any], callback: Optional[Callable[[], None]], value: Any = None) -> AsyncResponse:
+    """An AsyncResponse that waits, then calls ``callback`` (when given) and returns ``value``."""
+    def finish() -> Any:
+        wait()
+        if callback is not None:
+            callback()
+        return value
+    return AsyncResponse(finish)
+
+
 def _save_impl(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool, custom_metadata: Any,
                asynchronous: bool, store: Any = None) -> AsyncResponse[None]:
     ctx = get_context()
     p = Where(path, store)
     check_supported(ctx, p)
-    items = _validate_checkpointables(checkpointables, p)
-    composite = _args.Composite(**{n: _args.PyTreeSave(v if _is_stateful(v) else _storage_cast(v))
-                                   for n, v in items.items()})
-    enc, own = _encode_items(composite, custom_metadata, p)
-    own[_INIT_KEY] = str(time.time_ns())
+    enc, own = _encode_checkpointables(_validate_checkpointables(checkpointables, p), custom_metadata, p)
     pending = _L.save_directory(p.store, p.key, enc, own, overwrite=bool(overwrite), asynchronous=asynchronous)
-    callback = ctx.asynchronous.post_finalization_callback if asynchronous else None
-
-    def finish() -> None:
-        if pending is not None:
-            pending.wait()
-        if callback is not None:
-            callback()
-
-    return AsyncResponse(finish)
+    return _responding(pending.wait if pending is not None else lambda: None,
+                       ctx.asynchronous.post_finalization_callback if asynchronous else None)
 
 
 def save_checkpointables(path: Any, checkpointables: Dict[str, Any], *, overwrite: bool = False,
@@ -299,15 +284,6 @@ def _abstract(tree: Any) -> Any:
 _TYPE_LEAVES = (bool, int, float, complex, np.ndarray)
 
 
-def _typed_leaves(abstract: Any) -> Dict[str, Any]:
-    """{key path: type} of the abstract leaves that are types (``{'a': float}``)."""
-    jax = J.import_jax()
-    if jax is None or abstract is None:
-        return {}
-    flat = jax.tree_util.tree_flatten_with_path(abstract, is_leaf=lambda x: isinstance(x, type))[0]
-    return {_key_path(kp): x for kp, x in flat if isinstance(x, type)}
-
-
 def _as_type(v: Any, typ: type, file: str, key: str) -> Any:
     """A saved leaf as the abstract type `typ` (Orbax: the checkpoint's value, converted)."""
     jax = J.import_jax()
@@ -336,7 +312,10 @@ def _load_one(ck: Checkpoint, name: Optional[str], abstract: Any) -> Any:
         return ck.set_state(item, abstract)
     partial = bool(get_context().pytree.loading.partial_load)
     resize = bool(get_context().array.loading.enable_padding_and_truncation)
-    typed = _typed_leaves(abstract)  # a type leaf: loaded as saved, then converted (not a template)
+    jax = J.import_jax()  # {key path: type} of the abstract leaves that are types, loaded as saved, then converted
+    flat = [] if jax is None or abstract is None else jax.tree_util.tree_flatten_with_path(
+        abstract, is_leaf=lambda x: isinstance(x, type))[0]
+    typed = {_key_path(kp): x for kp, x in flat if isinstance(x, type)}
     out = _restore_pytree(at, sub, _abstract(_read_later(abstract, typed)), None, None, partial_restore=partial,
                           allow=_ALLOW_V1, jax_leaves=ck.jax_leaves(item), resize=resize)
 
@@ -418,10 +397,8 @@ def _v1_tree(tree: Any) -> Any:
     """A TreeMetadata's tree with Orbax v1's leaves: a scalar as its type's zero, a string as ""."""
     if isinstance(tree, dict):
         return {k: _v1_tree(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_v1_tree(v) for v in tree]
-    if isinstance(tree, tuple):
-        return tuple(_v1_tree(v) for v in tree)
+    if isinstance(tree, (list, tuple)):
+        return (list if isinstance(tree, list) else tuple)(_v1_tree(v) for v in tree)
     if isinstance(tree, StringMetadata):
         return ""
     if isinstance(tree, ScalarMetadata):
@@ -429,9 +406,10 @@ def _v1_tree(tree: Any) -> Any:
     return tree
 
 
-def _checkpoint_metadata(path: Any, store: Any, name: Optional[str], one: bool) -> CheckpointMetadata:
-    """:func:`metadata` (``one``: of checkpointable ``name``) or
-    :func:`checkpointables_metadata`; the commit time is the commit object's (a file system's)."""
+def _checkpoint_metadata(path: Any, store: Any, name: Optional[str], one: bool,
+                         make: Callable[..., Any] = CheckpointMetadata) -> Any:
+    """:func:`metadata` (``one``: of checkpointable ``name``) or :func:`checkpointables_metadata`, built by
+    ``make`` (a training step's class); the commit time is the commit object's (a file system's)."""
     ck = Checkpoint(Where(path, store))
     im = _item_metadata(ck)
     items = {DEFAULT_ITEM_NAME: im} if ck.default else dict(im.items())
@@ -444,7 +422,7 @@ def _checkpoint_metadata(path: Any, store: Any, name: Optional[str], one: bool) 
     except Exception:
         stamp = None
     init, custom = ck.md.get(_INIT_KEY), ck.custom_metadata()
-    return CheckpointMetadata(str(ck.where), metadata=trees, init_timestamp_nsecs=None if init is None else int(init),
+    return make(str(ck.where), metadata=trees, init_timestamp_nsecs=None if init is None else int(init),
                               commit_timestamp_nsecs=int(stamp[1]) if isinstance(stamp, tuple) and len(stamp) == 2
                               else None, custom_metadata={} if custom is None else custom)
 
@@ -481,24 +459,22 @@ def delete(path: Any, *, checkpointable_name: Optional[str] = None, missing_ok: 
     UnsupportedError for a checkpoint that is one archive file, written
     whole)."""
     p = Where(path, store)
+    target, names = p.key, None
     if checkpointable_name is not None:
         names = _L.item_names(p.store, p.key)
         if names is None:
             raise UnsupportedError(f"Orbax v1 delete(checkpointable_name={checkpointable_name!r}) of a checkpoint "
                                    "that is one archive file is not supported by treecask.orbax.v1: it is "
                                    "written whole; save the checkpointables to keep to a new checkpoint", file=p)
-        if checkpointable_name not in names:
-            if missing_ok:
-                return False
-            raise NotFoundError(f"no checkpointable '{checkpointable_name}' (the checkpoint holds {names})", file=p)
-        p.store.delete_tree(stores.join(p.key, checkpointable_name))
-        return True
-    if not any(n == p.key or n.startswith(p.key + "/") for n in p.store.list_prefix(p.key)):
-        if missing_ok:
-            return False
-        raise NotFoundError("no checkpoint here", file=p)
-    p.store.delete_tree(p.key)
-    return True
+        target = stores.join(p.key, checkpointable_name)
+    found = (checkpointable_name in names if names is not None else
+             any(n == p.key or n.startswith(p.key + "/") for n in p.store.list_prefix(p.key)))
+    if not found and not missing_ok:
+        raise NotFoundError("no checkpoint here" if names is None else
+                            f"no checkpointable '{checkpointable_name}' (the checkpoint holds {names})", file=p)
+    if found:
+        p.store.delete_tree(target)
+    return found
 
 
 def delete_async(path: Any, *, checkpointable_name: Optional[str] = None,

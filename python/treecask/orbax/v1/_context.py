@@ -1,10 +1,5 @@
-"""Orbax v1's ``Context``: the options a save or load runs with, set by
-attribute (``ctx.pytree.loading.partial_load = True``) and made current by
-``with ctx:`` for the calls inside the block (a ``contextvars`` variable: a
-raw thread does not inherit it, as in Orbax). ``options.py`` holds the option
-classes and which of them treecask follows; ``check_supported`` raises
-``UnsupportedError`` for those it cannot honour.
-"""
+"""Orbax v1's ``Context``: the options a save or load runs with, current inside ``with ctx:`` (a
+``contextvars`` variable); ``check_supported`` refuses those treecask cannot honour."""
 
 from __future__ import annotations
 
@@ -82,14 +77,11 @@ class Context:
         return f"Context(pytree={self._pytree!r}, checkpoint_layout={self._checkpoint_layout})"
 
 
-def _option_property(attr: str) -> property:
-    return property(lambda self: getattr(self, "_" + attr), doc=f"The {attr} options.")
-
-
-for _kw, _attr, _cls in _FIELDS:
-    setattr(Context, _attr, _option_property(_attr))
-    setattr(Context, _kw, _option_property(_attr))  # Orbax's older names (ctx.pytree_options)
-del _kw, _attr, _cls
+for _kw, _attr, _cls in _FIELDS:  # each group under its name and Orbax's older one (ctx.pytree_options)
+    _group = property(lambda self, _a="_" + _attr: getattr(self, _a), doc=f"The {_attr} options.")
+    setattr(Context, _attr, _group)
+    setattr(Context, _kw, _group)
+del _kw, _attr, _cls, _group
 
 
 def get_context(default: Optional[Context] = None) -> Context:

@@ -1,29 +1,19 @@
-"""Orbax v1's ``training.Checkpointer``, a ``_steps.Steps`` (the one base
-over :class:`treecask.CheckpointManager` that ``treecask.orbax``'s manager
-shares): each step laid out as the v1 free functions lay out a checkpoint
-(``_api.py``); the preservation policy is the manager's ``keep_fn``.
-"""
+"""Orbax v1's ``training.Checkpointer``, a ``_steps.Steps`` whose steps are laid out as the v1 free
+functions lay out a checkpoint; its preservation policy is the manager's ``keep_fn``."""
 
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import time
 from typing import Any, Dict, Optional, Sequence
 
-from ... import args as _args
-from ..._items import _encode_items
 from ..._steps import Steps
-from .._api import (
-    _INIT_KEY,
-    STATE_CHECKPOINTABLE_KEY,
-    AsyncResponse,
-    _validate_checkpointables,
-)
+from .._api import (AUTO_CHECKPOINTABLE_KEY, STATE_CHECKPOINTABLE_KEY, AsyncResponse, _checkpoint_metadata,
+                    _encode_checkpointables, _responding, _validate_checkpointables)
 from .._api import CheckpointMetadata as _BaseMetadata
-from .._api import checkpointables_metadata as _checkpointables_metadata
 from .._api import load_checkpointables as _load_checkpointables
-from .._api import metadata as _metadata
 from .._context import Context, check_supported, get_context
 from ....errors import UnsupportedError
 from . import preservation_policies as _pp
@@ -132,21 +122,14 @@ class Checkpointer(Steps):
     @property
     def latest(self) -> Optional[CheckpointMetadata]:
         """The newest step's :class:`CheckpointMetadata`, or None when there is none."""
-        cps = self.checkpoints
-        return cps[-1] if cps else None
+        return next(reversed(self.checkpoints), None)
 
     def _at(self, step: Any) -> Any:
-        """(CheckpointMetadata, Where) of step ``step`` (None: the latest), a save in flight waited
-        for first; StepNotFoundError when none."""
+        """(CheckpointMetadata, Where) of step ``step`` (None: the latest); StepNotFoundError when none."""
         self._wait_quietly()
-        cps = self.checkpoints
-        step = _step_of(step)
+        cps, step = self.checkpoints, _step_of(step)
         c = (cps[-1] if cps else None) if step is None else next((c for c in cps if c.step == step), None)
-        where = None if c is None else self._where(c.step)
-        if where is None:
-            raise StepNotFoundError("step=None, but no checkpoints were found" if step is None else
-                                    f"no checkpoint at step {step}", file=str(self.directory))
-        return c, where
+        return c, self._where(step if c is None else c.step, error=StepNotFoundError)
 
     def should_save(self, step: int) -> bool:
         """Whether :meth:`save` writes ``step``: above the latest step, and the
@@ -188,19 +171,9 @@ class Checkpointer(Steps):
             if not force and not self.should_save(step):  # asked before waiting, as Orbax
                 return None
             self._wait_quietly()
-            enc, md = _encode_items(_args.Composite(**{n: _args.PyTreeSave(v) for n, v in items.items()}),
-                                    custom_metadata, d)
-            md[_INIT_KEY] = str(time.time_ns())
+            enc, md = _encode_checkpointables(items, custom_metadata, d)
             self._save_step(step, enc, metrics=metrics, metadata=md)
-            callback = self._context.asynchronous.post_finalization_callback
-
-        def finish() -> bool:
-            self.wait()
-            if callback is not None:
-                callback()
-            return True
-
-        return AsyncResponse(finish)
+        return _responding(self.wait, self._context.asynchronous.post_finalization_callback, True)
 
     def save_checkpointables(self, step: int, checkpointables: Dict[str, Any], **kwargs: Any) -> bool:
         """:meth:`save_checkpointables_async`, waiting until durable; True when saved, False when not due."""
@@ -216,8 +189,7 @@ class Checkpointer(Steps):
     def save(self, step: int, state: Any, *, checkpointable_name: str = STATE_CHECKPOINTABLE_KEY,
              **kwargs: Any) -> bool:
         """:meth:`save_async`, waiting until durable; True when saved, False when not due."""
-        r = self.save_async(step, state, checkpointable_name=checkpointable_name, **kwargs)
-        return False if r is None else r.result()
+        return self.save_checkpointables(step, {checkpointable_name: state}, **kwargs)
 
     # ---- loading ----
     def load_checkpointables(self, step: Any = None, abstract_checkpointables: Any = None) -> Dict[str, Any]:
@@ -243,21 +215,19 @@ class Checkpointer(Steps):
         return AsyncResponse(lambda: self.load_checkpointables(step, abstract_checkpointables))
 
     # ---- metadata ----
-    def _step_metadata(self, step: Any, fn: Any) -> CheckpointMetadata:
+    def _step_metadata(self, step: Any, one: bool) -> CheckpointMetadata:
         with self._context:
             c, where = self._at(step)
-            m = fn(where)
-        return CheckpointMetadata(c.step, m.path, metadata=m.metadata, init_timestamp_nsecs=m.init_timestamp_nsecs,
-                                  commit_timestamp_nsecs=m.commit_timestamp_nsecs, custom_metadata=m.custom_metadata,
-                                  metrics=c.metrics)
+            return _checkpoint_metadata(where, None, AUTO_CHECKPOINTABLE_KEY, one,
+                                        functools.partial(CheckpointMetadata, c.step, metrics=c.metrics))
 
     def metadata(self, step: Any = None) -> CheckpointMetadata:
         """Step ``step``'s (None: the latest) pytree metadata, as :func:`treecask.orbax.v1.metadata`, with its metrics."""
-        return self._step_metadata(step, _metadata)
+        return self._step_metadata(step, True)
 
     def checkpointables_metadata(self, step: Any = None) -> CheckpointMetadata:
         """Step ``step``'s checkpointables' metadata (``{name: tree}``)."""
-        return self._step_metadata(step, _checkpointables_metadata)
+        return self._step_metadata(step, False)
 
     def root_metadata(self) -> RootMetadata:
         """The ``custom_metadata`` given to this Checkpointer, or else the
@@ -300,9 +270,6 @@ class Checkpointer(Steps):
     # ---- lifetime ----
     def reload(self) -> None:
         """Nothing to do: every listing reads the directory."""
-
-    def __repr__(self) -> str:
-        return f"<treecask.orbax.v1.training.Checkpointer {str(self.directory)!r}>"
 
     # Orbax's former names.
     save_pytree, save_pytree_async, load_pytree, load_pytree_async = save, save_async, load, load_async

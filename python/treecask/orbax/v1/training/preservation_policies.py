@@ -46,9 +46,7 @@ class LatestN:
 
     def should_preserve(self, checkpoints, *, context):
         k = len(checkpoints)
-        if self.n is None or k <= self.n:
-            return [True] * k
-        return [i >= k - self.n for i in range(k)]
+        return [self.n is None or i >= k - self.n for i in range(k)]
 
 
 @dataclasses.dataclass
@@ -120,11 +118,8 @@ class EveryNStepsClosest:
             d = abs(c.step - k * self.interval_steps)
             if k not in nearest or d <= nearest[k][0]:
                 nearest[k] = (d, i)
-        flags = [False] * len(checkpoints)
-        for _, i in nearest.values():
-            flags[i] = True
-        flags[-1] = True
-        return _cap(flags, self.max_to_keep)
+        keep = {i for _, i in nearest.values()} | {len(checkpoints) - 1}
+        return _cap([i in keep for i in range(len(checkpoints))], self.max_to_keep)
 
 
 class CustomSteps:
