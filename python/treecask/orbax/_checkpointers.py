@@ -189,15 +189,13 @@ class Checkpointer:
     def wait_until_finished(self) -> None:
         """Blocks until the save in flight (asynchronous checkpointers) is
         durable; raises its error, once."""
-        job = self._job
-        if job is not None:
-            job.wait()
+        if self._job is not None:
+            self._job.wait()
 
     def check_for_errors(self) -> None:
         """Raises the error of a finished asynchronous save, once (never blocks)."""
-        job = self._job
-        if job is not None and job.done():
-            job.wait()  # ended: raises its error, once
+        if self._job is not None and self._job.done():
+            self._job.wait()  # ended: raises its error, once
 
     def close(self) -> None:
         """Waits for the save in flight."""

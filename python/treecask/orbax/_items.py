@@ -468,10 +468,7 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
         pairs, _ = jax.tree_util.tree_flatten_with_path(restore_args, is_leaf=_is_restore_arg)
         flat = {_key_path(p): ra for p, ra in pairs if _is_restore_arg(ra)}
     placed = {k: s for k, s in ((k, _sharding_of(ra)) for k, ra in flat.items()) if s is not None}
-    if transforms and item is not None:
-        tree = _apply_transforms(path, sub, item, transforms)
-        return _apply_leaf_args(tree, flat) if flat else tree
-    if transforms:
+    if transforms and item is None:
         raise _unsupported("transforms without a target (item=)", "give the target tree the rules fill", file=path)
     jax_set = set(jax_leaves) if item is None else set()
     head = (sub + "/") if sub else ""
@@ -481,7 +478,9 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
         return placed[k] if k in placed else _saved_sharding(info) if k in jax_set else None
 
     use = shardings if (placed or jax_set) else None
-    if item is None:
+    if transforms:
+        tree = _apply_transforms(path, sub, item, transforms)
+    elif item is None:
         tree = path.load(subtree=sub, shardings=use)
     else:
         fill = bool(partial_restore) or transforms is not None
