@@ -125,17 +125,12 @@ def serialize_tree(tree: PyTree, keep_empty_nodes: bool = False) -> PyTree:
             name = _key_name(k)
             last = i == len(path) - 1
             nxt = None if last else ([] if isinstance(path[i + 1], (jtu.SequenceKey, jtu.FlattenedIndexKey)) else {})
-            if isinstance(node, list):
-                if name == len(node):
-                    node.append(value if last else nxt)
-                elif last:
-                    node[name] = value
-                node = node[name]
-            else:
-                if last:
-                    node[name] = value
-                else:
-                    node = node.setdefault(name, nxt)
+            if isinstance(node, list) and name == len(node):
+                node.append(value if last else nxt)
+            elif last:
+                node[name] = value
+            if not last:
+                node = node[name] if isinstance(node, list) else node.setdefault(name, nxt)
     return root
 
 
