@@ -45,8 +45,7 @@ class TreeMetadata(collections.abc.Mapping):
     a mapping over ``.tree`` when that is a dict (``metadata["params"]``)."""
 
     def __init__(self, tree: Any, custom_metadata: Any = None):
-        self.tree = tree
-        self.custom_metadata = custom_metadata
+        self.tree, self.custom_metadata = tree, custom_metadata
         jax = J.jax_loaded()  # registered as a jax pytree once jax is loaded (never imports jax)
         if jax is not None and not _REGISTERED:
             _REGISTERED.append(True)
@@ -58,8 +57,7 @@ class TreeMetadata(collections.abc.Mapping):
         jtu = J.import_jax().tree_util
         t = self.tree
         if isinstance(t, dict):
-            keys = list(t)
-            return [(jtu.DictKey(k), t[k]) for k in keys], (dict, keys, self.custom_metadata)
+            return [(jtu.DictKey(k), t[k]) for k in t], (dict, list(t), self.custom_metadata)
         if isinstance(t, (list, tuple)):
             return [(jtu.SequenceKey(i), v) for i, v in enumerate(t)], (type(t), len(t), self.custom_metadata)
         return [(jtu.GetAttrKey("tree"), t)], (None, None, self.custom_metadata)

@@ -84,11 +84,8 @@ class CheckpointMetadata(Generic[T_]):
 
     def __init__(self, path: Any, *, metadata: T_, init_timestamp_nsecs: Optional[int] = None,
                  commit_timestamp_nsecs: Optional[int] = None, custom_metadata: Any = None):
-        self._path = path
-        self._metadata = metadata
-        self._init = init_timestamp_nsecs
-        self._commit = commit_timestamp_nsecs
-        self._custom = custom_metadata
+        self._path, self._metadata, self._custom = path, metadata, custom_metadata
+        self._init, self._commit = init_timestamp_nsecs, commit_timestamp_nsecs
 
     path = property(lambda self: self._path, doc="The checkpoint's path.")
     metadata = property(lambda self: self._metadata, doc="The checkpointable's (or each one's) metadata.")
@@ -261,10 +258,7 @@ def _abstract(tree: Any) -> Any:
     as its type's zero / ""."""
     if isinstance(tree, CheckpointMetadata):
         tree = tree.metadata
-    if tree is None:
-        return None
-    jax = J.import_jax()
-    if jax is None:
+    if tree is None or (jax := J.import_jax()) is None:
         return tree
 
     def conv(x: Any) -> Any:

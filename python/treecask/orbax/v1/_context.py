@@ -86,10 +86,7 @@ del _kw, _attr, _cls, _group
 
 def get_context(default: Optional[Context] = None) -> Context:
     """The current context (innermost ``with ctx:``), else ``default``, else a fresh default one."""
-    ctx = _CURRENT.get()
-    if ctx is not None:
-        return ctx
-    return default if default is not None else Context()
+    return _CURRENT.get() or default or Context()
 
 
 def check_supported(ctx: Context, file: str = "") -> None:
@@ -99,12 +96,10 @@ def check_supported(ctx: Context, file: str = "") -> None:
 
     if ctx.checkpoint_layout == O.CheckpointLayout.SAFETENSORS:
         raise refuse("checkpoint_layout=SAFETENSORS", "convert the file once with treecask.import_safetensors")
-    saving = ctx.array.saving
-    so = saving.storage_options
+    so = ctx.array.saving.storage_options
     for name in ("chunk_byte_size", "shard_axes"):
         if getattr(so, name, None) is not None:
             raise refuse(f"array.saving.storage_options.{name}",
                          "an archive's chunking is treecask.save's chunk_size")
-    loading = ctx.array.loading
-    if getattr(loading, "use_load_and_broadcast", False):
+    if getattr(ctx.array.loading, "use_load_and_broadcast", False):
         raise refuse("array.loading.use_load_and_broadcast", "every process reads the boxes it needs")

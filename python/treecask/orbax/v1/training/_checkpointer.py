@@ -33,8 +33,7 @@ class CheckpointMetadata(_BaseMetadata):
                  commit_timestamp_nsecs: Optional[int] = None, custom_metadata: Any = None, metrics: Any = None):
         super().__init__(path, metadata=metadata, init_timestamp_nsecs=init_timestamp_nsecs,
                          commit_timestamp_nsecs=commit_timestamp_nsecs, custom_metadata=custom_metadata)
-        self._step = step
-        self._metrics = metrics
+        self._step, self._metrics = step, metrics
 
     step = property(lambda self: self._step, doc="The step.")
     metrics = property(lambda self: self._metrics, doc="The step's metrics, or None.")
@@ -56,8 +55,7 @@ class RootMetadata:
     Checkpointer of the directory, ``{}`` when none)."""
 
     def __init__(self, *, directory: Any, custom_metadata: Any = None):
-        self.directory = directory
-        self.custom_metadata = custom_metadata
+        self.directory, self.custom_metadata = directory, custom_metadata
 
     def __repr__(self) -> str:
         return f"RootMetadata(directory={str(self.directory)!r}, custom_metadata={self.custom_metadata!r})"
@@ -247,10 +245,9 @@ class Checkpointer(Steps):
                                    "not supported by treecask.orbax.v1: a step's archive is written whole",
                                    file=str(self.directory))
         step = int(_step_of(step))
-        if self._delete_step(step):
-            return True
-        if missing_ok:
-            return False
+        deleted = self._delete_step(step)
+        if deleted or missing_ok:
+            return deleted
         raise StepNotFoundError(f"no checkpoint at step {step}", file=str(self.directory))
 
     def delete_async(self, step: Any, **kwargs: Any) -> AsyncResponse[bool]:

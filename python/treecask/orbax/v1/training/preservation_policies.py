@@ -72,12 +72,9 @@ def _spaced(checkpoints: Sequence[Any], far_enough: Callable[[Any, Any], bool]) 
 
 def _cap(flags: List[bool], max_to_keep: Optional[int]) -> List[bool]:
     """Only the newest `max_to_keep` of the kept steps stay kept."""
-    if max_to_keep is None:
-        return flags
     kept = [i for i, f in enumerate(flags) if f]
-    for i in kept[:max(len(kept) - max_to_keep, 0)]:
-        flags[i] = False
-    return flags
+    drop = set() if max_to_keep is None else set(kept[:max(len(kept) - max_to_keep, 0)])
+    return [f and i not in drop for i, f in enumerate(flags)]
 
 
 @dataclasses.dataclass
@@ -110,8 +107,6 @@ class EveryNStepsClosest:
     def should_preserve(self, checkpoints, *, context):
         if self.interval_steps == 0:
             raise ValueError("interval_steps must not be 0.")
-        if not checkpoints:
-            return []
         nearest = {}  # k -> (distance, index)
         for i, c in enumerate(checkpoints):
             k = round(c.step / self.interval_steps)
