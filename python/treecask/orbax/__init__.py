@@ -217,8 +217,7 @@ class CheckpointManager(Steps):
             return False
         fn = getattr(o, "should_save_fn", None)
         if fn is None:
-            interval = getattr(o, "save_interval_steps", 1)
-            on_steps = getattr(o, "save_on_steps", None)
+            interval, on_steps = getattr(o, "save_interval_steps", 1), getattr(o, "save_on_steps", None)
             due = bool(interval and step % interval == 0) or bool(on_steps and step in on_steps)
             if not due and self._has_steps and not self.reached_preemption(step):
                 return False
@@ -226,9 +225,7 @@ class CheckpointManager(Steps):
         self._has_steps = last is not None
         if last is not None and last >= step:
             return False
-        if fn is not None:
-            return bool(fn(step, last)) or self.reached_preemption(step)
-        return due or last is None or self.reached_preemption(step)
+        return (bool(fn(step, last)) if fn is not None else due or last is None) or self.reached_preemption(step)
 
     # ---- save ----
     def _legacy_args(self, op: str, items: Any, kwargs: Any) -> Any:

@@ -150,14 +150,11 @@ class Checkpointer:
         path = Where(directory, store)
         a = _build_args(self._handler, "save", args_, kwargs)
         composite = args.kind(a)[1] == "composite"
-        if composite:
-            items, own = _encode_items(a, custom_metadata, path)
-        else:
-            tree, md = _encode(a, custom_metadata, path)
+        tree, md = (_encode_items if composite else _encode)(a, custom_metadata, path)  # composite: {name: item}
         self.wait_until_finished()
         try:
             if composite:
-                self._job = save_directory(path.store, path.key, items, own, overwrite=bool(force),
+                self._job = save_directory(path.store, path.key, tree, md, overwrite=bool(force),
                                            asynchronous=self._async)
                 return
             path.store.make_directory(path.key.rpartition("/")[0])

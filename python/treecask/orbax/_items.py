@@ -180,9 +180,7 @@ def _apply_save_args(item: Any, save_args: Any) -> Any:
 
     def cast(x, sa):
         dt = getattr(sa, "dtype", None)
-        if dt is None or not hasattr(x, "astype") or getattr(x, "dtype", None) == dt:
-            return x
-        return x.astype(dt)
+        return x if dt is None or not hasattr(x, "astype") or getattr(x, "dtype", None) == dt else x.astype(dt)
 
     return jax.tree_util.tree_map(cast, item, save_args, is_leaf=lambda x: hasattr(x, "aggregate"))
 

@@ -67,11 +67,9 @@ class ContinuousCheckpointingPolicy:
     minimum_interval_secs: Optional[int] = None
 
     def should_save(self, step, previous_steps, *, context):
-        if context.is_saving_in_progress:
-            return False
-        if not previous_steps or self.minimum_interval_secs is None:
-            return True
-        return step.time - previous_steps[-1].time >= datetime.timedelta(seconds=self.minimum_interval_secs)
+        return not context.is_saving_in_progress and (
+            not previous_steps or self.minimum_interval_secs is None
+            or step.time - previous_steps[-1].time >= datetime.timedelta(seconds=self.minimum_interval_secs))
 
 
 @dataclasses.dataclass
