@@ -296,12 +296,9 @@ def _read(src: PathLike, item: Optional[str], step: Optional[int]) -> _Read:
     tree = restored[0][1] if len(items) == 1 else {name: t for name, t, _ in restored}
     extras = {key: ex for _, _, item_extras in restored for key, ex in item_extras.items()}
 
-    md: Dict[str, str] = {META_ITEMS: ",".join(n for n, _ in items)}
-    if step_no is not None:
-        md[META_STEP] = str(step_no)
     custom = (_read_json(os.path.join(checkpoint, _STEP_METADATA)) or {}).get("custom_metadata")
-    if custom:
-        md[META_CUSTOM] = json.dumps(custom, sort_keys=True)
+    md = {META_ITEMS: ",".join(n for n, _ in items), **({META_STEP: str(step_no)} if step_no is not None else {}),
+          **({META_CUSTOM: json.dumps(custom, sort_keys=True)} if custom else {})}
     return _Read(checkpoint, step_no, items, skipped, tree, extras, md)
 
 

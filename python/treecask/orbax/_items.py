@@ -554,16 +554,14 @@ class Checkpoint:
         self.where = w = Where(path)
         names = _L.item_names(w.store, w.key)
         self._item_md: Dict[str, Dict[str, str]] = {}
+        self.directory = names is not None
         if names is None:
             _orbax_hint(w)
-            with w.open() as a:
-                self.md = dict(a.metadata)
-            self.directory = False
+        with (Where(stores.join(w.key, _L.INDEX), w.store) if self.directory else w).open() as a:
+            self.md = dict(a.metadata)
+        if names is None:
             self.default, self.kinds = _layout(self.md)
             return
-        self.directory = True
-        with Where(stores.join(w.key, _L.INDEX), w.store).open() as a:
-            self.md = dict(a.metadata)
         self.kinds = {}
         for n in names:
             with self.item_where(n).open() as a:
@@ -590,8 +588,7 @@ class Checkpoint:
 
     def jax_leaves(self, name: str) -> List[str]:
         """The key paths (in item `name`) of the leaves saved as jax arrays."""
-        raw = self.item(name)[2].get(_JAX_PREFIX + name)
-        return json.loads(raw) if raw else []
+        return json.loads(self.item(name)[2].get(_JAX_PREFIX + name) or "[]")
 
     def set_state(self, name: str, obj: Any) -> Any:
         """Stateful item `name`'s saved state set into `obj` (InvalidArgumentError without ``set_state``)."""

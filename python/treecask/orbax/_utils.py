@@ -82,12 +82,11 @@ def from_flat_dict(flat_dict: Dict[Any, Any], target: Optional[PyTree] = None, s
         return take(())
     result: Dict[Any, Any] = {}
     for k in list(flat_dict):
-        v = take(k)
         parts = tuple(k) if sep is None else tuple(k.split(sep))
         node = result
         for name in parts[:-1]:
             node = node.setdefault(name, {})
-        node[parts[-1]] = v
+        node[parts[-1]] = take(k)
     return result
 
 

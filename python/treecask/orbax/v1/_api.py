@@ -299,11 +299,9 @@ def _load_one(ck: Checkpoint, name: Optional[str], abstract: Any) -> Any:
     """Checkpointable `name` (None: the root pytree), into `abstract` when given."""
     item = DEFAULT_ITEM_NAME if name is None else name
     kind = ck.kinds.get(item)
-    if kind == "json":
-        return ck.json(item)
-    at, sub, md = ck.item(item)
-    if kind == "stateful":
-        return ck.set_state(item, abstract)
+    if kind in ("json", "stateful"):
+        return ck.json(item) if kind == "json" else ck.set_state(item, abstract)
+    at, sub, _ = ck.item(item)
     partial = bool(get_context().pytree.loading.partial_load)
     resize = bool(get_context().array.loading.enable_padding_and_truncation)
     jax = J.import_jax()  # {key path: type} of the abstract leaves that are types, loaded as saved, then converted

@@ -29,10 +29,8 @@ class CheckpointMetadata(_BaseMetadata):
     commit time treecask does not read). ``Checkpointer.checkpoints`` gives
     them with ``metadata`` None."""
 
-    def __init__(self, step: int, path: Any, *, metadata: Any, init_timestamp_nsecs: Optional[int] = None,
-                 commit_timestamp_nsecs: Optional[int] = None, custom_metadata: Any = None, metrics: Any = None):
-        super().__init__(path, metadata=metadata, init_timestamp_nsecs=init_timestamp_nsecs,
-                         commit_timestamp_nsecs=commit_timestamp_nsecs, custom_metadata=custom_metadata)
+    def __init__(self, step: int, path: Any, *, metrics: Any = None, **fields: Any):
+        super().__init__(path, **fields)  # metadata, init_timestamp_nsecs, commit_timestamp_nsecs, custom_metadata
         self._step, self._metrics = step, metrics
 
     step = property(lambda self: self._step, doc="The step.")
