@@ -135,10 +135,7 @@ class Checkpointer:
         self._handler = _handler_class(handler if handler is not None else PyTreeCheckpointHandler)
         self._job: Optional[SaveJob] = None  # the asynchronous save in flight or last finished
 
-    @property
-    def handler(self) -> Any:
-        """The handler class this checkpointer saves with."""
-        return self._handler
+    handler = property(lambda self: self._handler, doc="The handler class this checkpointer saves with.")
 
     def save(self, directory: Any, *args_: Any, force: bool = False, custom_metadata: Any = None,
              store: Any = None, **kwargs: Any) -> None:

@@ -188,11 +188,10 @@ def _apply_save_args(item: Any, save_args: Any) -> Any:
 def _apply_leaf_args(tree: Any, flat: Mapping[str, Any]) -> Any:
     """Each leaf of `tree` converted as its RestoreArgs says (dtype, restore_type)."""
     jax = J.import_jax()
-    leaf_types = (np.ndarray, np.generic)
 
     def convert(path, v):
         ra = flat.get(_key_path(path))
-        if ra is None or not (isinstance(v, leaf_types) or J.is_jax_array(v)):
+        if ra is None or not (isinstance(v, (np.ndarray, np.generic)) or J.is_jax_array(v)):
             return v
         want = getattr(ra, "global_shape", None) or getattr(ra, "shape", None)
         if want is not None and tuple(want) != tuple(np.shape(v)):
@@ -460,8 +459,7 @@ def _restore_pytree(path: str, sub: Optional[str], item: Any, restore_args: Any,
     path = Where(path)
     flat: Dict[str, Any] = {}  # {key path: (Array)RestoreArgs} of the restore_args tree
     if restore_args is not None:
-        jax = J.import_jax()
-        if jax is None:
+        if (jax := J.import_jax()) is None:
             raise _unsupported("restore_args", "they need jax")
         pairs, _ = jax.tree_util.tree_flatten_with_path(restore_args, is_leaf=_is_restore_arg)
         flat = {_key_path(p): ra for p, ra in pairs if _is_restore_arg(ra)}

@@ -44,10 +44,8 @@ class Steps:
         if custom_metadata is not None and not self._mgr.read_only and not self._has_root():
             _save(self._root, None, metadata={ROOT_KEY: json.dumps(custom_metadata)}, store=self._mgr.store)
 
-    @property
-    def directory(self) -> Any:
-        """The directory of the steps (a ``pathlib.Path``; a URL str for an object store)."""
-        return self._mgr.directory
+    directory = property(lambda self: self._mgr.directory,
+                         doc="The directory of the steps (a ``pathlib.Path``; a URL str for an object store).")
 
     def _run_metadata(self) -> Any:
         """The custom metadata given to this object, else the run's (its entry ``metadata``), else None."""

@@ -18,8 +18,7 @@ PyTree = Any
 
 
 def _jax():
-    jax = J.import_jax()
-    if jax is None:  # pragma: no cover - every caller passes jax trees
+    if (jax := J.import_jax()) is None:  # pragma: no cover - every caller passes jax trees
         raise ImportError("treecask.orbax's tree helpers need jax")
     return jax
 
@@ -99,8 +98,7 @@ def is_flat_dict(tree: PyTree) -> bool:
 
 def get_param_names(item: PyTree, *, include_empty_nodes: bool = True) -> PyTree:
     """``item`` with each leaf replaced by its "."-joined key path (Orbax ``tree.get_param_names``)."""
-    jax = _jax()
-    return jax.tree_util.tree_map_with_path(lambda kp, _: ".".join(str_keypath(kp)), item,
+    return _jax().tree_util.tree_map_with_path(lambda kp, _: ".".join(str_keypath(kp)), item,
                                             is_leaf=_is_empty_or_leaf if include_empty_nodes else None)
 
 

@@ -58,13 +58,9 @@ class Context:
         self._checkpoint_layout = O.CheckpointLayout(checkpoint_layout)
         self._tokens: list = []
 
-    @property
-    def checkpoint_layout(self) -> O.CheckpointLayout:
-        return self._checkpoint_layout
-
-    @checkpoint_layout.setter
-    def checkpoint_layout(self, value: Any) -> None:
-        self._checkpoint_layout = O.CheckpointLayout(value)
+    checkpoint_layout = property(lambda self: self._checkpoint_layout,
+                                 lambda self, value: setattr(self, "_checkpoint_layout", O.CheckpointLayout(value)),
+                                 doc="The checkpoint layout (an options.CheckpointLayout).")
 
     def __enter__(self) -> "Context":
         self._tokens.append(_CURRENT.set(self))

@@ -115,10 +115,8 @@ class Checkpointer(Steps):
         being saved included (its time: when its save began)."""
         return [_metadata_of(i) for i in self._infos()]
 
-    @property
-    def latest(self) -> Optional[CheckpointMetadata]:
-        """The newest step's :class:`CheckpointMetadata`, or None when there is none."""
-        return next(reversed(self.checkpoints), None)
+    latest = property(lambda self: next(reversed(self.checkpoints), None),
+                      doc="The newest step's :class:`CheckpointMetadata`, or None when there is none.")
 
     def _at(self, step: Any) -> Any:
         """(CheckpointMetadata, Where) of step ``step`` (None: the latest); StepNotFoundError when none."""
