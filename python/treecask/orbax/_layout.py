@@ -48,8 +48,7 @@ def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
 
 def _snapshot(tree: Any) -> Any:
     """``tree`` with every NumPy array copied (jax arrays are immutable)."""
-    jax = J.import_jax()
-    if jax is None:
+    if (jax := J.import_jax()) is None:
         import copy
 
         return copy.deepcopy(tree)

@@ -54,9 +54,8 @@ def to_flat_dict(tree: PyTree, sep: Optional[str] = None, keep_empty_nodes: bool
     """``{key tuple: leaf}`` of ``tree`` (Orbax ``tree.to_flat_dict``): keys are
     tuples of str names, or ``sep``-joined strings; empty nodes are left out
     unless ``keep_empty_nodes``; ``is_leaf`` as jax's."""
-    jax = _jax()
     is_leaf = is_leaf or (_is_empty_or_leaf if keep_empty_nodes else None)
-    pairs, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
+    pairs, _ = _jax().tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
     flat = {str_keypath(k): v for k, v in pairs}
     return flat if sep is None else {sep.join(k): v for k, v in flat.items()}
 

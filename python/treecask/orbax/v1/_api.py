@@ -131,7 +131,6 @@ def _storage_cast(tree: Any) -> Any:
     creator = getattr(saving, "scoped_storage_options_creator", None)
     if base is None and creator is None:
         return tree
-    jax = J.import_jax()
 
     def one(kp: Any, x: Any) -> Any:
         if not (hasattr(x, "astype") and hasattr(x, "dtype")):
@@ -140,7 +139,7 @@ def _storage_cast(tree: Any) -> Any:
         dt = so.dtype if getattr(so, "dtype", None) is not None else base
         return x if dt is None or x.dtype == np.dtype(dt) else x.astype(dt)
 
-    return jax.tree_util.tree_map_with_path(one, tree)
+    return J.import_jax().tree_util.tree_map_with_path(one, tree)
 
 
 def _encode_checkpointables(items: Dict[str, Any], custom_metadata: Any, file: str) -> Any:
