@@ -191,9 +191,7 @@ class Checkpointer:
         if self._job is not None and self._job.done():
             self._job.wait()  # ended: raises its error, once
 
-    def close(self) -> None:
-        """Waits for the save in flight."""
-        self.wait_until_finished()
+    close = wait_until_finished  # waits for the save in flight (Orbax API)
 
     def __enter__(self) -> "Checkpointer":
         return self
