@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import numbers
 import operator
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -188,14 +187,13 @@ class CheckpointManager:
                 self._signer = (pem, _core.public_key_of(pem))
             except Error as e:  # a key it cannot sign with, named, for this run
                 raise _with_file(e, d) from None
-        md = dict(_check_metadata(save_options.pop("metadata", None), d))
         self._retention = Retention(max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
                                     best_mode=best_mode, keep_newest=bool(keep_newest), keep_fn=keep_fn)
         self.save_interval_steps = int(save_interval_steps)
         self.async_save = bool(async_save)
         self.read_only = bool(read_only)
         self._pool = _core.SnapshotPool() if keep_snapshot_memory else None
-        self._metadata = md
+        self._metadata = dict(_check_metadata(save_options.pop("metadata", None), d))
         self._save_options = save_options
         self._job: Optional[SaveJob] = None
         self._closed = False
@@ -579,10 +577,8 @@ def _is_int(x: Any) -> bool:
     """A Python, NumPy or 0-d jax integer (not a bool)."""
     if isinstance(x, bool) or getattr(x, "dtype", None) == bool:
         return False
-    if isinstance(x, numbers.Integral):
-        return True
     try:
-        operator.index(x)  # a 0-d integer jax / NumPy array, e.g. TrainState.step
+        operator.index(x)  # an int, a NumPy integer, a 0-d integer jax / NumPy array (TrainState.step)
     except TypeError:
         return False
     return True
