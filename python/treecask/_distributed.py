@@ -213,9 +213,7 @@ def run(s: _Save):
     # Step 1: process 0 checks the target and stages the checkpoint, under the save's identity
     # (SPEC.md "Sharded checkpoints"): in every file's metadata, so that no two saves write the
     # same manifest, whatever their trees.
-    def stage() -> str:
-        return secrets.token_hex(16) + ":" + st.stage_directory(p, overwrite=o["overwrite"])
-
+    stage = lambda: secrets.token_hex(16) + ":" + st.stage_directory(p, overwrite=o["overwrite"])  # noqa: E731
     save_id, _, staging = from_zero(client, key + "/dir", timeout_ms, s.shown,
                                     stage if pid == 0 else None).partition(":")
     s.md = s.md + [(SAVE_ID_KEY, save_id)]
@@ -248,9 +246,7 @@ def run(s: _Save):
             st.discard_directory(staging, names)  # this save's files, whatever got written
             raise
 
-    def done() -> None:
-        client.wait_at_barrier(key + "/done", timeout_ms)
-
+    done = lambda: client.wait_at_barrier(key + "/done", timeout_ms)  # noqa: E731
     result = from_zero(client, key + "/result", timeout_ms, s.shown, commit if pid == 0 else None, on_error=done)
     done()
     return SaveStats(**json.loads(result))
@@ -277,10 +273,9 @@ def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -
     bound: List[Tuple[str, int, int]] = []
     # Each shard file's source is made once and serves this reading and the check of the whole
     # checkpoint (in an object store each open is one round trip, the object's head and tail).
-    sources = {}
-    for name in names:
-        sources[name] = st.source(stores.join(staging, name))
-        a = _core.Archive.open_source(sources[name], True)
+    sources = {name: st.source(stores.join(staging, name)) for name in names}
+    for name, source in sources.items():
+        a = _core.Archive.open_source(source, True)
         if len(a):
             bound.append(a.manifest_fingerprint)
         for j in range(len(a)):
