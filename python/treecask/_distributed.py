@@ -48,15 +48,6 @@ BARRIER_TIMEOUT_S = float(os.environ.get("TREECASK_BARRIER_TIMEOUT_S", "600"))
 _save_counter = 0
 
 
-def process_file(k: int, save_id: str = "", unique: bool = False) -> str:
-    """File name of process k's shard archive inside a checkpoint directory;
-    ``unique`` (a store without atomic directories, where the files go to
-    their final names: an object store) ``process_<k>.<first 16 hex digits
-    of the save id>.cask``, so that a competing save of the same step never
-    overwrites it."""
-    return f"process_{k}.{save_id[:16]}.cask" if unique else f"process_{k}.cask"
-
-
 def _client():
     try:
         from jax._src.distributed import global_state
@@ -217,8 +208,10 @@ def run(s: _Save):
     save_id, _, staging = from_zero(client, key + "/dir", timeout_ms, s.shown,
                                     stage if pid == 0 else None).partition(":")
     s.md = s.md + [(SAVE_ID_KEY, save_id)]
-    unique = not st.supports_atomic_directories  # files at their final names: this save's own
-    names = [process_file(k, save_id, unique) for k in range(s.nproc)]
+    # Where the files go to their final names (no atomic directories: an object store), they are this
+    # save's own, process_<k>.<first 16 hex digits of the save id>.cask: a competing save never overwrites them.
+    unique = not st.supports_atomic_directories
+    names = [f"process_{k}.{save_id[:16]}.cask" if unique else f"process_{k}.cask" for k in range(s.nproc)]
 
     # Step 2: every process writes its own shards (in place, or to scratch and uploaded: the
     # name is this save's own, so no pre-check and no conditional write).

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import treecask._core as _core
 
 from . import _signing, stores
-from ._async import SaveJob, is_primary, processes, save_async
+from ._async import SaveJob, processes, save_async
 from ._async import reached_preemption as _reached_preemption
 from ._open import load
 from ._open import open as open_archive
@@ -427,7 +427,7 @@ class CheckpointManager:
                                          lambda: self._infos(listing))
 
     def _retain(self, new_step: int) -> None:
-        if self._retention.deletes and is_primary():
+        if self._retention.deletes and processes()[0] == 0:  # only process 0 deletes (Orbax's primary host)
             listing = self._run.steps()
             for s in self._to_delete(listing):
                 if s != new_step or not self.keep_newest or self._retention.keep_fn is not None:
@@ -457,7 +457,7 @@ class CheckpointManager:
         _check_step(step, str(self.directory))
         self.wait_until_finished(raise_error=False)
         name = self._listed(step)
-        if is_primary():
+        if processes()[0] == 0:
             self._remove(name)
 
     def _stamp(self, name: str) -> Any:
