@@ -9,6 +9,7 @@ treecask's, for code built on the manager (``treecask.orbax`` uses only these).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -402,10 +403,8 @@ class CheckpointManager:
         if self._signer is not None:
             entry = self._run.entry(name)
             self._run.store.sign_archive(entry, self._signer[0], entry + _SIGNATURE_SUFFIX)
-        try:
+        with contextlib.suppress(NotFoundError):  # deleted meanwhile
             self._metrics_cache[name] = (self._stamp(name), metrics)
-        except NotFoundError:  # deleted meanwhile
-            pass
         self._retain(step)
 
     # ---- retention ----
@@ -498,10 +497,8 @@ class CheckpointManager:
             steps = self._run.steps()
             if not steps:
                 break
-            try:
+            with contextlib.suppress(NotFoundError):  # removed meanwhile by retention in another process
                 return self._load(self._run.entry(steps[max(steps)]), like, load_options)
-            except NotFoundError:
-                continue  # removed meanwhile by retention in another process
         raise NotFoundError("the directory holds no checkpoint step", file=str(self.directory))
 
     def _load(self, entry: str, like: Any, load_options: Dict[str, Any]) -> Any:
