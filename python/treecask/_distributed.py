@@ -60,11 +60,8 @@ def active() -> bool:
     """True in a jax.distributed job of more than one process (the
     multi-process save path). Does not import jax or start a backend when
     jax.distributed was not initialized."""
-    if J.jax_loaded() is None or _client() is None:
-        return False
-    import jax
-
-    return jax.process_count() > 1
+    jax = J.jax_loaded()
+    return jax is not None and _client() is not None and jax.process_count() > 1
 
 
 def shard_key(key_path: str, start: Sequence[int], stop: Sequence[int]) -> str:
