@@ -303,8 +303,8 @@ class CheckpointManager:
                 metrics = self._metrics_of(name)
             except NotFoundError:  # deleted meanwhile
                 continue
-            commit = stamp[1] if isinstance(stamp, tuple) and len(stamp) == 2 else None
-            out.append(StepInfo(step, self._run.store.shown(self._run.entry(name)), metrics, commit))
+            out.append(StepInfo(step, self._run.store.shown(self._run.entry(name)), metrics,
+                                stamp[1] if isinstance(stamp, tuple) and len(stamp) == 2 else None))
         return out
 
     def in_flight(self) -> Optional[StepInfo]:
