@@ -39,12 +39,6 @@ def processes() -> Tuple[int, int]:
         return 0, 1
 
 
-def is_primary() -> bool:
-    """Whether this process deletes old steps and stale temporaries: in a
-    multi-process jax job only process 0 does (as Orbax's primary host)."""
-    return processes()[0] == 0
-
-
 def reached_preemption(step: int) -> bool:
     """Whether every process of a ``jax.distributed`` job has reached the
     preemption sync point ``step`` (``jax.experimental.multihost_utils.

@@ -73,9 +73,8 @@ def _help(tool: str) -> int:
     r = subprocess.run([tool, "--help"], capture_output=True, text=True)
     lines = r.stdout.splitlines()
     if "Subcommands:" in lines:
-        end = lines.index("Subcommands:") + 1
-        while end < len(lines) and lines[end].strip():
-            end += 1
+        start = lines.index("Subcommands:") + 1  # the list ends at the first blank line
+        end = next((k for k in range(start, len(lines)) if not lines[k].strip()), len(lines))
         lines[end:end] = [f"  {name:<28}{text}" for name, text in command_help()]
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stderr.write(r.stderr)

@@ -48,15 +48,6 @@ BARRIER_TIMEOUT_S = float(os.environ.get("TREECASK_BARRIER_TIMEOUT_S", "600"))
 _save_counter = 0
 
 
-def process_file(k: int, save_id: str = "", unique: bool = False) -> str:
-    """File name of process k's shard archive inside a checkpoint directory;
-    ``unique`` (a store without atomic directories, where the files go to
-    their final names: an object store) ``process_<k>.<first 16 hex digits
-    of the save id>.cask``, so that a competing save of the same step never
-    overwrites it."""
-    return f"process_{k}.{save_id[:16]}.cask" if unique else f"process_{k}.cask"
-
-
 def _client():
     try:
         from jax._src.distributed import global_state
@@ -69,11 +60,8 @@ def active() -> bool:
     """True in a jax.distributed job of more than one process (the
     multi-process save path). Does not import jax or start a backend when
     jax.distributed was not initialized."""
-    if J.jax_loaded() is None or _client() is None:
-        return False
-    import jax
-
-    return jax.process_count() > 1
+    jax = J.jax_loaded()
+    return jax is not None and _client() is not None and jax.process_count() > 1
 
 
 def shard_key(key_path: str, start: Sequence[int], stop: Sequence[int]) -> str:
@@ -213,14 +201,14 @@ def run(s: _Save):
     # Step 1: process 0 checks the target and stages the checkpoint, under the save's identity
     # (SPEC.md "Sharded checkpoints"): in every file's metadata, so that no two saves write the
     # same manifest, whatever their trees.
-    def stage() -> str:
-        return secrets.token_hex(16) + ":" + st.stage_directory(p, overwrite=o["overwrite"])
-
+    stage = lambda: secrets.token_hex(16) + ":" + st.stage_directory(p, overwrite=o["overwrite"])  # noqa: E731
     save_id, _, staging = from_zero(client, key + "/dir", timeout_ms, s.shown,
                                     stage if pid == 0 else None).partition(":")
     s.md = s.md + [(SAVE_ID_KEY, save_id)]
-    unique = not st.supports_atomic_directories  # files at their final names: this save's own
-    names = [process_file(k, save_id, unique) for k in range(s.nproc)]
+    # Where the files go to their final names (no atomic directories: an object store), they are this
+    # save's own, process_<k>.<first 16 hex digits of the save id>.cask: a competing save never overwrites them.
+    unique = not st.supports_atomic_directories
+    names = [f"process_{k}.{save_id[:16]}.cask" if unique else f"process_{k}.cask" for k in range(s.nproc)]
 
     # Step 2: every process writes its own shards (in place, or to scratch and uploaded: the
     # name is this save's own, so no pre-check and no conditional write).
@@ -248,9 +236,7 @@ def run(s: _Save):
             st.discard_directory(staging, names)  # this save's files, whatever got written
             raise
 
-    def done() -> None:
-        client.wait_at_barrier(key + "/done", timeout_ms)
-
+    done = lambda: client.wait_at_barrier(key + "/done", timeout_ms)  # noqa: E731
     result = from_zero(client, key + "/result", timeout_ms, s.shown, commit if pid == 0 else None, on_error=done)
     done()
     return SaveStats(**json.loads(result))
@@ -277,10 +263,9 @@ def _commit(s: _Save, staging: str, names: List[str], client, timeout_ms: int) -
     bound: List[Tuple[str, int, int]] = []
     # Each shard file's source is made once and serves this reading and the check of the whole
     # checkpoint (in an object store each open is one round trip, the object's head and tail).
-    sources = {}
-    for name in names:
-        sources[name] = st.source(stores.join(staging, name))
-        a = _core.Archive.open_source(sources[name], True)
+    sources = {name: st.source(stores.join(staging, name)) for name in names}
+    for name, source in sources.items():
+        a = _core.Archive.open_source(source, True)
         if len(a):
             bound.append(a.manifest_fingerprint)
         for j in range(len(a)):

@@ -9,17 +9,17 @@ treecask's, for code built on the manager (``treecask.orbax`` uses only these).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
-import numbers
 import operator
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import treecask._core as _core
 
 from . import _signing, stores
-from ._async import SaveJob, is_primary, processes, save_async
+from ._async import SaveJob, processes, save_async
 from ._async import reached_preemption as _reached_preemption
 from ._open import load
 from ._open import open as open_archive
@@ -188,14 +188,13 @@ class CheckpointManager:
                 self._signer = (pem, _core.public_key_of(pem))
             except Error as e:  # a key it cannot sign with, named, for this run
                 raise _with_file(e, d) from None
-        md = dict(_check_metadata(save_options.pop("metadata", None), d))
         self._retention = Retention(max_to_keep=max_to_keep, keep_period=keep_period, best_fn=best_fn,
                                     best_mode=best_mode, keep_newest=bool(keep_newest), keep_fn=keep_fn)
         self.save_interval_steps = int(save_interval_steps)
         self.async_save = bool(async_save)
         self.read_only = bool(read_only)
         self._pool = _core.SnapshotPool() if keep_snapshot_memory else None
-        self._metadata = md
+        self._metadata = dict(_check_metadata(save_options.pop("metadata", None), d))
         self._save_options = save_options
         self._job: Optional[SaveJob] = None
         self._closed = False
@@ -304,8 +303,8 @@ class CheckpointManager:
                 metrics = self._metrics_of(name)
             except NotFoundError:  # deleted meanwhile
                 continue
-            commit = stamp[1] if isinstance(stamp, tuple) and len(stamp) == 2 else None
-            out.append(StepInfo(step, self._run.store.shown(self._run.entry(name)), metrics, commit))
+            out.append(StepInfo(step, self._run.store.shown(self._run.entry(name)), metrics,
+                                stamp[1] if isinstance(stamp, tuple) and len(stamp) == 2 else None))
         return out
 
     def in_flight(self) -> Optional[StepInfo]:
@@ -404,10 +403,8 @@ class CheckpointManager:
         if self._signer is not None:
             entry = self._run.entry(name)
             self._run.store.sign_archive(entry, self._signer[0], entry + _SIGNATURE_SUFFIX)
-        try:
+        with contextlib.suppress(NotFoundError):  # deleted meanwhile
             self._metrics_cache[name] = (self._stamp(name), metrics)
-        except NotFoundError:  # deleted meanwhile
-            pass
         self._retain(step)
 
     # ---- retention ----
@@ -429,7 +426,7 @@ class CheckpointManager:
                                          lambda: self._infos(listing))
 
     def _retain(self, new_step: int) -> None:
-        if self._retention.deletes and is_primary():
+        if self._retention.deletes and processes()[0] == 0:  # only process 0 deletes (Orbax's primary host)
             listing = self._run.steps()
             for s in self._to_delete(listing):
                 if s != new_step or not self.keep_newest or self._retention.keep_fn is not None:
@@ -459,7 +456,7 @@ class CheckpointManager:
         _check_step(step, str(self.directory))
         self.wait_until_finished(raise_error=False)
         name = self._listed(step)
-        if is_primary():
+        if processes()[0] == 0:
             self._remove(name)
 
     def _stamp(self, name: str) -> Any:
@@ -500,10 +497,8 @@ class CheckpointManager:
             steps = self._run.steps()
             if not steps:
                 break
-            try:
+            with contextlib.suppress(NotFoundError):  # removed meanwhile by retention in another process
                 return self._load(self._run.entry(steps[max(steps)]), like, load_options)
-            except NotFoundError:
-                continue  # removed meanwhile by retention in another process
         raise NotFoundError("the directory holds no checkpoint step", file=str(self.directory))
 
     def _load(self, entry: str, like: Any, load_options: Dict[str, Any]) -> Any:
@@ -579,10 +574,8 @@ def _is_int(x: Any) -> bool:
     """A Python, NumPy or 0-d jax integer (not a bool)."""
     if isinstance(x, bool) or getattr(x, "dtype", None) == bool:
         return False
-    if isinstance(x, numbers.Integral):
-        return True
     try:
-        operator.index(x)  # a 0-d integer jax / NumPy array, e.g. TrainState.step
+        operator.index(x)  # an int, a NumPy integer, a 0-d integer jax / NumPy array (TrainState.step)
     except TypeError:
         return False
     return True

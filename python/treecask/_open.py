@@ -4,6 +4,7 @@ then restore) and :func:`verify` (open, then check everything)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Mapping, Optional
 
@@ -97,10 +98,8 @@ def _open_any(loc: stores.Location, kw: Any, signed: bool) -> Reader:
         # name (the core checks that before any request): a directory's.
         if isinstance(e, SignatureError) and not signed:
             raise
-        try:
+        with contextlib.suppress(NotFoundError):
             return ShardedArchive(loc, **kw)
-        except NotFoundError:
-            pass
         raise
 
 

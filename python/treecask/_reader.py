@@ -297,15 +297,10 @@ class Reader(abc.ABC):
         else:
             arrays = self._read_many(list(range(first, first + count)), names, shapes)
         if kinds.count(_codec.ARRAY) != count or has_metadata.count(0) != count:
-            for k in range(count):
-                kind = kinds[k]
-                if has_metadata[k]:
-                    impl = self._infos()[first + k]["metadata"].get(J.KEY_IMPL_META)
-                    if impl is not None and kind == _codec.ARRAY:
-                        arrays[k] = J.wrap_key(arrays[k], impl)
-                        continue
-                if kind != _codec.ARRAY:
-                    arrays[k] = _codec.kind_value(kind, arrays[k])
+            for k, kind in enumerate(kinds):  # (kind_value gives an array leaf back as it is)
+                impl = self._infos()[first + k]["metadata"].get(J.KEY_IMPL_META) if has_metadata[k] else None
+                arrays[k] = (J.wrap_key(arrays[k], impl) if impl is not None and kind == _codec.ARRAY
+                             else _codec.kind_value(kind, arrays[k]))
         return arrays
 
     def value(self, key: Union[str, int], array: Optional[np.ndarray] = None) -> Any:
@@ -318,9 +313,8 @@ class Reader(abc.ABC):
         if array is None:
             array = self._read_array(i, d)
         impl = d["metadata"].get(J.KEY_IMPL_META)
-        if impl is not None and d["value_kind"] == _codec.ARRAY:
-            return J.wrap_key(array, impl)
-        return _codec.kind_value(d["value_kind"], array)
+        return (J.wrap_key(array, impl) if impl is not None and d["value_kind"] == _codec.ARRAY
+                else _codec.kind_value(d["value_kind"], array))
 
     def place(self, key: Union[str, int], sharding: Any) -> Any:
         """The leaf as a jax.Array on `sharding` (a concrete jax Sharding): every
@@ -384,8 +378,7 @@ class Reader(abc.ABC):
     def _read_many(self, indices: List[int], names: Sequence[str], shapes: Sequence[Tuple[int, ...]]) -> List[Any]:
         """Fresh arrays of the leaves `indices`: one bulk call for the whole-byte dtypes, packed ones one by one."""
         plain = _dtypes.PLAIN_DTYPES
-        empty = np.empty
-        arrays = [empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
+        arrays = [np.empty(s, plain[n]) if n in plain else None for n, s in zip(names, shapes)]
         if _dtypes.PACKED.isdisjoint(names):
             self._c().read_many(indices, arrays, None)
             return arrays

@@ -200,24 +200,17 @@ def read_once_sharding(sharding: Any, shape: Tuple[int, ...], dtype_name: str) -
     sizes = dict(mesh.shape)
     spec = list(sharding.spec) + [None] * (len(shape) - len(sharding.spec))
     axes = [[] if s is None else [s] if isinstance(s, str) else list(s) for s in spec]
-    blocks = []
-    for d, n in enumerate(shape):
-        f = math.prod(sizes[a] for a in axes[d])
-        if n % f:
-            return None
-        blocks.append(n // f)
+    factors = [math.prod(sizes[a] for a in ax) for ax in axes]
+    if any(n % f for n, f in zip(shape, factors)):
+        return None
+    blocks = [n // f for n, f in zip(shape, factors)]
     used = {a for ax in axes for a in ax}
-    added = False
-    for a in mesh.axis_names:
-        if a in used or sizes[a] == 1:
-            continue
-        for d in range(len(shape)):
-            if blocks[d] % sizes[a] == 0:
-                axes[d].append(a)
-                blocks[d] //= sizes[a]
-                added = True
-                break
-    if not added:
+    for a in (a for a in mesh.axis_names if a not in used and sizes[a] > 1):
+        d = next((d for d in range(len(shape)) if blocks[d] % sizes[a] == 0), None)
+        if d is not None:
+            axes[d].append(a)
+            blocks[d] //= sizes[a]
+    if {a for ax in axes for a in ax} == used:  # no replicated axis added
         return None
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*J.lists_to_spec(axes)))
 

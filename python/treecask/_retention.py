@@ -99,8 +99,7 @@ class Retention:
             keep.update(steps[-self.max_to_keep:])
         else:
             scored, unscored = self._scored(steps, metrics_of)
-            keep.update(unscored)
-            keep.update(self.rank(scored)[-self.max_to_keep:])
+            keep.update(unscored, self.rank(scored)[-self.max_to_keep:])
         if self.keep_period is not None:
             keep.update(s for s in steps if s % self.keep_period == 0)
         return [s for s in steps if s not in keep]

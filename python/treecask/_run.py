@@ -140,13 +140,11 @@ class Run:
         other = Run(self.store, self.path, ITEM_DIRECTORIES if self.layout is ARCHIVES else ARCHIVES).steps(names)
         if not other:
             return
-        if self.layout is ARCHIVES:
-            how = ("it is a run of treecask.orbax's managers (Orbax's <step>/ directories of items): open it with "
-                   "treecask.orbax.CheckpointManager or treecask.orbax.v1.training.Checkpointer")
-        else:
-            how = ("it is a run of treecask.CheckpointManager (step_<N:08d>.cask archives): open it with "
-                   "treecask.CheckpointManager; one step reads with treecask.orbax.Checkpointer().restore(path) "
-                   "or treecask.load(path)")
+        how = ("it is a run of treecask.orbax's managers (Orbax's <step>/ directories of items): open it with "
+               "treecask.orbax.CheckpointManager or treecask.orbax.v1.training.Checkpointer" if self.layout is ARCHIVES
+               else "it is a run of treecask.CheckpointManager (step_<N:08d>.cask archives): open it with "
+               "treecask.CheckpointManager; one step reads with treecask.orbax.Checkpointer().restore(path) "
+               "or treecask.load(path)")
         raise UnsupportedError(f"this directory holds {len(other)} step{'' if len(other) == 1 else 's'} of another "
                                f"layout ({_listed([other[s] for s in sorted(other)])}): {how}", file=directory)
 

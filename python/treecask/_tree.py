@@ -17,6 +17,7 @@ new children (used to restore into a template). Node kinds:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
@@ -188,10 +189,8 @@ def _container(obj: Any, path: Tuple[str, ...], strict: bool, plain: bool) -> PN
         def rebuild_mapping(ch, _obj=obj, _keys=keys):
             new = dict(zip(_keys, ch))
             if not plain:
-                try:
+                with contextlib.suppress(Exception):  # a subclass that cannot be built so: a dict
                     return type(_obj)((k, new[k]) for k in _obj)
-                except Exception:
-                    pass
             return {k: new[k] for k in _obj}
 
         return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_mapping)

@@ -186,25 +186,21 @@ def import_flax(src: PathLike, dst: PathLike, *, step: Optional[Step] = None,
     path = os.path.normpath(_find(s, step, prefix, checkpoints))
     name = os.path.basename(path)
     step_no = parse_step(name[len(prefix):]) if prefix and name.startswith(prefix) else None
-    md: Dict[str, str] = {META_SOURCE: path}
-    if step_no is not None:
-        md[META_STEP] = str(step_no)
+    md: Dict[str, str] = {META_SOURCE: path, **({META_STEP: str(step_no)} if step_no is not None else {})}
 
     if os.path.isdir(path) and _is_orbax_checkpoint(path):
         r = _orbax._read(path, None, None)
         # restore_checkpoint(target=None) returns to_state_dict of Orbax's tree
         # (its lists become "0", "1"... dicts); the key paths are unchanged.
         r.tree = serialization.to_state_dict(r.tree)
-        r.metadata.update(md)
-        r.metadata[META_BACKEND] = "orbax"
+        r.metadata.update({**md, META_BACKEND: "orbax"})
         o = _orbax._write(r, dst, metadata, save_options)
         return FlaxImport(checkpoint=path, step=step_no, backend="orbax",
                           num_leaves=o.num_leaves, num_sharded=o.num_sharded, stats=o.stats)
 
     tree = _read_msgpack(path, serialization)
     _check_leaves(tree, path)
-    md[META_BACKEND] = "msgpack"
-    md.update(metadata or {})
+    md.update({META_BACKEND: "msgpack", **(metadata or {})})
     stats = _save.save(os.fspath(dst), tree, metadata=md, **save_options)
     return FlaxImport(checkpoint=path, step=step_no, backend="msgpack",
                       num_leaves=stats.num_leaves, num_sharded=0, stats=stats)

@@ -75,9 +75,8 @@ def of_obstore(url: str, exc: BaseException, etag: Optional[str] = None) -> Erro
 def of_config(url: str, exc: BaseException) -> Error:
     """The treecask error of a store that cannot be made for ``url`` (obstore
     refuses its configuration: a malformed URL, an unknown option): an
-    InvalidArgumentError with obstore's first line; the Error redacts it."""
-    if isinstance(exc, Error):
-        return exc
+    InvalidArgumentError with obstore's first line; the Error redacts it.
+    (A treecask error never reaches it: :func:`mapped` raises those as they are.)"""
     return InvalidArgumentError(f"cannot configure the store: {first_line(exc)}", file=url)
 
 

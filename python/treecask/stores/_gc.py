@@ -18,7 +18,7 @@ from . import _errors, _s3
 from ._object import ObjectStore
 from ._store import COMMIT_OBJECT
 
-#: A multi-process checkpoint's shard object in a store (``_distributed.process_file``).
+#: A multi-process checkpoint's shard object in a store (``_distributed.run`` names it).
 _SHARD = re.compile(r"process_[0-9]+\.[0-9a-f]+\.cask")
 
 

@@ -191,18 +191,15 @@ class ObjectStore(Store):
         except AlreadyExistsError:
             raise
         except Error:
-            if overwrite or not self._committed_meanwhile(path):
+            committed = False
+            with contextlib.suppress(Error):
+                committed = not overwrite and self.head(path) is not None
+            if not committed:
                 raise
             # Another saver committed the key: this save's object if the bytes say so, else refused.
             _upload.confirm(self.store, path, local_file, url=url)
         if s3 is not None and not overwrite:
             s3.abort_dead(path)
-
-    def _committed_meanwhile(self, path: str) -> bool:
-        try:
-            return self.head(path) is not None
-        except Error:
-            return False
 
     def list_prefix(self, prefix: str) -> List[str]:
         """Every key that starts with the string ``prefix``: one paged listing

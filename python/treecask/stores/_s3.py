@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import os
-import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import treecask._core as _core
@@ -63,10 +63,6 @@ def is_marker(path: str, name: str) -> bool:
     return name.startswith(path + ".tmp") and name.endswith(tail) and "/" not in name[len(path):-len(tail)]
 
 
-_CLIENTS: Dict[Tuple, Any] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
 def _true(v: Any) -> bool:
     return str(v).strip().lower() in ("1", "true", "yes", "on")
 
@@ -103,7 +99,7 @@ def for_store(store: Any) -> Optional["S3"]:
         limits = deadline(store)
     except (KeyError, ValueError):  # a duration in a unit not read here: obstore's
         return None
-    client = _client(cfg, limits)
+    client = _client(tuple(sorted(cfg.items())), tuple(sorted(limits.items())))
     return None if client is None else S3(client, str(bucket), (store.prefix or "").strip("/"))
 
 
@@ -151,45 +147,41 @@ def deadline(store: Any) -> Dict[str, float]:
     return out
 
 
-def _client(cfg: Dict[str, str], limits: Dict[str, float]) -> Any:
-    key = (tuple(sorted(cfg.items())), tuple(sorted(limits.items())))
-    with _CLIENTS_LOCK:
-        if key in _CLIENTS:
-            return _CLIENTS[key]
-        import botocore
-        import botocore.config
-        import botocore.session
+@functools.lru_cache(maxsize=None)
+def _client(cfg_items: Tuple, limit_items: Tuple) -> Any:
+    """The botocore client of a configuration and its bounds, one per pair (None: botocore too old)."""
+    import botocore
+    import botocore.config
+    import botocore.session
 
-        session = botocore.session.get_session()
-        model = session.get_service_model("s3").operation_model("CompleteMultipartUpload")
-        if "IfNoneMatch" not in model.input_shape.members:  # botocore before S3's conditional writes
-            _CLIENTS[key] = None
-            return None
-        # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
-        # (_object._RETRY), or the store's own retry_config and timeouts (deadline()): botocore's
-        # standard mode retries the same throttles, 5xx and dropped connections with capped
-        # exponential backoff; total_max_attempts counts the first try (botocore's max_attempts
-        # would count retries only); _keep_deadline caps the backoff and stops the retries at timeout_s.
-        try:
-            conf = botocore.config.Config(
-                retries={"mode": "standard", "total_max_attempts": 1 + int(limits["max_retries"])},
-                connect_timeout=limits["connect_timeout_s"], read_timeout=limits["stall_timeout_s"],
-                max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
-                # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
-                request_checksum_calculation="when_required", response_checksum_validation="when_required",
-                s3={"addressing_style": "virtual" if _true(cfg.get("virtual_hosted_style_request", "")) else "path"},
-                signature_version=botocore.UNSIGNED if _true(cfg.get("skip_signature", "")) else None)
-        except TypeError:  # botocore before 1.36 (no request_checksum_calculation): obstore's path
-            _CLIENTS[key] = None
-            return None
-        client = session.create_client(
-            "s3", region_name=cfg.get("region") or cfg.get("default_region") or "us-east-1",
-            endpoint_url=cfg.get("endpoint") or None,
-            aws_access_key_id=cfg.get("access_key_id"), aws_secret_access_key=cfg.get("secret_access_key"),
-            aws_session_token=cfg.get("session_token"), config=conf)
-        _keep_deadline(client, limits)
-        _CLIENTS[key] = client
-        return client
+    cfg, limits = dict(cfg_items), dict(limit_items)
+    session = botocore.session.get_session()
+    model = session.get_service_model("s3").operation_model("CompleteMultipartUpload")
+    if "IfNoneMatch" not in model.input_shape.members:  # botocore before S3's conditional writes
+        return None
+    # The core's retry policy (remote.h RetryPolicy, _core.RETRY_POLICY), as obstore is given it
+    # (_object._RETRY), or the store's own retry_config and timeouts (deadline()): botocore's
+    # standard mode retries the same throttles, 5xx and dropped connections with capped
+    # exponential backoff; total_max_attempts counts the first try (botocore's max_attempts
+    # would count retries only); _keep_deadline caps the backoff and stops the retries at timeout_s.
+    try:
+        conf = botocore.config.Config(
+            retries={"mode": "standard", "total_max_attempts": 1 + int(limits["max_retries"])},
+            connect_timeout=limits["connect_timeout_s"], read_timeout=limits["stall_timeout_s"],
+            max_pool_connections=2 * _upload.PARTS_IN_FLIGHT,
+            # No checksum beyond SigV4's: what obstore sends (and what S3-compatible servers accept).
+            request_checksum_calculation="when_required", response_checksum_validation="when_required",
+            s3={"addressing_style": "virtual" if _true(cfg.get("virtual_hosted_style_request", "")) else "path"},
+            signature_version=botocore.UNSIGNED if _true(cfg.get("skip_signature", "")) else None)
+    except TypeError:  # botocore before 1.36 (no request_checksum_calculation): obstore's path
+        return None
+    client = session.create_client(
+        "s3", region_name=cfg.get("region") or cfg.get("default_region") or "us-east-1",
+        endpoint_url=cfg.get("endpoint") or None,
+        aws_access_key_id=cfg.get("access_key_id"), aws_secret_access_key=cfg.get("secret_access_key"),
+        aws_session_token=cfg.get("session_token"), config=conf)
+    _keep_deadline(client, limits)
+    return client
 
 
 def _keep_deadline(client: Any, limits: Dict[str, float]) -> None:

@@ -8,6 +8,7 @@ reading"; docs/remote.md)."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import threading
 from typing import Any, Callable, List, Optional
@@ -57,15 +58,6 @@ class ObjectSource:
         it streams, is the treecask error of the one map (one line)."""
         return _errors.mapped(self.name, got.bytes, self._etag)
 
-    def _empty(self) -> bool:
-        """Whether the object has 0 bytes (a HEAD request; False if it fails)."""
-        import obstore
-
-        try:
-            return int(obstore.head(self._store, self._path)["size"]) == 0
-        except Exception:  # noqa: BLE001 -- the caller reports its own error
-            return False
-
     def _fetch(self, offset: int, length: int) -> Any:
         got = self._get({"range": (offset, offset + length)})
         data = self._bytes(got)
@@ -89,7 +81,12 @@ class ObjectSource:
             got = self._map(lambda o, n: self._get({"range": {"suffix": n} if o < 0 else (o, o + n)}),
                             offsets, lengths)
         except (IoError, CorruptionError):  # an empty object has no range to serve (HTTP 416, or 200)
-            if not self._empty():
+            import obstore
+
+            empty = False
+            with contextlib.suppress(Exception):  # (a failed HEAD: the read's own error is reported)
+                empty = int(obstore.head(self._store, self._path)["size"]) == 0
+            if not empty:
                 raise
             raise NotAnArchiveError("not a treecask archive: the object is empty (0 bytes)",
                                     file=self.name) from None

@@ -269,10 +269,9 @@ class Store(abc.ABC):
                 else:
                     os.unlink(local)
             return
-        names = [n for n in self.list_prefix(path) if n == path or n.startswith(path + "/")]
         commit = join(path, COMMIT_OBJECT)
-        names.sort(key=lambda n: n != commit)
-        self.delete(names)
+        self.delete(sorted((n for n in self.list_prefix(path) if n == path or n.startswith(path + "/")),
+                           key=lambda n: n != commit))
 
     def remove_stale(self, path: str, names: Optional[Sequence[str]] = None) -> None:
         """Deletes what dead writers left of ``path``: their temporaries
