@@ -461,12 +461,12 @@ class S3Proxy:
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-                if self.command == "GET":
+                if self.command == "GET":  # counted before the client can see the body end
                     with outer._lock:
                         outer.bytes_read += len(data)
                         outer.gets.append((self.path, self.headers.get("Range"), status))
+                if self.command != "HEAD":
+                    self.wfile.write(data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
