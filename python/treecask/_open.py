@@ -4,7 +4,6 @@ then restore) and :func:`verify` (open, then check everything)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any, Mapping, Optional
 
@@ -98,8 +97,15 @@ def _open_any(loc: stores.Location, kw: Any, signed: bool) -> Reader:
         # name (the core checks that before any request): a directory's.
         if isinstance(e, SignatureError) and not signed:
             raise
-        with contextlib.suppress(NotFoundError):
+        try:
             return ShardedArchive(loc, **kw)
+        except NotFoundError:
+            pass
+        except SignatureError:
+            # Both forms refused: report the one the statement is for, not the other's
+            # "the signature is for the file/directory ..." (sign/shards.cc resource_of).
+            if not isinstance(e, SignatureError) or "the signature is for the " in str(e):
+                raise
         raise
 
 

@@ -492,7 +492,6 @@ class VerifiedSource final : public Source {
   unsigned concurrency() const noexcept override { return inner_->concurrency(); }
 
   void read(std::span<const ReadRange> ranges) const override {
-    check_size();
     const uint64_t size = table_.size();
     // Absolute ranges, in order of offset.
     std::vector<ReadRange> rs(ranges.begin(), ranges.end());
@@ -530,7 +529,37 @@ class VerifiedSource final : public Source {
       fetch.push_back({table_.start[s.k0], s.bytes});
       for (size_t k = s.k0; k <= s.k1; ++k) shards.emplace_back(i, k);
     }
-    inner_->read(fetch);
+    bool fetched = false;
+    std::call_once(sized_, [&] {
+      if (inner_->size() == kUnknownSize) {
+        // The source learns its size from its first read, which must be
+        // {0, head} and a from_end range (treecask/source.h). The open's
+        // first read, widened to shards, has that form when its head and
+        // tail stretches stay apart: fetched as such, it is the one that
+        // learns the size (no extra round trip); otherwise the first and
+        // last shards are read for it first.
+        const uint64_t first = table_.start[1] - table_.start[0];
+        const uint64_t last = table_.start.back() - table_.start[table_.count() - 1];
+        std::vector<std::byte> a, b;
+        ReadRange r[2] = {{0, a}, {0, b, /*from_end=*/true}};
+        if (fetch.size() == 2 && fetch[0].offset == 0 && fetch[1].offset + fetch[1].out.size() == size) {
+          r[0].out = fetch[0].out;
+          r[1].out = fetch[1].out;
+          fetched = true;
+        } else {
+          a.resize(std::max<uint64_t>(first, 1));
+          b.resize(std::max<uint64_t>(last, 1));
+          r[0].out = a;
+          r[1].out = b;
+        }
+        inner_->read(r);
+      }
+      if (inner_->size() != size)
+        bad(name(), "the object has " + std::to_string(inner_->size()) + " bytes but the signature covers " +
+                        std::to_string(size) + " (" + (inner_->size() > size ? "appended to" : "truncated") +
+                        " after signing)");
+    });
+    if (!fetched) inner_->read(fetch);
     auto check = [&](size_t j) {
       const auto [i, k] = shards[j];
       const Stretch& s = st[i];
@@ -551,27 +580,9 @@ class VerifiedSource final : public Source {
   }
 
  private:
-  // The inner object's length must be the signed one; a source that learns
-  // its size from its first read is given that read here.
-  void check_size() const {
-    std::call_once(sized_, [&] {
-      if (inner_->size() == kUnknownSize) {
-        const uint64_t first = table_.start[1] - table_.start[0];
-        const uint64_t last = table_.start.back() - table_.start[table_.count() - 1];
-        std::vector<std::byte> a(std::max<uint64_t>(first, 1)), b(std::max<uint64_t>(last, 1));
-        ReadRange r[2] = {{0, a}, {0, b, /*from_end=*/true}};
-        inner_->read(r);
-      }
-      if (inner_->size() != table_.size())
-        bad(name(), "the object has " + std::to_string(inner_->size()) + " bytes but the signature covers " +
-                        std::to_string(table_.size()) + " (" +
-                        (inner_->size() > table_.size() ? "appended to" : "truncated") + " after signing)");
-    });
-  }
-
   std::shared_ptr<const Source> inner_;
   ShardTable table_;
-  mutable std::once_flag sized_;
+  mutable std::once_flag sized_;  // the inner object's length checked against the signed one
 };
 
 }  // namespace

@@ -695,13 +695,15 @@ def test_a_verified_read_over_s3_fetches_only_its_covering_shards(s3_env, keys, 
         finally:
             proxy.close()
 
-    plain, _ = fetched()
+    plain, plain_ranges = fetched()
     pub = keys["p256"].public
     for signature in (sig, url + ".sig"):  # the signature file local, or a URL in the store
         got, ranges = fetched(signature=signature, public_key=pub)
-        sig_bytes = os.path.getsize(sig) if signature == url + ".sig" else 0
-        # The open's head and tail and the leaf's 1 MiB, each widened to whole shards.
+        sig_bytes, sig_gets = (os.path.getsize(sig), 1) if signature == url + ".sig" else (0, 0)
+        # The open's head and tail and the leaf's 1 MiB, each widened to whole shards, in as many
+        # requests as the unsigned open and read (the size learned from the open's own first read).
         assert got <= plain + 4 * shard + sig_bytes, (got, plain, ranges)
+        assert len(ranges) == len(plain_ranges) + sig_gets, (ranges, plain_ranges)
         assert got < size // 3
         # No byte of a leaf two away from w12 was fetched (the open's head and tail aside).
         far = (offset - (2 << 20), offset - (1 << 20))
@@ -725,6 +727,26 @@ def test_a_verified_read_over_s3_fetches_only_its_covering_shards(s3_env, keys, 
     with pytest.raises(SignatureError) as e:
         treecask.verify(url, signature=sig, public_key=pub)
     assert "do not match their signed SHA-256 digest" in str(e.value) and key in str(e.value)
+
+
+@pytest.mark.parametrize("change", ["appended to", "truncated"])
+def test_an_object_resized_after_signing_is_refused_over_s3(s3_env, archive, keys, tmp_path, change):
+    # The object's size is learned from the open's first read: no byte of it is used
+    # before that size is the signed one.
+    sig = treecask.sign(archive, private_key=keys["p256"].private, shard_size=4096)
+    data = archive.read_bytes()
+    data = data + b"\0" * 4096 if change == "appended to" else data[:-4096]
+    s3_env.create_bucket("signed")
+    key = f"{uuid.uuid4().hex}/model.cask"
+    s3_env.put("signed", key, data)
+    url = f"s3://signed/{key}"
+    pub = keys["p256"].public
+    with pytest.raises(SignatureError) as e:
+        treecask.open(url, signature=sig, public_key=pub)
+    assert f"{change} after signing" in str(e.value) and key in str(e.value), str(e.value)
+    with pytest.raises(SignatureError) as e:
+        treecask.verify(url, signature=sig, public_key=pub)
+    assert f"{change} after signing" in str(e.value), str(e.value)
 
 
 def test_a_signed_sharded_directory_reads_verified_from_s3(s3_env, keys, directory, tmp_path):
