@@ -17,8 +17,8 @@ new children (used to restore into a template). Node kinds:
 
 from __future__ import annotations
 
-import contextlib
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
@@ -180,6 +180,13 @@ def build(tree: Any, *, path: Tuple[str, ...] = (), extras: Optional[_boxes.Extr
     )
 
 
+def _rebuilt_as_base(obj: Any, path: Tuple[str, ...], parts: str, base: str, e: Exception) -> None:
+    """Warns that the template's `obj` at `path`, a subclass of `base` whose type cannot be
+    called with its `parts`, is restored as a plain `base` (never silently)."""
+    warnings.warn(f"{join_path(path) or 'the root'}: {_boxes.qualname(obj)} cannot be built from its {parts} "
+                  f"({type(e).__name__}: {e}); restored as a {base}", UserWarning, stacklevel=2)
+
+
 def _container(obj: Any, path: Tuple[str, ...], strict: bool, plain: bool) -> PNode:
     """The PNode of a dict, list or tuple, or (not ``plain``) a subclass of one rebuilt as its own type if it can."""
     if isinstance(obj, dict):
@@ -189,8 +196,13 @@ def _container(obj: Any, path: Tuple[str, ...], strict: bool, plain: bool) -> PN
         def rebuild_mapping(ch, _obj=obj, _keys=keys):
             new = dict(zip(_keys, ch))
             if not plain:
-                with contextlib.suppress(Exception):  # a subclass that cannot be built so: a dict
-                    return type(_obj)((k, new[k]) for k in _obj)
+                try:
+                    r = type(_obj)((k, new[k]) for k in _obj)
+                    if list(r) != list(_obj):  # it took them some other way (e.g. as a first argument)
+                        raise ValueError(f"it holds the keys {list(r)[:4]} after")
+                    return r
+                except Exception as e:
+                    _rebuilt_as_base(_obj, path, "(key, value) pairs", "dict", e)
             return {k: new[k] for k in _obj}
 
         return PNode(DICT, "", [str(k) for k in keys], children, obj, rebuild=rebuild_mapping)
@@ -199,8 +211,12 @@ def _container(obj: Any, path: Tuple[str, ...], strict: bool, plain: bool) -> PN
 
     def rebuild_seq(ch, _t=type(obj)):
         try:
-            return _t(ch)
-        except Exception:
+            r = _t(ch)
+            if len(r) != len(ch):
+                raise ValueError(f"it holds {len(r)} items after")
+            return r
+        except Exception as e:
+            _rebuilt_as_base(obj, path, "items", "list" if kind == LIST else "tuple", e)
             return list(ch) if kind == LIST else tuple(ch)
 
     return PNode(kind, "", [], children, obj, rebuild=type(obj) if plain else rebuild_seq)

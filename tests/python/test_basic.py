@@ -533,6 +533,27 @@ def test_dict_and_list_subclasses(cask):
     assert type(back["od"]) is collections.OrderedDict and list(back["od"]) == ["z", "a"]
 
 
+def test_a_template_subclass_that_cannot_be_rebuilt_is_restored_as_its_base_with_a_warning(cask):
+    class Named(dict):  # its constructor wants a name first: cannot be built from pairs
+        def __init__(self, name, *args):
+            super().__init__(*args)
+            self.name = name
+
+    class Pair(tuple):
+        def __new__(cls, a, b):
+            return super().__new__(cls, (a, b))
+
+    tree = {"cfg": Named("run", {"lr": np.float64(0.1)}), "pair": Pair(np.ones(2), np.zeros(2))}
+    treecask.save(cask, tree, durable=False)
+    with pytest.warns(UserWarning) as got:
+        back = treecask.load(cask, like=tree)
+    said = [str(w.message) for w in got]
+    assert any(m.startswith("cfg: ") and "Named" in m and "restored as a dict" in m for m in said), said
+    assert any(m.startswith("pair: ") and "Pair" in m and "restored as a tuple" in m for m in said), said
+    assert type(back["cfg"]) is dict and back["cfg"] == {"lr": 0.1}
+    assert type(back["pair"]) is tuple and np.array_equal(back["pair"][0], np.ones(2))
+
+
 def test_shuffle_compresses_float_weights_and_writes_format_2(tmp_path):
     rng = np.random.default_rng(0)
     tree = {"w": (rng.standard_normal((256, 512)) * 0.02).astype(ml_dtypes.bfloat16),
