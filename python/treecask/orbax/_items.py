@@ -550,16 +550,16 @@ class Checkpoint:
 
     def __init__(self, path: Any):
         self.where = w = Where(path)
-        names = _L.item_names(w.store, w.key)
+        d = _L.directory_of(w.store, w.key)
         self._item_md: Dict[str, Dict[str, str]] = {}
-        self.directory = names is not None
-        if names is None:
+        self.directory = d is not None
+        if d is None:
             _orbax_hint(w)
-        with (Where(stores.join(w.key, _L.INDEX), w.store) if self.directory else w).open() as a:
-            self.md = dict(a.metadata)
-        if names is None:
+            with w.open() as a:
+                self.md = dict(a.metadata)
             self.default, self.kinds = _layout(self.md)
             return
+        names, self.md = d
         self.kinds = {}
         for n in names:
             with self.item_where(n).open() as a:

@@ -3,7 +3,7 @@ seam, in a multi-process jax job by every process (format/SPEC.md "Item-director
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -28,8 +28,9 @@ KIND_KEY = "treecask.orbax.kind"
 MARK_KEY = ITEMS_DIRECTORY_KEY
 
 
-def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
-    """The item entries of checkpoint directory ``key`` (sorted), or None when it is not one."""
+def directory_of(store: stores.Store, key: str) -> Optional[Tuple[List[str], Dict[str, str]]]:
+    """(the item entries of checkpoint directory ``key``, sorted; its index.cask's metadata), or
+    None when it is not one: one listing and one open of index.cask."""
     head = key + "/" if key and not key.endswith("/") else key
     try:
         names = store.list_prefix(head)
@@ -40,10 +41,17 @@ def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
     from .._open import open as _open
 
     with _open(stores.join(key, INDEX), store=store) as a:
-        if MARK_KEY not in a.metadata:
-            return None  # a sharded checkpoint: one archive
+        md = dict(a.metadata)
+    if MARK_KEY not in md:
+        return None  # a sharded checkpoint: one archive
     firsts = {n[len(head):].split("/", 1)[0] for n in names}
-    return sorted(f for f in firsts if f and f != INDEX and ".tmp." not in f)
+    return sorted(f for f in firsts if f and f != INDEX and ".tmp." not in f), md
+
+
+def item_names(store: stores.Store, key: str) -> Optional[List[str]]:
+    """The item entries of checkpoint directory ``key`` (sorted), or None when it is not one."""
+    d = directory_of(store, key)
+    return None if d is None else d[0]
 
 
 def _snapshot(tree: Any) -> Any:
