@@ -695,6 +695,19 @@ TEST_CASE("a signed open over a Source fetches and hashes whole shards, and refu
   Archive::open(learns_plain, OpenOptions{});
   CHECK(learns->requests.load() == learns_plain->requests.load());
   check_reads(d, t);
+  {  // A small archive: its head and tail are one stretch, the whole object, split in two.
+    FlatTree small = tree();
+    fs::create_directories(tmp / "small");
+    small.save(tmp / "small" / "model.cask", save_options());
+    const std::string sb = sign(tmp / "small" / "model.cask", ec_keys().priv, so);
+    auto s1 = std::make_shared<FileSource>(tmp / "small" / "model.cask", true);
+    auto s0 = std::make_shared<FileSource>(tmp / "small" / "model.cask", true);
+    Archive e = Archive::open(s1, signed_open(sb));
+    Archive::open(s0, OpenOptions{});
+    CHECK(s1->requests.load() == s0->requests.load());
+    CHECK(s1->bytes.load() == fs::file_size(tmp / "small" / "model.cask"));
+    check_reads(e, small);
+  }
   // Its size must be the signed one before any byte is used.
   for (const auto& [edit, said] : {std::pair<int, const char*>{+1, "appended to after signing"}, {-1, "truncated"}}) {
     auto resized = tmp / "resized" / "model.cask";

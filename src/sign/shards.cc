@@ -534,21 +534,27 @@ class VerifiedSource final : public Source {
       if (inner_->size() == kUnknownSize) {
         // The source learns its size from its first read, which must be
         // {0, head} and a from_end range (treecask/source.h). The open's
-        // first read, widened to shards, has that form when its head and
-        // tail stretches stay apart: fetched as such, it is the one that
-        // learns the size (no extra round trip); otherwise the first and
-        // last shards are read for it first.
-        const uint64_t first = table_.start[1] - table_.start[0];
-        const uint64_t last = table_.start.back() - table_.start[table_.count() - 1];
+        // first read, widened to shards, is fetched in that form when it
+        // starts at 0 and ends at the signed length (its head and tail
+        // stretches apart, or one stretch split in two): that read learns
+        // the size, with no extra round trip. Any other first read is
+        // preceded by a read of the first and last shards.
         std::vector<std::byte> a, b;
         ReadRange r[2] = {{0, a}, {0, b, /*from_end=*/true}};
-        if (fetch.size() == 2 && fetch[0].offset == 0 && fetch[1].offset + fetch[1].out.size() == size) {
-          r[0].out = fetch[0].out;
-          r[1].out = fetch[1].out;
+        if (fetch.front().offset == 0 && fetch.back().offset + fetch.back().out.size() == size && size >= 2 &&
+            fetch.size() <= 2) {
+          if (fetch.size() == 2) {
+            r[0].out = fetch[0].out;
+            r[1].out = fetch[1].out;
+          } else {  // [0, size): the first shard (or half of one), then the rest from the end
+            const size_t cut = static_cast<size_t>(table_.count() > 1 ? table_.start[1] : size / 2);
+            r[0].out = fetch[0].out.first(cut);
+            r[1].out = fetch[0].out.subspan(cut);
+          }
           fetched = true;
         } else {
-          a.resize(std::max<uint64_t>(first, 1));
-          b.resize(std::max<uint64_t>(last, 1));
+          a.resize(std::max<uint64_t>(table_.start[1] - table_.start[0], 1));
+          b.resize(std::max<uint64_t>(table_.start.back() - table_.start[table_.count() - 1], 1));
           r[0].out = a;
           r[1].out = b;
         }
