@@ -504,6 +504,16 @@ TEST_CASE("a statement for another file name, and for a directory") {
   // ... and signs the file inside it.
   check_reads(Archive::open(tmp / "dir" / "model.cask", signed_open(dir_bundle)), t);
   CHECK(has(what_of([&] { verify_signature(tmp / "dir", {bundle, ec_keys().pub}); }), "not a directory"));
+  // What each bundle signs, as its statement says (nothing checked).
+  const SignedModel file_model = signed_model(bundle), dir_model = signed_model(dir_bundle);
+  CHECK((file_model.name == "model.cask" && !file_model.directory));
+  CHECK((dir_model.name == "dir" && dir_model.directory));
+  try {
+    signed_model("{\"mediaType\": 1}");
+    FAIL("a malformed bundle was parsed");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kSignature);
+  }
 }
 
 TEST_CASE("shard resources truncated, reordered, overlapping, missing, swapped") {

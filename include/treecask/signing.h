@@ -119,6 +119,19 @@ TREECASK_API void verify_signature(const std::filesystem::path& archive_or_direc
 TREECASK_API void verify_signature(std::shared_ptr<const Source> source, const SignatureCheck& check,
                                    unsigned threads = 0);
 
+// What a bundle signs, read from its statement without checking anything
+// else (the envelope's signature included): the model's name (the
+// statement's subject) and whether the model is a directory (a sharded
+// checkpoint) or one file. For choosing how to open a name that may be
+// either (an object store's key: the Python package's open); the open then
+// checks the bundle itself. Throws Error(kSignature) for a bundle or
+// statement that cannot be parsed, as a verified open does.
+struct SignedModel {
+  std::string name;
+  bool directory = false;
+};
+TREECASK_API SignedModel signed_model(std::string_view bundle_json);
+
 // The PEM public key (SubjectPublicKeyInfo, -----BEGIN PUBLIC KEY-----) of
 // the unencrypted PEM EC private key `private_key_pem`: what a verified open
 // of an archive that key signed takes (SignatureCheck::public_key_pem).

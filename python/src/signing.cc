@@ -75,6 +75,15 @@ void register_signing(nb::module_& m) {
       "treecask::verify_signature of one archive object read through `source` (a store's "
       "Source: Store.source), every signed byte fetched and hashed as it arrives, GIL released; "
       "raises SignatureError naming the object and what failed.");
+  m.def(
+      "signed_model",
+      [](const std::string& bundle_json) {
+        const treecask::SignedModel m = treecask::signed_model(bundle_json);
+        return std::make_tuple(m.name, m.directory);
+      },
+      "bundle_json"_a,
+      "treecask::signed_model: (the model's name, whether it is a directory) as the bundle's statement "
+      "says, nothing checked; SignatureError for a bundle that cannot be parsed.");
   m.def("public_key_of", [](const std::string& pem) { return treecask::public_key_of(pem); }, "private_key_pem"_a,
         "treecask::public_key_of: the PEM public key of the PEM EC private key (what a verified "
         "open takes); InvalidArgumentError / UnsupportedError as sign.");

@@ -4,8 +4,11 @@ then restore) and :func:`verify` (open, then check everything)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Mapping, Optional
+
+import treecask._core as _core
 
 from . import _signing, stores
 from ._archive import Archive
@@ -13,7 +16,7 @@ from ._reader import Reader
 from ._sharded import ShardedArchive
 from ._signing import KeySource
 from ._types import PathLike
-from .errors import Error, InvalidArgumentError, NotFoundError, SignatureError
+from .errors import Error, InvalidArgumentError, NotFoundError
 
 
 def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
@@ -70,7 +73,7 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
         signature, public_key = check[0].encode(), check[1].encode()
     loc = stores.resolve(path, store, storage_options)  # resolved once: the readers receive the Location
     reader = _open_any(loc, dict(verify_checksums=verify_checksums, validate_structure=validate_structure,
-                                 signature=signature, public_key=public_key), signature is not None)
+                                 signature=signature, public_key=public_key))
     if isinstance(reader, ShardedArchive) and ITEMS_DIRECTORY_KEY in reader.metadata:
         reader.close()
         raise InvalidArgumentError("a treecask.orbax checkpoint directory (one archive per item), not one archive: "
@@ -85,27 +88,20 @@ def open(path: PathLike = "", *, verify_checksums: bool = True,  # noqa: A001
 ITEMS_DIRECTORY_KEY = "treecask.orbax.items_directory"
 
 
-def _open_any(loc: stores.Location, kw: Any, signed: bool) -> Reader:
-    """The reader of ``loc``: an archive or a sharded checkpoint, whichever it is."""
+def _open_any(loc: stores.Location, kw: Any) -> Reader:
+    """The reader of ``loc``: an archive or a sharded checkpoint, whichever it is (in an object
+    store, which has no directories: as a signature's statement says, treecask::signed_model;
+    unsigned, the object, else a "directory" holding index.cask when there is no such object)."""
     sharded = loc.is_sharded()
+    if sharded is None and kw["signature"] is not None:
+        sharded = _core.signed_model(kw["signature"].decode())[1]
     if sharded is not None:
         return (ShardedArchive if sharded else Archive)(loc, **kw)
-    try:  # an object store: an archive, else a "directory" holding index.cask
+    try:
         return Archive(loc, **kw)
-    except (NotFoundError, SignatureError) as e:
-        # No such object; or, signed, a statement that is not for an object of this
-        # name (the core checks that before any request): a directory's.
-        if isinstance(e, SignatureError) and not signed:
-            raise
-        try:
+    except NotFoundError:
+        with contextlib.suppress(NotFoundError):
             return ShardedArchive(loc, **kw)
-        except NotFoundError:
-            pass
-        except SignatureError:
-            # Both forms refused: report the one the statement is for, not the other's
-            # "the signature is for the file/directory ..." (sign/shards.cc resource_of).
-            if not isinstance(e, SignatureError) or "the signature is for the " in str(e):
-                raise
         raise
 
 

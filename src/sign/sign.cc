@@ -195,6 +195,11 @@ std::string sign(const std::filesystem::path& target, std::string_view private_k
 
 std::string public_key_of(std::string_view private_key_pem) { return sig::public_key_pem_of(private_key_pem); }
 
+SignedModel signed_model(std::string_view bundle_json) {
+  const sig::Statement st = sig::parse_statement(sig::parse_bundle(bundle_json, "signature").payload, "signature");
+  return {st.subject, !st.file_model()};
+}
+
 void verify_signature(std::shared_ptr<const Source> source, const SignatureCheck& check, unsigned threads) {
   // every signed byte fetched through the verifying source, hashed as it arrives
   sig::verify_all(*sig::signed_source(std::move(source), check), threads);

@@ -749,6 +749,15 @@ def test_an_object_resized_after_signing_is_refused_over_s3(s3_env, archive, key
     assert f"{change} after signing" in str(e.value), str(e.value)
 
 
+def test_a_signed_open_of_a_missing_object_is_not_found(s3_env, archive, keys):
+    # The statement names a file: the key is opened as one object, never as a directory.
+    sig = treecask.sign(archive, private_key=keys["p256"].private)
+    s3_env.create_bucket("signed")
+    url = f"s3://signed/{uuid.uuid4().hex}/model.cask"
+    with pytest.raises(treecask.NotFoundError):
+        treecask.open(url, signature=sig, public_key=keys["p256"].public)
+
+
 def test_a_signed_sharded_directory_reads_verified_from_s3(s3_env, keys, directory, tmp_path):
     sig = treecask.sign(directory, private_key=keys["p256"].private, shard_size=4096)
     s3_env.create_bucket("signed")
