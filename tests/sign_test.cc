@@ -654,6 +654,48 @@ TEST_CASE("a sharded checkpoint directory: signed, verified, one shard file swap
   CHECK(has(what_of([&] { verify_signature(tmp / "step_1", check); }), "lists this file and it is missing"));
 }
 
+TEST_CASE("a signed sharded checkpoint directory in a store: its listing and its files read as Sources") {
+  TempDir tmp;
+  golden::write_sharded(tmp / "step_1", "11111111111111111111111111111111", true);
+  golden::write_sharded(tmp / "step_2", "22222222222222222222222222222222", true);
+  SignOptions so;
+  so.shard_size = 4096;
+  const SignatureCheck check{sign(tmp / "step_1", ec_keys().priv, so), ec_keys().pub};
+  // What a listing of the "directory" gives, and the opener of its objects (sizes learned from
+  // the first read, as an HTTP object's are).
+  auto listing = [&](const fs::path& dir) {
+    std::vector<std::pair<std::string, uint64_t>> files;
+    for (const auto& e : fs::directory_iterator(dir)) files.emplace_back(e.path().filename().string(), e.file_size());
+    return files;
+  };
+  std::atomic<uint64_t> fetched{0};
+  std::vector<std::shared_ptr<FileSource>> opened;
+  SourceOpener open = [&](const std::string& name) {
+    opened.push_back(std::make_shared<FileSource>(tmp / "step_1" / name, /*learns_size=*/true));
+    return opened.back();
+  };
+  verify_signature("s3://b/step_1", listing(tmp / "step_1"), open, check);
+  for (const auto& f : opened) fetched += f->bytes.load();
+  uint64_t total = 0;
+  for (const auto& [name, size] : listing(tmp / "step_1")) total += size;
+  CHECK(fetched.load() == total);  // every signed byte, once
+  // Another directory's name; a file added; a file missing; a file swapped for step 2's.
+  CHECK(has(what_of([&] { verify_signature("s3://b/step_2", listing(tmp / "step_1"), open, check); }),
+            "'step_1', not 'step_2'"));
+  auto more = listing(tmp / "step_1");
+  more.emplace_back("extra.cask", 10);
+  CHECK(has(what_of([&] { verify_signature("s3://b/step_1", more, open, check); }), "s3://b/step_1/extra.cask"));
+  more.back().second = 0;  // an empty file the statement omits, as model_signing does
+  verify_signature("s3://b/step_1", more, open, check);
+  auto fewer = listing(tmp / "step_1");
+  std::erase_if(fewer, [](const auto& f) { return f.first == "process_0.cask"; });
+  CHECK(has(what_of([&] { verify_signature("s3://b/step_1", fewer, open, check); }), "and it is missing"));
+  fs::copy_file(tmp / "step_2" / "process_1.cask", tmp / "step_1" / "process_1.cask",
+                fs::copy_options::overwrite_existing);
+  CHECK(has(what_of([&] { verify_signature("s3://b/step_1", listing(tmp / "step_1"), open, check); }),
+            "'process_1.cask:"));
+}
+
 TEST_CASE("a signed open over a Source fetches and hashes whole shards, and refuses altered bytes") {
   TempDir tmp;
   FlatTree t = tree();

@@ -26,6 +26,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "treecask/export.h"
 #include "treecask/source.h"
@@ -118,6 +120,18 @@ TREECASK_API void verify_signature(const std::filesystem::path& archive_or_direc
 // Throws as verify_signature does for a URL.
 TREECASK_API void verify_signature(std::shared_ptr<const Source> source, const SignatureCheck& check,
                                    unsigned threads = 0);
+
+// verify_signature of a signed directory (a sharded checkpoint) in a store,
+// named `shown` (its last component is the directory's name): `files` are
+// the directory's files as a listing of it gives them (POSIX paths relative
+// to it, with their sizes in bytes), `open` reads one by that path. The
+// checks of a local directory (the statement is this directory's, it lists
+// exactly these files, the ignored ones aside), then every signed byte of
+// each file fetched through open() and hashed as it arrives, as for a URL.
+// Throws as verify_signature does for a directory, and what `open` and its
+// sources throw.
+TREECASK_API void verify_signature(const std::string& shown, const std::vector<std::pair<std::string, uint64_t>>& files,
+                                   const SourceOpener& open, const SignatureCheck& check, unsigned threads = 0);
 
 // What a bundle signs, read from its statement without checking anything
 // else (the envelope's signature included): the model's name (the

@@ -4,7 +4,9 @@
 // the hashing) is the core's.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
@@ -75,6 +77,21 @@ void register_signing(nb::module_& m) {
       "treecask::verify_signature of one archive object read through `source` (a store's "
       "Source: Store.source), every signed byte fetched and hashed as it arrives, GIL released; "
       "raises SignatureError naming the object and what failed.");
+  m.def(
+      "verify_signature_directory",
+      [](const std::string& shown, const std::vector<std::pair<std::string, uint64_t>>& files, nb::object opener,
+         const std::string& bundle_json, const std::string& public_key_pem, unsigned threads) {
+        // Made and destroyed with the GIL held; each call of it takes the GIL.
+        treecask::SourceOpener open = opener_from_python(std::move(opener));
+        treecask::SignatureCheck check{bundle_json, public_key_pem};
+        nb::gil_scoped_release release;
+        treecask::verify_signature(shown, files, open, check, threads);
+      },
+      "shown"_a, "files"_a, "opener"_a, "bundle_json"_a, "public_key_pem"_a, "threads"_a = 0,
+      "treecask::verify_signature of a signed directory in a store, named `shown`: `files` its "
+      "(relative path, size in bytes) pairs as listed, `opener(path)` a store's Source of one; "
+      "every signed byte fetched and hashed, GIL released; SignatureError naming the file and "
+      "what failed.");
   m.def(
       "signed_model",
       [](const std::string& bundle_json) {

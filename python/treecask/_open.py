@@ -191,7 +191,9 @@ def verify(path: PathLike, *, signature: Optional[KeySource] = None, public_key:
     Args:
       path: the archive file or sharded checkpoint directory, or the URL of
         an archive in a store (with a signature: every signed byte fetched and
-        hashed as it arrives, then every chunk read through the signed open).
+        hashed as it arrives, then every chunk read through the signed open),
+        or, with a directory's signature, of a sharded checkpoint in one (the
+        listing's files, exactly the signed ones, each checked so).
       signature: the model-signing bundle: a path, a URL, or its bytes.
       public_key: the PEM public key (SubjectPublicKeyInfo) of the EC key that
         signed it: a path or its bytes. Both or neither.

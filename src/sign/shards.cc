@@ -600,8 +600,12 @@ std::shared_ptr<const Source> verified_source(std::shared_ptr<const Source> inne
 std::shared_ptr<const Source> signed_source(std::shared_ptr<const Source> source, const SignatureCheck& check) {
   const std::string& shown = source->name();
   const auto stp = checked_statement(check.bundle_json, check.public_key_pem, shown);
-  const Statement& st = *stp;
-  const std::string resource = resource_of(st, shown, shown);
+  return signed_source(std::move(source), *stp, resource_of(*stp, shown, shown));
+}
+
+std::shared_ptr<const Source> signed_source(std::shared_ptr<const Source> source, const Statement& st,
+                                            const std::string& resource) {
+  const std::string& shown = source->name();
   uint64_t size = 0;
   bool listed = false;
   for (const Resource& r : st.resources)

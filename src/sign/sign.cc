@@ -9,6 +9,8 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <set>
 
 #include "sign/bundle.h"
@@ -120,6 +122,38 @@ void signed_files(const fs::path& target, std::vector<std::string>* rel, std::ve
   }
 }
 
+// The files of the directory named `name` (shown as `shown`) that the
+// directory model `st` signs, of `present` (its files: relative POSIX paths,
+// sorted, the ignored ones left out), as model_signing checks them: the
+// statement is a directory's of that name, it lists every present file (an
+// empty one it may omit: model_signing lists no shard for it; `empty` tells)
+// and no other. Throws Error(kSignature) naming the directory or the file.
+std::vector<std::string> directory_files(const sig::Statement& st, const std::string& name, const std::string& shown,
+                                         const std::vector<std::string>& present,
+                                         const std::function<bool(const std::string&)>& empty) {
+  if (st.file_model())
+    throw Error(ErrorCode::kSignature, shown, "", "the signature is for the file '" + st.subject + "', not a directory");
+  if (st.subject != name)
+    throw Error(ErrorCode::kSignature, shown, "",
+                "the signature is for the directory '" + st.subject + "', not '" + name + "'");
+  std::set<std::string> listed;
+  for (const sig::Resource& r : st.resources) listed.insert(r.path);
+  const std::string dir = shown.empty() || shown.back() == '/' ? shown : shown + "/";
+  std::vector<std::string> out;
+  for (const std::string& f : present) {
+    if (listed.count(f)) {
+      out.push_back(f);
+    } else if (!(st.shards && empty(f))) {
+      throw Error(ErrorCode::kSignature, dir + f, "",
+                  "the file is not covered by the signature (its statement does not list it)");
+    }
+  }
+  for (const std::string& l : listed)
+    if (!std::binary_search(present.begin(), present.end(), l))
+      throw Error(ErrorCode::kSignature, dir + l, "", "the signature lists this file and it is missing");
+  return out;
+}
+
 }  // namespace
 
 uint64_t default_sign_shard_size(uint64_t model_bytes) {
@@ -205,6 +239,25 @@ void verify_signature(std::shared_ptr<const Source> source, const SignatureCheck
   sig::verify_all(*sig::signed_source(std::move(source), check), threads);
 }
 
+void verify_signature(const std::string& shown, const std::vector<std::pair<std::string, uint64_t>>& files,
+                      const SourceOpener& open, const SignatureCheck& check, unsigned threads) {
+  const sig::Statement st = sig::check_bundle(check.bundle_json, check.public_key_pem, shown);
+  std::map<std::string, uint64_t> size_of;
+  std::vector<std::string> present;
+  for (const auto& [f, size] : files)
+    if (!ignored(f, st.ignore_paths)) {
+      present.push_back(f);
+      size_of[f] = size;
+    }
+  std::sort(present.begin(), present.end());
+  std::string name = shown;
+  while (!name.empty() && name.back() == '/') name.pop_back();
+  name = name.substr(name.find_last_of('/') + 1);
+  for (const std::string& f :
+       directory_files(st, name, shown, present, [&](const std::string& f) { return size_of[f] == 0; }))
+    sig::verify_all(*sig::signed_source(open(f), st, f), threads);
+}
+
 void verify_signature(const std::filesystem::path& target, const SignatureCheck& check, unsigned threads) {
   const std::string shown = target.string();
   if (is_url(shown)) return verify_signature(remote::open_object(shown), check, threads);
@@ -214,32 +267,12 @@ void verify_signature(const std::filesystem::path& target, const SignatureCheck&
   const sig::Statement st = sig::check_bundle(check.bundle_json, check.public_key_pem, shown);
   std::vector<std::unique_ptr<sig::ShardGuard>> guards;
   if (is_dir) {
-    if (st.file_model())
-      throw Error(ErrorCode::kSignature, shown, "",
-                  "the signature is for the file '" + st.subject + "', not a directory");
-    const std::string name = last_component(target);
-    if (st.subject != name)
-      throw Error(ErrorCode::kSignature, shown, "",
-                  "the signature is for the directory '" + st.subject + "', not '" + name + "'");
-    const std::vector<std::string> files = model_files(target, st.ignore_paths);
-    std::set<std::string> listed;
-    for (const sig::Resource& r : st.resources) listed.insert(r.path);
-    std::vector<std::string> signed_files;
-    for (const std::string& f : files) {
+    const auto empty = [&](const std::string& f) {
       std::error_code size_ec;
-      if (st.shards && !listed.count(f) && fs::file_size(target / f, size_ec) == 0 && !size_ec)
-        continue;  // model_signing lists no shard for an empty file
-      signed_files.push_back(f);
-    }
-    for (const std::string& f : signed_files)
-      if (!listed.count(f))
-        throw Error(ErrorCode::kSignature, (target / f).string(), "",
-                    "the file is not covered by the signature (its statement does not list it)");
-    for (const std::string& l : listed)
-      if (!std::binary_search(files.begin(), files.end(), l))
-        throw Error(ErrorCode::kSignature, (target / l).string(), "",
-                    "the signature lists this file and it is missing");
-    for (const std::string& f : signed_files) {
+      return fs::file_size(target / f, size_ec) == 0 && !size_ec;
+    };
+    for (const std::string& f :
+         directory_files(st, last_component(target), shown, model_files(target, st.ignore_paths), empty)) {
       uint64_t size = 0;
       Fd fd = open_file(target / f, &size);
       guards.push_back(std::make_unique<sig::ShardGuard>(

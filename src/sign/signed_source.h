@@ -7,6 +7,7 @@
 
 #include "treecask/signing.h"
 #include "treecask/source.h"
+#include "sign/bundle.h"
 
 namespace treecask::sig {
 
@@ -17,6 +18,11 @@ namespace treecask::sig {
 // source does not know it yet). Throws Error(kSignature) as check_bundle,
 // resource_of and shard_table do, and what the source throws.
 std::shared_ptr<const Source> signed_source(std::shared_ptr<const Source> source, const SignatureCheck& check);
+
+// The same for resource `resource` of the checked statement `st` (a file of
+// a signed directory, by its path in it).
+std::shared_ptr<const Source> signed_source(std::shared_ptr<const Source> source, const Statement& st,
+                                            const std::string& resource);
 
 // Fetches and hashes every signed byte of `source` (a signed_source) in
 // stretches of 16 MiB, up to min(concurrency(), 8, threads) at once. Throws

@@ -769,11 +769,22 @@ def test_a_signed_sharded_directory_reads_verified_from_s3(s3_env, keys, directo
     with treecask.open(url, signature=sig, public_key=pub) as c:
         assert isinstance(c, treecask.ShardedArchive)
         assert same_arrays(read_all(c), read_all(treecask.open(directory)))
+    # A full verify of the directory in the store: exactly the signed files, every signed byte.
+    treecask.verify(url, signature=sig, public_key=pub)
+    s3_env.put("signed", f"{prefix}/notes.txt", b"not signed")
+    with pytest.raises(SignatureError) as e:
+        treecask.verify(url, signature=sig, public_key=pub)
+    assert "notes.txt" in str(e.value) and "not covered by the signature" in str(e.value), str(e.value)
+    import obstore
+    obstore.delete(s3_env.store("signed"), f"{prefix}/notes.txt")
     # A shard file from another save, uploaded under the same name: refused.
     s3_env.put("signed", f"{prefix}/process_1.cask", VECTORS / "bad_v3_1_stale_shard" / "process_1.cask")
     with pytest.raises(SignatureError) as e:
         with treecask.open(url, signature=sig, public_key=pub) as c:
             read_all(c)
+    assert "process_1.cask" in str(e.value)
+    with pytest.raises(SignatureError) as e:
+        treecask.verify(url, signature=sig, public_key=pub)
     assert "process_1.cask" in str(e.value)
     with pytest.raises(treecask.InvalidArgumentError) as e:
         treecask.open(url, signature=sig)

@@ -235,10 +235,18 @@ class Store(abc.ABC):
         (treecask::verify_signature, docs/signing.md): a file hashed on all
         cores; an object read through :meth:`source` and hashed as it arrives.
         Raises SignatureError naming the file and what failed, NotFoundError,
-        IoError."""
+        IoError. A signed directory in an object store (the statement's model
+        is a directory: treecask::signed_model) is its listing's files, each
+        read through :meth:`source` (one HEAD each for its size)."""
         local = self.local_path(path)
         if local is not None:
             _core.verify_signature(local, signature[0], signature[1])
+        elif _core.signed_model(signature[0])[1]:
+            head = path.rstrip("/") + "/"
+            names = [n[len(head):] for n in self.list_prefix(head)]
+            files = [(n, int((self.head(join(path, n)) or {}).get("size", 0))) for n in names]
+            _core.verify_signature_directory(self.display(path), files, lambda n: self.source(join(path, n)),
+                                             signature[0], signature[1])
         else:
             _core.verify_signature_source(self.source(path), signature[0], signature[1])
 
