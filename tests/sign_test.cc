@@ -168,6 +168,16 @@ class FileSource final : public Source {
   mutable uint64_t size_ = 0;
 };
 
+// Two steps of a sharded checkpoint (golden vector v3_1 bound) in `dir`/step_1
+// and step_2; returns step_1's bundle, signed in 4 KiB shards.
+std::string signed_steps(const fs::path& dir) {
+  golden::write_sharded(dir / "step_1", "11111111111111111111111111111111", true);
+  golden::write_sharded(dir / "step_2", "22222222222222222222222222222222", true);
+  SignOptions so;
+  so.shard_size = 4096;
+  return sign(dir / "step_1", ec_keys().priv, so);
+}
+
 std::string b64(const std::string& in) {
   std::string out((in.size() + 2) / 3 * 4 + 1, '\0');
   const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
@@ -619,11 +629,7 @@ TEST_CASE("unsupported key types and hash algorithms are named") {
 
 TEST_CASE("a sharded checkpoint directory: signed, verified, one shard file swapped for another step's") {
   TempDir tmp;
-  golden::write_sharded(tmp / "step_1", "11111111111111111111111111111111", true);
-  golden::write_sharded(tmp / "step_2", "22222222222222222222222222222222", true);
-  SignOptions so;
-  so.shard_size = 4096;
-  const std::string bundle = sign(tmp / "step_1", ec_keys().priv, so);
+  const std::string bundle = signed_steps(tmp.path);
   const SignatureCheck check{bundle, ec_keys().pub};
   verify_signature(tmp / "step_1", check);
   ShardedArchive s = ShardedArchive::open(tmp / "step_1", signed_open(bundle));
@@ -656,11 +662,7 @@ TEST_CASE("a sharded checkpoint directory: signed, verified, one shard file swap
 
 TEST_CASE("a signed sharded checkpoint directory in a store: its listing and its files read as Sources") {
   TempDir tmp;
-  golden::write_sharded(tmp / "step_1", "11111111111111111111111111111111", true);
-  golden::write_sharded(tmp / "step_2", "22222222222222222222222222222222", true);
-  SignOptions so;
-  so.shard_size = 4096;
-  const SignatureCheck check{sign(tmp / "step_1", ec_keys().priv, so), ec_keys().pub};
+  const SignatureCheck check{signed_steps(tmp.path), ec_keys().pub};
   // What a listing of the "directory" gives, and the opener of its objects (sizes learned from
   // the first read, as an HTTP object's are).
   auto listing = [&](const fs::path& dir) {

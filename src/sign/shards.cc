@@ -29,25 +29,6 @@ namespace {
   throw Error(ErrorCode::kSignature, shown, "", what);
 }
 
-// The last component of a path or URL (a URL's query and fragment dropped;
-// a relative path made absolute against the working directory, "." and ".."
-// resolved lexically), and the one before it ("" at the root).
-std::pair<std::string, std::string> name_and_parent(const std::string& file) {
-  std::string s = file;
-  if (const size_t scheme = s.find("://"); scheme != std::string::npos) {
-    s = s.substr(0, s.find_first_of("?#", scheme + 3));
-  } else {
-    std::error_code ec;
-    std::filesystem::path p = std::filesystem::absolute(s, ec);
-    if (!ec) s = p.lexically_normal().string();
-  }
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  const size_t slash = s.rfind('/');
-  if (slash == std::string::npos) return {s, ""};
-  const std::string dir = s.substr(0, slash);
-  return {s.substr(slash + 1), dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1)};
-}
-
 std::atomic<uint64_t> g_hashed{0};
 
 // The process-wide cache of verified shards of local files: FileId, range
@@ -67,6 +48,22 @@ std::string cache_key(const FileId& id, uint64_t start, uint64_t end, const Dige
 }
 
 }  // namespace
+
+std::pair<std::string, std::string> name_and_parent(const std::string& file) {
+  std::string s = file;
+  if (const size_t scheme = s.find("://"); scheme != std::string::npos) {
+    s = s.substr(0, s.find_first_of("?#", scheme + 3));
+  } else {
+    std::error_code ec;
+    std::filesystem::path p = std::filesystem::absolute(s, ec);
+    if (!ec) s = p.lexically_normal().string();
+  }
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  const size_t slash = s.rfind('/');
+  if (slash == std::string::npos) return {s, ""};
+  const std::string dir = s.substr(0, slash);
+  return {s.substr(slash + 1), dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1)};
+}
 
 size_t ShardTable::shard_of(uint64_t off) const {
   auto it = std::upper_bound(start.begin(), start.end() - 1, off);

@@ -38,6 +38,12 @@ struct ShardTable {
   std::string describe(size_t k) const;
 };
 
+// The last component of a path or URL (a URL's query and fragment dropped;
+// a relative path made absolute against the working directory, "." and ".."
+// resolved lexically), and the one before it ("" at the root): a model's
+// name, and the directory a file of it sits in.
+std::pair<std::string, std::string> name_and_parent(const std::string& file);
+
 // Where `file` (a local path or a URL, shown as `shown`) sits in the model
 // the statement signs: "." when the statement signs one file (its subject
 // must be the file's name), else the file's name inside the signed

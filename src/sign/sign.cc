@@ -92,15 +92,6 @@ std::vector<std::string> model_files(const fs::path& dir, const std::vector<std:
   return out;
 }
 
-std::string last_component(const fs::path& p) {
-  std::error_code ec;
-  fs::path a = fs::absolute(p, ec);
-  if (ec) a = p;
-  a = a.lexically_normal();
-  if (!a.has_filename()) a = a.parent_path();
-  return a.filename().string();
-}
-
 // One shard to hash: file `file` (an index into the caller's files), bytes [start, end).
 struct Job {
   size_t file;
@@ -219,7 +210,7 @@ std::string sign(const std::filesystem::path& target, std::string_view private_k
       throw Error(ErrorCode::kIo, paths[f].string(), "", "the file changed size while it was signed");
   }
   const std::string statement =
-      sig::make_statement(last_component(target), options.shards, shard_size, res, sig::default_ignore_paths());
+      sig::make_statement(sig::name_and_parent(target.string()).first, options.shards, shard_size, res, sig::default_ignore_paths());
   try {
     return sig::make_bundle(statement, private_key_pem);
   } catch (const Error& e) {
@@ -250,11 +241,8 @@ void verify_signature(const std::string& shown, const std::vector<std::pair<std:
       size_of[f] = size;
     }
   std::sort(present.begin(), present.end());
-  std::string name = shown;
-  while (!name.empty() && name.back() == '/') name.pop_back();
-  name = name.substr(name.find_last_of('/') + 1);
-  for (const std::string& f :
-       directory_files(st, name, shown, present, [&](const std::string& f) { return size_of[f] == 0; }))
+  for (const std::string& f : directory_files(st, sig::name_and_parent(shown).first, shown, present,
+                                              [&](const std::string& f) { return size_of[f] == 0; }))
     sig::verify_all(*sig::signed_source(open(f), st, f), threads);
 }
 
@@ -272,7 +260,7 @@ void verify_signature(const std::filesystem::path& target, const SignatureCheck&
       return fs::file_size(target / f, size_ec) == 0 && !size_ec;
     };
     for (const std::string& f :
-         directory_files(st, last_component(target), shown, model_files(target, st.ignore_paths), empty)) {
+         directory_files(st, sig::name_and_parent(shown).first, shown, model_files(target, st.ignore_paths), empty)) {
       uint64_t size = 0;
       Fd fd = open_file(target / f, &size);
       guards.push_back(std::make_unique<sig::ShardGuard>(
