@@ -273,7 +273,7 @@ class S3:
             got = r["Body"].read()
         except Exception:  # noqa: BLE001
             return None
-        return str(r.get("ETag", "")) if total == size and _upload.ends_with(local_file, got) else None
+        return str(r.get("ETag", "")) if total == size and _upload.ends_with(local_file, got, n) else None
 
     def _parts(self, key: str, upload: str, local_file: str) -> List[dict]:
         """The file's parts uploaded, each read by its worker; the first failure raised."""

@@ -130,17 +130,20 @@ def confirm(store: Any, key: str, path: str, *, url: str, etag: Optional[str] = 
 
     meta, got = _errors.mapped(url, tail)
     if meta["size"] == size and (_bare_etag(etag) == _bare_etag(meta["e_tag"]) if etag and meta.get("e_tag")
-                                 else ends_with(path, got)):
+                                 else ends_with(path, got, n)):
         return
     raise AlreadyExistsError("another saver committed this object at the same time and it is not this save's "
                              "(the store's conditional write is not atomic): this checkpoint was not saved",
                              file=url)
 
 
-def ends_with(path: str, data: bytes) -> bool:
-    """Whether the local file ``path`` (at least ``len(data)`` bytes long) ends in ``data``."""
+def ends_with(path: str, data: bytes, n: int) -> bool:
+    """Whether ``data`` is the last ``n`` bytes of the local file ``path`` (at least ``n`` bytes
+    long): a shorter answer from the server is not a match."""
+    if len(data) != n:
+        return False
     with open(path, "rb") as f:
-        f.seek(-len(data), os.SEEK_END)
+        f.seek(-n, os.SEEK_END)
         return f.read() == data
 
 
