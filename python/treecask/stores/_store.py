@@ -244,7 +244,11 @@ class Store(abc.ABC):
         elif _core.signed_model(signature[0])[1]:
             head = path.rstrip("/") + "/"
             names = [n[len(head):] for n in self.list_prefix(head)]
-            files = [(n, int((self.head(join(path, n)) or {}).get("size", 0))) for n in names]
+            files = []
+            for n in names:
+                if (info := self.head(join(path, n))) is None:  # gone since the listing
+                    raise NotFoundError("the listing's file is gone", file=self.display(join(path, n)))
+                files.append((n, int(info["size"])))
             _core.verify_signature_directory(self.display(path), files, lambda n: self.source(join(path, n)),
                                              signature[0], signature[1])
         else:
