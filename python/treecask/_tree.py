@@ -198,7 +198,7 @@ def _container(obj: Any, path: Tuple[str, ...], strict: bool, plain: bool) -> PN
             if not plain:
                 try:
                     r = type(_obj)((k, new[k]) for k in _obj)
-                    if list(r) != list(_obj):  # it took them some other way (e.g. as a first argument)
+                    if r.keys() != _obj.keys():  # it took them some other way (e.g. as a first argument)
                         raise ValueError(f"it holds the keys {list(r)[:4]} after")
                     return r
                 except Exception as e:
