@@ -338,15 +338,19 @@ def match(obj: Any) -> Optional[Box]:
     return next((b for b in BOXES if b.matches(obj)), None)
 
 
-@functools.lru_cache(maxsize=None)  # (the installed classes are looked up once per type name)
+@functools.lru_cache(maxsize=None)  # one table per box family: the installed classes are walked once
+def _known_types(i: int) -> Dict[str, type]:
+    return BOXES[i].known_types()
+
+
 def known(type_name: str) -> Optional[Tuple[Box, type]]:
     """(box, class) for a type name written in a file, from built-in knowledge
     only: the classes of the installed Flax / Penzai, never an import of a name
     taken from the file."""
     if not (type_name.startswith("flax.") or type_name.startswith("penzai.")):
         return None
-    for b in BOXES:
-        cls = b.known_types().get(type_name) if type_name.startswith(b.family + ".") else None
+    for i, b in enumerate(BOXES):
+        cls = _known_types(i).get(type_name) if type_name.startswith(b.family + ".") else None
         if cls is not None:
             return b, cls
     return None
