@@ -162,10 +162,10 @@ def prepare(path: str, tree: Any, *, metadata: Optional[Mapping[str, str]], comp
     loads: Dict[int, int] = {}  # bytes each process writes so far: the replica-parallel balance
     for kp, x, ex, g in zip(s.key_paths, objs, extras, s.is_global):
         if g:  # described by its global shape (a PRNG key array by its key data, the impl in its metadata)
-            metadata: Dict[str, str] = dict(ex.metadata) if ex is not None else {}
-            arr = _codec.key_data(x, metadata)
+            leaf_md: Dict[str, str] = dict(ex.metadata) if ex is not None else {}
+            arr = _codec.key_data(x, leaf_md)
             meta = _codec.describe(kp, _codec.ARRAY, _dtypes.to_name(np.dtype(arr.dtype), key_path=kp), arr.shape,
-                                   ex, metadata, x)
+                                   ex, leaf_md, x)
             for (b, e), part in _replicas.my_boxes(arr, s.pid, loads):
                 keys.append(shard_key(kp, b, e))
                 arrays.append(part)
