@@ -83,6 +83,8 @@ class Steps:
         """Where committed step ``step`` (None: the latest) is, here or in ``directory``; None when none, or
         ``error`` (a NotFoundError class) raised naming the directory."""
         if directory is None:
+            if step is None:  # the save in flight included: if it fails, its step is not found, never an older one
+                step = self.latest_step()
             self._wait_quietly()
             m = self._mgr
         else:
