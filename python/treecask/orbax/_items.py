@@ -546,7 +546,10 @@ def _orbax_hint(path: Where) -> None:
 
 
 class Checkpoint:
-    """A checkpoint as stored (one archive, or a directory of items), from its listing and metadata alone."""
+    """A checkpoint as stored (one archive, or a directory of items), from its listing and metadata alone:
+    ``md`` the archive's (or the directory index's) metadata, ``kinds`` each item's kind, ``default``
+    whether it is one default item. Raises NotFoundError when there is none, InvalidArgumentError for a
+    directory Orbax itself wrote."""
 
     def __init__(self, path: Any):
         self.where = w = Where(path)

@@ -1,6 +1,29 @@
-"""``treecask.orbax.v1.options``: Orbax v1's option classes, field for field with Orbax 0.12.8's
-names and defaults, set on a :class:`treecask.orbax.v1.Context`. Which treecask follows, which have
-no effect and which raise ``UnsupportedError``: docs/python.md "Orbax's v1 API"."""
+"""``treecask.orbax.v1.options``: Orbax v1's option classes
+(``orbax.checkpoint.v1.options``), field for field with Orbax 0.12.8's
+names and defaults, set on a :class:`treecask.orbax.v1.Context`
+(``ctx.pytree.loading.partial_load = True``).
+
+What treecask follows: ``PyTreeOptions.Loading.partial_load`` (load only the
+abstract tree's fields), ``AsyncOptions.post_finalization_callback`` (called
+once an asynchronous save is durable), ``CheckpointLayout.ORBAX`` / ``AUTO``
+(a treecask archive). Accepted without effect, as they tune Orbax's own
+storage, threads or processes (a treecask archive has its own chunking and
+compression; one save is in flight at a time): the other ``AsyncOptions``,
+``MultiprocessingOptions``, ``FileOptions``, ``ArrayOptions.Saving``'s
+format switches (``use_ocdbt``, ``use_zarr3``, ``use_compression``...),
+``PyTreeOptions.Saving``, ``MemoryOptions``, ``PathwaysOptions``,
+``DeletionOptions``, ``AtomicityOptions`` (a checkpoint is committed by an
+atomic rename), ``CheckpointablesOptions``. Followed as Orbax's:
+``ArrayOptions.Saving.storage_options.dtype`` and
+``scoped_storage_options_creator`` (each array leaf cast to the dtype before
+it is saved), ``ArrayOptions.Loading.enable_padding_and_truncation`` (an
+array whose abstract shape differs is truncated or zero-padded to it). Raise
+``UnsupportedError`` when a save or load runs with them set:
+``storage_options.chunk_byte_size`` / ``shard_axes`` (an archive's chunking is
+``treecask.save``'s ``chunk_size``), ``ArrayOptions.Loading.use_load_and_broadcast``,
+``CheckpointLayout.SAFETENSORS`` (``treecask.import_safetensors`` converts a
+safetensors file).
+"""
 
 from __future__ import annotations
 
