@@ -514,6 +514,16 @@ TEST_CASE("a statement for another file name, and for a directory") {
   // ... and signs the file inside it.
   check_reads(Archive::open(tmp / "dir" / "model.cask", signed_open(dir_bundle)), t);
   CHECK(has(what_of([&] { verify_signature(tmp / "dir", {bundle, ec_keys().pub}); }), "not a directory"));
+  // The URL of a signed directory: a clear refusal (its check needs a
+  // listing) before any request (nothing listens on port 9).
+  try {
+    verify_signature("http://127.0.0.1:9/run/dir", {dir_bundle, ec_keys().pub});
+    FAIL("a signed directory's URL was verified without a listing");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kUnsupported);
+    CHECK(has(e.what(), "the signature is for the directory 'dir'"));
+    CHECK(has(e.what(), "treecask.verify"));
+  }
   // What each bundle signs, as its statement says (nothing checked).
   const SignedModel file_model = signed_model(bundle), dir_model = signed_model(dir_bundle);
   CHECK((file_model.name == "model.cask" && !file_model.directory));

@@ -109,7 +109,9 @@ TREECASK_API uint64_t sign_shard_size(const std::filesystem::path& archive_or_di
 // digest mismatch naming the file and byte range, a file longer or shorter
 // than signed, a file the statement lists missing from the directory or one
 // it does not list present, an unsupported key type or hash algorithm
-// named), kNotFound (no such path), kIo (and what a URL's source throws).
+// named), kNotFound (no such path), kIo (and what a URL's source throws),
+// kUnsupported for a URL naming a directory the statement signs (a store's
+// directory needs its listing: the overload with `files` below).
 TREECASK_API void verify_signature(const std::filesystem::path& archive_or_directory,
                                    const SignatureCheck& check, unsigned threads = 0);
 

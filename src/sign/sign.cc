@@ -248,7 +248,18 @@ void verify_signature(const std::string& shown, const std::vector<std::pair<std:
 
 void verify_signature(const std::filesystem::path& target, const SignatureCheck& check, unsigned threads) {
   const std::string shown = target.string();
-  if (is_url(shown)) return verify_signature(remote::open_object(shown), check, threads);
+  if (is_url(shown)) {
+    // A URL naming the signed directory itself: its check needs a listing
+    // (every file signed, none added), which a URL cannot give here.
+    const sig::Statement st = sig::parse_statement(sig::parse_bundle(check.bundle_json, shown).payload, shown);
+    if (!st.file_model() && sig::name_and_parent(shown).first == st.subject)
+      throw Error(ErrorCode::kUnsupported, shown, "",
+                  "the signature is for the directory '" + st.subject +
+                      "': a signed directory in an object store is verified against a listing of it, which "
+                      "a URL alone does not give; verify it with the Python package's treecask.verify(url, "
+                      "signature=, public_key=), which lists it, or verify one of its files by its URL");
+    return verify_signature(remote::open_object(shown), check, threads);
+  }
   std::error_code ec;
   const bool is_dir = fs::is_directory(target, ec);
   if (!is_dir && !fs::exists(target, ec)) throw Error(ErrorCode::kNotFound, shown, "", "no such file or directory");
