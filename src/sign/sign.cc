@@ -250,11 +250,12 @@ void verify_signature(const std::filesystem::path& target, const SignatureCheck&
   const std::string shown = target.string();
   if (is_url(shown)) {
     // A URL naming the signed directory itself: its check needs a listing
-    // (every file signed, none added), which a URL cannot give here.
-    const sig::Statement st = sig::parse_statement(sig::parse_bundle(check.bundle_json, shown).payload, shown);
-    if (!st.file_model() && sig::name_and_parent(shown).first == st.subject)
+    // (every file signed, none added), which a URL cannot give here. (The
+    // bundle checked once: signed_source finds it in the cache.)
+    const auto st = sig::checked_statement(check.bundle_json, check.public_key_pem, shown);
+    if (!st->file_model() && sig::name_and_parent(shown).first == st->subject)
       throw Error(ErrorCode::kUnsupported, shown, "",
-                  "the signature is for the directory '" + st.subject +
+                  "the signature is for the directory '" + st->subject +
                       "': a signed directory in an object store is verified against a listing of it, which "
                       "a URL alone does not give; verify it with the Python package's treecask.verify(url, "
                       "signature=, public_key=), which lists it, or verify one of its files by its URL");
